@@ -1,0 +1,22 @@
+# Everything a fresh Debian machine (as root) needs is installed by `scripts/setup.sh`, idempotently.
+VENV := .venv
+PY := $(VENV)/bin/python
+DEEPVM := $(VENV)/bin/deepvm
+
+.PHONY: setup demo test lint bench
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) benchmarks/plan_sweep.py

@@ -1,0 +1,34 @@
+"""The only place that prints. Data goes to stdout; progress, warnings and errors go to stderr.
+
+`--json` output bypasses rich entirely so that scripts get exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+
+def info(message: str) -> None:
+    err.print(message)
+
+
+def warning(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {message}")
+
+
+def error_line(message: str) -> None:
+    """One plain line on stderr, never wrapped or styled, so scripts and tests can match it exactly."""
+    sys.stderr.write(f"deepvm: error: {message}\n")
+    sys.stderr.flush()
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,165 @@
+"""The instance catalog: what each EC2 instance type is, what it costs where, and the account's quotas.
+
+Every price source (the built-in snapshot, DeepVM's JSON format, live AWS) produces one `Catalog`; the
+planner reads nothing else. Prices are kept with the time they were observed so that a plan can say how
+fresh the numbers behind it are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Market(str, Enum):
+    """How an instance is bought."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+# AWS's vCPU quota groups (Service Quotas, EC2). The letters are the instance-family initials each covers.
+QUOTA_GROUP_LETTERS: dict[str, str] = {
+    "Standard": "ACDHIMRTZ",
+    "G and VT": "GV",
+    "P": "P",
+    "F": "F",
+    "Inf": "",
+    "Trn": "",
+    "DL": "",
+    "X": "X",
+}
+
+
+def quota_group_of(instance_type: str) -> str:
+    """The vCPU quota group an instance type counts against, from its family name (e.g. g5 -> G and VT)."""
+    family = instance_type.split(".", 1)[0].lower()
+    for prefix, group in (("inf", "Inf"), ("trn", "Trn"), ("dl", "DL"), ("vt", "G and VT")):
+        if family.startswith(prefix):
+            return group
+    initial = family[:1].upper()
+    for group, letters in QUOTA_GROUP_LETTERS.items():
+        if initial and initial in letters:
+            return group
+    return "Standard"
+
+
+@dataclass(frozen=True)
+class ScalingParams:
+    """Logistic speed-up S(n) = c / (1 + exp(-a (n - b))) fitted to measured multi-node training.
+
+    `measured` is False when the values are defaults rather than a fit to this instance type.
+    """
+
+    a: float
+    b: float
+    c: float
+    measured: bool = True
+
+
+# Used for GPU types without a fit of their own: the ResNet-18 fit of g4dn.xlarge (the most common
+# trainer in the paper's measurements), see provisioning/scaling.py and datasets' scaling_resnet18.csv.
+DEFAULT_SCALING = ScalingParams(a=0.1339, b=12.87, c=6.177, measured=False)
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One EC2 instance type, independent of where and how it is bought."""
+
+    name: str  # e.g. "g5.xlarge"
+    quota_group: str  # "Standard", "G and VT", "P", ... (vCPU quotas are per group and market)
+    vcpus: int
+    memory_gib: float | None  # None when the source does not say (DeepVM's simulated GPU types)
+    network_gbps: float  # sustained ("up to" values taken at their peak, as AWS and DeepVM do)
+    gpu_model: str | None = None  # "T4", "A10G", ... None for CPU types
+    gpu_count: int = 0
+    flops: float = 0.0  # TFLOPS per instance (dense FP16/BF16 tensor x GPU count); source units on import
+    scaling: ScalingParams | None = None  # None for CPU types
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu_count > 0 and self.flops > 0
+
+    @property
+    def scaling_or_default(self) -> ScalingParams:
+        return self.scaling or DEFAULT_SCALING
+
+
+@dataclass(frozen=True)
+class Price:
+    """An hourly price for one instance type in one place and market.
+
+    On-demand prices are regional (`availability_zone` is None); spot prices are per availability zone.
+    """
+
+    instance_type: str
+    region: str
+    availability_zone: str | None
+    market: Market
+    usd_per_hour: float
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A vCPU quota: how many vCPUs of one quota group may run in one region and market."""
+
+    region: str
+    quota_group: str
+    market: Market
+    vcpus: float
+
+
+@dataclass
+class Catalog:
+    """Instance types, prices and quotas from one source, with where and when they came from."""
+
+    types: dict[str, InstanceType]
+    prices: list[Price]
+    quotas: list[Quota] = field(default_factory=list)
+    source: str = "unknown"  # "snapshot", "aws", or the path of an imported file
+    as_of: str = ""  # ISO date (or timestamp) the prices were observed
+    warnings: list[str] = field(default_factory=list)  # e.g. why the snapshot stands in for live data
+
+    @property
+    def regions(self) -> list[str]:
+        return sorted({p.region for p in self.prices})
+
+    def gpu_types(self) -> list[InstanceType]:
+        return [t for t in self.types.values() if t.is_gpu]
+
+    def cpu_types(self) -> list[InstanceType]:
+        return [t for t in self.types.values() if not t.is_gpu]
+
+    def on_demand_price(self, instance_type: str, region: str) -> float | None:
+        for p in self.prices:
+            if p.market is Market.ON_DEMAND and p.instance_type == instance_type and p.region == region:
+                return p.usd_per_hour
+        return None
+
+    def spot_prices(self, instance_type: str, region: str) -> dict[str, float]:
+        """Spot price per availability zone (empty when the type has no spot offer there)."""
+        return {
+            p.availability_zone or region: p.usd_per_hour
+            for p in self.prices
+            if p.market is Market.SPOT and p.instance_type == instance_type and p.region == region
+        }
+
+    def quota(self, region: str, quota_group: str, market: Market) -> float | None:
+        """The vCPU quota, or None when the source does not know it (then no quota limit applies)."""
+        for q in self.quotas:
+            if q.region == region and q.quota_group == quota_group and q.market is market:
+                return q.vcpus
+        return None
+
+    def restricted_to(self, regions: Iterable[str]) -> Catalog:
+        """The same catalog limited to some regions."""
+        keep = set(regions)
+        return Catalog(
+            types=self.types,
+            prices=[p for p in self.prices if p.region in keep],
+            quotas=[q for q in self.quotas if q.region in keep],
+            source=self.source,
+            as_of=self.as_of,
+            warnings=list(self.warnings),
+        )

@@ -1,0 +1,115 @@
+"""What the planner proposes: a cluster as node groups, with the numbers that justify it.
+
+A `Plan` is the hand-off from `deepvm plan` to `deepvm up`: it is saved as JSON and read back, and it
+carries the prices it was computed with and when they were observed, so that a later cost report never
+silently uses different prices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from provisioning.catalog import Market
+
+
+class Architecture(str, Enum):
+    """DeepVM's cluster shapes."""
+
+    SINGLE_ANCHOR = "single-anchor"  # 1 on-demand GPU anchor (trains and holds checkpoints) + spot GPUs
+    TIERING = "tiering"  # spot GPU trainers + on-demand CPU checkpoint holders
+
+
+class Role(str, Enum):
+    TRAINER = "trainer"
+    ANCHOR = "anchor"
+    HOLDER = "holder"
+
+
+class Objective(str, Enum):
+    DEEPVM = "deepvm"  # the paper's Z = FLOPP_spot(v) * n * K(n)
+    THROUGHPUT = "throughput"  # most effective FLOPS under the price cap
+    COST = "cost"  # lowest price per effective FLOP
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """`count` nodes of one instance type, bought in one market, playing one role."""
+
+    instance_type: str
+    market: Market
+    count: int
+    role: Role
+    usd_per_hour: float  # price of one node, as planned
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_type": self.instance_type,
+            "market": self.market.value,
+            "count": self.count,
+            "role": self.role.value,
+            "usd_per_hour": self.usd_per_hour,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One proposed cluster in one availability zone."""
+
+    architecture: Architecture
+    region: str
+    availability_zone: str
+    nodes: tuple[NodeGroup, ...]
+    price_per_hour: float
+    effective_flops: float  # TFLOPS after the scaling factor K(n)
+    objective_value: float  # the value the chosen objective ranked it by (DeepVM's Z for "deepvm")
+    objective: Objective = Objective.DEEPVM
+    catalog_source: str = ""
+    prices_as_of: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def trainer_count(self) -> int:
+        return sum(g.count for g in self.nodes if g.role in (Role.TRAINER, Role.ANCHOR))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "architecture": self.architecture.value,
+            "price_per_hour": round(self.price_per_hour, 6),
+            "objective_value": self.objective_value,
+            "effective_flops": self.effective_flops,
+            "region": self.region,
+            "availability_zone": self.availability_zone,
+            "nodes": [g.to_dict() for g in self.nodes],
+            "objective": self.objective.value,
+            "catalog_source": self.catalog_source,
+            "prices_as_of": self.prices_as_of,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        return cls(
+            architecture=Architecture(data["architecture"]),
+            region=data["region"],
+            availability_zone=data["availability_zone"],
+            nodes=tuple(
+                NodeGroup(
+                    instance_type=g["instance_type"],
+                    market=Market(g["market"]),
+                    count=int(g["count"]),
+                    role=Role(g["role"]),
+                    usd_per_hour=float(g.get("usd_per_hour", 0.0)),
+                )
+                for g in data["nodes"]
+            ),
+            price_per_hour=float(data["price_per_hour"]),
+            effective_flops=float(data["effective_flops"]),
+            objective_value=float(data["objective_value"]),
+            objective=Objective(data.get("objective", "deepvm")),
+            catalog_source=data.get("catalog_source", ""),
+            prices_as_of=data.get("prices_as_of", ""),
+            notes=tuple(data.get("notes", ())),
+        )
+
