@@ -31,6 +31,7 @@ class Objective(str, Enum):
     DEEPVM = "deepvm"  # the paper's Z = FLOPP_spot(v) * n * K(n)
     THROUGHPUT = "throughput"  # most effective FLOPS under the price cap
     COST = "cost"  # lowest price per effective FLOP
+    DEADLINE = "deadline"  # cheapest total cost of finishing the given work before the deadline
 
 
 @dataclass(frozen=True)

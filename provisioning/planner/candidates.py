@@ -1,0 +1,302 @@
+"""Presolve: turn a catalog and a request into the few trainer candidates the MILP has to choose from.
+
+A candidate is (architecture, region, AZ, GPU type v, trainer count n). The reductions below are exact
+(they never remove a plan that could be among the `top` best), which the brute-force tests check:
+
+R1  AZ choice. Within a region on-demand prices and quotas are the same in every AZ, so for one GPU
+    type only the AZ with its cheapest spot price can be optimal (ties: the first AZ by name).
+R2  Count bounds. n is feasible only if its cheapest completion (anchor, or the cheapest holder type
+    and count that satisfy saturation, memory, quotas and node limit) fits the price cap on its own.
+    That completion cost grows with n, so the feasible counts are a prefix 1..n_max.
+R3  Dominance. Within one (architecture, region, v), a count whose score is not among the `top` best
+    of that prefix cannot be in the overall top `top`: each better count gives a distinct plan that is
+    at least as good. Ties in score go to the smaller (cheaper) count.
+
+The score is the objective's value for maximising objectives, and the price per unit of value of the
+cheapest completion for ratio objectives.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
+from provisioning.planner.plan import Architecture
+from provisioning.scaling import effective_nodes, saturation_point, scaling_of
+
+# Budget comparisons allow this much float noise ($/h), so a plan costing exactly the cap is kept.
+PRICE_TOLERANCE = 1e-9
+# Upper bound on nodes of one type when neither quota, node limit nor price cap bounds it.
+MAX_NODES = 4096
+
+
+@dataclass(frozen=True)
+class TrainerOption:
+    """A GPU type where it can be bought most cheaply in one region (rule R1)."""
+
+    region: str
+    availability_zone: str
+    itype: InstanceType
+    spot_price: float
+    on_demand_price: float | None
+    scaling: ScalingParams
+
+    @property
+    def flopp_spot(self) -> float:
+        return self.itype.flops / self.spot_price * 3600.0
+
+
+@dataclass(frozen=True)
+class HolderOption:
+    """An on-demand CPU type that can hold checkpoints (Tiering's remote tier) in one region."""
+
+    region: str
+    itype: InstanceType
+    on_demand_price: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One architecture + GPU type + trainer count, with everything the MILP needs about it."""
+
+    architecture: Architecture
+    trainer: TrainerOption
+    count: int  # trainers, the anchor included
+    effective_nodes: float  # n K(n)
+    base_price: float  # $/h of the GPU nodes (anchor on-demand, the rest spot)
+    spot_vcpus: int  # vCPUs of the GPU type's group in the spot market
+    on_demand_vcpus: int  # vCPUs of the GPU type's group in the on-demand market (the anchor)
+
+    @property
+    def effective_flops(self) -> float:
+        return self.trainer.itype.flops * self.effective_nodes
+
+    @property
+    def z(self) -> float:
+        """DeepVM's objective Z = FLOPP_spot(v) n K(n)."""
+        return self.trainer.flopp_spot * self.effective_nodes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The request's constraints, in the form presolve and the MILP both check."""
+
+    max_price: float | None  # None: no price cap (used to find the cheapest possible plan)
+    checkpoint_gib: float  # checkpoint size x buffer slots the holders must keep in RAM
+    node_limit: int | None
+    catalog: Catalog
+
+    def quota(self, region: str, group: str, market: Market) -> float:
+        q = self.catalog.quota(region, group, market)
+        return math.inf if q is None else q
+
+    def nodes_within_quota(self, region: str, itype: InstanceType, market: Market) -> int:
+        """How many nodes of a type the vCPU quota of its group admits (MAX_NODES when unknown)."""
+        quota = self.quota(region, itype.quota_group, market)
+        return MAX_NODES if math.isinf(quota) else min(MAX_NODES, int(quota // itype.vcpus))
+
+    def fits_price(self, price: float) -> bool:
+        return self.max_price is None or price <= self.max_price + PRICE_TOLERANCE
+
+
+def trainer_options(catalog: Catalog, regions: list[str]) -> list[TrainerOption]:
+    options = []
+    for region in regions:
+        for itype in catalog.gpu_types():
+            spot = catalog.spot_prices(itype.name, region)
+            if not spot:
+                continue
+            az = min(spot, key=lambda zone: (spot[zone], zone))
+            options.append(
+                TrainerOption(
+                    region=region,
+                    availability_zone=az,
+                    itype=itype,
+                    spot_price=spot[az],
+                    on_demand_price=catalog.on_demand_price(itype.name, region),
+                    scaling=scaling_of(itype),
+                )
+            )
+    return options
+
+
+def holder_options(catalog: Catalog, regions: list[str]) -> list[HolderOption]:
+    options = []
+    for region in regions:
+        for itype in catalog.cpu_types():
+            price = catalog.on_demand_price(itype.name, region)
+            if price is not None:
+                options.append(HolderOption(region, itype, price))
+    return options
+
+
+def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, limits: Limits) -> int | None:
+    """The fewest holders of one type for `trainers` spot trainers, or None if no count works.
+
+    Saturation: n / m < n_sat(min bandwidth)  <=>  m >= floor(n / n_sat) + 1.
+    Memory: together the holders keep the buffered checkpoint shards, m * memory >= size * slots.
+    """
+    bandwidth = min(trainer.itype.network_gbps, holder.itype.network_gbps)
+    m = trainers // saturation_point(bandwidth) + 1
+    if limits.checkpoint_gib > 0:
+        memory = holder.itype.memory_gib or 0.0
+        if memory <= 0:
+            return None
+        m = max(m, math.ceil(limits.checkpoint_gib / memory - 1e-12))
+    if limits.node_limit is not None and m > limits.node_limit:
+        return None
+    if m > limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND):
+        return None
+    return m
+
+
+def cheapest_holders(
+    trainers: int, trainer: TrainerOption, holders: list[HolderOption], limits: Limits
+) -> float | None:
+    """Price of the cheapest valid holder group for `trainers` trainers, or None if there is none."""
+    best = None
+    for holder in holders:
+        m = holders_needed(trainers, trainer, holder, limits)
+        if m is not None:
+            price = m * holder.on_demand_price
+            best = price if best is None else min(best, price)
+    return best
+
+
+def spot_node_cap(option: TrainerOption, limits: Limits) -> int:
+    """Most spot nodes of one type the spot quota and the node limit allow."""
+    itype = option.itype
+    cap = limits.nodes_within_quota(option.region, itype, Market.SPOT)
+    return cap if limits.node_limit is None else min(cap, limits.node_limit)
+
+
+def _count_cap(option: TrainerOption, architecture: Architecture, limits: Limits) -> int:
+    """Largest trainer count allowed by node limit, spot quota and (ignoring holders) the price cap."""
+    anchor = 1 if architecture is Architecture.SINGLE_ANCHOR else 0  # the anchor is not a spot node
+    cap = spot_node_cap(option, limits) + anchor
+    if limits.max_price is not None:
+        fixed = option.on_demand_price - option.spot_price if anchor else 0.0
+        cap = min(cap, int((limits.max_price + PRICE_TOLERANCE - fixed) // option.spot_price))
+    return cap
+
+
+def anchor_allowed(option: TrainerOption, limits: Limits) -> bool:
+    itype = option.itype
+    if option.on_demand_price is None:
+        return False
+    if limits.nodes_within_quota(option.region, itype, Market.ON_DEMAND) < 1:
+        return False
+    if limits.node_limit is not None and limits.node_limit < 1:
+        return False
+    return itype.memory_gib is None or itype.memory_gib >= limits.checkpoint_gib
+
+
+def make_candidate(option: TrainerOption, architecture: Architecture, n: int) -> Candidate:
+    itype = option.itype
+    if architecture is Architecture.SINGLE_ANCHOR:
+        assert option.on_demand_price is not None
+        base = option.on_demand_price + (n - 1) * option.spot_price
+        spot_vcpus, od_vcpus = (n - 1) * itype.vcpus, itype.vcpus
+    else:
+        base = n * option.spot_price
+        spot_vcpus, od_vcpus = n * itype.vcpus, 0
+    return Candidate(
+        architecture=architecture,
+        trainer=option,
+        count=n,
+        effective_nodes=_effective_nodes(option.scaling, n),
+        base_price=base,
+        spot_vcpus=spot_vcpus,
+        on_demand_vcpus=od_vcpus,
+    )
+
+
+@lru_cache(maxsize=65536)
+def _effective_nodes(scaling: ScalingParams, n: int) -> float:
+    """n K(n), cached: a price sweep asks for the same curves a hundred times."""
+    return effective_nodes(scaling, n)
+
+
+def cheapest_completion(
+    candidate: Candidate, holders: list[HolderOption], limits: Limits
+) -> float | None:
+    """The lowest total $/h of any plan built on this candidate (None: no valid plan)."""
+    if candidate.architecture is Architecture.SINGLE_ANCHOR:
+        return candidate.base_price
+    extra = cheapest_holders(candidate.count, candidate.trainer, holders, limits)
+    return None if extra is None else candidate.base_price + extra
+
+
+def select_candidates(
+    options: list[TrainerOption],
+    holders: list[HolderOption],
+    limits: Limits,
+    architectures: tuple[Architecture, ...],
+    score: Callable[[Candidate, Callable[[], float]], float | None],
+    keep: int,
+) -> list[Candidate]:
+    """Rules R2 and R3: per (architecture, option) the `keep` best-scoring feasible counts.
+
+    `score(candidate, cheapest_price)` is maximised, None drops the candidate; `cheapest_price()` is
+    only computed when a score asks for it. Counts tie-break towards fewer nodes.
+    """
+    selected: list[Candidate] = []
+    holders_by_region: dict[str, list[HolderOption]] = {}
+    for holder in holders:
+        holders_by_region.setdefault(holder.region, []).append(holder)
+    for architecture in architectures:
+        first = 2 if architecture is Architecture.SINGLE_ANCHOR else 1
+        for option in options:
+            if architecture is Architecture.SINGLE_ANCHOR and not anchor_allowed(option, limits):
+                continue
+            region_holders = holders_by_region.get(option.region, [])
+            if architecture is Architecture.TIERING and not region_holders:
+                continue
+            cap = _count_cap(option, architecture, limits)
+            if cap < first:
+                continue
+
+            def price_of(
+                n: int,
+                option: TrainerOption = option,
+                architecture: Architecture = architecture,
+                hs: list[HolderOption] = region_holders,
+            ) -> float | None:
+                return cheapest_completion(make_candidate(option, architecture, n), hs, limits)
+
+            top = _feasible_prefix_end(first, cap, price_of, limits)
+            if top < first:
+                continue
+            scored = []
+            for n in range(first, top + 1):
+                candidate = make_candidate(option, architecture, n)
+                value = score(candidate, lambda n=n: price_of(n))
+                if value is not None:
+                    scored.append((value, -n, candidate))
+            selected.extend(c for _, _, c in heapq.nlargest(keep, scored, key=lambda t: (t[0], t[1])))
+    return selected
+
+
+def _feasible_prefix_end(
+    first: int, cap: int, price_of: Callable[[int], float | None], limits: Limits
+) -> int:
+    """Largest n in [first, cap] whose cheapest plan is valid and fits the cap (binary search, R2)."""
+
+    def ok(n: int) -> bool:
+        price = price_of(n)
+        return price is not None and limits.fits_price(price)
+
+    if not ok(first):
+        return first - 1
+    lo, hi = first, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

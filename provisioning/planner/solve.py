@@ -1,0 +1,246 @@
+"""DeepVM's four stages: rank instance types, best plan per architecture, final decision, alternatives."""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+from provisioning.catalog import Catalog, Market
+from provisioning.errors import InfeasibleError, InputError
+from provisioning.planner.baselines import cost_first, performance_first
+from provisioning.planner.candidates import (
+    Candidate,
+    HolderOption,
+    Limits,
+    TrainerOption,
+    holder_options,
+    select_candidates,
+    trainer_options,
+)
+from provisioning.planner.milp import Choice, SelectionModel
+from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, objective_spec
+from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
+from provisioning.planner.request import PlanRequest, PlanResult, RankedType
+
+BOTH = (Architecture.SINGLE_ANCHOR, Architecture.TIERING)
+DINKELBACH_ROUNDS = 50
+
+
+def plan_cluster(
+    catalog: Catalog,
+    request: PlanRequest,
+    *,
+    with_baselines: bool = True,
+    with_architectures: bool = True,
+) -> PlanResult:
+    """Solve one planning question; raises InfeasibleError saying why and what price would work."""
+    started = time.perf_counter()
+    regions = _regions(catalog, request)
+    options = trainer_options(catalog, regions)
+    if not options:
+        raise InputError(f"the catalog ({catalog.source}) has no GPU instance types with spot prices in "
+                         f"{', '.join(regions)}")
+    holders = holder_options(catalog, regions)
+    limits = _limits(catalog, request, request.max_price)
+    spec = _spec(request)
+
+    per_architecture: dict[Architecture, Plan | None] = {}
+    if with_architectures:
+        for architecture in BOTH:
+            best = _rank(options, holders, limits, spec, (architecture,), 1)
+            per_architecture[architecture] = _to_plan(best[0], spec, catalog) if best else None
+    choices = _rank(options, holders, limits, spec, BOTH, request.top)
+    if not choices:
+        raise InfeasibleError(_why_infeasible(catalog, request, options, holders, spec))
+    plans = [_to_plan(choice, spec, catalog) for choice in choices]
+
+    baselines: dict[str, Plan | None] = {}
+    if with_baselines:
+        baselines["cost_first"] = _baseline_plan(cost_first(options, limits), catalog)
+        baselines["performance_first"] = _baseline_plan(performance_first(options, limits), catalog)
+        no_scaling = _rank(options, holders, limits, no_scaling_spec(), BOTH, 1)
+        baselines["deepvm_no_scaling"] = (
+            _to_plan(no_scaling[0], objective_spec(Objective.DEEPVM), catalog) if no_scaling else None
+        )
+    return PlanResult(
+        request=request,
+        ranking=_flopp_ranking(options),
+        best_per_architecture=per_architecture,
+        plans=plans,
+        baselines=baselines,
+        solve_seconds=time.perf_counter() - started,
+    )
+
+
+def _regions(catalog: Catalog, request: PlanRequest) -> list[str]:
+    known = catalog.regions
+    if not request.regions or request.regions == ("all",):
+        return known
+    for region in request.regions:
+        if region not in known:
+            hint = difflib.get_close_matches(region, known, n=1)
+            suggestion = f"; did you mean {hint[0]}?" if hint else f" (known: {', '.join(known)})"
+            raise InputError(f"unknown region {region!r} in catalog {catalog.source}{suggestion}")
+    return list(request.regions)
+
+
+def _limits(catalog: Catalog, request: PlanRequest, max_price: float | None) -> Limits:
+    return Limits(
+        max_price=max_price,
+        checkpoint_gib=request.checkpoint_size_gib * request.buffer_slots,
+        node_limit=request.node_limit,
+        catalog=catalog,
+    )
+
+
+def _spec(request: PlanRequest) -> ObjectiveSpec:
+    if request.deadline_hours is not None:
+        return objective_spec(
+            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop
+        )
+    return objective_spec(request.objective)
+
+
+def _rank(
+    options: list[TrainerOption],
+    holders: list[HolderOption],
+    limits: Limits,
+    spec: ObjectiveSpec,
+    architectures: tuple[Architecture, ...],
+    top: int,
+) -> list[Choice]:
+    """The `top` best distinct plans, best first (k-best by repeated solves with exclusions)."""
+    candidates = select_candidates(options, holders, limits, architectures, spec.score, top)
+    if not candidates:
+        return []
+    model = SelectionModel(candidates, holders, limits)
+    ranked: list[Choice] = []
+    for _ in range(top):
+        choice = _solve_dinkelbach(model, spec) if spec.is_ratio else model.solve_lexicographic(
+            [spec.value(c) for c in candidates]
+        )
+        if choice is None:
+            break
+        ranked.append(choice)
+        model.exclude(choice)
+    return ranked
+
+
+def _solve_dinkelbach(model: SelectionModel, spec: ObjectiveSpec) -> Choice | None:
+    """min price / E: maximise lambda E - price until lambda stops improving."""
+    flops = [c.effective_flops for c in model.candidates]
+    best = model.solve([0.0] * len(flops), 1.0)  # the cheapest plan starts the iteration
+    for _ in range(DINKELBACH_ROUNDS):
+        if best is None:
+            return None
+        ratio = best.price / best.candidate.effective_flops
+        challenger = model.solve([ratio * f for f in flops], 1.0)
+        if challenger is None:
+            return best
+        if challenger.price / challenger.candidate.effective_flops >= ratio * (1 - 1e-12):
+            return best
+        best = challenger
+    return best
+
+
+def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
+    c: Candidate = choice.candidate
+    option = c.trainer
+    name = option.itype.name
+    nodes: list[NodeGroup] = []
+    if c.architecture is Architecture.SINGLE_ANCHOR:
+        assert option.on_demand_price is not None
+        nodes.append(NodeGroup(name, Market.ON_DEMAND, 1, Role.ANCHOR, option.on_demand_price))
+        if c.count > 1:
+            nodes.append(NodeGroup(name, Market.SPOT, c.count - 1, Role.TRAINER, option.spot_price))
+    else:
+        nodes.append(NodeGroup(name, Market.SPOT, c.count, Role.TRAINER, option.spot_price))
+    if choice.holder is not None:
+        h = choice.holder
+        holder_group = NodeGroup(
+            h.itype.name, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price
+        )
+        nodes.append(holder_group)
+    price = sum(g.count * g.usd_per_hour for g in nodes)
+    notes = () if option.itype.scaling or option.scaling.measured else (
+        f"{name}: no measured scaling curve; the default curve was used",
+    )
+    return Plan(
+        architecture=c.architecture,
+        region=option.region,
+        availability_zone=option.availability_zone,
+        nodes=tuple(nodes),
+        price_per_hour=price,
+        effective_flops=c.effective_flops,
+        objective_value=spec.reported_value(c, price),
+        objective=spec.objective,
+        catalog_source=catalog.source,
+        prices_as_of=catalog.as_of,
+        notes=notes,
+    )
+
+
+def _baseline_plan(candidate: Candidate | None, catalog: Catalog) -> Plan | None:
+    if candidate is None:
+        return None
+    return _to_plan(Choice(candidate, None, 0), objective_spec(Objective.DEEPVM), catalog)
+
+
+def _flopp_ranking(options: list[TrainerOption]) -> list[RankedType]:
+    rows = [
+        RankedType(
+            instance_type=o.itype.name,
+            region=o.region,
+            availability_zone=o.availability_zone,
+            flops=o.itype.flops,
+            spot_price=o.spot_price,
+            on_demand_price=o.on_demand_price,
+            flopp_spot=o.flopp_spot,
+            flopp_on_demand=None if not o.on_demand_price else o.itype.flops / o.on_demand_price * 3600,
+        )
+        for o in options
+    ]
+    return sorted(rows, key=lambda r: (-(r.flopp_spot or 0.0), r.instance_type, r.region))
+
+
+def _why_infeasible(
+    catalog: Catalog,
+    request: PlanRequest,
+    options: list[TrainerOption],
+    holders: list[HolderOption],
+    spec: ObjectiveSpec,
+) -> str:
+    """One line: why nothing fits, and the lowest max price at which a plan exists."""
+    uncapped = _limits(catalog, request, None)
+    candidates = select_candidates(options, holders, uncapped, BOTH, _cheapest_first(spec), 1)
+    cheapest = None
+    if candidates:
+        cheapest = SelectionModel(candidates, holders, uncapped).solve([0.0] * len(candidates), 1.0)
+    goal = (
+        f"finishes {request.work_pflop:g} PFLOP within {request.deadline_hours:g} h"
+        if spec.objective is Objective.DEADLINE
+        else "is possible"
+    )
+    if cheapest is None:
+        checkpoint = f"{request.checkpoint_size_gib:g} GiB x {request.buffer_slots} slots"
+        return (f"no cluster {goal} at any price: quotas, --node-limit or the checkpoint size "
+                f"({checkpoint}) rule out every GPU type")
+    lowest = cheapest.price
+    shape = f"{cheapest.candidate.count} x {cheapest.candidate.trainer.itype.name}"
+    return (f"no cluster {goal} within ${request.max_price:g}/h: the cheapest ({shape}, "
+            f"{cheapest.candidate.architecture.value}) costs ${lowest:.4f}/h; "
+            f"try --max-price {_round_up(lowest)}")
+
+
+def _cheapest_first(spec: ObjectiveSpec):
+    """Presolve score for the cheapest admissible plan: lowest price, any count the objective admits."""
+
+    def score(candidate: Candidate, cheapest_price) -> float | None:
+        return -cheapest_price() if spec.admits(candidate) else None
+
+    return score
+
+
+def _round_up(price: float) -> str:
+    cents = -(-round(price * 1e6) // 10_000)  # ceil to the cent, immune to float noise
+    return f"{cents / 100:.2f}"
