@@ -2,7 +2,7 @@
 
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult
-from provisioning.planner.solve import plan_cluster
+from provisioning.planner.solve import plan_budgets, plan_cluster
 
 __all__ = [
     "Architecture",
@@ -12,5 +12,6 @@ __all__ = [
     "PlanRequest",
     "PlanResult",
     "Role",
+    "plan_budgets",
     "plan_cluster",
 ]

@@ -87,11 +87,12 @@ class Limits:
 
     max_price: float | None  # None: no price cap (used to find the cheapest possible plan)
     checkpoint_gib: float  # checkpoint size x buffer slots the holders must keep in RAM
-    node_limit: int | None
+    node_limit: int | None  # nodes per type and market; replaces the quotas when set
     catalog: Catalog
 
     def quota(self, region: str, group: str, market: Market) -> float:
-        q = self.catalog.quota(region, group, market)
+        """The vCPU quota in force: none when a node limit replaces quotas or the source has none."""
+        q = None if self.node_limit is not None else self.catalog.quota(region, group, market)
         return math.inf if q is None else q
 
     def nodes_within_quota(self, region: str, itype: InstanceType, market: Market) -> int:
@@ -154,17 +155,32 @@ def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, 
     return m
 
 
-def cheapest_holders(
-    trainers: int, trainer: TrainerOption, holders: list[HolderOption], limits: Limits
-) -> float | None:
-    """Price of the cheapest valid holder group for `trainers` trainers, or None if there is none."""
-    best = None
-    for holder in holders:
-        m = holders_needed(trainers, trainer, holder, limits)
-        if m is not None:
-            price = m * holder.on_demand_price
-            best = price if best is None else min(best, price)
-    return best
+class HolderCosts:
+    """Price of the cheapest valid holder group per (trainer option, trainer count), memoised.
+
+    It does not depend on the price cap, so one instance serves every cap of a price sweep.
+    """
+
+    def __init__(self, holders: list[HolderOption], limits: Limits):
+        self._by_region: dict[str, list[HolderOption]] = {}
+        for holder in holders:
+            self._by_region.setdefault(holder.region, []).append(holder)
+        self._limits = limits
+        self._memo: dict[tuple[TrainerOption, int], float | None] = {}
+
+    def in_region(self, region: str) -> list[HolderOption]:
+        return self._by_region.get(region, [])
+
+    def cheapest(self, trainer: TrainerOption, trainers: int) -> float | None:
+        key = (trainer, trainers)
+        if key not in self._memo:
+            prices = [
+                m * holder.on_demand_price
+                for holder in self.in_region(trainer.region)
+                if (m := holders_needed(trainers, trainer, holder, self._limits)) is not None
+            ]
+            self._memo[key] = min(prices, default=None)
+        return self._memo[key]
 
 
 def spot_node_cap(option: TrainerOption, limits: Limits) -> int:
@@ -221,55 +237,50 @@ def _effective_nodes(scaling: ScalingParams, n: int) -> float:
     return effective_nodes(scaling, n)
 
 
-def cheapest_completion(
-    candidate: Candidate, holders: list[HolderOption], limits: Limits
-) -> float | None:
+def cheapest_completion(candidate: Candidate, holder_costs: HolderCosts) -> float | None:
     """The lowest total $/h of any plan built on this candidate (None: no valid plan)."""
     if candidate.architecture is Architecture.SINGLE_ANCHOR:
         return candidate.base_price
-    extra = cheapest_holders(candidate.count, candidate.trainer, holders, limits)
+    extra = holder_costs.cheapest(candidate.trainer, candidate.count)
     return None if extra is None else candidate.base_price + extra
 
 
 def select_candidates(
     options: list[TrainerOption],
-    holders: list[HolderOption],
+    holder_costs: HolderCosts,
     limits: Limits,
     architectures: tuple[Architecture, ...],
     score: Callable[[Candidate, Callable[[], float]], float | None],
     keep: int,
+    node_gain: Callable[[ScalingParams, int], float] | None = None,
 ) -> list[Candidate]:
     """Rules R2 and R3: per (architecture, option) the `keep` best-scoring feasible counts.
 
     `score(candidate, cheapest_price)` is maximised, None drops the candidate; `cheapest_price()` is
-    only computed when a score asks for it. Counts tie-break towards fewer nodes.
+    only computed when a score asks for it. Counts tie-break towards fewer nodes. When the score is a
+    positive constant of the option times `node_gain(scaling, n)`, the counts are ranked by the gain
+    alone, from a cache shared by every question about the same scaling curve.
     """
     selected: list[Candidate] = []
-    holders_by_region: dict[str, list[HolderOption]] = {}
-    for holder in holders:
-        holders_by_region.setdefault(holder.region, []).append(holder)
     for architecture in architectures:
         first = 2 if architecture is Architecture.SINGLE_ANCHOR else 1
         for option in options:
             if architecture is Architecture.SINGLE_ANCHOR and not anchor_allowed(option, limits):
                 continue
-            region_holders = holders_by_region.get(option.region, [])
-            if architecture is Architecture.TIERING and not region_holders:
-                continue
-            cap = _count_cap(option, architecture, limits)
-            if cap < first:
+            if architecture is Architecture.TIERING and not holder_costs.in_region(option.region):
                 continue
 
             def price_of(
-                n: int,
-                option: TrainerOption = option,
-                architecture: Architecture = architecture,
-                hs: list[HolderOption] = region_holders,
+                n: int, option: TrainerOption = option, architecture: Architecture = architecture
             ) -> float | None:
-                return cheapest_completion(make_candidate(option, architecture, n), hs, limits)
+                return cheapest_completion(make_candidate(option, architecture, n), holder_costs)
 
-            top = _feasible_prefix_end(first, cap, price_of, limits)
+            top = _feasible_prefix_end(first, _count_cap(option, architecture, limits), price_of, limits)
             if top < first:
+                continue
+            if node_gain is not None:
+                counts = _best_counts(node_gain, option.scaling, first, top, keep)
+                selected.extend(make_candidate(option, architecture, n) for n in counts)
                 continue
             scored = []
             for n in range(first, top + 1):
@@ -281,6 +292,14 @@ def select_candidates(
     return selected
 
 
+@lru_cache(maxsize=65536)
+def _best_counts(
+    node_gain: Callable[[ScalingParams, int], float], scaling: ScalingParams, first: int, top: int, keep: int
+) -> tuple[int, ...]:
+    """The `keep` counts in [first, top] with the highest gain, ties to fewer nodes."""
+    return tuple(heapq.nsmallest(keep, range(first, top + 1), key=lambda n: (-node_gain(scaling, n), n)))
+
+
 def _feasible_prefix_end(
     first: int, cap: int, price_of: Callable[[int], float | None], limits: Limits
 ) -> int:
@@ -290,7 +309,7 @@ def _feasible_prefix_end(
         price = price_of(n)
         return price is not None and limits.fits_price(price)
 
-    if not ok(first):
+    if cap < first or not ok(first):
         return first - 1
     lo, hi = first, cap
     while lo < hi:

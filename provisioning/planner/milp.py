@@ -1,29 +1,29 @@
 """The planner's mixed-integer program, solved exactly by CBC through PuLP.
 
-Notation
+Notation (one block per planning question; several blocks can share one CBC run)
     c in C      trainer candidates from presolve (architecture, region, AZ, GPU type v, count n)
     w in W_r    on-demand CPU types that can hold checkpoints in region r
-    x_c         1 if candidate c is the cluster's trainer side                  (binary)
-    u_rw        1 if the holders are of type w in region r                      (binary)
-    m_rw        number of holders of type w in region r                         (integer >= 0)
-    v_c         the objective's value of c (e.g. DeepVM's Z = FLOPP_spot(v) n K(n))
-    p_c         $/h of c's GPU nodes; o_rw the on-demand price of w
+    i in I      plans: a Single Anchor candidate, or a Tiering candidate c with holders of type w
+    y_i         1 if plan i is chosen                                            (binary)
+    none        1 if no cluster satisfies the constraints                       (binary)
+    v_i         the objective's value (e.g. DeepVM's Z = FLOPP_spot(v) n K(n)); p_i its $/h
 
-Objective     max  sum_c v_c x_c  -  eps * price,   price = sum_c p_c x_c + sum_rw o_rw m_rw
-    K(n) is non-linear in n; enumerating n in the candidates makes the objective linear. eps is small
-    enough that price only breaks ties of value (lexicographic); when values are too close for that to
-    be numerically safe, a second solve minimises price with the value fixed at its optimum.
+    A Tiering plan's holders are the fewest of type w that satisfy saturation and memory,
+        need(c, w) = max(floor(n / n_sat(min bw)) + 1, ceil(size * slots / mem_w)),
+    since more holders only cost more and use more quota. K(n) is non-linear in n; enumerating n in
+    the candidates makes everything linear.
+
+Objective     max  sum_i (S rank(v_i) - p_i) y_i
+    Exactly one plan (or `none`) is chosen, so replacing v_i by its rank among the distinct values keeps
+    the optimum; with S above any possible price a better value always beats a lower price and equal
+    values go to the lower price: a lexicographic objective in one exact solve, immune to values that
+    differ only in the tenth digit. Ratio objectives (Dinkelbach) use max sum_i (v_i - p_i) y_i.
 
 Constraints
-    (1) one cluster:          sum_c x_c = 1
-    (2) holders iff Tiering:  sum_w u_rw = sum_{c Tiering in r} x_c               for every region r
-    (3) holder bounds:        u_rw <= m_rw <= M_rw u_rw
-    (4) saturation + memory:  m_rw >= need(c, w) (x_c + u_rw - 1)   for Tiering c in r, w in W_r,
-                              need = max(floor(n / n_sat(min bw)) + 1, ceil(size * slots / mem_w));
-                              x_c + u_rw <= 1 where no holder count of w works for c
-    (5) price cap:            price <= max price
-    (6) quotas:               vCPUs per (region, quota group, market) <= quota
-    (7) exclusions:           x_c + u_rw <= 1 (or x_c = 0) for plans already ranked (k-best)
+    (1) one answer:   sum_i y_i + none = 1
+    (5) price cap:    sum_i p_i y_i <= max price
+    (6) quotas:       sum_i vcpus_i(g, k) y_i <= quota(g, k)   per region, quota group g and market k
+    (7) exclusions:   y_i = 0 for plans already ranked (k-best)
 """
 
 from __future__ import annotations
@@ -31,24 +31,19 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import pulp
 
 from provisioning.catalog import Market
 from provisioning.errors import DeepvmError
-from provisioning.planner.candidates import (
-    PRICE_TOLERANCE,
-    Candidate,
-    HolderOption,
-    Limits,
-    holders_needed,
-)
+from provisioning.planner.candidates import PRICE_TOLERANCE, Candidate, HolderOption, Limits, holders_needed
 from provisioning.planner.plan import Architecture
 
 
 class SolverError(DeepvmError):
-    """CBC ended without a proven answer (not infeasibility: that is a normal outcome)."""
+    """CBC ended without a proven answer (infeasibility is not an error: `none` absorbs it)."""
 
 
 @dataclass(frozen=True)
@@ -69,135 +64,145 @@ def _name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
-class SelectionModel:
-    """Constraints (1)-(6) over one candidate set; solve() adds an objective and exclusions (7)."""
+class Block:
+    """One planning question as rows and variables of a (possibly shared) problem."""
 
-    def __init__(self, candidates: list[Candidate], holders: list[HolderOption], limits: Limits):
-        self.candidates = candidates
+    def __init__(
+        self,
+        problem: pulp.LpProblem,
+        prefix: str,
+        candidates: list[Candidate],
+        holders: list[HolderOption],
+        limits: Limits,
+    ):
+        self.problem = problem
+        self.prefix = prefix
         self.limits = limits
-        tiering_regions = {c.trainer.region for c in candidates if c.architecture is Architecture.TIERING}
-        self.holders = [h for h in holders if h.region in tiering_regions]
-        self.problem = pulp.LpProblem("deepvm_plan", pulp.LpMaximize)
-        self.x = [pulp.LpVariable(f"x_{i}", cat=pulp.LpBinary) for i in range(len(candidates))]
-        self.u = [pulp.LpVariable(f"u_{j}", cat=pulp.LpBinary) for j in range(len(self.holders))]
-        self.m = [
-            pulp.LpVariable(f"m_{j}", lowBound=0, upBound=self._holder_cap(h), cat=pulp.LpInteger)
-            for j, h in enumerate(self.holders)
-        ]
+        self.plans = _plans(candidates, holders, limits)
+        self.y = [problem.add_variable(f"{prefix}y_{i}", cat=pulp.LpBinary) for i in range(len(self.plans))]
+        self.none = problem.add_variable(f"{prefix}none", cat=pulp.LpBinary)
+        self._exclusions = 0
         self._add_constraints()
 
-    def _holder_cap(self, holder: HolderOption) -> int:
-        caps = [float(self.limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND))]
-        if self.limits.node_limit is not None:
-            caps.append(self.limits.node_limit)
-        if self.limits.max_price is not None:
-            caps.append((self.limits.max_price + PRICE_TOLERANCE) // holder.on_demand_price)
-        return int(min(caps))
-
-    def price_expression(self) -> pulp.LpAffineExpression:
-        terms = [(x, c.base_price) for x, c in zip(self.x, self.candidates)]
-        terms += [(m, h.on_demand_price) for m, h in zip(self.m, self.holders)]
-        return pulp.LpAffineExpression(terms)
+    def _row(self, constraint: pulp.LpConstraint, name: str) -> None:
+        self.problem += constraint, self.prefix + name
 
     def _add_constraints(self) -> None:
-        p, x, u, m = self.problem, self.x, self.u, self.m
-        p += pulp.lpSum(x) == 1, "c1_one_cluster"
-        by_region: dict[str, list[int]] = {}
-        for j, h in enumerate(self.holders):
-            by_region.setdefault(h.region, []).append(j)
-            p += m[j] >= u[j], f"c3_holder_min_{j}"
-            p += m[j] <= self._holder_cap(h) * u[j], f"c3_holder_max_{j}"
-        for region, js in by_region.items():
-            tiering = [i for i, c in enumerate(self.candidates)
-                       if c.architecture is Architecture.TIERING and c.trainer.region == region]
-            holders_in_region = pulp.lpSum(u[j] for j in js)
-            p += holders_in_region == pulp.lpSum(x[i] for i in tiering), f"c2_holders_{_name(region)}"
-            for i in tiering:
-                c = self.candidates[i]
-                for j in js:
-                    need = holders_needed(c.count, c.trainer, self.holders[j], self.limits)
-                    if need is None:
-                        p += x[i] + u[j] <= 1, f"c4_never_{i}_{j}"
-                    elif need > 1:
-                        p += m[j] >= need * (x[i] + u[j] - 1), f"c4_need_{i}_{j}"
+        self._row(pulp.lpSum(self.y) + self.none == 1, "c1_one_answer")
         if self.limits.max_price is not None:
-            p += self.price_expression() <= self.limits.max_price + PRICE_TOLERANCE, "c5_price_cap"
-        self._add_quotas()
-
-    def _add_quotas(self) -> None:
+            price = pulp.LpAffineExpression([(y, plan.price) for y, plan in zip(self.y, self.plans)])
+            self._row(price <= self.limits.max_price + PRICE_TOLERANCE, "c5_price_cap")
         usage: dict[tuple[str, str, Market], list[tuple[pulp.LpVariable, float]]] = {}
-        for x, c in zip(self.x, self.candidates):
-            group = (c.trainer.region, c.trainer.itype.quota_group)
-            if c.spot_vcpus:
-                usage.setdefault((*group, Market.SPOT), []).append((x, c.spot_vcpus))
-            if c.on_demand_vcpus:
-                usage.setdefault((*group, Market.ON_DEMAND), []).append((x, c.on_demand_vcpus))
-        for m, h in zip(self.m, self.holders):
-            usage.setdefault((h.region, h.itype.quota_group, Market.ON_DEMAND), []).append((m, h.itype.vcpus))
+        for y, plan in zip(self.y, self.plans):
+            for key, vcpus in _vcpus(plan).items():
+                usage.setdefault(key, []).append((y, vcpus))
         for (region, group, market), terms in usage.items():
             quota = self.limits.quota(region, group, market)
             if math.isfinite(quota):
                 name = f"c6_quota_{_name(region)}_{_name(group)}_{market.name}"
-                self.problem += pulp.LpAffineExpression(terms) <= quota, name
+                self._row(pulp.LpAffineExpression(terms) <= quota, name)
 
     def exclude(self, choice: Choice) -> None:
         """(7): rule out one plan, for the next best."""
-        i = next(k for k, c in enumerate(self.candidates) if c is choice.candidate)
-        n = len(self.problem.constraints)
-        if choice.holder is None:
-            self.problem += self.x[i] <= 0, f"c7_exclude_{n}"
-        else:
-            j = next(k for k, h in enumerate(self.holders) if h is choice.holder)
-            self.problem += self.x[i] + self.u[j] <= 1, f"c7_exclude_{n}"
-
-    def solve(self, values: list[float], price_weight: float) -> Choice | None:
-        """max sum v_c x_c - price_weight * price; None when infeasible."""
-        self.problem.setObjective(
-            pulp.LpAffineExpression(list(zip(self.x, values))) - price_weight * self.price_expression()
-        )
-        return self._run()
-
-    def solve_lexicographic(self, values: list[float]) -> Choice | None:
-        """Best value, ties to the lower price (one solve when the values allow a safe eps)."""
-        top = max((abs(v) for v in values), default=0.0) or 1.0
-        scaled = [v / top for v in values]
-        distinct = sorted(set(round(v, 12) for v in scaled))
-        gap = min((b - a for a, b in itertools.pairwise(distinct)), default=1.0)
-        price_bound = self._price_bound()
-        if gap > 1e-6:
-            return self.solve(scaled, gap / (4.0 * price_bound))
-        best = self.solve(scaled, 0.0)
-        if best is None:
-            return None
-        floor = pulp.LpAffineExpression(list(zip(self.x, scaled))) >= _value_of(best, self, scaled) - 1e-9
-        self.problem += floor, "lex_value_floor"
-        try:
-            return self.solve([0.0] * len(scaled), 1.0)
-        finally:
-            del self.problem.constraints["lex_value_floor"]
+        self._exclusions += 1
+        self._row(self.y[self.plans.index(choice)] <= 0, f"c7_exclude_{self._exclusions}")
 
     def _price_bound(self) -> float:
-        if self.limits.max_price is not None:
-            return max(self.limits.max_price, 1e-6)
-        biggest_holders = max((h.on_demand_price * self._holder_cap(h) for h in self.holders), default=0.0)
-        return max((c.base_price for c in self.candidates), default=1.0) + biggest_holders
+        return max((plan.price for plan in self.plans), default=0.0) + 1.0
 
-    def _run(self) -> Choice | None:
-        status = self.problem.solve(pulp.PULP_CBC_CMD(msg=False))
-        if status == pulp.LpStatusInfeasible:
-            return None
-        if status != pulp.LpStatusOptimal:
-            raise SolverError(f"the MILP solver stopped without an answer ({pulp.LpStatus[status]})")
-        chosen = [c for x, c in zip(self.x, self.candidates) if (x.value() or 0) > 0.5]
-        if len(chosen) != 1:
-            return None
-        holder, count = None, 0
-        for u, m, h in zip(self.u, self.m, self.holders):
-            if (u.value() or 0) > 0.5:
-                holder, count = h, round(m.value() or 0)
-        return Choice(chosen[0], holder, count)
+    def lexicographic_terms(self, values: list[float]) -> list[tuple[pulp.LpVariable, float]]:
+        """(S rank(v_i) - p_i) y_i: the best value first, then the lowest price."""
+        rank = {v: r for r, v in enumerate(sorted(set(values)), start=1)}
+        scale = 2.0 * self._price_bound()
+        return [(y, scale * rank[v] - plan.price) for y, v, plan in zip(self.y, values, self.plans)]
+
+    def weighted_terms(self, values: list[float]) -> list[tuple[pulp.LpVariable, float]]:
+        """(v_i - p_i) y_i: Dinkelbach's step, and the cheapest plan when every value is 0.
+
+        `none` costs more than any plan can score, so it is chosen only when no plan exists.
+        """
+        penalty = sum(abs(v) for v in values) + self._price_bound()
+        terms = [(y, v - plan.price) for y, v, plan in zip(self.y, values, self.plans)]
+        return [*terms, (self.none, -penalty)]
+
+    def decode(self) -> Choice | None:
+        chosen = [plan for y, plan in zip(self.y, self.plans) if (y.value() or 0) > 0.5]
+        return chosen[0] if len(chosen) == 1 else None
 
 
-def _value_of(choice: Choice, model: SelectionModel, values: list[float]) -> float:
-    index = next(k for k, c in enumerate(model.candidates) if c is choice.candidate)
-    return values[index]
+def _plans(candidates: list[Candidate], holders: list[HolderOption], limits: Limits) -> list[Choice]:
+    plans = []
+    for c in candidates:
+        if c.architecture is Architecture.SINGLE_ANCHOR:
+            plans.append(Choice(c, None, 0))
+            continue
+        for h in holders:
+            if h.region == c.trainer.region:
+                need = holders_needed(c.count, c.trainer, h, limits)
+                if need is not None:
+                    plans.append(Choice(c, h, need))
+    return plans
+
+
+def _vcpus(plan: Choice) -> dict[tuple[str, str, Market], float]:
+    """vCPUs a plan uses per (region, quota group, market)."""
+    c = plan.candidate
+    region, group = c.trainer.region, c.trainer.itype.quota_group
+    use: dict[tuple[str, str, Market], float] = {}
+    if c.spot_vcpus:
+        use[(region, group, Market.SPOT)] = c.spot_vcpus
+    if c.on_demand_vcpus:
+        use[(region, group, Market.ON_DEMAND)] = c.on_demand_vcpus
+    if plan.holder is not None:
+        key = (region, plan.holder.itype.quota_group, Market.ON_DEMAND)
+        use[key] = use.get(key, 0.0) + plan.holders * plan.holder.itype.vcpus
+    return use
+
+
+def _expression(terms: list[tuple[pulp.LpVariable, float]]) -> pulp.LpAffineExpression:
+    """A linear expression that adds up repeated variables (LpAffineExpression would keep the last)."""
+    coefficients: dict[pulp.LpVariable, float] = {}
+    for var, coefficient in terms:
+        coefficients[var] = coefficients.get(var, 0.0) + coefficient
+    return pulp.LpAffineExpression(coefficients)
+
+
+def solve(problem: pulp.LpProblem, objective_terms: list[tuple[pulp.LpVariable, float]]) -> None:
+    """Maximise the objective with CBC; every block must then be decoded by the caller."""
+    problem.sense = pulp.LpMaximize
+    problem.setObjective(_expression(objective_terms))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # PuLP 3 deprecates its bundled CBC; pinned < 4
+        solver = pulp.PULP_CBC_CMD(msg=False)
+    status = problem.solve(solver)
+    if status != pulp.LpStatusOptimal:
+        raise SolverError(f"the MILP solver stopped without an answer ({pulp.LpStatus[status]})")
+
+
+class SelectionModel:
+    """One planning question as its own problem: best plan, k-best, or weighted (Dinkelbach) solves.
+
+    `values` always has one entry per plan of `self.plans`.
+    """
+
+    def __init__(self, candidates: list[Candidate], holders: list[HolderOption], limits: Limits):
+        self.problem = pulp.LpProblem("deepvm_plan", pulp.LpMaximize)
+        self.block = Block(self.problem, "", candidates, holders, limits)
+        self.plans = self.block.plans
+
+    def best(self, values: list[float]) -> Choice | None:
+        solve(self.problem, self.block.lexicographic_terms(values))
+        return self.block.decode()
+
+    def weighted(self, values: list[float]) -> Choice | None:
+        solve(self.problem, self.block.weighted_terms(values))
+        return self.block.decode()
+
+    def exclude(self, choice: Choice) -> None:
+        self.block.exclude(choice)
+
+
+def best_of_blocks(blocks: list[tuple[Block, list[float]]], problem: pulp.LpProblem) -> list[Choice | None]:
+    """Solve independent blocks in one CBC run: the sum of their objectives is maximal iff each is."""
+    solve(problem, list(itertools.chain.from_iterable(b.lexicographic_terms(v) for b, v in blocks)))
+    return [block.decode() for block, _ in blocks]

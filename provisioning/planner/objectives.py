@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from provisioning.catalog import ScalingParams
 from provisioning.planner.candidates import Candidate
 from provisioning.planner.plan import Objective
+from provisioning.scaling import effective_nodes
 
 PFLOP_PER_TFLOPS_HOUR = 3.6  # 1 TFLOPS sustained for an hour is 3.6 PFLOP
 
@@ -22,6 +24,9 @@ class ObjectiveSpec:
     objective: Objective
     is_ratio: bool
     value: Callable[[Candidate], float]  # maximised (for ratio objectives: the denominator, E)
+    # For value objectives: value = (a constant of the GPU type) * node_gain(scaling, n), which lets
+    # presolve rank counts without pricing them.
+    node_gain: Callable[[ScalingParams, int], float] | None = None
     min_effective_flops: float = 0.0  # deadline: slower plans cannot finish in time
     work_pflop: float | None = None
 
@@ -51,16 +56,20 @@ def objective_spec(
     objective: Objective, *, deadline_hours: float | None = None, work_pflop: float | None = None
 ) -> ObjectiveSpec:
     if objective is Objective.DEEPVM:
-        return ObjectiveSpec(objective, False, lambda c: c.z)
+        return ObjectiveSpec(objective, False, lambda c: c.z, effective_nodes)
     if objective is Objective.THROUGHPUT:
-        return ObjectiveSpec(objective, False, lambda c: c.effective_flops)
+        return ObjectiveSpec(objective, False, lambda c: c.effective_flops, effective_nodes)
     if objective is Objective.COST:
         return ObjectiveSpec(objective, True, lambda c: c.effective_flops)
     assert deadline_hours is not None and work_pflop is not None
     needed = work_pflop / (deadline_hours * PFLOP_PER_TFLOPS_HOUR)
-    return ObjectiveSpec(objective, True, lambda c: c.effective_flops, needed, work_pflop)
+    return ObjectiveSpec(objective, True, lambda c: c.effective_flops, None, needed, work_pflop)
+
+
+def _nodes(_scaling: ScalingParams, n: int) -> float:
+    return float(n)
 
 
 def no_scaling_spec() -> ObjectiveSpec:
     """The paper's "DeepVM without scaling" baseline: Z with K(n) = 1."""
-    return ObjectiveSpec(Objective.DEEPVM, False, lambda c: c.trainer.flopp_spot * c.count)
+    return ObjectiveSpec(Objective.DEEPVM, False, lambda c: c.trainer.flopp_spot * c.count, _nodes)

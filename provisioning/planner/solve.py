@@ -5,11 +5,14 @@ from __future__ import annotations
 import difflib
 import time
 
+import pulp
+
 from provisioning.catalog import Catalog, Market
 from provisioning.errors import InfeasibleError, InputError
 from provisioning.planner.baselines import cost_first, performance_first
 from provisioning.planner.candidates import (
     Candidate,
+    HolderCosts,
     HolderOption,
     Limits,
     TrainerOption,
@@ -17,7 +20,7 @@ from provisioning.planner.candidates import (
     select_candidates,
     trainer_options,
 )
-from provisioning.planner.milp import Choice, SelectionModel
+from provisioning.planner.milp import Block, Choice, SelectionModel, best_of_blocks
 from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, objective_spec
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
@@ -72,6 +75,33 @@ def plan_cluster(
     )
 
 
+def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]) -> list[Plan | None]:
+    """The best plan at each of several price caps (None where none exists), in one CBC run.
+
+    Each cap is its own block of the MILP; the blocks share no variable or row, so the optimum of their
+    summed objectives is the optimum of each. For value objectives (deepvm, throughput).
+    """
+    spec = _spec(request)
+    if spec.is_ratio:
+        raise InputError("several price caps at once need a value objective (deepvm or throughput)")
+    regions = _regions(catalog, request)
+    options, holders = trainer_options(catalog, regions), holder_options(catalog, regions)
+    problem = pulp.LpProblem("deepvm_budgets", pulp.LpMaximize)
+    costs = HolderCosts(holders, _limits(catalog, request, None))
+    blocks: list[tuple[Block, list[float]] | None] = []
+    for k, max_price in enumerate(max_prices):
+        limits = _limits(catalog, request, max_price)
+        candidates = select_candidates(options, costs, limits, BOTH, spec.score, 1, spec.node_gain)
+        if not candidates:
+            blocks.append(None)
+            continue
+        block = Block(problem, f"b{k}_", candidates, holders, limits)
+        blocks.append((block, [spec.value(plan.candidate) for plan in block.plans]))
+    solved = iter(best_of_blocks([b for b in blocks if b is not None], problem) if any(blocks) else [])
+    choices = [None if b is None else next(solved) for b in blocks]
+    return [None if c is None else _to_plan(c, spec, catalog) for c in choices]
+
+
 def _regions(catalog: Catalog, request: PlanRequest) -> list[str]:
     known = catalog.regions
     if not request.regions or request.regions == ("all",):
@@ -110,15 +140,15 @@ def _rank(
     top: int,
 ) -> list[Choice]:
     """The `top` best distinct plans, best first (k-best by repeated solves with exclusions)."""
-    candidates = select_candidates(options, holders, limits, architectures, spec.score, top)
+    costs = HolderCosts(holders, limits)
+    candidates = select_candidates(options, costs, limits, architectures, spec.score, top, spec.node_gain)
     if not candidates:
         return []
     model = SelectionModel(candidates, holders, limits)
+    values = [spec.value(plan.candidate) for plan in model.plans]
     ranked: list[Choice] = []
     for _ in range(top):
-        choice = _solve_dinkelbach(model, spec) if spec.is_ratio else model.solve_lexicographic(
-            [spec.value(c) for c in candidates]
-        )
+        choice = _solve_dinkelbach(model) if spec.is_ratio else model.best(values)
         if choice is None:
             break
         ranked.append(choice)
@@ -126,15 +156,15 @@ def _rank(
     return ranked
 
 
-def _solve_dinkelbach(model: SelectionModel, spec: ObjectiveSpec) -> Choice | None:
+def _solve_dinkelbach(model: SelectionModel) -> Choice | None:
     """min price / E: maximise lambda E - price until lambda stops improving."""
-    flops = [c.effective_flops for c in model.candidates]
-    best = model.solve([0.0] * len(flops), 1.0)  # the cheapest plan starts the iteration
+    flops = [plan.candidate.effective_flops for plan in model.plans]
+    best = model.weighted([0.0] * len(flops))  # the cheapest plan starts the iteration
     for _ in range(DINKELBACH_ROUNDS):
         if best is None:
             return None
         ratio = best.price / best.candidate.effective_flops
-        challenger = model.solve([ratio * f for f in flops], 1.0)
+        challenger = model.weighted([ratio * f for f in flops])
         if challenger is None:
             return best
         if challenger.price / challenger.candidate.effective_flops >= ratio * (1 - 1e-12):
@@ -212,10 +242,12 @@ def _why_infeasible(
 ) -> str:
     """One line: why nothing fits, and the lowest max price at which a plan exists."""
     uncapped = _limits(catalog, request, None)
-    candidates = select_candidates(options, holders, uncapped, BOTH, _cheapest_first(spec), 1)
+    costs = HolderCosts(holders, uncapped)
+    candidates = select_candidates(options, costs, uncapped, BOTH, _cheapest_first(spec), 1)
     cheapest = None
     if candidates:
-        cheapest = SelectionModel(candidates, holders, uncapped).solve([0.0] * len(candidates), 1.0)
+        model = SelectionModel(candidates, holders, uncapped)
+        cheapest = model.weighted([0.0] * len(model.plans))
     goal = (
         f"finishes {request.work_pflop:g} PFLOP within {request.deadline_hours:g} h"
         if spec.objective is Objective.DEADLINE
