@@ -11,7 +11,7 @@ from provisioning.planner.plan import Architecture, Objective, Plan
 class PlanRequest:
     """The constraints and objective of one planning question."""
 
-    max_price: float  # USD per hour for the whole cluster
+    max_price: float | None  # USD per hour for the whole cluster; None only with a deadline
     objective: Objective = Objective.DEEPVM
     checkpoint_size_gib: float = 0.5  # one full checkpoint of the model's training state
     buffer_slots: int = 2  # checkpoints the holders keep in RAM (ring buffer)

@@ -1,0 +1,105 @@
+"""`deepvm plan`: what cluster to rent for a price cap (or a deadline), and save it for `deepvm up`."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from deepvm_cli import console
+from provisioning.errors import InputError
+
+
+class ObjectiveChoice(str, Enum):
+    deepvm = "deepvm"
+    throughput = "throughput"
+    cost = "cost"
+
+
+def plan(
+    max_price: float = typer.Option(None, "--max-price", help="Price cap for the whole cluster, USD per hour."),
+    region: str = typer.Option(None, "--region", help="Region, comma-separated regions, or 'all'."),
+    catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS calls)."),
+    objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
+    deadline: float = typer.Option(None, "--deadline", help="Hours: the cheapest plan that finishes --work."),
+    work: float = typer.Option(None, "--work", help="Training work in PFLOP (with --deadline)."),
+    checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
+    buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
+    node_limit: int = typer.Option(None, "--node-limit", help="Cap each type and market at N nodes, not quotas."),
+    mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
+    top: int = typer.Option(3, "--top", help="How many ranked plans to show."),
+    offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
+    refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
+    from provisioning.planner import Objective, PlanRequest, plan_cluster
+    from provisioning.planner.saved import save_plan
+    from provisioning.sources import resolve_catalog
+
+    request = PlanRequest(
+        max_price=_check_price(max_price, deadline),
+        objective=Objective(objective.value),
+        checkpoint_size_gib=_positive("--checkpoint-size", checkpoint_size, allow_zero=True),
+        buffer_slots=int(_positive("--buffer-slots", buffer_slots)),
+        node_limit=None if node_limit is None else int(_positive("--node-limit", node_limit)),
+        mix=mix,
+        deadline_hours=None if deadline is None else _positive("--deadline", deadline),
+        work_pflop=_work(work, deadline),
+        top=int(_positive("--top", top)),
+        regions=_regions(region),
+    )
+    catalog = resolve_catalog(
+        regions=list(request.regions) if request.regions else None,
+        offline=offline,
+        catalog_file=catalog_file,
+        refresh=refresh,
+    )
+    for message in catalog.warnings:
+        console.warning(message)
+    result = plan_cluster(catalog, request)
+    saved = save_plan(result.plans[0], request)
+    if as_json:
+        from deepvm_cli.render_plan import plan_result_json
+
+        console.print_json(plan_result_json(result, catalog, saved))
+        return
+    from deepvm_cli.render_plan import render_plan_result
+
+    render_plan_result(result, catalog, saved)
+
+
+def _check_price(max_price: float | None, deadline: float | None) -> float | None:
+    if max_price is None:
+        if deadline is None:
+            raise InputError("--max-price is required (USD per hour for the whole cluster), e.g. --max-price 12")
+        return None  # a deadline alone: the cheapest plan that finishes in time, at any hourly price
+    return _positive("--max-price", max_price)
+
+
+def _positive(flag: str, value: float, allow_zero: bool = False) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise InputError(f"{flag} must be {kind} number, got {value:g}")
+    return value
+
+
+def _work(work: float | None, deadline: float | None) -> float | None:
+    if (work is None) != (deadline is None):
+        raise InputError("--deadline and --work go together: the cheapest plan that finishes WORK PFLOP in time")
+    return None if work is None else _positive("--work", work)
+
+
+def _regions(region: str | None) -> tuple[str, ...] | None:
+    if region is None:
+        return None
+    names = tuple(r.strip() for r in region.split(",") if r.strip())
+    if not names:
+        raise InputError("--region needs a region name, a comma-separated list, or 'all'")
+    return names
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

@@ -1,0 +1,105 @@
+"""How `deepvm plan` shows DeepVM's four stages, and its `--json` document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from deepvm_cli import console
+from provisioning.catalog import Catalog
+from provisioning.planner import Architecture, Objective, Plan, PlanResult
+
+RANKING_ROWS = 10
+
+_OBJECTIVE_LABEL = {
+    Objective.DEEPVM: "Z (FLOPP x n x K(n))",
+    Objective.THROUGHPUT: "effective TFLOPS",
+    Objective.COST: "USD per PFLOP",
+    Objective.DEADLINE: "USD for the job",
+}
+
+
+def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[str, Any]:
+    request = result.request
+    return {
+        "max_price": request.max_price,
+        "objective": (result.plans[0].objective if result.plans else request.objective).value,
+        "plans": [p.to_dict() for p in result.plans],
+        "baselines": {name: (p.to_dict() if p else None) for name, p in result.baselines.items()},
+        "best_per_architecture": {
+            arch.value: (p.to_dict() if p else None) for arch, p in result.best_per_architecture.items()
+        },
+        "catalog": {"source": catalog.source, "as_of": catalog.as_of, "warnings": list(catalog.warnings)},
+        "saved_to": str(saved),
+        "solve_seconds": round(result.solve_seconds, 4),
+    }
+
+
+def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> None:
+    out = console.out
+    out.print(f"[bold]deepvm plan[/] — prices from {catalog.source}"
+              + (f" as of {catalog.as_of}" if catalog.as_of else ""))
+    out.print(_ranking_table(result))
+    out.print(_architecture_table(result))
+    best = result.plans[0]
+    out.print(f"\n[bold green]Decision:[/] {_shape(best)}  —  ${best.price_per_hour:.4f}/h in "
+              f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
+              f"{_OBJECTIVE_LABEL[best.objective]} = {best.objective_value:,.4g}")
+    out.print(_plans_table("Ranked plans (decision first)", result.plans))
+    if result.baselines:
+        out.print(_plans_table("The paper's baselines", [p for p in result.baselines.values() if p],
+                               names=[n for n, p in result.baselines.items() if p]))
+    for note in sorted({n for p in result.plans for n in p.notes}):
+        console.info(f"note: {note}")
+    console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
+
+
+def _ranking_table(result: PlanResult) -> Table:
+    table = Table(title=f"1. Instance-level analysis: FLOPP (top {RANKING_ROWS} of {len(result.ranking)})")
+    for column in ("instance type", "region / AZ", "TFLOPS", "spot $/h", "on-demand $/h", "FLOPP spot"):
+        table.add_column(column, justify="left" if column.startswith(("instance", "region")) else "right")
+    for row in result.ranking[:RANKING_ROWS]:
+        table.add_row(
+            row.instance_type,
+            row.availability_zone,
+            f"{row.flops:g}",
+            _money(row.spot_price),
+            _money(row.on_demand_price),
+            f"{row.flopp_spot:,.0f}" if row.flopp_spot else "-",
+        )
+    return table
+
+
+def _architecture_table(result: PlanResult) -> Table:
+    table = Table(title="2-3. Best plan per architecture")
+    for column in ("architecture", "nodes", "$/h", "eff. TFLOPS", "objective"):
+        table.add_column(column, justify="left" if column in ("architecture", "nodes") else "right")
+    for arch in (Architecture.SINGLE_ANCHOR, Architecture.TIERING):
+        plan = result.best_per_architecture.get(arch)
+        if plan is None:
+            table.add_row(arch.value, "no plan fits", "-", "-", "-")
+        else:
+            table.add_row(arch.value, _shape(plan), f"{plan.price_per_hour:.4f}",
+                          f"{plan.effective_flops:,.1f}", f"{plan.objective_value:,.4g}")
+    return table
+
+
+def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) -> Table:
+    table = Table(title=title)
+    for column in ("#", "architecture", "nodes", "AZ", "$/h", "eff. TFLOPS", "objective"):
+        table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
+    for i, plan in enumerate(plans):
+        table.add_row(names[i] if names else str(i + 1), plan.architecture.value, _shape(plan),
+                      plan.availability_zone, f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
+                      f"{plan.objective_value:,.4g}")
+    return table
+
+
+def _shape(plan: Plan) -> str:
+    return " + ".join(f"{g.count}x {g.instance_type} {g.market.value} {g.role.value}" for g in plan.nodes)
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
