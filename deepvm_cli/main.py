@@ -21,9 +21,10 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from deepvm_cli import plan_cmd
+    from deepvm_cli import market_cmd, plan_cmd
 
     plan_cmd.register(app)
+    market_cmd.register(app)
 
 
 def run() -> None:

@@ -1,0 +1,136 @@
+"""Which catalog a command works on: a given file, the built-in snapshot, or live AWS with a fallback.
+
+`resolve_catalog` is the one entry point for `deepvm plan` and `deepvm market`. Live AWS is the default;
+when it cannot be used (no credentials, no network, credentials refused) the snapshot stands in and
+`catalog.warnings` says why, so the user always gets an answer and always knows what it rests on.
+The offline path never imports boto3, to keep `--offline` answers well under a second.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+from provisioning.catalog import Catalog
+from provisioning.deepvm_format import load_catalog_file
+from provisioning.errors import CloudError, InputError
+from provisioning.snapshot import load_snapshot, save_snapshot, snapshot_label
+
+ALL_REGIONS = "all"
+FALLBACK_REGION = "us-east-1"
+
+
+def resolve_catalog(
+    *, regions: list[str] | None, offline: bool, catalog_file: Path | None, refresh: bool = False
+) -> Catalog:
+    """The catalog to plan on, limited to `regions`.
+
+    regions: None = the default region (AWS config / AWS_DEFAULT_REGION, else us-east-1; for a catalog
+    file, every region in it), ["all"] = every region the source has, else these names.
+    catalog_file: use that file alone and call no AWS API. offline: use the built-in snapshot.
+    refresh: ignore cached live data.
+    """
+    if catalog_file is not None:
+        catalog = load_catalog_file(catalog_file)
+        return restrict(catalog, regions, default_region=None, label=str(catalog_file))
+    if offline:
+        return restrict(load_snapshot(), regions, default_region=configured_region(),
+                        label=_label_of_snapshot())
+    return _live_or_snapshot(regions, refresh)
+
+
+def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
+    from provisioning.market.aws import AwsUnavailable
+
+    try:
+        return _live(regions, refresh)
+    except AwsUnavailable as exc:
+        snapshot = restrict(load_snapshot(), regions, default_region=configured_region(),
+                            label=_label_of_snapshot(), why=exc.reason)
+        snapshot.warnings.append(f"{exc.reason}; using {_label_of_snapshot()}")
+        return snapshot
+
+
+def _live(regions: list[str] | None, refresh: bool) -> Catalog:
+    """The live catalog; raises AwsUnavailable when AWS cannot be used."""
+    from provisioning.market.live import LiveMarket
+
+    market = LiveMarket(refresh=refresh)
+    wanted = _requested(regions, market.regions(), market.default_region(), label="AWS")
+    return market.catalog(wanted)
+
+
+def save_live_snapshot(path: Path, *, regions: list[str] | None, refresh: bool = False) -> Catalog:
+    """Write the live catalog of `regions` to `path` in the snapshot's form, to refresh the built-in one."""
+    from provisioning.market.aws import AwsUnavailable
+
+    try:
+        catalog = _live(regions, refresh)
+    except AwsUnavailable as exc:
+        raise CloudError(f"cannot save a snapshot without live AWS data: {exc.reason}") from None
+    notes = [
+        f"Saved from live AWS at {catalog.as_of} by `deepvm market --save-snapshot` "
+        f"(regions: {', '.join(catalog.regions)}).",
+        "Spot prices: the price per availability zone at that time. Quotas: that account's vCPU quotas.",
+        "flops: dense FP16/BF16 tensor TFLOPS per GPU (provisioning/data/gpus.json) x GPU count.",
+    ]
+    try:
+        save_snapshot(catalog, path, notes)
+    except OSError as exc:
+        raise InputError(f"cannot write snapshot {path}: {exc.strerror}") from None
+    return catalog
+
+
+def restrict(catalog: Catalog, regions: list[str] | None, *, default_region: str | None, label: str,
+             why: str | None = None) -> Catalog:
+    """`catalog` limited to the requested regions, or an InputError naming the regions it does have.
+
+    `why` explains (in the error) why this catalog is being used, e.g. when the snapshot stands in.
+    """
+    try:
+        return catalog.restricted_to(_requested(regions, catalog.regions, default_region, label))
+    except InputError as exc:
+        raise InputError(f"{why}, and {exc}" if why else str(exc)) from None
+
+
+def _requested(regions: list[str] | None, available: list[str], default_region: str | None,
+               label: str) -> list[str]:
+    if regions is None:
+        if default_region is None:
+            return list(available)
+        if default_region not in available:
+            raise InputError(
+                f"{label} has no prices for your default region {default_region}; "
+                f"choose one of {', '.join(available)} with --region"
+            )
+        return [default_region]
+    if ALL_REGIONS in regions:
+        return list(available)
+    for region in regions:
+        if region not in available:
+            close = difflib.get_close_matches(region, available, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise InputError(f"unknown region {region!r}{hint}; {label} has {', '.join(available)}")
+    return list(dict.fromkeys(regions))
+
+
+def configured_region() -> str:
+    """The default AWS region the way the AWS CLI finds it, else us-east-1.
+
+    The environment is read first so that the common case needs no botocore import.
+    """
+    region = os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        return region
+    import botocore.session
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return botocore.session.get_session().get_config_variable("region") or FALLBACK_REGION
+    except BotoCoreError:
+        return FALLBACK_REGION
+
+
+def _label_of_snapshot() -> str:
+    return snapshot_label(load_snapshot())
