@@ -19,15 +19,15 @@ class ObjectiveChoice(str, Enum):
 
 
 def plan(
-    max_price: float = typer.Option(None, "--max-price", help="Price cap for the whole cluster, USD per hour."),
+    max_price: float = typer.Option(None, "--max-price", help="Price cap for the cluster, USD per hour."),
     region: str = typer.Option(None, "--region", help="Region, comma-separated regions, or 'all'."),
-    catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS calls)."),
+    catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS)."),
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
     deadline: float = typer.Option(None, "--deadline", help="Hours: the cheapest plan that finishes --work."),
     work: float = typer.Option(None, "--work", help="Training work in PFLOP (with --deadline)."),
     checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
     buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
-    node_limit: int = typer.Option(None, "--node-limit", help="Cap each type and market at N nodes, not quotas."),
+    node_limit: int = typer.Option(None, "--node-limit", help="N nodes per type and market, not quotas."),
     mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
     top: int = typer.Option(3, "--top", help="How many ranked plans to show."),
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
@@ -74,7 +74,7 @@ def plan(
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:
     if max_price is None:
         if deadline is None:
-            raise InputError("--max-price is required (USD per hour for the whole cluster), e.g. --max-price 12")
+            raise InputError("--max-price is required (USD per hour for the cluster), e.g. --max-price 12")
         return None  # a deadline alone: the cheapest plan that finishes in time, at any hourly price
     return _positive("--max-price", max_price)
 
@@ -88,7 +88,7 @@ def _positive(flag: str, value: float, allow_zero: bool = False) -> float:
 
 def _work(work: float | None, deadline: float | None) -> float | None:
     if (work is None) != (deadline is None):
-        raise InputError("--deadline and --work go together: the cheapest plan that finishes WORK PFLOP in time")
+        raise InputError("--deadline and --work go together: the cheapest plan finishing WORK PFLOP in time")
     return None if work is None else _positive("--work", work)
 
 

@@ -9,9 +9,10 @@ from rich.table import Table
 
 from deepvm_cli import console
 from provisioning.catalog import Catalog
-from provisioning.planner import Architecture, Objective, Plan, PlanResult
+from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
 
 RANKING_ROWS = 10
+_BASELINE_LABEL = {"cost_first": "cost-1st", "performance_first": "perf-1st", "deepvm_no_scaling": "K=1"}
 
 _OBJECTIVE_LABEL = {
     Objective.DEEPVM: "Z (FLOPP x n x K(n))",
@@ -46,18 +47,19 @@ def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> Non
     best = result.plans[0]
     out.print(f"\n[bold green]Decision:[/] {_shape(best)}  —  ${best.price_per_hour:.4f}/h in "
               f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
-              f"{_OBJECTIVE_LABEL[best.objective]} = {best.objective_value:,.4g}")
+              f"{_OBJECTIVE_LABEL[best.objective]} = {_number(best.objective_value)}")
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
     if result.baselines:
-        out.print(_plans_table("The paper's baselines", [p for p in result.baselines.values() if p],
-                               names=[n for n, p in result.baselines.items() if p]))
+        found = {_BASELINE_LABEL[name]: p for name, p in result.baselines.items() if p}
+        out.print(_plans_table("The paper's baselines", list(found.values()), names=list(found)))
     for note in sorted({n for p in result.plans for n in p.notes}):
         console.info(f"note: {note}")
     console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
 
 
 def _ranking_table(result: PlanResult) -> Table:
-    table = Table(title=f"1. Instance-level analysis: FLOPP (top {RANKING_ROWS} of {len(result.ranking)})")
+    shown = min(RANKING_ROWS, len(result.ranking))
+    table = Table(title=f"1. Instance-level analysis: FLOPP (top {shown} of {len(result.ranking)})")
     for column in ("instance type", "region / AZ", "TFLOPS", "spot $/h", "on-demand $/h", "FLOPP spot"):
         table.add_column(column, justify="left" if column.startswith(("instance", "region")) else "right")
     for row in result.ranking[:RANKING_ROWS]:
@@ -82,23 +84,31 @@ def _architecture_table(result: PlanResult) -> Table:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
             table.add_row(arch.value, _shape(plan), f"{plan.price_per_hour:.4f}",
-                          f"{plan.effective_flops:,.1f}", f"{plan.objective_value:,.4g}")
+                          f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
     return table
 
 
 def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) -> Table:
     table = Table(title=title)
-    for column in ("#", "architecture", "nodes", "AZ", "$/h", "eff. TFLOPS", "objective"):
+    for column in ("#", "architecture", "nodes", "$/h", "eff. TFLOPS", "objective"):
         table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
     for i, plan in enumerate(plans):
         table.add_row(names[i] if names else str(i + 1), plan.architecture.value, _shape(plan),
-                      plan.availability_zone, f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
-                      f"{plan.objective_value:,.4g}")
+                      f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
     return table
 
 
 def _shape(plan: Plan) -> str:
-    return " + ".join(f"{g.count}x {g.instance_type} {g.market.value} {g.role.value}" for g in plan.nodes)
+    """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""
+    parts = []
+    for g in plan.nodes:
+        role = "" if g.role is Role.TRAINER else f" {g.role.value}"
+        parts.append(f"{g.count} {g.instance_type} {g.market.value}{role}")
+    return " + ".join(parts)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _money(value: float | None) -> str:

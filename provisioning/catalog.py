@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
 
 class Market(str, Enum):
@@ -121,7 +122,7 @@ class Catalog:
     as_of: str = ""  # ISO date (or timestamp) the prices were observed
     warnings: list[str] = field(default_factory=list)  # e.g. why the snapshot stands in for live data
 
-    @property
+    @cached_property
     def regions(self) -> list[str]:
         return sorted({p.region for p in self.prices})
 
@@ -131,26 +132,35 @@ class Catalog:
     def cpu_types(self) -> list[InstanceType]:
         return [t for t in self.types.values() if not t.is_gpu]
 
-    def on_demand_price(self, instance_type: str, region: str) -> float | None:
+    # Lookups go through indexes built once: the planner asks these questions thousands of times.
+    # (A catalog is not changed after it is built; `restricted_to` makes a new one.)
+
+    @cached_property
+    def _on_demand_index(self) -> dict[tuple[str, str], float]:
+        return {(p.instance_type, p.region): p.usd_per_hour for p in self.prices if p.market is Market.ON_DEMAND}
+
+    @cached_property
+    def _spot_index(self) -> dict[tuple[str, str], dict[str, float]]:
+        index: dict[tuple[str, str], dict[str, float]] = {}
         for p in self.prices:
-            if p.market is Market.ON_DEMAND and p.instance_type == instance_type and p.region == region:
-                return p.usd_per_hour
-        return None
+            if p.market is Market.SPOT:
+                index.setdefault((p.instance_type, p.region), {})[p.availability_zone or p.region] = p.usd_per_hour
+        return index
+
+    @cached_property
+    def _quota_index(self) -> dict[tuple[str, str, Market], float]:
+        return {(q.region, q.quota_group, q.market): q.vcpus for q in self.quotas}
+
+    def on_demand_price(self, instance_type: str, region: str) -> float | None:
+        return self._on_demand_index.get((instance_type, region))
 
     def spot_prices(self, instance_type: str, region: str) -> dict[str, float]:
         """Spot price per availability zone (empty when the type has no spot offer there)."""
-        return {
-            p.availability_zone or region: p.usd_per_hour
-            for p in self.prices
-            if p.market is Market.SPOT and p.instance_type == instance_type and p.region == region
-        }
+        return dict(self._spot_index.get((instance_type, region), {}))
 
     def quota(self, region: str, quota_group: str, market: Market) -> float | None:
         """The vCPU quota, or None when the source does not know it (then no quota limit applies)."""
-        for q in self.quotas:
-            if q.region == region and q.quota_group == quota_group and q.market is market:
-                return q.vcpus
-        return None
+        return self._quota_index.get((region, quota_group, market))
 
     def restricted_to(self, regions: Iterable[str]) -> Catalog:
         """The same catalog limited to some regions."""

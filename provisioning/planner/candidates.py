@@ -11,6 +11,10 @@ R2  Count bounds. n is feasible only if its cheapest completion (anchor, or the 
 R3  Dominance. Within one (architecture, region, v), a count whose score is not among the `top` best
     of that prefix cannot be in the overall top `top`: each better count gives a distinct plan that is
     at least as good. Ties in score go to the smaller (cheaper) count.
+R4  Shortlist. With one GPU type and one holder type per plan, no two node groups of a plan share a
+    quota group and market, so a candidate's cheapest completion is exactly its best plan. Hence only
+    the `top` best candidates by (score, cheapest price) can be in the answer, and for each of them only
+    its `top` cheapest holder types (HolderCosts.cheapest_types).
 
 The score is the objective's value for maximising objectives, and the price per unit of value of the
 cheapest completion for ratio objectives.
@@ -135,30 +139,34 @@ def holder_options(catalog: Catalog, regions: list[str]) -> list[HolderOption]:
     return options
 
 
-def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, limits: Limits) -> int | None:
-    """The fewest holders of one type for `trainers` spot trainers, or None if no count works.
+@dataclass(frozen=True)
+class _HolderTerms:
+    """For one trainer type and one holder type: holders needed for n trainers is
+    max(n // saturation + 1, for_memory), valid up to `cap` holders."""
 
-    Saturation: n / m < n_sat(min bandwidth)  <=>  m >= floor(n / n_sat) + 1.
-    Memory: together the holders keep the buffered checkpoint shards, m * memory >= size * slots.
-    """
-    bandwidth = min(trainer.itype.network_gbps, holder.itype.network_gbps)
-    m = trainers // saturation_point(bandwidth) + 1
-    if limits.checkpoint_gib > 0:
-        memory = holder.itype.memory_gib or 0.0
-        if memory <= 0:
-            return None
-        m = max(m, math.ceil(limits.checkpoint_gib / memory - 1e-12))
-    if limits.node_limit is not None and m > limits.node_limit:
-        return None
-    if m > limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND):
-        return None
-    return m
+    holder: HolderOption
+    saturation: int
+    for_memory: int
+    cap: int
+
+    def needed(self, trainers: int) -> int | None:
+        m = max(trainers // self.saturation + 1, self.for_memory)
+        return m if m <= self.cap else None
+
+    def dominates(self, other: _HolderTerms) -> bool:
+        return (
+            self.holder.on_demand_price <= other.holder.on_demand_price
+            and self.saturation >= other.saturation
+            and self.for_memory <= other.for_memory
+            and self.cap >= other.cap
+        )
 
 
 class HolderCosts:
     """Price of the cheapest valid holder group per (trainer option, trainer count), memoised.
 
-    It does not depend on the price cap, so one instance serves every cap of a price sweep.
+    It does not depend on the price cap, so one instance serves every cap of a price sweep. Holder
+    types that another type beats on price, saturation, memory and quota at once are never cheapest.
     """
 
     def __init__(self, holders: list[HolderOption], limits: Limits):
@@ -166,21 +174,69 @@ class HolderCosts:
         for holder in holders:
             self._by_region.setdefault(holder.region, []).append(holder)
         self._limits = limits
+        self._terms: dict[TrainerOption, list[_HolderTerms]] = {}
+        self._useful: dict[TrainerOption, list[_HolderTerms]] = {}
         self._memo: dict[tuple[TrainerOption, int], float | None] = {}
 
     def in_region(self, region: str) -> list[HolderOption]:
         return self._by_region.get(region, [])
 
+    def _all_terms(self, trainer: TrainerOption) -> list[_HolderTerms]:
+        if trainer not in self._terms:
+            terms = [t for h in self.in_region(trainer.region) if (t := _holder_terms(trainer, h, self._limits))]
+            self._terms[trainer] = terms
+        return self._terms[trainer]
+
     def cheapest(self, trainer: TrainerOption, trainers: int) -> float | None:
         key = (trainer, trainers)
         if key not in self._memo:
-            prices = [
-                m * holder.on_demand_price
-                for holder in self.in_region(trainer.region)
-                if (m := holders_needed(trainers, trainer, holder, self._limits)) is not None
-            ]
+            useful = self._pareto(trainer)
+            prices = [m * t.holder.on_demand_price for t in useful if (m := t.needed(trainers)) is not None]
             self._memo[key] = min(prices, default=None)
         return self._memo[key]
+
+    def _pareto(self, trainer: TrainerOption) -> list[_HolderTerms]:
+        """The holder types no other type dominates (sorted so that a dominator always comes first)."""
+        if trainer not in self._useful:
+            ordered = sorted(self._all_terms(trainer), key=lambda t: (
+                t.holder.on_demand_price, -t.saturation, t.for_memory, -t.cap, t.holder.itype.name))
+            kept: list[_HolderTerms] = []
+            for terms in ordered:
+                if not any(k.dominates(terms) for k in kept):
+                    kept.append(terms)
+            self._useful[trainer] = kept
+        return self._useful[trainer]
+
+    def cheapest_types(self, trainer: TrainerOption, trainers: int, keep: int) -> list[tuple[HolderOption, int]]:
+        """The `keep` cheapest holder groups (type, count), ties by type name."""
+        groups = [(m * t.holder.on_demand_price, t.holder.itype.name, t.holder, m)
+                  for t in self._all_terms(trainer) if (m := t.needed(trainers)) is not None]
+        return [(holder, m) for _, _, holder, m in sorted(groups, key=lambda g: g[:2])[:keep]]
+
+
+def _holder_terms(trainer: TrainerOption, holder: HolderOption, limits: Limits) -> _HolderTerms | None:
+    """How one holder type serves one trainer type (None: never, e.g. no memory for the checkpoints)."""
+    saturation = saturation_point(min(trainer.itype.network_gbps, holder.itype.network_gbps))
+    for_memory = 1
+    if limits.checkpoint_gib > 0:
+        memory = holder.itype.memory_gib or 0.0
+        if memory <= 0:
+            return None
+        for_memory = max(1, math.ceil(limits.checkpoint_gib / memory - 1e-12))
+    cap = limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND)
+    if limits.node_limit is not None:
+        cap = min(cap, limits.node_limit)
+    return _HolderTerms(holder, saturation, for_memory, cap) if cap >= 1 else None
+
+
+def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, limits: Limits) -> int | None:
+    """The fewest holders of one type for `trainers` spot trainers, or None if no count works.
+
+    Saturation: n / m < n_sat(min bandwidth)  <=>  m >= floor(n / n_sat) + 1.
+    Memory: together the holders keep the buffered checkpoint shards, m * memory >= size * slots.
+    """
+    terms = _holder_terms(trainer, holder, limits)
+    return None if terms is None else terms.needed(trainers)
 
 
 def spot_node_cap(option: TrainerOption, limits: Limits) -> int:
@@ -261,7 +317,7 @@ def select_candidates(
     positive constant of the option times `node_gain(scaling, n)`, the counts are ranked by the gain
     alone, from a cache shared by every question about the same scaling curve.
     """
-    selected: list[Candidate] = []
+    selected: list[tuple[float, float, Candidate]] = []  # (score, cheapest price, candidate)
     for architecture in architectures:
         first = 2 if architecture is Architecture.SINGLE_ANCHOR else 1
         for option in options:
@@ -280,7 +336,11 @@ def select_candidates(
                 continue
             if node_gain is not None:
                 counts = _best_counts(node_gain, option.scaling, first, top, keep)
-                selected.extend(make_candidate(option, architecture, n) for n in counts)
+                for n in counts:
+                    candidate = make_candidate(option, architecture, n)
+                    value = score(candidate, lambda n=n: price_of(n))
+                    if value is not None:
+                        selected.append((value, _price(price_of(n)), candidate))
                 continue
             scored = []
             for n in range(first, top + 1):
@@ -288,8 +348,15 @@ def select_candidates(
                 value = score(candidate, lambda n=n: price_of(n))
                 if value is not None:
                     scored.append((value, -n, candidate))
-            selected.extend(c for _, _, c in heapq.nlargest(keep, scored, key=lambda t: (t[0], t[1])))
-    return selected
+            for value, minus_n, candidate in heapq.nlargest(keep, scored, key=lambda t: (t[0], t[1])):
+                selected.append((value, _price(price_of(-minus_n)), candidate))
+    shortlist = heapq.nsmallest(keep, selected, key=lambda t: (-t[0], t[1], t[2].trainer.itype.name))
+    return [candidate for _, _, candidate in shortlist]
+
+
+def _price(price: float | None) -> float:
+    assert price is not None, "presolve keeps only counts with a valid completion"
+    return price
 
 
 @lru_cache(maxsize=65536)

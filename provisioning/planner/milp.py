@@ -11,13 +11,14 @@ Notation (one block per planning question; several blocks can share one CBC run)
     A Tiering plan's holders are the fewest of type w that satisfy saturation and memory,
         need(c, w) = max(floor(n / n_sat(min bw)) + 1, ceil(size * slots / mem_w)),
     since more holders only cost more and use more quota. K(n) is non-linear in n; enumerating n in
-    the candidates makes everything linear.
+    the candidates makes everything linear. Only the `top` cheapest holder types of a candidate can be
+    among the `top` best plans, so no others are offered (presolve rule R4).
 
 Objective     max  sum_i (S rank(v_i) - p_i) y_i
     Exactly one plan (or `none`) is chosen, so replacing v_i by its rank among the distinct values keeps
     the optimum; with S above any possible price a better value always beats a lower price and equal
     values go to the lower price: a lexicographic objective in one exact solve, immune to values that
-    differ only in the tenth digit. Ratio objectives (Dinkelbach) use max sum_i (v_i - p_i) y_i.
+    differ only in the tenth digit. Ratio objectives use v_i = -p_i / E_i, a constant per plan.
 
 Constraints
     (1) one answer:   sum_i y_i + none = 1
@@ -38,7 +39,7 @@ import pulp
 
 from provisioning.catalog import Market
 from provisioning.errors import DeepvmError
-from provisioning.planner.candidates import PRICE_TOLERANCE, Candidate, HolderOption, Limits, holders_needed
+from provisioning.planner.candidates import PRICE_TOLERANCE, Candidate, HolderCosts, HolderOption, Limits
 from provisioning.planner.plan import Architecture
 
 
@@ -74,11 +75,12 @@ class Block:
         candidates: list[Candidate],
         holders: list[HolderOption],
         limits: Limits,
+        keep_holders: int,
     ):
         self.problem = problem
         self.prefix = prefix
         self.limits = limits
-        self.plans = _plans(candidates, holders, limits)
+        self.plans = _plans(candidates, HolderCosts(holders, limits), keep_holders)
         self.y = [problem.add_variable(f"{prefix}y_{i}", cat=pulp.LpBinary) for i in range(len(self.plans))]
         self.none = problem.add_variable(f"{prefix}none", cat=pulp.LpBinary)
         self._exclusions = 0
@@ -116,31 +118,20 @@ class Block:
         scale = 2.0 * self._price_bound()
         return [(y, scale * rank[v] - plan.price) for y, v, plan in zip(self.y, values, self.plans)]
 
-    def weighted_terms(self, values: list[float]) -> list[tuple[pulp.LpVariable, float]]:
-        """(v_i - p_i) y_i: Dinkelbach's step, and the cheapest plan when every value is 0.
-
-        `none` costs more than any plan can score, so it is chosen only when no plan exists.
-        """
-        penalty = sum(abs(v) for v in values) + self._price_bound()
-        terms = [(y, v - plan.price) for y, v, plan in zip(self.y, values, self.plans)]
-        return [*terms, (self.none, -penalty)]
-
     def decode(self) -> Choice | None:
         chosen = [plan for y, plan in zip(self.y, self.plans) if (y.value() or 0) > 0.5]
         return chosen[0] if len(chosen) == 1 else None
 
 
-def _plans(candidates: list[Candidate], holders: list[HolderOption], limits: Limits) -> list[Choice]:
+def _plans(candidates: list[Candidate], holder_costs: HolderCosts, keep_holders: int) -> list[Choice]:
+    """Single Anchor candidates as they are; Tiering ones with each of their cheapest holder groups."""
     plans = []
     for c in candidates:
         if c.architecture is Architecture.SINGLE_ANCHOR:
             plans.append(Choice(c, None, 0))
             continue
-        for h in holders:
-            if h.region == c.trainer.region:
-                need = holders_needed(c.count, c.trainer, h, limits)
-                if need is not None:
-                    plans.append(Choice(c, h, need))
+        for holder, count in holder_costs.cheapest_types(c.trainer, c.count, keep_holders):
+            plans.append(Choice(c, holder, count))
     return plans
 
 
@@ -180,22 +171,18 @@ def solve(problem: pulp.LpProblem, objective_terms: list[tuple[pulp.LpVariable, 
 
 
 class SelectionModel:
-    """One planning question as its own problem: best plan, k-best, or weighted (Dinkelbach) solves.
+    """One planning question as its own problem: the best plan, then the next best after exclusions.
 
     `values` always has one entry per plan of `self.plans`.
     """
 
-    def __init__(self, candidates: list[Candidate], holders: list[HolderOption], limits: Limits):
+    def __init__(self, candidates: list[Candidate], holders: list[HolderOption], limits: Limits, keep: int):
         self.problem = pulp.LpProblem("deepvm_plan", pulp.LpMaximize)
-        self.block = Block(self.problem, "", candidates, holders, limits)
+        self.block = Block(self.problem, "", candidates, holders, limits, keep)
         self.plans = self.block.plans
 
     def best(self, values: list[float]) -> Choice | None:
         solve(self.problem, self.block.lexicographic_terms(values))
-        return self.block.decode()
-
-    def weighted(self, values: list[float]) -> Choice | None:
-        solve(self.problem, self.block.weighted_terms(values))
         return self.block.decode()
 
     def exclude(self, choice: Choice) -> None:

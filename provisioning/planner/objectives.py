@@ -1,9 +1,8 @@
 """What "best" means: each objective scores a candidate and reports a plan's objective value.
 
-Maximising objectives (deepvm, throughput) rank by a value that depends only on the trainers; ratio
-objectives (cost, deadline) rank by price / effective FLOPS, which the MILP solves by Dinkelbach's
-method: repeatedly maximise lambda * E - price, with lambda the best ratio found so far, until no plan
-improves it (an exact method for fractional integer programs).
+Value objectives (deepvm, throughput) rank by a value that depends only on the trainers; ratio
+objectives (cost, deadline) rank by price / effective FLOPS. Every MILP variable is one complete plan
+with a known price, so both kinds reduce to one number per plan that the MILP maximises.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ PFLOP_PER_TFLOPS_HOUR = 3.6  # 1 TFLOPS sustained for an hour is 3.6 PFLOP
 class ObjectiveSpec:
     objective: Objective
     is_ratio: bool
-    value: Callable[[Candidate], float]  # maximised (for ratio objectives: the denominator, E)
+    value: Callable[[Candidate], float]  # value objectives: maximised; ratio objectives: the denominator
     # For value objectives: value = (a constant of the GPU type) * node_gain(scaling, n), which lets
     # presolve rank counts without pricing them.
     node_gain: Callable[[ScalingParams, int], float] | None = None
@@ -40,6 +39,10 @@ class ObjectiveSpec:
         if self.is_ratio:
             return -cheapest_price() / candidate.effective_flops
         return self.value(candidate)
+
+    def plan_value(self, candidate: Candidate, price: float) -> float:
+        """What the MILP maximises for a plan: the value, or minus the price per effective FLOPS."""
+        return -price / candidate.effective_flops if self.is_ratio else self.value(candidate)
 
     def reported_value(self, candidate: Candidate, price: float) -> float:
         """The number shown as the plan's objective value."""

@@ -26,7 +26,6 @@ from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, 
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
 
 BOTH = (Architecture.SINGLE_ANCHOR, Architecture.TIERING)
-DINKELBACH_ROUNDS = 50
 
 
 def plan_cluster(
@@ -79,11 +78,9 @@ def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]
     """The best plan at each of several price caps (None where none exists), in one CBC run.
 
     Each cap is its own block of the MILP; the blocks share no variable or row, so the optimum of their
-    summed objectives is the optimum of each. For value objectives (deepvm, throughput).
+    summed objectives is the optimum of each.
     """
     spec = _spec(request)
-    if spec.is_ratio:
-        raise InputError("several price caps at once need a value objective (deepvm or throughput)")
     regions = _regions(catalog, request)
     options, holders = trainer_options(catalog, regions), holder_options(catalog, regions)
     problem = pulp.LpProblem("deepvm_budgets", pulp.LpMaximize)
@@ -95,8 +92,8 @@ def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]
         if not candidates:
             blocks.append(None)
             continue
-        block = Block(problem, f"b{k}_", candidates, holders, limits)
-        blocks.append((block, [spec.value(plan.candidate) for plan in block.plans]))
+        block = Block(problem, f"b{k}_", candidates, holders, limits, 1)
+        blocks.append((block, [spec.plan_value(plan.candidate, plan.price) for plan in block.plans]))
     solved = iter(best_of_blocks([b for b in blocks if b is not None], problem) if any(blocks) else [])
     choices = [None if b is None else next(solved) for b in blocks]
     return [None if c is None else _to_plan(c, spec, catalog) for c in choices]
@@ -144,33 +141,16 @@ def _rank(
     candidates = select_candidates(options, costs, limits, architectures, spec.score, top, spec.node_gain)
     if not candidates:
         return []
-    model = SelectionModel(candidates, holders, limits)
-    values = [spec.value(plan.candidate) for plan in model.plans]
+    model = SelectionModel(candidates, holders, limits, top)
+    values = [spec.plan_value(plan.candidate, plan.price) for plan in model.plans]
     ranked: list[Choice] = []
     for _ in range(top):
-        choice = _solve_dinkelbach(model) if spec.is_ratio else model.best(values)
+        choice = model.best(values)
         if choice is None:
             break
         ranked.append(choice)
         model.exclude(choice)
     return ranked
-
-
-def _solve_dinkelbach(model: SelectionModel) -> Choice | None:
-    """min price / E: maximise lambda E - price until lambda stops improving."""
-    flops = [plan.candidate.effective_flops for plan in model.plans]
-    best = model.weighted([0.0] * len(flops))  # the cheapest plan starts the iteration
-    for _ in range(DINKELBACH_ROUNDS):
-        if best is None:
-            return None
-        ratio = best.price / best.candidate.effective_flops
-        challenger = model.weighted([ratio * f for f in flops])
-        if challenger is None:
-            return best
-        if challenger.price / challenger.candidate.effective_flops >= ratio * (1 - 1e-12):
-            return best
-        best = challenger
-    return best
 
 
 def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
@@ -246,8 +226,8 @@ def _why_infeasible(
     candidates = select_candidates(options, costs, uncapped, BOTH, _cheapest_first(spec), 1)
     cheapest = None
     if candidates:
-        model = SelectionModel(candidates, holders, uncapped)
-        cheapest = model.weighted([0.0] * len(model.plans))
+        model = SelectionModel(candidates, holders, uncapped, 1)
+        cheapest = model.best([-plan.price for plan in model.plans])
     goal = (
         f"finishes {request.work_pflop:g} PFLOP within {request.deadline_hours:g} h"
         if spec.objective is Objective.DEADLINE
