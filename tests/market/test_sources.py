@@ -128,3 +128,12 @@ def test_configured_region_reads_the_aws_config_file(monkeypatch, tmp_path):
     assert sources.configured_region() == "eu-west-1"
     config.write_text("[default]\n")
     assert sources.configured_region() == "us-east-1"
+
+
+def test_unknown_profile_is_an_input_error(monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    with pytest.raises(InputError) as info:
+        resolve_catalog(regions=None, offline=False, catalog_file=None)
+    assert str(info.value) == (
+        "The config profile (nope) could not be found; "
+        "set AWS_PROFILE to a profile in your AWS config, or unset it")
