@@ -11,7 +11,11 @@ from botocore.stub import ANY, Stubber
 from provisioning.catalog import Market, Price, Quota
 from provisioning.errors import CloudError
 from provisioning.market.aws import AwsUnavailable, translate, unavailable_reason
-from provisioning.market.instance_types import instance_type_from_aws, parse_network_gbps
+from provisioning.market.instance_types import (
+    fetch_instance_types,
+    instance_type_from_aws,
+    parse_network_gbps,
+)
 from provisioning.market.ondemand import fetch_on_demand_prices, parse_price_item, product_filters
 from provisioning.market.quotas import QUOTA_CODES, fetch_vcpu_quotas
 from provisioning.market.spot import fetch_spot_prices
@@ -171,3 +175,26 @@ def test_error_meanings():
     error = translate(_client_error("InvalidParameterValue", message="bad filter"), "instance types")
     assert isinstance(error, CloudError)
     assert str(error) == "AWS refused instance types: InvalidParameterValue: bad filter"
+
+
+def test_describe_instance_types_keeps_wanted_types_and_warns_about_unusable_ones():
+    ec2 = _client("ec2")
+    h200 = [{"Name": "H200", "Count": 8, "MemoryInfo": {"SizeInMiB": 144384}}]
+    page = [
+        _info("g5.xlarge", 4, 16384, "Up to 10 Gigabit", [{"Name": "A10G", "Count": 1}]),
+        _info("c5.large", 2, 4096, "Up to 10 Gigabit"),  # holder too small: not wanted
+        _info("c5.xlarge", 4, 8192, "Teleport"),
+        _info("p5.48xlarge", 192, 2097152, "3200 Gigabit", h200),
+    ]
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_instance_types", {"InstanceTypes": page[:2], "NextToken": "more"},
+                          {"Filters": ANY})
+        stub.add_response("describe_instance_types", {"InstanceTypes": page[2:]},
+                          {"Filters": ANY, "NextToken": "more"})
+        catalog, warnings = fetch_instance_types(ec2)
+    assert sorted(catalog.types) == ["g5.xlarge", "p5.48xlarge"]
+    assert not catalog.types["p5.48xlarge"].is_gpu
+    assert warnings == [
+        "skipped types with unreadable specs: c5.xlarge (network 'Teleport')",
+        "GPU models missing from provisioning/data/gpus.json, so not used as trainers: p5.48xlarge (H200)",
+    ]
