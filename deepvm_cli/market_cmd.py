@@ -47,8 +47,8 @@ def market(
         console.print_json(_document(catalog, rows))
         return
     if catalog.source == "snapshot":
-        console.info(f"prices: {snapshot_label(catalog)}; its spot prices are estimates "
-                     "(run without --offline for live prices)")
+        hint = " (run without --offline for live prices)" if offline else ""
+        console.info(f"prices: {snapshot_label(catalog)}; its spot prices are estimates{hint}")
     _render(catalog, rows, holders)
 
 

@@ -35,8 +35,8 @@ def resolve_catalog(
         catalog = load_catalog_file(catalog_file)
         return restrict(catalog, regions, default_region=None, label=str(catalog_file))
     if offline:
-        return restrict(load_snapshot(), regions, default_region=configured_region(),
-                        label=_label_of_snapshot())
+        snapshot = load_snapshot()
+        return restrict(snapshot, regions, default_region=configured_region(), label=snapshot_label(snapshot))
     return _live_or_snapshot(regions, refresh)
 
 
@@ -46,10 +46,12 @@ def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
     try:
         return _live(regions, refresh)
     except AwsUnavailable as exc:
-        snapshot = restrict(load_snapshot(), regions, default_region=configured_region(),
-                            label=_label_of_snapshot(), why=exc.reason)
-        snapshot.warnings.append(f"{exc.reason}; using {_label_of_snapshot()}")
-        return snapshot
+        snapshot = load_snapshot()
+        label = snapshot_label(snapshot)
+        fallback = restrict(snapshot, regions, default_region=configured_region(), label=label,
+                            why=exc.reason)
+        fallback.warnings.append(f"{exc.reason}; using {label}")
+        return fallback
 
 
 def _live(regions: list[str] | None, refresh: bool) -> Catalog:
@@ -130,7 +132,3 @@ def configured_region() -> str:
         return botocore.session.get_session().get_config_variable("region") or FALLBACK_REGION
     except BotoCoreError:
         return FALLBACK_REGION
-
-
-def _label_of_snapshot() -> str:
-    return snapshot_label(load_snapshot())

@@ -26,7 +26,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from provisioning.errors import CloudError
+from provisioning.errors import CloudError, InputError
 
 CLIENT_CONFIG = Config(connect_timeout=3, read_timeout=20, retries={"max_attempts": 2, "mode": "standard"})
 
@@ -56,7 +56,8 @@ class AwsClients:
         try:
             self.session = session or boto3.session.Session()
         except ProfileNotFound as exc:
-            raise AwsUnavailable(f"AWS profile not found ({exc})") from None
+            # A misspelt profile is the user's to fix, not a reason to quietly use the snapshot.
+            raise InputError(f"{exc}; set AWS_PROFILE to a profile in your AWS config, or unset it") from None
         self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()  # boto3 sessions are not safe to create clients from in parallel
 

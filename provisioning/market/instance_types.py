@@ -65,9 +65,12 @@ def instance_type_from_aws(info: dict[str, Any]) -> InstanceType | None:
 
 
 def fetch_instance_types(ec2: Any) -> tuple[Catalog, list[str]]:
-    """The wanted instance types offered in the client's region, and warnings about types skipped."""
+    """The wanted instance types offered in the client's region, and warnings about types that cannot be
+    planned with: unreadable network performance (skipped) or a GPU the GPU table does not know (kept,
+    but with no flops, so never a trainer)."""
     types: dict[str, InstanceType] = {}
     skipped: list[str] = []
+    no_flops: list[str] = []
     filters = [{"Name": "instance-type", "Values": type_name_patterns()}]
     for info in paginate(ec2, "describe_instance_types", "InstanceTypes", Filters=filters):
         if not is_wanted(info["InstanceType"]):
@@ -77,5 +80,12 @@ def fetch_instance_types(ec2: Any) -> tuple[Catalog, list[str]]:
             skipped.append(f"{info['InstanceType']} (network {info['NetworkInfo']['NetworkPerformance']!r})")
         else:
             types[instance.name] = instance
-    warnings = [f"skipped types with unreadable specs: {', '.join(sorted(skipped))}"] if skipped else []
+            if instance.gpu_count and not instance.flops:
+                no_flops.append(f"{instance.name} ({instance.gpu_model})")
+    warnings = []
+    if skipped:
+        warnings.append(f"skipped types with unreadable specs: {', '.join(sorted(skipped))}")
+    if no_flops:
+        warnings.append(f"GPU models missing from provisioning/data/gpus.json, so not used as trainers: "
+                        f"{', '.join(sorted(no_flops))}")
     return Catalog(types=types, prices=[]), warnings

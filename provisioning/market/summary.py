@@ -41,12 +41,15 @@ class MarketRow:
 
     @property
     def flopp_spot(self) -> float | None:
+        """None for CPU types, which have no flops to rank by."""
         cheapest = self.cheapest_spot
-        return flopp(self.instance_type.flops, cheapest[1] if cheapest else None)
+        if cheapest is None or not self.instance_type.is_gpu:
+            return None
+        return flopp(self.instance_type.flops, cheapest[1])
 
     @property
     def flopp_on_demand(self) -> float | None:
-        return flopp(self.instance_type.flops, self.on_demand_usd)
+        return flopp(self.instance_type.flops, self.on_demand_usd) if self.instance_type.is_gpu else None
 
     def to_json(self) -> dict[str, Any]:
         t = self.instance_type
