@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
+from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
 from provisioning.errors import DeepvmError
@@ -31,25 +31,25 @@ def run() -> None:
     """Console-script entry: every error becomes one line on stderr and a distinct exit code."""
     _register_commands()
     debug = bool(os.environ.get("DEEPVM_DEBUG"))
+    args = sys.argv[1:] or ["--help"]
     try:
-        app(standalone_mode=False)
+        result = app(args=args, standalone_mode=False)
     except DeepvmError as exc:
         if debug:
             raise
         console.error_line(str(exc))
         sys.exit(exc.exit_code)
-    except click.exceptions.NoArgsIsHelpError:
-        sys.exit(0)
-    except click.ClickException as exc:
+    except TyperException as exc:  # usage errors: unknown option, bad value, missing argument
         console.error_line(exc.format_message().replace("\n", " "))
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (Abort, KeyboardInterrupt):
         console.error_line("interrupted")
         sys.exit(130)
-    except click.exceptions.Exit as exc:
+    except Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:
         if debug:
             raise
         console.error_line(f"internal error: {type(exc).__name__}: {exc} (set DEEPVM_DEBUG=1 for details)")
         sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

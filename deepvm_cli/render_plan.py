@@ -9,7 +9,7 @@ from rich.table import Table
 
 from deepvm_cli import console
 from provisioning.catalog import Catalog
-from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
+from provisioning.planner import Architecture, Objective, Plan, PlanResult
 
 RANKING_ROWS = 10
 _BASELINE_LABEL = {"cost_first": "cost-1st", "performance_first": "perf-1st", "deepvm_no_scaling": "K=1"}
@@ -45,7 +45,7 @@ def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> Non
     out.print(_ranking_table(result))
     out.print(_architecture_table(result))
     best = result.plans[0]
-    out.print(f"\n[bold green]Decision:[/] {_shape(best)}  —  ${best.price_per_hour:.4f}/h in "
+    out.print(f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
               f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
               f"{_OBJECTIVE_LABEL[best.objective]} = {_number(best.objective_value)}")
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
@@ -83,7 +83,7 @@ def _architecture_table(result: PlanResult) -> Table:
         if plan is None:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
-            table.add_row(arch.value, _shape(plan), f"{plan.price_per_hour:.4f}",
+            table.add_row(arch.value, plan.summary(), f"{plan.price_per_hour:.4f}",
                           f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
     return table
 
@@ -93,18 +93,9 @@ def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) 
     for column in ("#", "architecture", "nodes", "$/h", "eff. TFLOPS", "objective"):
         table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
     for i, plan in enumerate(plans):
-        table.add_row(names[i] if names else str(i + 1), plan.architecture.value, _shape(plan),
+        table.add_row(names[i] if names else str(i + 1), plan.architecture.value, plan.summary(),
                       f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
     return table
-
-
-def _shape(plan: Plan) -> str:
-    """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""
-    parts = []
-    for g in plan.nodes:
-        role = "" if g.role is Role.TRAINER else f" {g.role.value}"
-        parts.append(f"{g.count} {g.instance_type} {g.market.value}{role}")
-    return " + ".join(parts)
 
 
 def _number(value: float) -> str:

@@ -36,7 +36,7 @@ def resolve_catalog(
         return restrict(catalog, regions, default_region=None, label=str(catalog_file))
     if offline:
         snapshot = load_snapshot()
-        return restrict(snapshot, regions, default_region=configured_region(), label=snapshot_label(snapshot))
+        return restrict(snapshot, regions, default_region=_default_region(regions), label=snapshot_label(snapshot))
     return _live_or_snapshot(regions, refresh)
 
 
@@ -48,7 +48,7 @@ def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
     except AwsUnavailable as exc:
         snapshot = load_snapshot()
         label = snapshot_label(snapshot)
-        fallback = restrict(snapshot, regions, default_region=configured_region(), label=label,
+        fallback = restrict(snapshot, regions, default_region=_default_region(regions), label=label,
                             why=exc.reason)
         fallback.warnings.append(f"{exc.reason}; using {label}")
         return fallback
@@ -115,6 +115,11 @@ def _requested(regions: list[str] | None, available: list[str], default_region: 
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise InputError(f"unknown region {region!r}{hint}; {label} has {', '.join(available)}")
     return list(dict.fromkeys(regions))
+
+
+def _default_region(regions: list[str] | None) -> str | None:
+    """The configured region, looked up only when no region was asked for (it may import botocore)."""
+    return configured_region() if regions is None else None
 
 
 def configured_region() -> str:

@@ -73,14 +73,14 @@ class Block:
         problem: pulp.LpProblem,
         prefix: str,
         candidates: list[Candidate],
-        holders: list[HolderOption],
+        holder_costs: HolderCosts,
         limits: Limits,
         keep_holders: int,
     ):
         self.problem = problem
         self.prefix = prefix
         self.limits = limits
-        self.plans = _plans(candidates, HolderCosts(holders, limits), keep_holders)
+        self.plans = _plans(candidates, holder_costs, keep_holders)
         self.y = [problem.add_variable(f"{prefix}y_{i}", cat=pulp.LpBinary) for i in range(len(self.plans))]
         self.none = problem.add_variable(f"{prefix}none", cat=pulp.LpBinary)
         self._exclusions = 0
@@ -176,9 +176,9 @@ class SelectionModel:
     `values` always has one entry per plan of `self.plans`.
     """
 
-    def __init__(self, candidates: list[Candidate], holders: list[HolderOption], limits: Limits, keep: int):
+    def __init__(self, candidates: list[Candidate], holder_costs: HolderCosts, limits: Limits, keep: int):
         self.problem = pulp.LpProblem("deepvm_plan", pulp.LpMaximize)
-        self.block = Block(self.problem, "", candidates, holders, limits, keep)
+        self.block = Block(self.problem, "", candidates, holder_costs, limits, keep)
         self.plans = self.block.plans
 
     def best(self, values: list[float]) -> Choice | None:

@@ -74,6 +74,14 @@ class Plan:
     def trainer_count(self) -> int:
         return sum(g.count for g in self.nodes if g.role in (Role.TRAINER, Role.ANCHOR))
 
+    def summary(self) -> str:
+        """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""
+        parts = []
+        for g in self.nodes:
+            role = "" if g.role is Role.TRAINER else f" {g.role.value}"
+            parts.append(f"{g.count} {g.instance_type} {g.market.value}{role}")
+        return " + ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "architecture": self.architecture.value,

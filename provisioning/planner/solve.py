@@ -44,14 +44,15 @@ def plan_cluster(
                          f"{', '.join(regions)}")
     holders = holder_options(catalog, regions)
     limits = _limits(catalog, request, request.max_price)
+    costs = HolderCosts(holders, limits)
     spec = _spec(request)
 
     per_architecture: dict[Architecture, Plan | None] = {}
     if with_architectures:
         for architecture in BOTH:
-            best = _rank(options, holders, limits, spec, (architecture,), 1)
+            best = _rank(options, costs, limits, spec, (architecture,), 1)
             per_architecture[architecture] = _to_plan(best[0], spec, catalog) if best else None
-    choices = _rank(options, holders, limits, spec, BOTH, request.top)
+    choices = _rank(options, costs, limits, spec, BOTH, request.top)
     if not choices:
         raise InfeasibleError(_why_infeasible(catalog, request, options, holders, spec))
     plans = [_to_plan(choice, spec, catalog) for choice in choices]
@@ -60,7 +61,7 @@ def plan_cluster(
     if with_baselines:
         baselines["cost_first"] = _baseline_plan(cost_first(options, limits), catalog)
         baselines["performance_first"] = _baseline_plan(performance_first(options, limits), catalog)
-        no_scaling = _rank(options, holders, limits, no_scaling_spec(), BOTH, 1)
+        no_scaling = _rank(options, costs, limits, no_scaling_spec(), BOTH, 1)
         baselines["deepvm_no_scaling"] = (
             _to_plan(no_scaling[0], objective_spec(Objective.DEEPVM), catalog) if no_scaling else None
         )
@@ -92,7 +93,7 @@ def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]
         if not candidates:
             blocks.append(None)
             continue
-        block = Block(problem, f"b{k}_", candidates, holders, limits, 1)
+        block = Block(problem, f"b{k}_", candidates, costs, limits, 1)
         blocks.append((block, [spec.plan_value(plan.candidate, plan.price) for plan in block.plans]))
     solved = iter(best_of_blocks([b for b in blocks if b is not None], problem) if any(blocks) else [])
     choices = [None if b is None else next(solved) for b in blocks]
@@ -130,18 +131,17 @@ def _spec(request: PlanRequest) -> ObjectiveSpec:
 
 def _rank(
     options: list[TrainerOption],
-    holders: list[HolderOption],
+    costs: HolderCosts,
     limits: Limits,
     spec: ObjectiveSpec,
     architectures: tuple[Architecture, ...],
     top: int,
 ) -> list[Choice]:
     """The `top` best distinct plans, best first (k-best by repeated solves with exclusions)."""
-    costs = HolderCosts(holders, limits)
     candidates = select_candidates(options, costs, limits, architectures, spec.score, top, spec.node_gain)
     if not candidates:
         return []
-    model = SelectionModel(candidates, holders, limits, top)
+    model = SelectionModel(candidates, costs, limits, top)
     values = [spec.plan_value(plan.candidate, plan.price) for plan in model.plans]
     ranked: list[Choice] = []
     for _ in range(top):
@@ -226,7 +226,7 @@ def _why_infeasible(
     candidates = select_candidates(options, costs, uncapped, BOTH, _cheapest_first(spec), 1)
     cheapest = None
     if candidates:
-        model = SelectionModel(candidates, holders, uncapped, 1)
+        model = SelectionModel(candidates, costs, uncapped, 1)
         cheapest = model.best([-plan.price for plan in model.plans])
     goal = (
         f"finishes {request.work_pflop:g} PFLOP within {request.deadline_hours:g} h"
@@ -237,11 +237,10 @@ def _why_infeasible(
         checkpoint = f"{request.checkpoint_size_gib:g} GiB x {request.buffer_slots} slots"
         return (f"no cluster {goal} at any price: quotas, --node-limit or the checkpoint size "
                 f"({checkpoint}) rule out every GPU type")
-    lowest = cheapest.price
-    shape = f"{cheapest.candidate.count} x {cheapest.candidate.trainer.itype.name}"
-    return (f"no cluster {goal} within ${request.max_price:g}/h: the cheapest ({shape}, "
-            f"{cheapest.candidate.architecture.value}) costs ${lowest:.4f}/h; "
-            f"try --max-price {_round_up(lowest)}")
+    plan = _to_plan(cheapest, spec, catalog)
+    return (f"no cluster {goal} within ${request.max_price:g}/h: the cheapest, {plan.summary()} "
+            f"in {plan.availability_zone}, costs ${plan.price_per_hour:.4f}/h; "
+            f"try --max-price {_round_up(plan.price_per_hour)}")
 
 
 def _cheapest_first(spec: ObjectiveSpec):
