@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-
 from conftest import DATA, run_cli
 
 

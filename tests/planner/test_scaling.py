@@ -6,8 +6,8 @@ import csv
 import math
 
 import pytest
-
 from conftest import DATA
+
 from provisioning.catalog import ScalingParams
 from provisioning.scaling import (
     MEASURED_SCALING,
