@@ -21,6 +21,7 @@ from provisioning.planner.candidates import (
     trainer_options,
 )
 from provisioning.planner.milp import Block, Choice, SelectionModel, best_of_blocks
+from provisioning.planner.mix import plan_mix
 from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, objective_spec
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
@@ -52,10 +53,11 @@ def plan_cluster(
         for architecture in BOTH:
             best = _rank(options, costs, limits, spec, (architecture,), 1)
             per_architecture[architecture] = _to_plan(best[0], spec, catalog) if best else None
-    choices = _rank(options, costs, limits, spec, BOTH, request.top)
-    if not choices:
+    plans = [_to_plan(choice, spec, catalog) for choice in _rank(options, costs, limits, spec, BOTH, request.top)]
+    if request.mix:  # a mix can exist where no single type fits (e.g. a cheap anchor of another type)
+        plans = _with_mix(plans, plan_mix(catalog, regions, holders, limits, spec.objective), request.top)
+    if not plans:
         raise InfeasibleError(_why_infeasible(catalog, request, options, holders, spec))
-    plans = [_to_plan(choice, spec, catalog) for choice in choices]
 
     baselines: dict[str, Plan | None] = {}
     if with_baselines:
@@ -100,6 +102,14 @@ def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]
     return [None if c is None else _to_plan(c, spec, catalog) for c in choices]
 
 
+def _with_mix(single_type: list[Plan], mixed: Plan | None, top: int) -> list[Plan]:
+    """The mixed cluster first (it is never worse), then the single-type ranking without repeats."""
+    if mixed is None:
+        return single_type
+    same = [p for p in single_type if (p.availability_zone, p.nodes) == (mixed.availability_zone, mixed.nodes)]
+    return [mixed, *[p for p in single_type if p not in same]][:top]
+
+
 def _regions(catalog: Catalog, request: PlanRequest) -> list[str]:
     known = catalog.regions
     if not request.regions or request.regions == ("all",):
@@ -122,6 +132,8 @@ def _limits(catalog: Catalog, request: PlanRequest, max_price: float | None) -> 
 
 
 def _spec(request: PlanRequest) -> ObjectiveSpec:
+    if request.mix and (request.deadline_hours is not None or request.objective is Objective.COST):
+        raise InputError("--mix plans for --objective deepvm or throughput (not cost or --deadline)")
     if request.deadline_hours is not None:
         return objective_spec(
             Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop

@@ -146,3 +146,17 @@ def test_no_credentials_falls_back_to_the_snapshot_with_a_warning(tmp_path):
     assert "no AWS credentials" in result.stderr and "snapshot" in result.stderr
     assert json.loads(result.stdout)["catalog"]["source"] == "snapshot"
     assert os.environ.get("AWS_ACCESS_KEY_ID") == "testing"  # the test's own environment is untouched
+
+
+def test_mix_is_never_worse_than_one_gpu_type():
+    args = ("--catalog", str(DATA / "deepvm_simul_data.json"), "--max-price", "3", "--node-limit", "6")
+    single, mixed = plan_json(*args), plan_json(*args, "--mix")
+    assert mixed["plans"][0]["objective_value"] >= single["plans"][0]["objective_value"] * (1 - 1e-9)
+    trainer_types = {n["instance_type"] for n in mixed["plans"][0]["nodes"] if n["role"] != "holder"}
+    assert len(trainer_types) >= 2  # six nodes per type cannot use $3/h of the best type: it mixes
+    assert mixed["plans"][0]["price_per_hour"] <= 3 + 1e-9
+
+
+def test_mix_rejects_ratio_objectives():
+    result = run_cli("plan", "--offline", "--max-price", "5", "--mix", "--objective", "cost")
+    assert result.returncode == 2 and "--mix plans for --objective deepvm or throughput" in result.stderr
