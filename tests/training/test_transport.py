@@ -6,7 +6,6 @@ import getpass
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
@@ -148,13 +147,13 @@ def test_wrong_host_key_is_refused(server, job, tmp_path):
 def test_unknown_host_is_refused_and_not_learned(server, job, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    with pytest.raises(TransportError, match="host key is not in .*refusing an unknown host"):
+    with pytest.raises(TransportError, match=r"host key is not in .*refusing an unknown host"):
         run_command(host(server, known_hosts=empty), "true", lambda line: None)
     assert empty.read_text() == ""
 
 
 def test_missing_known_hosts_file(server, tmp_path):
-    with pytest.raises(TransportError, match="known_hosts file .* does not exist"):
+    with pytest.raises(TransportError, match=r"known_hosts file .* does not exist"):
         run_command(host(server, known_hosts=tmp_path / "nope"), "true", lambda line: None)
 
 
@@ -195,7 +194,7 @@ def test_large_interleaved_output_does_not_stall(server):
 
 
 def test_timeout(server):
-    with pytest.raises(TransportError, match="timed out after 0.5s"):
+    with pytest.raises(TransportError, match=r"timed out after 0\.5s"):
         run_command(host(server), "sleep 3", lambda line: None, timeout=0.5)
 
 
