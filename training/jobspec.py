@@ -46,7 +46,7 @@ class Cifar10Data(_Strict):
     """CIFAR-10 in its python (pickle) format, from a local path or an S3 prefix."""
 
     kind: Literal["cifar10"]
-    path: str | None = None  # cifar-10-batches-py/, its parent, or cifar-10-python.tar.gz
+    path: str | None = None  # cifar-10-batches-py/, its parent, or the .tar.gz; relative: to the job dir
     s3: str | None = None  # s3://bucket/prefix holding the files above; downloaded into cache_dir
     cache_dir: str = "~/.cache/deepvm/datasets"
     augment: bool = True  # random crop (padding 4) and horizontal flip on the train set
@@ -88,7 +88,10 @@ class ScheduleSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
-    """When and where DeepCheck saves; levels as in DESIGN.md (l1 RAM ring, l2 disk, l3 S3)."""
+    """When and where DeepCheck saves; levels as in DESIGN.md (l1 RAM ring, l2 disk, l3 S3).
+
+    With both every_steps and every_seconds set, a checkpoint is due at whichever comes first.
+    """
 
     every_steps: PositiveInt | None = 50
     every_seconds: Annotated[float, Field(gt=0)] | None = None
@@ -143,7 +146,7 @@ class JobSpec(_Strict):
     shrink: ShrinkPolicy = Field(default_factory=ShrinkPolicy)
     setup: list[str] = Field(default_factory=list)  # shell commands, once per node before launch
     env: dict[str, str] = Field(default_factory=dict)  # exported on every rank
-    run: RunOverride | None = None
+    run: RunOverride | None = None  # for the launcher: run this instead of training.worker
 
     @field_validator("env", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import signal
 import sys
 import time
@@ -116,8 +117,8 @@ class StopRequest:
     def _ask(self, _signum: int, _frame: object) -> None:
         self.asked = True
 
-    def agreed(self) -> bool:
-        flag = torch.tensor([1 if self.asked else 0])
+    def agreed(self, device: torch.device) -> bool:
+        flag = torch.tensor([1 if self.asked else 0], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
@@ -174,7 +175,7 @@ class Run:
             raise InputError(f"{opts.job}: {exc}") from None
         self.state = TrainState(model, optimizer, sampler)
         if opts.resume is not None:
-            self.state.load_state_dict(torch.load(opts.resume, map_location=self.device, weights_only=False))
+            self.state.load_state_dict(_load_state(opts.resume, self.device))
         self.total_steps = _total_steps(spec, sampler)
         self.loss_fn = nn.CrossEntropyLoss()
         self.curve: list[tuple[int, float]] = []
@@ -226,7 +227,7 @@ class Run:
             window_steps += 1
             for hook in self.hooks:
                 hook.on_step(state, state.step)
-            stopping = stop.agreed() or state.step == self.opts.stop_at_step
+            stopping = stop.agreed(self.device) or state.step == self.opts.stop_at_step
             if state.step % spec.log_every == 0 or state.step == self.total_steps or stopping:
                 now = time.perf_counter()
                 final_loss = _mean_over_ranks(loss, self.device)
@@ -285,6 +286,14 @@ class Run:
         tmp = out / "metrics.json.part"
         tmp.write_text(json.dumps(metrics, indent=1) + "\n")
         os.replace(tmp, out / "metrics.json")
+
+
+def _load_state(path: Path, device: torch.device) -> dict[str, Any]:
+    """A state.pt written by a previous run (trusted: it comes from this job's own checkpoints)."""
+    try:
+        return torch.load(path, map_location=device, weights_only=False)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise InputError(f"{path}: cannot resume from this state: {exc}") from None
 
 
 def _save_atomic(obj: Any, path: Path) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from worker_jobs import free_port, tiny_job
 
+from provisioning.errors import InputError
 from training.distenv import DistEnv
 from training.hooks import TrainState
 from training.jobspec import load_job_spec
 from training.models import build_model
-from training.worker import WorkerOptions, run_training
+from training.worker import WorkerOptions, main, parse_args, run_training
 
 
 class Recorder:
@@ -84,3 +86,28 @@ def test_resume_with_a_larger_plan_keeps_global_batch(tmp_path):
     resumed, _ = run(tmp_path, "rest", steps=5, resume=out / "state.pt", planned_world_size=2)
     assert resumed["rank_batches"] == [8] and resumed["global_batch"] == 8
     assert (resumed["first_step"], resumed["steps"]) == (2, 5)
+
+
+def test_resume_from_a_damaged_state_is_one_clear_error(tmp_path):
+    bad = tmp_path / "state.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(InputError, match="cannot resume from this state"):
+        run(tmp_path, "x", resume=bad)
+
+
+def test_worker_cli_reports_spec_errors_in_one_line(tmp_path, capsys):
+    job = tiny_job(tmp_path)
+    job.write_text(job.read_text().replace("batch_size: 4", "batch_size: four"))
+    assert main([str(job), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"deepvm worker: {job}:6: batch_size: expected an integer, got 'four'\n"
+
+
+def test_worker_cli_rank_batches(tmp_path, monkeypatch):
+    job = tiny_job(tmp_path)
+    assert parse_args([str(job), "--out", "o", "--rank-batches", "6,2"]).rank_batches == (6, 2)
+    monkeypatch.setenv("DEEPVM_RANK_BATCHES", "3,5")
+    assert parse_args([str(job), "--out", "o"]).rank_batches == (3, 5)
+    monkeypatch.setenv("DEEPVM_RANK_BATCHES", "3,x")
+    with pytest.raises(InputError, match="expected comma-separated integers"):
+        parse_args([str(job), "--out", "o"])

@@ -2,7 +2,8 @@
 
 Credentials and endpoint come the way boto3 finds them (AWS_ENDPOINT_URL included, so moto works).
 A file already cached with the object's size is not downloaded again; downloads land under a
-temporary name and are renamed, so an interrupted download never looks complete.
+temporary name and are renamed, so an interrupted download never looks complete and ranks sharing a
+node may download at once.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def download_prefix(url: str, cache_dir: str | Path) -> Path:
                 if local.is_file() and local.stat().st_size == obj["Size"]:
                     continue
                 local.parent.mkdir(parents=True, exist_ok=True)
-                partial = local.with_name(local.name + ".part")
+                partial = local.with_name(f"{local.name}.{os.getpid()}.part")  # ranks share a node
                 s3.download_file(bucket, obj["Key"], str(partial))
                 os.replace(partial, local)
     except (ClientError, BotoCoreError) as exc:
