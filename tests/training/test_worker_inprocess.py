@@ -1,0 +1,113 @@
+"""The worker's training loop in this process (world of one): hooks, clean stop, exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from worker_jobs import free_port, tiny_job
+
+from provisioning.errors import InputError
+from training.distenv import DistEnv
+from training.hooks import TrainState
+from training.jobspec import load_job_spec
+from training.models import build_model
+from training.worker import WorkerOptions, main, parse_args, run_training
+
+
+class Recorder:
+    """A CheckpointHook that keeps what it was shown."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.snapshots: dict[int, dict] = {}
+
+    def on_start(self, state: TrainState) -> None:
+        self.calls.append(("start", state.step))
+
+    def on_step(self, state: TrainState, step: int) -> None:
+        self.calls.append(("step", step))
+        assert state.step == step
+        self.snapshots[step] = state.state_dict()
+
+    def on_stop(self, state: TrainState, step: int, reason: str) -> None:
+        self.calls.append((reason, step))
+
+
+def single(port: int) -> DistEnv:
+    return DistEnv(
+        rank=0, world_size=1, local_rank=0, local_size=1, master_addr="127.0.0.1", master_port=port
+    )
+
+
+def run(tmp_path, name, steps=4, hooks=(), **options):
+    job = tiny_job(tmp_path / name, steps=steps)
+    opts = WorkerOptions(job=job, out=tmp_path / name / "out", device="cpu", threads=1, **options)
+    return run_training(load_job_spec(job), single(free_port()), opts, hooks), opts.out
+
+
+def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
+    recorder = Recorder()
+    metrics, out = run(tmp_path, "a", hooks=[recorder])
+    assert recorder.calls == [
+        ("start", 0),
+        ("step", 1),
+        ("step", 2),
+        ("step", 3),
+        ("step", 4),
+        ("completed", 4),
+    ]
+    snap = recorder.snapshots[2]
+    assert set(snap) == {"format", "step", "model", "optimizer", "sampler", "rng"}
+    assert snap["sampler"] == {"epoch": 0, "offset": 8}
+    assert metrics["status"] == "completed" and metrics["steps"] == 4 and metrics["synthetic"] is True
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["final_loss"] == metrics["final_loss"] and math.isfinite(saved["final_loss"])
+    model = build_model("resnet18", 4)
+    model.load_state_dict(torch.load(out / "model.pt"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["event"] for e in lines] == ["start", "step", "step", "end"]
+    assert [e["step"] for e in lines if e["event"] == "step"] == [2, 4]
+
+
+def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):
+    whole, _ = run(tmp_path, "whole", steps=6)
+    stopped, out = run(tmp_path, "part", steps=6, stop_at_step=3)
+    assert (stopped["status"], stopped["steps"]) == ("stopped", 3)
+    resumed, _ = run(tmp_path, "rest", steps=6, resume=out / "state.pt")
+    assert (resumed["first_step"], resumed["steps"], resumed["status"]) == (3, 6, "completed")
+    assert resumed["final_loss"] == whole["final_loss"]
+
+
+def test_resume_with_a_larger_plan_keeps_global_batch(tmp_path):
+    _, out = run(tmp_path, "part", steps=5, stop_at_step=2)
+    resumed, _ = run(tmp_path, "rest", steps=5, resume=out / "state.pt", planned_world_size=2)
+    assert resumed["rank_batches"] == [8] and resumed["global_batch"] == 8
+    assert (resumed["first_step"], resumed["steps"]) == (2, 5)
+
+
+def test_resume_from_a_damaged_state_is_one_clear_error(tmp_path):
+    bad = tmp_path / "state.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(InputError, match="cannot resume from this state"):
+        run(tmp_path, "x", resume=bad)
+
+
+def test_worker_cli_reports_spec_errors_in_one_line(tmp_path, capsys):
+    job = tiny_job(tmp_path)
+    job.write_text(job.read_text().replace("batch_size: 4", "batch_size: four"))
+    assert main([str(job), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"deepvm worker: {job}:6: batch_size: expected an integer, got 'four'\n"
+
+
+def test_worker_cli_rank_batches(tmp_path, monkeypatch):
+    job = tiny_job(tmp_path)
+    assert parse_args([str(job), "--out", "o", "--rank-batches", "6,2"]).rank_batches == (6, 2)
+    monkeypatch.setenv("DEEPVM_RANK_BATCHES", "3,5")
+    assert parse_args([str(job), "--out", "o"]).rank_batches == (3, 5)
+    monkeypatch.setenv("DEEPVM_RANK_BATCHES", "3,x")
+    with pytest.raises(InputError, match="expected comma-separated integers"):
+        parse_args([str(job), "--out", "o"])

@@ -1,0 +1,248 @@
+"""The job spec: what `deepvm train FILE.yaml` runs, validated once on the user's machine.
+
+Every model forbids unknown keys, so a typo fails before a cluster is rented rather than after. The
+schema is the contract between the CLI, the launcher and the worker on each rank: the worker re-reads
+the same file, so anything it needs must be here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from provisioning.errors import InputError
+from training.yamlmarks import YamlDocument, locate, read_yaml
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    """Base of every spec model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """Which network to train."""
+
+    name: Literal["resnet18", "resnet34", "resnet50"] = "resnet18"
+    num_classes: Annotated[int, Field(ge=2)] = 10
+
+
+class SyntheticData(_Strict):
+    """Generated CIFAR-shaped images with learnable class patterns: rehearsals without a download."""
+
+    kind: Literal["synthetic"]
+    samples: PositiveInt = 4096  # images in the (train) set
+    image_shape: tuple[Literal[3], PositiveInt, PositiveInt] = (3, 32, 32)  # channels, height, width
+    classes: Annotated[int, Field(ge=2)] = 10
+    seed: int = 0  # the same seed gives the same images on every node
+
+
+class Cifar10Data(_Strict):
+    """CIFAR-10 in its python (pickle) format, from a local path or an S3 prefix."""
+
+    kind: Literal["cifar10"]
+    path: str | None = None  # cifar-10-batches-py/, its parent, or the .tar.gz; relative: to the job dir
+    s3: str | None = None  # s3://bucket/prefix holding the files above; downloaded into cache_dir
+    cache_dir: str = "~/.cache/deepvm/datasets"
+    augment: bool = True  # random crop (padding 4) and horizontal flip on the train set
+
+    @field_validator("s3")
+    @classmethod
+    def _s3_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("s3://"):
+            raise ValueError(f"expected an s3://bucket/prefix URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Cifar10Data:
+        if (self.path is None) == (self.s3 is None):
+            raise ValueError("give exactly one of path or s3")
+        return self
+
+
+DatasetSpec = Annotated[SyntheticData | Cifar10Data, Field(discriminator="kind")]
+
+
+class OptimizerSpec(_Strict):
+    """The optimizer; for adam and adamw `momentum` is beta1."""
+
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: Annotated[float, Field(gt=0)] = 0.1
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    weight_decay: Annotated[float, Field(ge=0)] = 5e-4
+
+
+class ScheduleSpec(_Strict):
+    """Learning-rate schedule over the whole run, after a linear warmup."""
+
+    name: Literal["none", "step", "cosine", "onecycle"] = "cosine"
+    warmup_steps: NonNegInt = 0  # linear ramp from 0 (onecycle: from lr/25) up to lr
+    step_every: PositiveInt = 1000  # `step`: multiply by gamma every this many steps
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.1  # `step`: the factor
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0  # `cosine`: final lr as a fraction of lr
+
+
+class CheckpointSpec(_Strict):
+    """When and where DeepCheck saves; levels as in DESIGN.md (l1 RAM ring, l2 disk, l3 S3).
+
+    With both every_steps and every_seconds set, a checkpoint is due at whichever comes first.
+    """
+
+    every_steps: PositiveInt | None = 50
+    every_seconds: Annotated[float, Field(gt=0)] | None = None
+    levels: list[Literal["l1", "l2", "l3"]] = Field(default_factory=lambda: ["l1", "l2"])
+    buffer_slots: PositiveInt = 2  # checkpoints the remote tier's ring buffer holds
+    s3_prefix: str | None = None  # where l3 writes; required when l3 is listed
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CheckpointSpec:
+        if self.every_steps is None and self.every_seconds is None:
+            raise ValueError("give every_steps or every_seconds")
+        if not self.levels:
+            raise ValueError("levels: list at least one of l1, l2, l3")
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError("levels: each level may appear once")
+        if "l3" in self.levels and not (self.s3_prefix and self.s3_prefix.startswith("s3://")):
+            raise ValueError("level l3 needs s3_prefix: s3://bucket/prefix")
+        return self
+
+
+class ShrinkPolicy(_Strict):
+    """How the global batch survives losing trainers.
+
+    per_trainer_batch: survivors take larger per-trainer batches so the global batch stays the same.
+    lr_scaling: per-trainer batch stays; the learning rate scales with the global batch (linear rule).
+    """
+
+    keep_global_batch_by: Literal["per_trainer_batch", "lr_scaling"] = "per_trainer_batch"
+
+
+class RunOverride(_Strict):
+    """The user's own script replaces deepvm's worker; deepvm still pushes, launches and checkpoints."""
+
+    script: str
+    args: list[str] = Field(default_factory=list)
+
+
+class JobSpec(_Strict):
+    """One training job."""
+
+    name: str = "job"
+    seed: int = 0
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    dataset: DatasetSpec
+    steps: PositiveInt | None = None
+    epochs: PositiveInt | None = None
+    batch_size: PositiveInt = 32  # per trainer
+    log_every: PositiveInt = 10  # steps between progress lines
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    shrink: ShrinkPolicy = Field(default_factory=ShrinkPolicy)
+    setup: list[str] = Field(default_factory=list)  # shell commands, once per node before launch
+    env: dict[str, str] = Field(default_factory=dict)  # exported on every rank
+    run: RunOverride | None = None  # for the launcher: run this instead of training.worker
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_scalars_as_text(cls, value: Any) -> Any:
+        """`OMP_NUM_THREADS: 1` means the text "1": environment values are strings anyway."""
+        if isinstance(value, dict):
+            return {key: _env_text(item) for key, item in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of steps or epochs")
+        classes = self.dataset.classes if isinstance(self.dataset, SyntheticData) else 10
+        if self.model.num_classes != classes:
+            raise ValueError(
+                f"model.num_classes is {self.model.num_classes} but the dataset has {classes} classes"
+            )
+        return self
+
+    @property
+    def is_synthetic(self) -> bool:
+        """True when the run trains on generated data; every report says so."""
+        return isinstance(self.dataset, SyntheticData)
+
+
+def _env_text(value: Any) -> Any:
+    """YAML scalars as the shell would see them; anything else is left for validation to reject."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def load_job_spec(path: str | Path) -> JobSpec:
+    """Read and validate a job spec; any problem is one InputError line: ``FILE:LINE: FIELD: PROBLEM``."""
+    doc = read_yaml(Path(path))
+    if not isinstance(doc.data, dict):
+        raise InputError(f"{doc.path}:1: expected a mapping of job fields at the top level")
+    try:
+        return JobSpec.model_validate(doc.data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        placed = sorted(((_place(doc, err), err) for err in errors), key=lambda item: item[0][0])
+        (line, field), first = placed[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(f"{doc.path}:{line}: {field}: {_describe(first)}{more}") from None
+
+
+def _place(doc: YamlDocument, err: Any) -> tuple[int, str]:
+    """The line and dotted field name an error belongs to.
+
+    A missing field has no line of its own: it gets its parent's. A bad union tag belongs to the tag.
+    """
+    loc = tuple(err["loc"])
+    if err["type"] == "union_tag_invalid":
+        loc += (err["ctx"]["discriminator"].strip("'"),)
+    where = locate(doc, loc)
+    names = where.names + ((loc[-1],) if err["type"] == "missing" else ())
+    return where.line, ".".join(str(n) for n in names) or "(top level)"
+
+
+_EXPECTED = {
+    "int_parsing": "an integer",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _describe(err: Any) -> str:
+    """A short lower-case problem text for one pydantic error."""
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field missing"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {err['input']!r}"
+    if kind == "literal_error":
+        return f"expected {err['ctx']['expected']}, got {err['input']!r}"
+    if kind == "union_tag_invalid":
+        return f"unknown kind {err['ctx']['tag']!r}, expected {err['ctx']['expected_tags']}"
+    if kind == "union_tag_not_found":
+        return "missing `kind` (synthetic or cifar10)"
+    if kind == "value_error":
+        return str(err["ctx"]["error"])
+    msg: str = err["msg"]
+    return msg[0].lower() + msg[1:]

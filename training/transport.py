@@ -1,0 +1,378 @@
+"""SSH to the cluster's nodes: push a directory tree over SFTP and run commands with streamed output.
+
+Host keys are pinned: each host is checked against the known_hosts file its HostSpec names (written
+by `deepvm up` from the keys the nodes reported) and an unknown or different key is refused. Nothing
+is ever added to known_hosts automatically, so a spoofed node address cannot receive the job.
+
+Pushes are incremental: the remote directory keeps ``.deepvm-manifest.json`` with the SHA-256 and mode
+of every file deepvm put there; a push sends only files whose entry differs, removes files it sent
+before that are gone locally, and rewrites the manifest last. Each file is written under a temporary
+name and renamed, so an interrupted push leaves whole old files or whole new ones, and, as the
+manifest was not yet updated, the next push sends whatever is unconfirmed again.
+
+Functions that take several hosts work on them in parallel threads; callbacks are called from those
+threads, one call at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import posixpath
+import re
+import shlex
+import stat
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import paramiko
+
+from provisioning.errors import CloudError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MANIFEST = ".deepvm-manifest.json"
+DEFAULT_EXCLUDE = ("__pycache__", "*.pyc", ".git", ".venv", ".pytest_cache", ".ruff_cache")
+
+
+class TransportError(CloudError):
+    """A node could not be reached, authenticated, trusted, written to or run on."""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to reach one node over SSH."""
+
+    name: str  # node name used in log prefixes and results, e.g. "trainer-1"
+    address: str  # IP address or host name
+    key_path: Path  # private key of the user deepvm logs in as
+    known_hosts: Path  # the pinned host keys; the node's key must be in it
+    port: int = 22
+    user: str = "root"
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} ({self.user}@{self.address}:{self.port})"
+
+
+@dataclass(frozen=True)
+class PushProgress:
+    """One step of a push to one host: after each block of a file and once per finished file."""
+
+    host: str
+    path: str  # the file being sent, relative to the pushed directory
+    files_done: int
+    files_total: int  # files this push sends to this host (unchanged ones are not counted)
+    bytes_done: int
+    bytes_total: int
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push did on one host."""
+
+    host: str
+    uploaded: tuple[str, ...]  # relative paths sent, sorted
+    deleted: tuple[str, ...]  # relative paths removed because they are gone locally
+    unchanged: int  # files the manifest showed already up to date
+    bytes_sent: int
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    """One line a remote command wrote."""
+
+    host: str
+    stream: Literal["stdout", "stderr"]
+    text: str  # without the line ending
+
+    def prefixed(self) -> str:
+        return f"[{self.host}] {self.text}"
+
+
+def connect(host: HostSpec, timeout: float = 10.0) -> paramiko.SSHClient:
+    """An authenticated SSH client, or TransportError saying why not (one line)."""
+    client = paramiko.SSHClient()
+    try:
+        client.load_host_keys(str(host.known_hosts))
+    except FileNotFoundError:
+        raise TransportError(f"{host.where}: known_hosts file {host.known_hosts} does not exist") from None
+    except (OSError, paramiko.SSHException) as exc:
+        raise TransportError(f"{host.where}: cannot read known_hosts {host.known_hosts}: {exc}") from None
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            host.address,
+            port=host.port,
+            username=host.user,
+            key_filename=str(host.key_path),
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
+    except paramiko.BadHostKeyException:
+        client.close()
+        raise TransportError(
+            f"{host.where}: host key differs from the one pinned in {host.known_hosts}; refusing to connect"
+        ) from None
+    except paramiko.AuthenticationException:
+        client.close()
+        raise TransportError(f"{host.where}: authentication failed with key {host.key_path}") from None
+    except paramiko.SSHException as exc:
+        client.close()
+        if "not found in known_hosts" in str(exc):
+            raise TransportError(
+                f"{host.where}: host key is not in {host.known_hosts}; refusing an unknown host"
+            ) from None
+        raise TransportError(f"{host.where}: SSH failed: {exc}") from None
+    except (OSError, EOFError) as exc:
+        client.close()
+        raise TransportError(f"{host.where}: unreachable: {exc.__class__.__name__}: {exc}") from None
+    return client
+
+
+# --- push -----------------------------------------------------------------------------------------
+
+
+def local_manifest(root: Path, exclude: Sequence[str] = DEFAULT_EXCLUDE) -> dict[str, dict[str, str | int]]:
+    """{relative posix path: {"sha256", "mode"}} of every regular file under ``root`` not excluded.
+
+    A pattern excludes a file when it matches any component of its relative path.
+    """
+    entries: dict[str, dict[str, str | int]] = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(fnmatch(part, pattern) for part in relative.parts for pattern in exclude):
+            continue
+        if path.is_file() and not path.is_symlink():
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            entries[relative.as_posix()] = {"sha256": digest, "mode": stat.S_IMODE(path.stat().st_mode)}
+    return entries
+
+
+def push_tree(
+    hosts: Sequence[HostSpec],
+    local_dir: Path,
+    remote_dir: str,
+    *,
+    progress: Callable[[PushProgress], None] | None = None,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    max_parallel: int = 16,
+) -> list[PushResult]:
+    """Make ``remote_dir`` on every host hold ``local_dir``'s files, sending only what changed.
+
+    Files in ``remote_dir`` that deepvm never pushed are left alone. Raises TransportError naming
+    every host that failed, after the others finished.
+    """
+    if not local_dir.is_dir():
+        raise TransportError(f"{local_dir}: not a directory to push")
+    manifest = local_manifest(local_dir, exclude)
+    report = _serialized(progress) if progress else None
+    return _on_hosts(
+        hosts, lambda host: _push_one(host, local_dir, remote_dir, manifest, report), max_parallel
+    )
+
+
+def _push_one(
+    host: HostSpec,
+    local_dir: Path,
+    remote_dir: str,
+    manifest: dict[str, dict[str, str | int]],
+    progress: Callable[[PushProgress], None] | None,
+) -> PushResult:
+    with contextlib.closing(connect(host)) as client, contextlib.closing(client.open_sftp()) as sftp:
+        try:
+            _makedirs(sftp, remote_dir, set())
+            remote = _read_manifest(sftp, posixpath.join(remote_dir, MANIFEST))
+            send = [path for path, entry in manifest.items() if remote.get(path) != entry]
+            gone = sorted(path for path in remote if path not in manifest)
+            sent = _send_files(host, sftp, local_dir, remote_dir, send, manifest, progress)
+            for path in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    sftp.remove(posixpath.join(remote_dir, path))
+            _write_atomic(sftp, posixpath.join(remote_dir, MANIFEST), json.dumps(manifest, indent=1).encode())
+        except OSError as exc:
+            raise TransportError(f"{host.where}: writing {remote_dir} failed: {exc}") from None
+    return PushResult(host.name, tuple(send), tuple(gone), len(manifest) - len(send), sent)
+
+
+def _send_files(
+    host: HostSpec,
+    sftp: paramiko.SFTPClient,
+    local_dir: Path,
+    remote_dir: str,
+    paths: list[str],
+    manifest: dict[str, dict[str, str | int]],
+    progress: Callable[[PushProgress], None] | None,
+) -> int:
+    """Upload ``paths`` one by one (temp name, then rename); returns the bytes sent."""
+    sizes = [(local_dir / path).stat().st_size for path in paths]
+    total, done = sum(sizes), 0
+    made: set[str] = set()
+    for index, (path, size) in enumerate(zip(paths, sizes, strict=True)):
+        target = posixpath.join(remote_dir, path)
+        _makedirs(sftp, posixpath.dirname(target), made)
+
+        def tick(sent: int, _size: int, path: str = path, index: int = index, base: int = done) -> None:
+            if progress:
+                progress(PushProgress(host.name, path, index, len(paths), base + sent, total))
+
+        partial = target + ".deepvm-part"
+        sftp.put(str(local_dir / path), partial, callback=tick, confirm=True)
+        sftp.chmod(partial, int(manifest[path]["mode"]))
+        sftp.posix_rename(partial, target)
+        done += size
+        if progress:
+            progress(PushProgress(host.name, path, index + 1, len(paths), done, total))
+    return done
+
+
+def _makedirs(sftp: paramiko.SFTPClient, path: str, made: set[str]) -> None:
+    """mkdir -p over SFTP, remembering what exists to avoid a round trip per file."""
+    if not path or path in made or path == "/":
+        return
+    try:
+        if stat.S_ISDIR(sftp.stat(path).st_mode or 0):
+            made.add(path)
+            return
+    except FileNotFoundError:
+        pass
+    _makedirs(sftp, posixpath.dirname(path.rstrip("/")), made)
+    sftp.mkdir(path)
+    made.add(path)
+
+
+def _read_manifest(sftp: paramiko.SFTPClient, path: str) -> dict[str, dict[str, str | int]]:
+    """The remote manifest; missing or unreadable means "nothing is known to be there"."""
+    try:
+        with sftp.open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_atomic(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
+    partial = path + ".deepvm-part"
+    with sftp.open(partial, "wb") as handle:
+        handle.write(data)
+    sftp.posix_rename(partial, path)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def shell_command(command: str, env: dict[str, str] | None = None, cwd: str | None = None) -> str:
+    """``command`` prefixed with exports and a cd, quoted for a POSIX shell."""
+    parts = []
+    for name, value in (env or {}).items():
+        if not _ENV_NAME.match(name):
+            raise TransportError(f"invalid environment variable name {name!r}")
+        parts.append(f"export {name}={shlex.quote(value)}")
+    if cwd is not None:
+        parts.append(f"cd {shlex.quote(cwd)}")
+    return " && ".join([*parts, command]) if parts else command
+
+
+def run_command(
+    host: HostSpec,
+    command: str,
+    on_line: Callable[[OutputLine], None],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+) -> int:
+    """Run ``command`` on ``host`` through its login shell, streaming each output line; the exit status.
+
+    stdout and stderr are read concurrently so neither can fill up and stall the command. After
+    ``timeout`` seconds the channel is closed and TransportError raised.
+    """
+    sink = _serialized(on_line)
+    with contextlib.closing(connect(host)) as client:
+        channel = client.get_transport().open_session()  # type: ignore[union-attr]
+        channel.exec_command(shell_command(command, env, cwd))
+        readers = [
+            threading.Thread(target=_pump, args=(channel.makefile("rb"), host.name, "stdout", sink)),
+            threading.Thread(target=_pump, args=(channel.makefile_stderr("rb"), host.name, "stderr", sink)),
+        ]
+        for reader in readers:
+            reader.start()
+        finished = channel.status_event.wait(timeout)
+        if not finished:
+            channel.close()
+        for reader in readers:
+            reader.join()
+        if not finished:
+            raise TransportError(f"{host.where}: command timed out after {timeout:g}s: {command}")
+        return channel.recv_exit_status()
+
+
+def run_on_hosts(
+    hosts: Sequence[HostSpec],
+    command: str,
+    on_line: Callable[[OutputLine], None],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    max_parallel: int = 16,
+) -> dict[str, int]:
+    """``run_command`` on every host in parallel; {host name: exit status}."""
+    sink = _serialized(on_line)
+    results = _on_hosts(
+        hosts,
+        lambda host: (host.name, run_command(host, command, sink, env=env, cwd=cwd, timeout=timeout)),
+        max_parallel,
+    )
+    return dict(results)
+
+
+def _pump(
+    stream: Iterable[bytes], host: str, name: Literal["stdout", "stderr"], sink: Callable[[OutputLine], None]
+) -> None:
+    try:
+        for raw in stream:
+            sink(OutputLine(host, name, raw.decode("utf-8", "replace").rstrip("\r\n")))
+    except (OSError, EOFError):
+        return  # the channel closed under us (timeout): the caller reports it
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _serialized(callback: Callable[[T], None]) -> Callable[[T], None]:
+    lock = threading.Lock()
+
+    def call(item: T) -> None:
+        with lock:
+            callback(item)
+
+    return call
+
+
+def _on_hosts(hosts: Sequence[HostSpec], work: Callable[[HostSpec], R], max_parallel: int) -> list[R]:
+    """``work`` on every host in parallel; results in host order, or one TransportError for all failures."""
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(max_parallel, len(hosts))) as pool:
+        futures = [pool.submit(work, host) for host in hosts]
+    failures = [f.exception() for f in futures if f.exception() is not None]
+    if failures:
+        first = failures[0]
+        if not isinstance(first, TransportError):
+            raise first  # a bug, not a node problem: keep its traceback
+        more = f" (and {len(failures) - 1} more hosts failed)" if len(failures) > 1 else ""
+        raise TransportError(f"{first}{more}")
+    return [f.result() for f in futures]
