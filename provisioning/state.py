@@ -9,6 +9,7 @@ prices.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Plan, Role
 
@@ -177,7 +179,9 @@ class Store:
 
     def set_status(self, name: str, status: str, message: str = "") -> None:
         with self._tx() as db:
-            db.execute("UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status, utc_now(), name))
+            db.execute(
+                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status, utc_now(), name)
+            )
             _event(db, name, status, message or f"status {status}")
 
     def set_resources(self, name: str, resources: CloudResources) -> None:
@@ -201,10 +205,13 @@ class Store:
         with self._tx() as db:
             as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
             for node in nodes:
-                known = db.execute("SELECT state FROM nodes WHERE instance_id = ?", (node.instance_id,)).fetchone()
+                known = db.execute(
+                    "SELECT state FROM nodes WHERE instance_id = ?", (node.instance_id,)
+                ).fetchone()
                 db.execute(
-                    "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(instance_id) DO UPDATE SET "
-                    "state = excluded.state, private_ip = excluded.private_ip, public_ip = excluded.public_ip",
+                    "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(instance_id) DO UPDATE "
+                    "SET state = excluded.state, private_ip = excluded.private_ip, "
+                    "public_ip = excluded.public_ip",
                     (
                         node.instance_id,
                         cluster,
@@ -246,9 +253,12 @@ class Store:
     def close_costs(self, cluster: str) -> None:
         """End every open cost segment of the cluster now (it was torn down)."""
         with self._tx() as db:
-            db.execute("UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (utc_now(), cluster))
             db.execute(
-                "UPDATE nodes SET state = 'terminated' WHERE cluster = ? AND state != 'terminated'", (cluster,)
+                "UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (utc_now(), cluster)
+            )
+            db.execute(
+                "UPDATE nodes SET state = 'terminated' WHERE cluster = ? AND state != 'terminated'",
+                (cluster,),
             )
 
     def cost_so_far(self, cluster: str, now: datetime | None = None) -> float:
@@ -267,12 +277,32 @@ class Store:
             _event(db, cluster, kind, message)
 
     def events(self, cluster: str) -> list[Event]:
-        rows = self._db.execute("SELECT at, kind, message FROM events WHERE cluster = ? ORDER BY id", (cluster,))
+        rows = self._db.execute(
+            "SELECT at, kind, message FROM events WHERE cluster = ? ORDER BY id", (cluster,)
+        )
         return [Event(r["at"], r["kind"], r["message"]) for r in rows]
 
 
+@contextmanager
+def cluster_lock(name: str) -> Iterator[None]:
+    """Hold the cluster for one command that changes it (`up`, `down`); a second one fails at once."""
+    locks = deepvm_home() / "locks"
+    locks.mkdir(exist_ok=True, mode=0o700)
+    with open(locks / f"{name}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise CloudError(
+                f"another deepvm command is working on cluster {name}; wait for it to finish"
+            ) from exc
+        yield
+
+
 def _event(db: sqlite3.Connection, cluster: str, kind: str, message: str) -> None:
-    db.execute("INSERT INTO events (cluster, at, kind, message) VALUES (?,?,?,?)", (cluster, utc_now(), kind, message))
+    db.execute(
+        "INSERT INTO events (cluster, at, kind, message) VALUES (?,?,?,?)",
+        (cluster, utc_now(), kind, message),
+    )
 
 
 def _resources_json(resources: CloudResources) -> str:

@@ -82,4 +82,8 @@ def _write_private(path: Path, key: Ed25519PrivateKey) -> None:
 
 def _public_line(private_path: Path) -> str:
     key = serialization.load_ssh_private_key(private_path.read_bytes(), password=None)
-    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )

@@ -41,7 +41,9 @@ def main(root: Path) -> int:
         _bind(sources[name], target)
         os.close(sources[name])
     home = pwd.getpwuid(os.geteuid()).pw_dir  # read after the mounts: the host's own passwd
-    server = MetadataServer(facts["local_ipv4"], HostFacts(**facts).metadata(), config["user_data"], notices_fd)
+    server = MetadataServer(
+        facts["local_ipv4"], HostFacts(**facts).metadata(), config["user_data"], notices_fd
+    )
     threading.Thread(target=server.serve_forever, name="imds", daemon=True).start()
     os.chdir(home)
     sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", "/etc/ssh/sshd_config"], stdout=log, stderr=log)

@@ -79,8 +79,15 @@ def boot_host(facts: HostFacts, user_data: str) -> int:
     user = ssh_user()
     etc, homes, tmp = root / "etc_ssh", root / "home", root / "tmp"
     home = homes / user
-    for path, mode in ((root, 0o700), (etc, 0o755), (homes, 0o755), (home, 0o700), (home / ".ssh", 0o700),
-                       (tmp, 0o1777), (root / NOTICES, 0o755)):
+    for path, mode in (
+        (root, 0o700),
+        (etc, 0o755),
+        (homes, 0o755),
+        (home, 0o700),
+        (home / ".ssh", 0o700),
+        (tmp, 0o1777),
+        (root / NOTICES, 0o755),
+    ):
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(mode)
     _write(etc / "ssh_host_ed25519_key", boot.host_key_private, 0o600)
@@ -93,8 +100,17 @@ def boot_host(facts: HostFacts, user_data: str) -> int:
     _write(root / "passwd", _passwd_with_home(user, f"/home/{user}"), 0o644)
     _write(root / "host.json", json.dumps({"facts": asdict(facts), "user_data": user_data}), 0o600)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-    argv = ["unshare", "--pid", "--mount", "--mount-proc", "--fork", "--kill-child=SIGKILL", "--propagation",
-            "private", *python_module("provisioning.sandbox.hostinit", str(root))]
+    argv = [
+        "unshare",
+        "--pid",
+        "--mount",
+        "--mount-proc",
+        "--fork",
+        "--kill-child=SIGKILL",
+        "--propagation",
+        "private",
+        *python_module("provisioning.sandbox.hostinit", str(root)),
+    ]
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
     pid = spawn_daemon(argv, root / "host.log", env=env)
     _write(root / "pid", str(pid), 0o600)
@@ -118,6 +134,13 @@ def host_processes(instance_id: str) -> list[int]:
     if pid is None or not pid_alive(pid):
         return []
     return [pid, *children(pid)]
+
+
+def host_facts(instance_id: str) -> HostFacts | None:
+    try:
+        return HostFacts(**json.loads((host_dir(instance_id) / "host.json").read_text())["facts"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def kill_host(instance_id: str) -> list[int]:

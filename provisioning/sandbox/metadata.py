@@ -102,7 +102,7 @@ class MetadataServer(ThreadingHTTPServer):
             return self.user_data
         if not path.startswith(meta):
             return None
-        key = path[len(meta):].rstrip("/")
+        key = path[len(meta) :].rstrip("/")
         notices = {"spot/instance-action": INSTANCE_ACTION, "events/recommendations/rebalance": REBALANCE}
         if key in notices:
             return self.notice(notices[key])
@@ -145,5 +145,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         return

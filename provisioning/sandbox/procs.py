@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +19,12 @@ def spawn_daemon(argv: list[str], log_path: Path, env: dict[str, str] | None = N
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH", "")]))
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env, start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=full_env,
+            start_new_session=True,
             close_fds=True,
         )
     return proc.pid
@@ -50,10 +56,8 @@ def children(pid: int) -> list[int]:
 def kill_and_wait(pids: list[int], timeout_s: float = 10.0, sig: int = signal.SIGKILL) -> list[int]:
     """Signal the processes and wait until they are gone; return those still alive."""
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):  # already gone
             os.kill(pid, sig)
-        except OSError:
-            pass
     deadline = time.monotonic() + timeout_s
     while True:
         alive = [p for p in pids if pid_alive(p)]

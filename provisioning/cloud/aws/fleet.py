@@ -32,7 +32,11 @@ class FleetResult:
 
 
 def fleet_request(
-    spec: ClusterSpec, launch_template_id: str, instance_type: str, groups: list[NodeGroup], index: int,
+    spec: ClusterSpec,
+    launch_template_id: str,
+    instance_type: str,
+    groups: list[NodeGroup],
+    index: int,
     all_or_nothing: bool,
 ) -> dict[str, object]:
     """The CreateFleet arguments for the groups of one instance type.
@@ -64,8 +68,10 @@ def fleet_request(
         },
         "TagSpecifications": [tag_spec("fleet", spec.name), tag_spec("instance", spec.name)],
     }
-    for key, count, strategy in (("SpotOptions", spot, "price-capacity-optimized"),
-                                 ("OnDemandOptions", on_demand, "lowest-price")):
+    for key, count, strategy in (
+        ("SpotOptions", spot, "price-capacity-optimized"),
+        ("OnDemandOptions", on_demand, "lowest-price"),
+    ):
         options: dict[str, object] = {"AllocationStrategy": strategy}
         if all_or_nothing and count:
             options.update(SingleInstanceType=True, SingleAvailabilityZone=True, MinTargetCapacity=count)
@@ -95,7 +101,7 @@ def read_fleet_answer(answer: dict, instance_type: str, groups: list[NodeGroup])
         )
     reasons: dict[Market, list[str]] = {Market.SPOT: [], Market.ON_DEMAND: []}
     for error in answer.get("Errors") or []:
-        market = _MARKET_OF_LIFECYCLE.get(error.get("Lifecycle", ""), None)
+        market = _MARKET_OF_LIFECYCLE.get(error.get("Lifecycle", ""))
         text = f"{error.get('ErrorCode', 'Error')}: {error.get('ErrorMessage', '')}".strip()
         for m in [market] if market else list(reasons):
             reasons[m].append(text)
@@ -104,7 +110,13 @@ def read_fleet_answer(answer: dict, instance_type: str, groups: list[NodeGroup])
         wanted = sum(g.count for g in groups if g.market is market)
         if len(launched[market]) < wanted:
             shortfalls.append(
-                Shortfall(instance_type, market, wanted, len(launched[market]), tuple(dict.fromkeys(reasons[market])))
+                Shortfall(
+                    instance_type,
+                    market,
+                    wanted,
+                    len(launched[market]),
+                    tuple(dict.fromkeys(reasons[market])),
+                )
             )
     ids = tuple(launched[Market.ON_DEMAND] + launched[Market.SPOT])
     return FleetResult(fleet_id=answer.get("FleetId", ""), instance_ids=ids, shortfalls=tuple(shortfalls))

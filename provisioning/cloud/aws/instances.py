@@ -53,14 +53,19 @@ def wait_running(
         dead = [i for i in infos if i.state in ("shutting-down", "terminated")]
         if dead or time.monotonic() > deadline:
             states = {i.instance_id: i.state for i in infos}
-            missing = [f"{iid} ({states.get(iid, 'not visible')})" for iid in instance_ids if iid not in
-                       {r.instance_id for r in running}]
+            missing = [
+                f"{iid} ({states.get(iid, 'not visible')})"
+                for iid in instance_ids
+                if iid not in {r.instance_id for r in running}
+            ]
             raise CloudError(f"instances did not reach 'running': {', '.join(missing)}")
         time.sleep(delay)
         delay = min(delay * 1.5, 5.0)
 
 
-def cluster_instances(ctx: AwsContext, cluster: str, states: tuple[str, ...] = LIVE_STATES) -> list[InstanceInfo]:
+def cluster_instances(
+    ctx: AwsContext, cluster: str, states: tuple[str, ...] = LIVE_STATES
+) -> list[InstanceInfo]:
     """Every instance tagged with the cluster, in the given states (found even without local state)."""
     filters = [*cluster_filter(cluster), {"Name": "instance-state-name", "Values": list(states)}]
     with cloud_errors("listing the cluster's instances"):

@@ -35,18 +35,17 @@ def terminate_cluster(
     deleted: list[str] = []
     deadline = time.monotonic() + timeout_s
 
-    on_step("terminating instances")
     instance_ids = [i.instance_id for i in cluster_instances(ctx, cluster)]
+    on_step("deleting fleets")
+    for fleet_id in _live_fleets(ctx, cluster, known.fleet_ids):
+        _delete_fleet(ctx, fleet_id)
+        deleted.append(f"fleet {fleet_id}")
+
+    on_step("terminating instances")
     if instance_ids:
         with cloud_errors("terminating instances"):
             ec2.terminate_instances(InstanceIds=instance_ids)
         deleted += [f"instance {i}" for i in instance_ids]
-
-    on_step("deleting fleets")
-    fleet_ids = list(dict.fromkeys((*known.fleet_ids, *_cluster_fleets(ctx, cluster))))
-    for fleet_id in fleet_ids:
-        if _gone_ok(lambda fid=fleet_id: ec2.delete_fleets(FleetIds=[fid], TerminateInstances=True)):
-            deleted.append(f"fleet {fleet_id}")
 
     on_step("waiting for instances to terminate")
     _wait_terminated(ctx, instance_ids, deadline)
@@ -68,7 +67,10 @@ def terminate_cluster(
     on_step("deleting key pair")
     with cloud_errors("listing key pairs"):
         keys = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
-    for key_name in filter(None, dict.fromkeys([k["KeyName"] for k in keys] + [known.key_name])):
+        if known.key_name:  # DeleteKeyPair succeeds for missing names: look the recorded one up first
+            by_name = [{"Name": "key-name", "Values": [known.key_name]}]
+            keys += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]
+    for key_name in dict.fromkeys(k["KeyName"] for k in keys):
         if _gone_ok(lambda name=key_name: ec2.delete_key_pair(KeyName=name)):
             deleted.append(f"key pair {key_name}")
 
@@ -83,7 +85,9 @@ def terminate_cluster(
 
     left = leftovers(ctx, cluster)
     if left:
-        raise CloudError(f"cluster {cluster}: still present after teardown: {', '.join(left)}; run `deepvm down` again")
+        raise CloudError(
+            f"cluster {cluster}: still present after teardown: {', '.join(left)}; run `deepvm down` again"
+        )
     return deleted
 
 
@@ -92,18 +96,22 @@ def leftovers(ctx: AwsContext, cluster: str) -> list[str]:
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
         found = [f"instance {i.instance_id}" for i in cluster_instances(ctx, cluster)]
-        found += [f"fleet {f}" for f in _cluster_fleets(ctx, cluster)]
+        found += [f"fleet {f}" for f in _live_fleets(ctx, cluster)]
         found += [
             f"launch template {t['LaunchTemplateId']}"
             for t in ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
         ]
         found += [f"security group {g}" for g in cluster_security_groups(ctx, cluster)]
-        found += [f"key pair {k['KeyName']}" for k in ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]]
+        found += [
+            f"key pair {k['KeyName']}"
+            for k in ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
+        ]
     return found
 
 
-def _cluster_fleets(ctx: AwsContext, cluster: str) -> list[str]:
-    """Active fleets tagged with the cluster (DescribeFleets has no tag filter: match the tags here)."""
+def _live_fleets(ctx: AwsContext, cluster: str, known_ids: tuple[str, ...] = ()) -> list[str]:
+    """Fleets of the cluster not yet deleted: the recorded ones plus any tagged with the cluster
+    (DescribeFleets has no tag filter, so tags are matched here)."""
     with cloud_errors("listing fleets"):
         pages = ctx.client("ec2").get_paginator("describe_fleets").paginate()
         fleets = [f for page in pages for f in page["Fleets"]]
@@ -111,8 +119,27 @@ def _cluster_fleets(ctx: AwsContext, cluster: str) -> list[str]:
         f["FleetId"]
         for f in fleets
         if not str(f.get("FleetState", "")).startswith("deleted")
-        and any(t["Key"] == CLUSTER_TAG and t["Value"] == cluster for t in f.get("Tags") or [])
+        and (
+            f["FleetId"] in known_ids
+            or any(t["Key"] == CLUSTER_TAG and t["Value"] == cluster for t in f.get("Tags") or [])
+        )
     ]
+
+
+def _delete_fleet(ctx: AwsContext, fleet_id: str) -> None:
+    """Delete an instant fleet with its instances (the only way AWS allows for instant fleets)."""
+    try:
+        answer = ctx.client("ec2").delete_fleets(FleetIds=[fleet_id], TerminateInstances=True)
+    except ClientError as exc:
+        # moto 5 answers InvalidParameterCombination when none of the fleet's instances still runs,
+        # after it has marked the fleet deleted; nothing is left to do then.
+        if error_code(exc) == "InvalidParameterCombination":
+            return
+        raise CloudError(f"deleting fleet {fleet_id}: {error_code(exc)}") from exc
+    for failure in answer.get("UnsuccessfulFleetDeletions") or []:
+        error = failure.get("Error", {})
+        if error.get("Code") not in ("fleetIdDoesNotExist", "fleetNotInDeletableState"):
+            raise CloudError(f"deleting fleet {fleet_id}: {error.get('Code')}: {error.get('Message', '')}")
 
 
 def _wait_terminated(ctx: AwsContext, instance_ids: list[str], deadline: float) -> None:

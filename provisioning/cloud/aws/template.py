@@ -24,8 +24,8 @@ def resolve_image(ctx: AwsContext, image_id: str | None) -> str:
         return ctx.client("ssm").get_parameter(Name=DLAMI_PARAMETER)["Parameter"]["Value"]
     except ClientError as exc:
         raise CloudError(
-            f"could not find the Deep Learning AMI in {ctx.region} ({error_code(exc)} for {DLAMI_PARAMETER}); "
-            "pass --ami AMI_ID"
+            f"could not find the Deep Learning AMI in {ctx.region} "
+            f"({error_code(exc)} for {DLAMI_PARAMETER}); pass --ami AMI_ID"
         ) from exc
 
 
@@ -64,16 +64,20 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
         "SecurityGroupIds": [security_group_id],
         "UserData": render_user_data(boot),
         # IMDSv2 only: a session token is required, so SSRF-style GETs cannot read instance metadata.
-        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 2,
+        },
         "InstanceInitiatedShutdownBehavior": "terminate",
-        "TagSpecifications": [tag_spec(kind, spec.name) for kind in ("instance", "volume", "network-interface")],
+        "TagSpecifications": [
+            tag_spec(kind, spec.name) for kind in ("instance", "volume", "network-interface")
+        ],
     }
     with cloud_errors("creating the launch template"):
-        try:
-            ec2.delete_launch_template(LaunchTemplateName=name)
-        except ClientError as exc:
-            if not error_code(exc).startswith("InvalidLaunchTemplateName"):
-                raise
+        stale = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
+        for template in stale["LaunchTemplates"]:
+            ec2.delete_launch_template(LaunchTemplateId=template["LaunchTemplateId"])
         created = ec2.create_launch_template(
             LaunchTemplateName=name,
             ClientToken=f"{spec.launch_token}-lt",
