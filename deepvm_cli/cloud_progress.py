@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from deepvm_cli import console
-from provisioning.cloud.lifecycle import Reporter
+from provisioning.cloud.progress import Reporter
 
 
 @contextmanager
@@ -32,9 +32,14 @@ def progress_reporter(quiet: bool = False) -> Iterator[Reporter]:
     tasks: dict[str, TaskID] = {}
 
     def count(label: str, done: int, total: int) -> None:
+        if not tasks:
+            bars.start()  # only now: a command that never counts draws no (empty) live display
         if label not in tasks:
             tasks[label] = bars.add_task(label, total=total)
         bars.update(tasks[label], completed=done, total=total)
 
-    with bars:
-        yield Reporter(step=lambda message: bars.console.print(message), count=count)
+    try:
+        yield Reporter(step=console.err.print, count=count)
+    finally:
+        if tasks:
+            bars.stop()

@@ -8,10 +8,8 @@ import typer
 
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
-from provisioning.cloud.lifecycle import down
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
-from provisioning.state import Store
 
 
 def down_command(
@@ -26,9 +24,13 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
+    from provisioning.cloud.lifecycle import down
+    from provisioning.sandbox.control import BANNER
+    from provisioning.state import Store
+
     row = Store().cluster(name)
     if (row is not None and row.cloud == "sandbox") or (row is None and cloud == "sandbox"):
-        console.info("sandbox: local emulation, no AWS charges")
+        console.info(BANNER)
     if not yes:
         if not sys.stdin.isatty():
             raise InputError(f"`deepvm down {name}` deletes the cluster; confirm with --yes")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from deepvm_cli import console
-from provisioning.cloud.lifecycle import interrupt
 
 
 def interrupt_command(
@@ -20,6 +19,8 @@ def interrupt_command(
     Sandbox: the notice appears in the node's instance metadata and the sandbox terminates it on time.
     AWS: an AWS FIS experiment (aws:ec2:send-spot-instance-interruptions) does both.
     """
+    from provisioning.cloud.lifecycle import interrupt
+
     message, target = interrupt(node, after, fis_role_arn)
     if target.banner:
         console.info(target.banner)

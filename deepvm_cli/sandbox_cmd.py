@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from deepvm_cli import console
-from provisioning.sandbox.control import BANNER, sandbox_report, stop_sandbox
 
 sandbox_app = typer.Typer(help="The local sandbox cloud (moto EC2 + namespaced hosts).", no_args_is_help=True)
 
@@ -13,6 +12,8 @@ sandbox_app = typer.Typer(help="The local sandbox cloud (moto EC2 + namespaced h
 @sandbox_app.command("status")
 def sandbox_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the moto server, the supervisor and every host with its address and processes."""
+    from provisioning.sandbox.control import BANNER, sandbox_report
+
     report = sandbox_report()
     if as_json:
         console.print_json(report)
@@ -37,6 +38,8 @@ def sandbox_status(as_json: bool = typer.Option(False, "--json", help="Print JSO
 @sandbox_app.command("stop")
 def sandbox_stop() -> None:
     """Stop every host, the supervisor and the moto server (sandbox clusters are gone afterwards)."""
+    from provisioning.sandbox.control import stop_sandbox
+
     stopped = stop_sandbox()
     for item in stopped:
         console.out.print(f"stopped {item}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.table import Table
 
 from deepvm_cli import console
-from provisioning.cloud.lifecycle import ClusterView, status
-from provisioning.sandbox.control import BANNER
+
+if TYPE_CHECKING:
+    from provisioning.cloud.lifecycle import ClusterView
 
 
 def _duration(seconds: float) -> str:
@@ -22,8 +25,6 @@ def render_cluster(view: ClusterView) -> None:
         f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
         f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
     )
-    if not view.refreshed and c.status == "up":
-        console.warning("node states are as last recorded (the cloud could not be asked)")
     table = Table(show_edge=False, pad_edge=False)
     for column in ("instance", "role", "market", "type", "state", "address", "$/h", "launched"):
         table.add_column(column)
@@ -52,6 +53,9 @@ def status_command(
     ),
 ) -> None:
     """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far."""
+    from provisioning.cloud.lifecycle import status
+    from provisioning.sandbox.control import BANNER
+
     views = status(name)
     if any(v.cluster.cloud == "sandbox" for v in views) and not as_json:
         console.info(BANNER)
@@ -61,6 +65,10 @@ def status_command(
     if not views:
         console.info("no clusters; start one with `deepvm up`")
     for view in views:
+        if not view.refreshed and view.cluster.status == "up":
+            console.warning(
+                f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
+            )
         render_cluster(view)
 
 

@@ -9,10 +9,8 @@ import typer
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
 from deepvm_cli.status_cmd import render_cluster
-from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.cloud.plan_input import load_plans, plans_for_price
-from provisioning.cloud.target import resolve_target
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
 
@@ -45,6 +43,9 @@ def up_command(
     as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
 ) -> None:
     """Launch a cluster: key pair, security group, launch template, EC2 Fleet; wait for SSH."""
+    from provisioning.cloud.lifecycle import UpRequest, up  # boto3 loads only for cloud commands
+    from provisioning.cloud.target import resolve_target
+
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
     target = resolve_target(cloud)

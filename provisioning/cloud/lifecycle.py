@@ -8,7 +8,6 @@ reaches the user, and the store says so.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -19,8 +18,10 @@ from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.aws.instances import describe
 from provisioning.cloud.aws.provider import query_instances, run_instances, terminate_cluster, wait_instances
+from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
 from provisioning.cloud.types import (
@@ -41,14 +42,6 @@ _RUNNING = "running"
 
 class ShortageError(CloudError):
     """The cloud delivered fewer instances than the plan needs."""
-
-
-@dataclass(frozen=True)
-class Reporter:
-    """Progress callbacks: a step ("launching 4 nodes"), or a count ("reachable over SSH", 3, 4)."""
-
-    step: Callable[[str], None] = lambda message: None
-    count: Callable[[str, int, int], None] = lambda label, done, total: None
 
 
 @dataclass(frozen=True)
@@ -370,13 +363,19 @@ def down(
         else:
             target = resolve_target(cloud)
             regions, known = target.regions(region), CloudResources()
+            if not any(_leftovers(target, r, name) for r in regions):
+                where = ", ".join(regions) or "the sandbox"
+                raise NotFoundError(
+                    f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
+                    f"in {where}"
+                )
         deleted = _destroy(store, name, target, regions, known, report)
-        if row is None and not deleted:
-            where = ", ".join(regions) or "the sandbox"
-            raise NotFoundError(
-                f"no cluster named {name!r}: not in the local state, and nothing tagged with it in {where}"
-            )
     return DownResult(name=name, deleted=deleted, had_record=row is not None)
+
+
+def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
+    ctx = target.context(region, start=False)
+    return [] if ctx is None else leftovers(ctx, name)
 
 
 def _destroy(
