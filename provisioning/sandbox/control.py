@@ -100,6 +100,8 @@ def ensure_sandbox() -> SandboxInfo:
             info.moto_pid = spawn_daemon(
                 python_module("moto.server", "-H", "127.0.0.1", "-p", str(info.moto_port)),
                 sandbox_dir() / "moto.log",
+                # moto's catalogue of public AMIs costs seconds per region; the sandbox needs none of it
+                env={**os.environ, "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"},
             )
             _wait_answers(info)
         if not pid_alive(info.supervisor_pid):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import urllib.request
 
@@ -9,6 +10,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from provisioning.cloud.aws.context import AwsContext
+from provisioning.sandbox.target import SANDBOX_IMAGE
 from tests.cloud.plans import REGION
 
 
@@ -18,10 +20,12 @@ def moto_endpoint():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # read by moto when a region's backend starts
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
+    os.environ.pop("MOTO_EC2_LOAD_DEFAULT_AMIS", None)
 
 
 @pytest.fixture
@@ -38,5 +42,5 @@ def ctx(moto) -> AwsContext:
 
 
 @pytest.fixture
-def ami(ctx) -> str:
-    return sorted(i["ImageId"] for i in ctx.client("ec2").describe_images(Owners=["amazon"])["Images"])[0]
+def ami() -> str:
+    return SANDBOX_IMAGE  # moto does not validate image ids
