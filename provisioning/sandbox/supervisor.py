@@ -15,7 +15,9 @@ import fcntl
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -32,11 +34,22 @@ def log(message: str) -> None:
     print(f"{datetime.now(timezone.utc).isoformat(timespec='milliseconds')} {message}", flush=True)
 
 
+_clients: dict[tuple[str, str], Any] = {}
+
+
+def _ec2(info: SandboxInfo, region: str) -> Any:
+    """One EC2 client per endpoint and region for the daemon's life (building one costs ~0.1 s)."""
+    key = (info.endpoint, region)
+    if key not in _clients:
+        _clients[key] = info.context(region).client("ec2")
+    return _clients[key]
+
+
 def running_instances(info: SandboxInfo) -> dict[str, HostFacts]:
     """Running instances with sandbox addresses, in every region the sandbox has a network in."""
     found = {}
     for region in info.networks:
-        ec2 = info.context(region).client("ec2")
+        ec2 = _ec2(info, region)
         for page in ec2.get_paginator("describe_instances").paginate():
             for reservation in page["Reservations"]:
                 for raw in reservation["Instances"]:
@@ -56,37 +69,46 @@ def running_instances(info: SandboxInfo) -> dict[str, HostFacts]:
     return found
 
 
-def reconcile(info: SandboxInfo, unbootable: set[str]) -> None:
-    """One pass of the three steps in the module docstring."""
+def reconcile(info: SandboxInfo, unbootable: set[str], pool: ThreadPoolExecutor) -> None:
+    """One pass of the three steps in the module docstring; new hosts boot in parallel."""
     running = running_instances(info)
     hosts = host_pids()
     for instance_id in hosts:
         if instance_id not in running:
             log(f"instance {instance_id} is not running: killing its host")
             kill_host(instance_id)
-    for instance_id, facts in running.items():
-        if instance_id in unbootable:
+    to_boot = [f for iid, f in running.items() if iid not in hosts and iid not in unbootable]
+    for facts, booted in zip(to_boot, pool.map(lambda f: _boot(info, f), to_boot), strict=True):
+        if not booted:
+            unbootable.add(facts.instance_id)
+    for instance_id, pid in hosts.items():
+        facts = running.get(instance_id)
+        if facts is None:
             continue
-        pid = hosts.get(instance_id)
-        if pid is None:
-            ec2 = info.context(facts.region).client("ec2")
-            user_data = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-            try:
-                boot_host(facts, user_data.get("UserData", {}).get("Value", ""))
-                log(f"booted host {instance_id} at {facts.local_ipv4}")
-            except ValueError as exc:
-                log(f"instance {instance_id} has no deepvm user-data ({exc}); it gets no host")
-                unbootable.add(instance_id)
-        elif not pid_alive(pid):
+        ec2 = _ec2(info, facts.region)
+        if not pid_alive(pid):
             log(f"host {instance_id} died: terminating its instance")
-            info.context(facts.region).client("ec2").terminate_instances(InstanceIds=[instance_id])
+            ec2.terminate_instances(InstanceIds=[instance_id])
             kill_host(instance_id)
-        else:
-            deadline = interruption_deadline(host_dir(instance_id))
-            if deadline is not None and datetime.now(timezone.utc) >= deadline:
-                log(f"interruption deadline of {instance_id} reached: terminating it")
-                info.context(facts.region).client("ec2").terminate_instances(InstanceIds=[instance_id])
-                kill_host(instance_id)
+            continue
+        deadline = interruption_deadline(host_dir(instance_id))
+        if deadline is not None and datetime.now(timezone.utc) >= deadline:
+            log(f"interruption deadline of {instance_id} reached: terminating it")
+            ec2.terminate_instances(InstanceIds=[instance_id])
+            kill_host(instance_id)
+
+
+def _boot(info: SandboxInfo, facts: HostFacts) -> bool:
+    """Boot the instance's host from its user-data; False when the instance is not a deepvm node."""
+    ec2 = _ec2(info, facts.region)
+    user_data = ec2.describe_instance_attribute(InstanceId=facts.instance_id, Attribute="userData")
+    try:
+        boot_host(facts, user_data.get("UserData", {}).get("Value", ""))
+    except ValueError as exc:
+        log(f"instance {facts.instance_id} has no deepvm user-data ({exc}); it gets no host")
+        return False
+    log(f"booted host {facts.instance_id} at {facts.local_ipv4}")
+    return True
 
 
 def main() -> int:
@@ -97,6 +119,7 @@ def main() -> int:
         return 0  # another supervisor serves this sandbox
     log("supervisor started")
     unbootable: set[str] = set()
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="boot")
     while True:
         info = load_info()
         if info is None or not pid_alive(info.moto_pid):
@@ -105,7 +128,7 @@ def main() -> int:
                 kill_host(instance_id)
             return 0
         try:
-            reconcile(info, unbootable)
+            reconcile(info, unbootable, pool)
         except (BotoCoreError, ClientError, OSError):
             log("reconcile failed (will retry):\n" + traceback.format_exc())
         time.sleep(POLL_S)
