@@ -312,6 +312,7 @@ def _resources_json(resources: CloudResources) -> str:
             "security_group_id": resources.security_group_id,
             "launch_template_id": resources.launch_template_id,
             "fleet_ids": list(resources.fleet_ids),
+            "subnet_id": resources.subnet_id,
         }
     )
 
@@ -329,6 +330,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             security_group_id=res["security_group_id"],
             launch_template_id=res["launch_template_id"],
             fleet_ids=tuple(res["fleet_ids"]),
+            subnet_id=res.get("subnet_id", ""),
         ),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],

@@ -17,7 +17,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.aws.instances import describe
-from provisioning.cloud.aws.provider import query_instances, run_instances, terminate_cluster, wait_instances
+from provisioning.cloud.aws.provider import (
+    add_instances,
+    query_instances,
+    run_instances,
+    terminate_cluster,
+    wait_instances,
+)
 from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
@@ -277,6 +283,49 @@ def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port:
             f"EC2 launched instances the plan did not ask for: {', '.join(i.instance_id for i in free)}"
         )
     return nodes
+
+
+def add_spot_nodes(
+    name: str, count: int = 1, report: Reporter = Reporter(), timeout_s: float = 900.0
+) -> list[NodeRecord]:
+    """Buy `count` more spot nodes like the plan's spot trainers (a replacement after an interruption),
+    from the cluster's own launch template; return them once they answer over SSH."""
+    name = check_cluster_name(name)
+    with cluster_lock(name):
+        store = Store()
+        row = store.cluster(name)
+        if row is None or row.status != "up":
+            raise NotFoundError(f"no running cluster named {name!r}")
+        spot = next((g for g in row.plan.nodes if g.market is Market.SPOT), None)
+        if spot is None:
+            raise InputError(f"cluster {name}'s plan has no spot nodes to replace")
+        target = target_for(row.cloud)
+        ctx = _context(target, row.region)
+        report.step(f"launching {count} replacement spot {spot.instance_type}")
+        outcome = add_instances(
+            ctx, name, row.resources, row.availability_zone, replace(spot, count=count), uuid.uuid4().hex
+        )
+        store.set_resources(name, outcome.resources)
+        if outcome.shortfalls:
+            store.add_event(name, "shortage", "; ".join(s.describe() for s in outcome.shortfalls))
+        if not outcome.instance_ids:
+            raise ShortageError(
+                f"no replacement launched: {'; '.join(s.describe() for s in outcome.shortfalls)}"
+            )
+        infos = wait_instances(
+            ctx, list(outcome.instance_ids), timeout_s, lambda n, t: report.count("running", n, t)
+        )
+        wanted = replace(row.plan, nodes=(replace(spot, count=len(infos)),))
+        added = assign_roles(wanted, infos, row.ssh_user, target.ssh_port)
+        store.put_nodes(name, added)
+        store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
+        keys = ensure_cluster_keys(name)
+        running = [n for n in store.nodes(name) if n.state == _RUNNING]
+        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
+        wait_reachable(
+            _endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t)
+        )
+        return added
 
 
 # status

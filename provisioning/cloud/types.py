@@ -63,12 +63,14 @@ class Shortfall:
 
 @dataclass(frozen=True)
 class CloudResources:
-    """Ids of what a provider created for one cluster, so `down` can delete exactly these first."""
+    """Ids of what a provider created (and the subnet it used) for one cluster, so `down` can delete
+    exactly these first and a replacement node launches where the others did."""
 
     key_name: str = ""
     security_group_id: str = ""
     launch_template_id: str = ""
     fleet_ids: tuple[str, ...] = ()
+    subnet_id: str = ""
 
     def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.lifecycle import ssh_endpoints
+from provisioning.cloud.lifecycle import add_spot_nodes, ssh_endpoints
 from provisioning.cloud.reachability import answers, connect
 from provisioning.errors import CloudError
 from provisioning.sandbox.control import load_info
@@ -137,14 +137,21 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     for client in clients.values():
         client.close()
 
+    # a replacement spot node joins, reachable with the same pinned key
+    (added,) = add_spot_nodes("e2e")
+    assert added.market.value == "spot" and added.role.value == "trainer"
+    replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
+    assert answers(replacement)
+    assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
+
     # down: no instance, no sshd, no namespace, no metadata endpoint left
     report = json.loads(run_cli("sandbox", "status", "--json").stdout)
     host_pids = [pid for h in report["hosts"] for pid in h["pids"]]
-    assert len(report["hosts"]) == 3 and len(host_pids) == 6  # unshare + namespace init per host
+    assert len(report["hosts"]) == 4 and len(host_pids) == 8  # unshare + namespace init per host
     result = run_cli("down", "e2e", "--yes")
     assert result.returncode == 0, result.stderr
     assert not any(pid_alive(pid) for pid in host_pids)
-    for e in endpoints.values():
+    for e in [*endpoints.values(), replacement]:
         assert _refused(e.address, 22) and _refused(e.address, METADATA_PORT)
     assert list(hosts_root().iterdir()) == []
     info = load_info()

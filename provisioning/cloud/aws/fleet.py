@@ -31,13 +31,18 @@ class FleetResult:
     shortfalls: tuple[Shortfall, ...]
 
 
+@dataclass(frozen=True)
+class LaunchSite:
+    """Where a cluster's fleets launch: its launch template in one subnet of one zone."""
+
+    cluster: str
+    launch_template_id: str
+    subnet_id: str
+    availability_zone: str
+
+
 def fleet_request(
-    spec: ClusterSpec,
-    launch_template_id: str,
-    instance_type: str,
-    groups: list[NodeGroup],
-    index: int,
-    all_or_nothing: bool,
+    site: LaunchSite, instance_type: str, groups: list[NodeGroup], client_token: str, all_or_nothing: bool
 ) -> dict[str, object]:
     """The CreateFleet arguments for the groups of one instance type.
 
@@ -47,15 +52,18 @@ def fleet_request(
     on_demand = sum(g.count for g in groups if g.market is Market.ON_DEMAND)
     request: dict[str, object] = {
         "Type": "instant",
-        "ClientToken": f"{spec.launch_token}-fleet-{index}",
+        "ClientToken": client_token,
         "LaunchTemplateConfigs": [
             {
-                "LaunchTemplateSpecification": {"LaunchTemplateId": launch_template_id, "Version": "$Latest"},
+                "LaunchTemplateSpecification": {
+                    "LaunchTemplateId": site.launch_template_id,
+                    "Version": "$Latest",
+                },
                 "Overrides": [
                     {
                         "InstanceType": instance_type,
-                        "SubnetId": spec.subnet_id,
-                        "AvailabilityZone": spec.availability_zone,
+                        "SubnetId": site.subnet_id,
+                        "AvailabilityZone": site.availability_zone,
                     }
                 ],
             }
@@ -66,7 +74,7 @@ def fleet_request(
             "SpotTargetCapacity": spot,
             "DefaultTargetCapacityType": "spot" if spot else "on-demand",
         },
-        "TagSpecifications": [tag_spec("fleet", spec.name), tag_spec("instance", spec.name)],
+        "TagSpecifications": [tag_spec("fleet", site.cluster), tag_spec("instance", site.cluster)],
     }
     for key, count, strategy in (
         ("SpotOptions", spot, "price-capacity-optimized"),
@@ -80,16 +88,28 @@ def fleet_request(
 
 
 def launch_fleets(
-    ctx: AwsContext, spec: ClusterSpec, launch_template_id: str, all_or_nothing: bool
+    ctx: AwsContext, spec: ClusterSpec, site: LaunchSite, all_or_nothing: bool
 ) -> list[FleetResult]:
     """Create one instant fleet per instance type of the plan and read what each delivered."""
-    results = []
-    for index, (instance_type, groups) in enumerate(groups_by_type(spec.plan.nodes).items()):
-        request = fleet_request(spec, launch_template_id, instance_type, groups, index, all_or_nothing)
-        with cloud_errors(f"creating the EC2 Fleet for {instance_type}"):
-            answer = ctx.client("ec2").create_fleet(**request)
-        results.append(read_fleet_answer(answer, instance_type, groups))
-    return results
+    return [
+        launch_fleet(ctx, site, instance_type, groups, f"{spec.launch_token}-fleet-{index}", all_or_nothing)
+        for index, (instance_type, groups) in enumerate(groups_by_type(spec.plan.nodes).items())
+    ]
+
+
+def launch_fleet(
+    ctx: AwsContext,
+    site: LaunchSite,
+    instance_type: str,
+    groups: list[NodeGroup],
+    client_token: str,
+    all_or_nothing: bool,
+) -> FleetResult:
+    """One instant fleet for the groups of one instance type (also how replacement nodes are bought)."""
+    request = fleet_request(site, instance_type, groups, client_token, all_or_nothing)
+    with cloud_errors(f"creating the EC2 Fleet for {instance_type}"):
+        answer = ctx.client("ec2").create_fleet(**request)
+    return read_fleet_answer(answer, instance_type, groups)
 
 
 def read_fleet_answer(answer: dict, instance_type: str, groups: list[NodeGroup]) -> FleetResult:
