@@ -131,9 +131,6 @@ class Store:
             # executescript commits on its own, so the script carries its own transaction
             self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;")
 
-    def close(self) -> None:
-        self._db.close()
-
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self._db.execute("BEGIN IMMEDIATE")
@@ -191,10 +188,6 @@ class Store:
                 "UPDATE clusters SET resources_json = ?, updated_at = ? WHERE name = ?",
                 (_resources_json(resources), utc_now(), name),
             )
-
-    def forget_cluster(self, name: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM clusters WHERE name = ?", (name,))
 
     # nodes and their cost segments
 

@@ -190,7 +190,6 @@ def _launch(
         host_key_private=keys.host_key_private,
         host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
-        sandbox_ssh_port=target.ssh_port,
     )
     store.put_cluster(
         ClusterRow(

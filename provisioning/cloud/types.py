@@ -35,7 +35,6 @@ class ClusterSpec:
     host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
     host_key_public: str
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
-    sandbox_ssh_port: int = 22  # port sshd listens on; only the sandbox changes it
 
     @property
     def region(self) -> str:
