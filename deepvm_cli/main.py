@@ -21,10 +21,10 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from deepvm_cli import market_cmd, plan_cmd
+    from deepvm_cli import down_cmd, interrupt_cmd, market_cmd, plan_cmd, sandbox_cmd, status_cmd, up_cmd
 
-    plan_cmd.register(app)
-    market_cmd.register(app)
+    for module in (plan_cmd, market_cmd, up_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd):
+        module.register(app)
 
 
 def run() -> None:

@@ -1,0 +1,76 @@
+"""`deepvm status`: what runs, where, and what it costs so far."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from deepvm_cli import console
+
+if TYPE_CHECKING:
+    from provisioning.cloud.lifecycle import ClusterView
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def render_cluster(view: ClusterView) -> None:
+    c = view.cluster
+    console.out.print(
+        f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
+        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("instance", "role", "market", "type", "state", "address", "$/h", "launched"):
+        table.add_column(column)
+    for n in view.nodes:
+        table.add_row(
+            n.instance_id,
+            n.role.value,
+            n.market.value,
+            n.instance_type,
+            n.state,
+            n.address or "-",
+            f"{n.usd_per_hour:.4f}",
+            n.launched_at,
+        )
+    console.out.print(table)
+    if c.plan.prices_as_of:
+        console.out.print(
+            f"prices as planned ({c.plan.catalog_source or 'catalog'}, as of {c.plan.prices_as_of})"
+        )
+
+
+def status_command(
+    name: str | None = typer.Argument(None, help="Cluster name (default: every cluster not terminated)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print JSON: one cluster object, or {clusters: [...]}."
+    ),
+) -> None:
+    """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far."""
+    from provisioning.cloud.lifecycle import status
+    from provisioning.sandbox.control import BANNER
+
+    views = status(name)
+    if any(v.cluster.cloud == "sandbox" for v in views) and not as_json:
+        console.info(BANNER)
+    if as_json:
+        console.print_json(views[0].to_dict() if name else {"clusters": [v.to_dict() for v in views]})
+        return
+    if not views:
+        console.info("no clusters; start one with `deepvm up`")
+    for view in views:
+        if not view.refreshed and view.cluster.status == "up":
+            console.warning(
+                f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
+            )
+        render_cluster(view)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status_command)

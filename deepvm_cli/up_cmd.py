@@ -1,0 +1,89 @@
+"""`deepvm up`: launch the saved plan (or a given one, or a fresh one for a price) as a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from deepvm_cli import console
+from deepvm_cli.cloud_progress import progress_reporter
+from deepvm_cli.status_cmd import render_cluster
+from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
+from provisioning.cloud.plan_input import load_plans, plans_for_price
+from provisioning.cloud.types import ShortagePolicy
+from provisioning.errors import InputError
+
+
+def up_command(
+    plan: Path | None = typer.Option(
+        None, "--plan", help="Plan file (default: the plan `deepvm plan` saved)."
+    ),
+    max_price: float | None = typer.Option(None, "--max-price", help="Plan now for this USD/hour cap."),
+    name: str = typer.Option(DEFAULT_CLUSTER_NAME, "--name", help="Cluster name."),
+    region: str | None = typer.Option(None, "--region", help="Region (must match the plan's)."),
+    cloud: str = typer.Option(
+        "auto", "--cloud", help="auto | aws | sandbox (auto: sandbox without AWS keys)."
+    ),
+    on_shortage: ShortagePolicy = typer.Option(
+        ShortagePolicy.FAIL, "--on-shortage", help="fail | accept | next-plan"
+    ),
+    ssh_cidr: str | None = typer.Option(
+        None, "--ssh-cidr", help="Who may reach SSH (default: this machine)."
+    ),
+    ami: str | None = typer.Option(None, "--ami", help="AMI id (default: the Deep Learning AMI)."),
+    subnet: str | None = typer.Option(
+        None, "--subnet", help="Subnet id (default: the zone's default subnet)."
+    ),
+    ssh_user: str | None = typer.Option(None, "--ssh-user", help="Login user of the image."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node answers over SSH."),
+    timeout: float = typer.Option(
+        900.0, "--timeout", help="Seconds to wait for running and reachable nodes."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
+) -> None:
+    """Launch a cluster: key pair, security group, launch template, EC2 Fleet; wait for SSH."""
+    from provisioning.cloud.lifecycle import UpRequest, up  # boto3 loads only for cloud commands
+    from provisioning.cloud.target import resolve_target
+
+    if plan is not None and max_price is not None:
+        raise InputError("give --plan or --max-price, not both")
+    target = resolve_target(cloud)
+    if target.banner:
+        console.info(target.banner)
+    plans = (
+        plans_for_price(max_price, region, offline=target.kind == "sandbox")
+        if max_price
+        else load_plans(plan)
+    )
+    if region and plans[0].region != region:
+        raise InputError(
+            f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"
+        )
+    request = UpRequest(
+        name=name,
+        plans=plans,
+        on_shortage=on_shortage,
+        ssh_cidr=ssh_cidr,
+        image_id=ami,
+        subnet_id=subnet,
+        ssh_user=ssh_user,
+        wait_ssh=wait,
+        timeout_s=timeout,
+    )
+    with progress_reporter(quiet=as_json) as report:
+        result = up(target, request, report)
+    if as_json:
+        console.print_json(result.view.to_dict())
+        return
+    if not result.created:
+        console.info(f"cluster {name} is already up; nothing launched (`deepvm down {name}` removes it)")
+    elif result.plan_index:
+        console.warning(f"launched alternative plan {result.plan_index + 1} after a capacity shortage")
+    render_cluster(result.view)
+    if result.created:
+        console.info(f"next: `deepvm status {name}`, and `deepvm down {name}` when done")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up_command)

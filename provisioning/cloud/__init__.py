@@ -1,0 +1,18 @@
+"""Cloud providers: turning a Plan into running instances and back into nothing.
+
+The provider interface (in the style of SkyPilot's provisioner) is a handful of plain functions over the
+small dataclasses of `provisioning.cloud.types`; `provisioning.cloud.aws.provider` implements it for EC2,
+and the sandbox reuses that implementation against its moto server. The contract:
+
+- `run_instances(ctx, spec, all_or_nothing) -> LaunchOutcome` creates the key pair, security group,
+  launch template and EC2 Fleet(s). Idempotent through client tokens derived from `spec.launch_token`:
+  a retried request (botocore retries, or a rerun after a crash) does not launch a second cluster.
+  Shortage is data, not an exception: `LaunchOutcome.shortfalls` says what is missing and why.
+- `wait_instances(ctx, ids, timeout) -> list[InstanceInfo]` polls until all run. EC2 is eventually
+  consistent: ids that are not visible yet are retried within the time budget.
+- `query_instances(ctx, cluster) -> list[InstanceInfo]` finds a cluster's live instances by tag alone.
+- `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, first by the recorded ids,
+  then by sweeping the cluster tag. Safe to call twice, or with no record at all.
+
+Above it, `provisioning.cloud.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
+"""

@@ -1,0 +1,77 @@
+"""Where the AWS provider talks to: region, endpoint and credentials, and the clients built from them.
+
+One object instead of loose client arguments, so that the sandbox can point the very same provider code at
+its moto server with throw-away credentials (it must never use the user's real keys), and tests can reach
+the clients to register botocore event hooks or Stubbers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from provisioning.errors import CloudError
+
+_RETRIES = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
+
+
+@dataclass
+class AwsContext:
+    """A region and an endpoint; `client(name)` returns one cached boto3 client per service."""
+
+    region: str
+    endpoint_url: str | None = None  # None: boto3's own resolution, which honours AWS_ENDPOINT_URL
+    credentials: tuple[str, str] | None = None  # static keys (the sandbox's fake ones); None: default chain
+    _clients: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            kwargs: dict[str, Any] = {"region_name": self.region, "config": _RETRIES}
+            if self.endpoint_url:
+                kwargs["endpoint_url"] = self.endpoint_url
+            if self.credentials:
+                kwargs["aws_access_key_id"], kwargs["aws_secret_access_key"] = self.credentials
+            self._clients[service] = boto3.session.Session().client(service, **kwargs)
+        return self._clients[service]
+
+    @property
+    def emulated(self) -> bool:
+        """True when the endpoint is a local emulator (loopback), not AWS."""
+        url = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
+        host = url.split("://", 1)[-1].split(":", 1)[0].split("/", 1)[0]
+        return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def has_aws_credentials() -> bool:
+    """Whether boto3's default chain (env, profile, SSO, instance role) finds credentials."""
+    try:
+        return boto3.session.Session().get_credentials() is not None
+    except BotoCoreError:
+        return False
+
+
+def default_region() -> str | None:
+    return boto3.session.Session().region_name
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def cloud_errors(what: str) -> Iterator[None]:
+    """Turn botocore failures into one-line CloudErrors that say what deepvm was doing."""
+    try:
+        yield
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        raise CloudError(f"{what}: {err.get('Code', 'error')}: {err.get('Message', exc)}") from exc
+    except BotoCoreError as exc:
+        raise CloudError(f"{what}: {exc}") from exc

@@ -1,0 +1,91 @@
+"""Reading instances back. EC2 is eventually consistent: an id CreateFleet just returned may be unknown to
+DescribeInstances for a while, so lookups retry within a time budget instead of failing at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from botocore.exceptions import ClientError
+
+from provisioning.catalog import Market
+from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
+from provisioning.cloud.names import cluster_filter
+from provisioning.cloud.types import InstanceInfo
+from provisioning.errors import CloudError
+
+LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
+
+
+def describe(ctx: AwsContext, instance_ids: list[str]) -> list[InstanceInfo]:
+    """The instances by id; ids EC2 does not know yet are left out (the caller retries)."""
+    if not instance_ids:
+        return []
+    try:
+        pages = ctx.client("ec2").get_paginator("describe_instances").paginate(InstanceIds=instance_ids)
+        return [_info(i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    except ClientError as exc:
+        if error_code(exc) != "InvalidInstanceID.NotFound":
+            raise
+        if len(instance_ids) == 1:
+            return []
+    # Some ids are not visible yet: ask one by one so that the visible ones are still reported.
+    return [info for instance_id in instance_ids for info in describe(ctx, [instance_id])]
+
+
+def wait_running(
+    ctx: AwsContext,
+    instance_ids: list[str],
+    timeout_s: float,
+    on_progress: Callable[[int, int], None] = lambda running, total: None,
+) -> list[InstanceInfo]:
+    """Poll until every instance is running with an address; fail with the stragglers' states."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while True:
+        with cloud_errors("describing the new instances"):
+            infos = describe(ctx, instance_ids)
+        running = [i for i in infos if i.state == "running" and i.private_ip]
+        on_progress(len(running), len(instance_ids))
+        if len(running) == len(instance_ids):
+            return running
+        dead = [i for i in infos if i.state in ("shutting-down", "terminated")]
+        if dead or time.monotonic() > deadline:
+            states = {i.instance_id: i.state for i in infos}
+            missing = [
+                f"{iid} ({states.get(iid, 'not visible')})"
+                for iid in instance_ids
+                if iid not in {r.instance_id for r in running}
+            ]
+            raise CloudError(f"instances did not reach 'running': {', '.join(missing)}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 5.0)
+
+
+def cluster_instances(
+    ctx: AwsContext, cluster: str, states: tuple[str, ...] = LIVE_STATES
+) -> list[InstanceInfo]:
+    """Every instance tagged with the cluster, in the given states (found even without local state)."""
+    filters = [*cluster_filter(cluster), {"Name": "instance-state-name", "Values": list(states)}]
+    with cloud_errors("listing the cluster's instances"):
+        pages = ctx.client("ec2").get_paginator("describe_instances").paginate(Filters=filters)
+        return [_info(i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def _info(raw: dict) -> InstanceInfo:
+    launched = raw.get("LaunchTime")
+    if isinstance(launched, datetime):
+        launched_at = launched.astimezone(timezone.utc).isoformat(timespec="seconds")
+    else:
+        launched_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return InstanceInfo(
+        instance_id=raw["InstanceId"],
+        instance_type=raw["InstanceType"],
+        market=Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
+        availability_zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
+        state=raw["State"]["Name"],
+        private_ip=raw.get("PrivateIpAddress"),
+        public_ip=raw.get("PublicIpAddress"),
+        launched_at=launched_at,
+    )

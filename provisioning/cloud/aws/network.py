@@ -1,0 +1,89 @@
+"""Where the nodes live and who may reach them: the subnet of the plan's zone and the cluster's security
+group (SSH from one address range, everything between members of the group)."""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.request
+
+from botocore.exceptions import ClientError
+
+from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
+from provisioning.cloud.names import cluster_filter, resource_name, tag_spec
+from provisioning.errors import CloudError, InputError
+
+_CHECKIP_URL = "https://checkip.amazonaws.com"
+
+
+def default_subnet(ctx: AwsContext, availability_zone: str) -> str:
+    """The default VPC's subnet in the zone; AWS launches there when no subnet is named."""
+    with cloud_errors(f"looking up the default subnet of {availability_zone}"):
+        subnets = ctx.client("ec2").describe_subnets(
+            Filters=[
+                {"Name": "availability-zone", "Values": [availability_zone]},
+                {"Name": "default-for-az", "Values": ["true"]},
+            ]
+        )["Subnets"]
+    if not subnets:
+        raise CloudError(f"no default subnet in {availability_zone}; pass --subnet SUBNET_ID")
+    return subnets[0]["SubnetId"]
+
+
+def subnet_vpc(ctx: AwsContext, subnet_id: str) -> str:
+    with cloud_errors(f"describing subnet {subnet_id}"):
+        return ctx.client("ec2").describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]["VpcId"]
+
+
+def caller_cidr(ctx: AwsContext) -> str:
+    """The caller's address as a /32: the public one for AWS, loopback for a local emulator."""
+    if ctx.emulated:
+        return "127.0.0.1/32"
+    try:
+        with urllib.request.urlopen(_CHECKIP_URL, timeout=10) as resp:
+            address = resp.read().decode().strip()
+        return f"{ipaddress.ip_address(address)}/32"
+    except (OSError, ValueError) as exc:
+        raise CloudError(f"could not find this machine's public address ({exc}); pass --ssh-cidr") from exc
+
+
+def check_cidr(cidr: str) -> str:
+    try:
+        return str(ipaddress.ip_network(cidr, strict=False))
+    except ValueError as exc:
+        raise InputError(f"--ssh-cidr {cidr!r} is not an address range like 203.0.113.7/32") from exc
+
+
+def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: str) -> str:
+    """The cluster's group (created once, found again by name): SSH from ssh_cidr, all traffic within."""
+    ec2 = ctx.client("ec2")
+    name = resource_name(cluster)
+    with cloud_errors("creating the security group"):
+        found = ec2.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [name]}, {"Name": "vpc-id", "Values": [vpc_id]}]
+        )["SecurityGroups"]
+        if found:
+            group_id = found[0]["GroupId"]
+        else:
+            group_id = ec2.create_security_group(
+                GroupName=name,
+                Description=f"deepvm cluster {cluster}: SSH from {ssh_cidr}, all traffic within the group",
+                VpcId=vpc_id,
+                TagSpecifications=[tag_spec("security-group", cluster)],
+            )["GroupId"]
+        rules = [
+            {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": ssh_cidr}]},
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]},
+        ]
+        for rule in rules:
+            try:
+                ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[rule])
+            except ClientError as exc:
+                if error_code(exc) != "InvalidPermission.Duplicate":
+                    raise
+    return group_id
+
+
+def cluster_security_groups(ctx: AwsContext, cluster: str) -> list[str]:
+    with cloud_errors("listing the cluster's security groups"):
+        groups = ctx.client("ec2").describe_security_groups(Filters=cluster_filter(cluster))["SecurityGroups"]
+    return [g["GroupId"] for g in groups]

@@ -1,0 +1,50 @@
+"""The AWS implementation of the provider interface (contract: provisioning/cloud/__init__.py)."""
+
+from __future__ import annotations
+
+from provisioning.cloud.aws.context import AwsContext
+from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
+from provisioning.cloud.aws.instances import cluster_instances as query_instances
+from provisioning.cloud.aws.instances import wait_running as wait_instances
+from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
+from provisioning.cloud.aws.teardown import terminate_cluster
+from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_template
+from provisioning.cloud.types import CloudResources, ClusterSpec, LaunchOutcome
+from provisioning.planner.plan import NodeGroup
+
+__all__ = ["add_instances", "query_instances", "run_instances", "terminate_cluster", "wait_instances"]
+
+
+def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> LaunchOutcome:
+    """Create the cluster's resources and launch its instances; shortfalls come back as data.
+
+    all_or_nothing asks EC2 for each market's whole capacity or none of it (MinTargetCapacity), so a
+    failing `up` has fewer instances to clean up.
+    """
+    key_name = ensure_key_pair(ctx, spec.name, spec.ssh_public_key)
+    group_id = ensure_security_group(ctx, spec.name, subnet_vpc(ctx, spec.subnet_id), spec.ssh_cidr)
+    template_id = ensure_launch_template(ctx, spec, group_id, key_name)
+    site = LaunchSite(spec.name, template_id, spec.subnet_id, spec.availability_zone)
+    fleets = launch_fleets(ctx, spec, site, all_or_nothing)
+    return LaunchOutcome(
+        resources=CloudResources(
+            key_name, group_id, template_id, tuple(f.fleet_id for f in fleets), subnet_id=spec.subnet_id
+        ),
+        instance_ids=tuple(i for f in fleets for i in f.instance_ids),
+        shortfalls=tuple(s for f in fleets for s in f.shortfalls),
+    )
+
+
+def add_instances(
+    ctx: AwsContext,
+    cluster: str,
+    resources: CloudResources,
+    availability_zone: str,
+    group: NodeGroup,
+    token: str,
+) -> LaunchOutcome:
+    """Launch `group` more nodes from the cluster's launch template (e.g. a spot replacement); the new
+    fleet is added to the resources. Idempotent through `token`."""
+    site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_id, availability_zone)
+    fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False)
+    return LaunchOutcome(resources.with_fleets([fleet.fleet_id]), fleet.instance_ids, fleet.shortfalls)

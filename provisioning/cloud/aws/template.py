@@ -1,0 +1,87 @@
+"""What every node boots from: the AMI, the imported public key and the launch template (IMDSv2 required,
+user-data with the pinned host key), all tagged with the cluster."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
+from provisioning.cloud.names import resource_name, tag_spec
+from provisioning.cloud.types import ClusterSpec
+from provisioning.cloud.userdata import NodeBoot, render_user_data
+from provisioning.errors import CloudError
+
+# AWS publishes the current Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch-ready) under this name.
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+DLAMI_USER = "ubuntu"
+
+
+def resolve_image(ctx: AwsContext, image_id: str | None) -> str:
+    """The given AMI, or the region's current Deep Learning AMI from its public SSM parameter."""
+    if image_id:
+        return image_id
+    try:
+        return ctx.client("ssm").get_parameter(Name=DLAMI_PARAMETER)["Parameter"]["Value"]
+    except ClientError as exc:
+        raise CloudError(
+            f"could not find the Deep Learning AMI in {ctx.region} "
+            f"({error_code(exc)} for {DLAMI_PARAMETER}); pass --ami AMI_ID"
+        ) from exc
+
+
+def ensure_key_pair(ctx: AwsContext, cluster: str, public_key: str) -> str:
+    """Import the locally generated public key (the private half never leaves this machine)."""
+    name = resource_name(cluster)
+    ec2 = ctx.client("ec2")
+    with cloud_errors("importing the SSH public key"):
+        try:
+            ec2.import_key_pair(
+                KeyName=name,
+                PublicKeyMaterial=public_key.encode(),
+                TagSpecifications=[tag_spec("key-pair", cluster)],
+            )
+        except ClientError as exc:
+            if error_code(exc) != "InvalidKeyPair.Duplicate":
+                raise
+            # A key of this name from an earlier attempt: replace it, it may hold an older local key.
+            ec2.delete_key_pair(KeyName=name)
+            ec2.import_key_pair(
+                KeyName=name,
+                PublicKeyMaterial=public_key.encode(),
+                TagSpecifications=[tag_spec("key-pair", cluster)],
+            )
+    return name
+
+
+def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id: str, key_name: str) -> str:
+    """A fresh launch template for this launch attempt (an older one of the same name is replaced)."""
+    ec2 = ctx.client("ec2")
+    name = resource_name(spec.name)
+    boot = NodeBoot(spec.host_key_private, spec.host_key_public, (spec.ssh_public_key,))
+    data = {
+        "ImageId": spec.image_id,
+        "KeyName": key_name,
+        "SecurityGroupIds": [security_group_id],
+        "UserData": render_user_data(boot),
+        # IMDSv2 only: a session token is required, so SSRF-style GETs cannot read instance metadata.
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 2,
+        },
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "TagSpecifications": [
+            tag_spec(kind, spec.name) for kind in ("instance", "volume", "network-interface")
+        ],
+    }
+    with cloud_errors("creating the launch template"):
+        stale = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
+        for template in stale["LaunchTemplates"]:
+            ec2.delete_launch_template(LaunchTemplateId=template["LaunchTemplateId"])
+        created = ec2.create_launch_template(
+            LaunchTemplateName=name,
+            ClientToken=f"{spec.launch_token}-lt",
+            LaunchTemplateData=data,
+            TagSpecifications=[tag_spec("launch-template", spec.name)],
+        )
+    return created["LaunchTemplate"]["LaunchTemplateId"]

@@ -1,0 +1,143 @@
+"""The provider interface's data: what to launch, what was launched, what a node is.
+
+Every layer above the provider (the store, the CLI, the training launcher) speaks only these types, so a
+test can build any of them by hand and no boto3 dict leaks upwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from provisioning.catalog import Market
+from provisioning.planner.plan import NodeGroup, Plan, Role
+
+
+class ShortagePolicy(str, Enum):
+    """What `up` does when the cloud delivers fewer instances than the plan asks for."""
+
+    FAIL = "fail"  # clean up everything created and report
+    ACCEPT = "accept"  # keep the smaller cluster
+    NEXT_PLAN = "next-plan"  # clean up, then try the planner's next alternative
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Everything a provider needs to create one cluster; built from a Plan plus command-line options."""
+
+    name: str  # the cluster name; tagged on every resource as deepvm:cluster
+    plan: Plan  # node groups, region, availability zone, planned prices
+    ssh_cidr: str  # the only source allowed to reach port 22 from outside the group
+    subnet_id: str  # subnet in plan.availability_zone that the instances launch into
+    image_id: str  # AMI
+    ssh_user: str  # login user of the image ("ubuntu" on the Deep Learning AMI)
+    ssh_public_key: str  # OpenSSH public key line authorised for ssh_user
+    host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
+    host_key_public: str
+    launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
+
+    @property
+    def region(self) -> str:
+        return self.plan.region
+
+    @property
+    def availability_zone(self) -> str:
+        return self.plan.availability_zone
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Capacity the cloud did not deliver for one node group, with the cloud's reasons."""
+
+    instance_type: str
+    market: Market
+    wanted: int
+    got: int
+    reasons: tuple[str, ...]  # "ErrorCode: message" from CreateFleet's Errors[]
+
+    def describe(self) -> str:
+        why = "; ".join(self.reasons) or "no reason given"
+        return f"{self.got}/{self.wanted} {self.market.value} {self.instance_type} ({why})"
+
+
+@dataclass(frozen=True)
+class CloudResources:
+    """Ids of what a provider created (and the subnet it used) for one cluster, so `down` can delete
+    exactly these first and a replacement node launches where the others did."""
+
+    key_name: str = ""
+    security_group_id: str = ""
+    launch_template_id: str = ""
+    fleet_ids: tuple[str, ...] = ()
+    subnet_id: str = ""
+
+    def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
+        return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """One EC2 instance as the cloud describes it (no deepvm roles or prices yet)."""
+
+    instance_id: str
+    instance_type: str
+    market: Market
+    availability_zone: str
+    state: str
+    private_ip: str | None
+    public_ip: str | None
+    launched_at: str  # ISO-8601 UTC
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One instance of a cluster as deepvm knows it."""
+
+    instance_id: str
+    instance_type: str
+    market: Market
+    role: Role
+    availability_zone: str
+    state: str  # EC2 state name: pending, running, shutting-down, terminated, ...
+    private_ip: str | None
+    public_ip: str | None
+    usd_per_hour: float  # the planned price of this node
+    launched_at: str = ""  # ISO-8601 UTC
+    ssh_user: str = "ubuntu"
+    ssh_port: int = 22
+
+    @property
+    def address(self) -> str | None:
+        """Where deepvm reaches it: the public address when there is one, else the private one."""
+        return self.public_ip or self.private_ip
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """What one `run_instances` call produced: resources, instances by group, and what was missing."""
+
+    resources: CloudResources
+    instance_ids: tuple[str, ...]
+    shortfalls: tuple[Shortfall, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class SshEndpoint:
+    """How to log in to a node: what the training launcher needs and nothing else."""
+
+    instance_id: str
+    address: str
+    port: int
+    user: str
+    role: Role
+    market: Market
+    key_path: str  # private key, 0600
+    known_hosts_path: str  # pinned host keys of the cluster's nodes
+
+
+def groups_by_type(groups: tuple[NodeGroup, ...]) -> dict[str, list[NodeGroup]]:
+    """Node groups keyed by instance type, in plan order: one EC2 Fleet request per instance type."""
+    by_type: dict[str, list[NodeGroup]] = {}
+    for group in groups:
+        by_type.setdefault(group.instance_type, []).append(group)
+    return by_type

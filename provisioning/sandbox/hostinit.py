@@ -1,0 +1,57 @@
+"""PID 1 of a sandbox host's namespace: mount the host's own files, serve metadata, run sshd, reap.
+
+Started by hosts.boot_host inside `unshare --pid --mount`. It exits (and so the kernel kills the whole
+namespace) when sshd dies; the rig kills it to terminate the instance.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pwd
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from provisioning.sandbox.hosts import SSHD, HostFacts
+from provisioning.sandbox.metadata import NOTICES, MetadataServer
+
+_MS_BIND = 4096
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bind(source_fd: int, target: str) -> None:
+    """Bind-mount an open directory over `target` (by descriptor, so earlier mounts cannot hide it)."""
+    source = f"/proc/self/fd/{source_fd}".encode()
+    if _libc.mount(source, target.encode(), None, _MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bind mount onto {target}: {os.strerror(err)}")
+
+
+def main(root: Path) -> int:
+    config = json.loads((root / "host.json").read_text())
+    facts = config["facts"]
+    notices_fd = os.open(root / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
+    mounts = {"etc_ssh": "/etc/ssh", "passwd": "/etc/passwd", "home": "/home", "tmp": "/tmp"}
+    sources = {name: os.open(root / name, os.O_PATH) for name in mounts}
+    log = open(root / "sshd.log", "ab")  # noqa: SIM115 - lives as long as this process
+    for name, target in mounts.items():
+        _bind(sources[name], target)
+        os.close(sources[name])
+    home = pwd.getpwuid(os.geteuid()).pw_dir  # read after the mounts: the host's own passwd
+    server = MetadataServer(
+        facts["local_ipv4"], HostFacts(**facts).metadata(), config["user_data"], notices_fd
+    )
+    threading.Thread(target=server.serve_forever, name="imds", daemon=True).start()
+    os.chdir(home)
+    sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", "/etc/ssh/sshd_config"], stdout=log, stderr=log)
+    while True:  # as PID 1, adopt and reap every orphan of the host
+        pid, _ = os.wait()
+        if pid == sshd.pid:
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

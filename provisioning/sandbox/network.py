@@ -1,0 +1,40 @@
+"""The sandbox's VPCs: one per region with a loopback CIDR, so every instance's private IP is a 127.x
+address that the host rig can bind sshd and the metadata endpoint to."""
+
+from __future__ import annotations
+
+from provisioning.sandbox.control import SandboxInfo, load_info, sandbox_lock, save_info
+
+SANDBOX_TAG = "deepvm:sandbox"
+
+
+def sandbox_subnet(info: SandboxInfo, region: str, availability_zone: str) -> str:
+    """The subnet of the zone (127.X.N.0/24 in the region's 127.X.0.0/16 VPC), created on first use."""
+    with sandbox_lock():
+        current = load_info() or info
+        network = current.networks.setdefault(region, {})
+        if availability_zone in network:
+            return network[availability_zone]
+        ec2 = current.context(region).client("ec2")
+        tags = [
+            {"ResourceType": kind, "Tags": [{"Key": SANDBOX_TAG, "Value": "true"}]}
+            for kind in ("vpc", "subnet")
+        ]
+        if "vpc" not in network:
+            network["vpc"] = ec2.create_vpc(
+                CidrBlock=f"127.{current.second_octet}.0.0/16", TagSpecifications=tags[:1]
+            )["Vpc"]["VpcId"]
+        index = len(network)  # 1 for the first zone: 127.X.1.0/24
+        network[availability_zone] = ec2.create_subnet(
+            VpcId=network["vpc"],
+            CidrBlock=f"127.{current.second_octet}.{index}.0/24",
+            AvailabilityZone=availability_zone,
+            TagSpecifications=tags[1:],
+        )["Subnet"]["SubnetId"]
+        save_info(current)
+        info.networks = current.networks
+        return network[availability_zone]
+
+
+def in_sandbox_network(info: SandboxInfo, address: str | None) -> bool:
+    return bool(address) and address.startswith(f"127.{info.second_octet}.")

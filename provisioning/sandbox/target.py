@@ -1,0 +1,64 @@
+"""The sandbox as a cloud target: moto's endpoint with throw-away credentials, loopback subnets, a moto
+image, the local user, and interruptions delivered through the hosts' metadata endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from provisioning.cloud.aws.context import AwsContext
+from provisioning.errors import CloudError, InputError
+from provisioning.sandbox.control import BANNER, ensure_sandbox, load_info, running_sandbox
+from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
+from provisioning.sandbox.metadata import post_interruption
+from provisioning.sandbox.network import sandbox_subnet
+
+# moto does not validate image ids, and the hosts boot from the local system whatever the AMI says.
+SANDBOX_IMAGE = "ami-0000000000de3b0a1"
+
+
+class SandboxTarget:
+    kind = "sandbox"
+    banner = BANNER
+    ssh_port = SSH_PORT
+
+    def context(self, region: str, start: bool = True) -> AwsContext | None:
+        info = ensure_sandbox() if start else running_sandbox()
+        return None if info is None else info.context(region)
+
+    def regions(self, region: str | None) -> list[str]:
+        info = load_info()
+        known = list(info.networks) if info else []
+        return [region] if region else known
+
+    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None) -> str:
+        if explicit:
+            raise InputError("--subnet does not apply to the sandbox (it makes its own loopback subnets)")
+        return sandbox_subnet(ensure_sandbox(), ctx.region, availability_zone)
+
+    def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str:
+        return explicit or "127.0.0.0/8"
+
+    def image(self, ctx: AwsContext, explicit: str | None) -> str:
+        return explicit or SANDBOX_IMAGE
+
+    def ssh_user(self, explicit: str | None) -> str:
+        return explicit or ssh_user()
+
+    def after_terminate(self, instance_ids: list[str]) -> None:
+        # Kill the hosts now rather than on the supervisor's next pass, so `down` returns only when no
+        # process of the cluster is left. Killing twice is harmless.
+        stuck = [i for i in instance_ids if kill_host(i)]
+        if stuck:
+            raise CloudError(f"sandbox hosts did not stop: {', '.join(stuck)}")
+
+    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
+        if after_s < 0:
+            raise InputError("--after must be 0 or more seconds")
+        if not host_processes(instance_id):
+            raise CloudError(f"{instance_id} has no running sandbox host")
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=after_s)
+        post_interruption(host_dir(instance_id), deadline)
+        return (
+            f"posted a Spot interruption notice to {instance_id}'s metadata; the sandbox supervisor "
+            f"terminates it at {deadline.strftime('%H:%M:%S')} UTC"
+        )

@@ -1,0 +1,348 @@
+"""The embedded state store: clusters, nodes, events and cost segments in SQLite under DEEPVM_HOME.
+
+Why SQLite in WAL mode: every change is one transaction, so a crash (or kill -9) mid-`up` leaves the last
+committed state, never a torn file; and WAL lets a second deepvm process (`status` while `up` runs) read
+without blocking the writer. The cluster row keeps the plan with the prices it was made with and their
+timestamp, and each node's price is copied into a cost segment, so cost reports never re-read today's
+prices.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from provisioning.catalog import Market
+from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.errors import CloudError
+from provisioning.home import deepvm_home
+from provisioning.planner.plan import Plan, Role
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS clusters (
+    name TEXT PRIMARY KEY,
+    cloud TEXT NOT NULL,              -- aws | sandbox
+    region TEXT NOT NULL,
+    availability_zone TEXT NOT NULL,
+    status TEXT NOT NULL,             -- provisioning | up | failed | terminating | terminated
+    plan_json TEXT NOT NULL,          -- the Plan, with its prices
+    prices_as_of TEXT NOT NULL,       -- when those prices were observed
+    launch_token TEXT NOT NULL,       -- client tokens derive from it
+    resources_json TEXT NOT NULL,     -- CloudResources: key pair, security group, launch template, fleets
+    ssh_user TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    instance_id TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL REFERENCES clusters(name) ON DELETE CASCADE,
+    instance_type TEXT NOT NULL,
+    market TEXT NOT NULL,
+    role TEXT NOT NULL,
+    availability_zone TEXT NOT NULL,
+    state TEXT NOT NULL,
+    private_ip TEXT,
+    public_ip TEXT,
+    usd_per_hour REAL NOT NULL,
+    ssh_user TEXT NOT NULL,
+    ssh_port INTEGER NOT NULL,
+    launched_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster TEXT NOT NULL,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS costs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster TEXT NOT NULL REFERENCES clusters(name) ON DELETE CASCADE,
+    instance_id TEXT NOT NULL,
+    usd_per_hour REAL NOT NULL,
+    prices_as_of TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    ended_at TEXT                     -- NULL while the node runs
+);
+CREATE INDEX IF NOT EXISTS nodes_by_cluster ON nodes(cluster);
+CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster);
+CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster);
+"""
+
+_GONE = ("shutting-down", "terminated", "stopping", "stopped")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _parse(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """A cluster as stored: identity, where it runs, its plan and what was created for it."""
+
+    name: str
+    cloud: str
+    status: str
+    plan: Plan
+    launch_token: str
+    resources: CloudResources
+    ssh_user: str
+    created_at: str
+    updated_at: str = ""
+
+    @property
+    def region(self) -> str:
+        return self.plan.region
+
+    @property
+    def availability_zone(self) -> str:
+        return self.plan.availability_zone
+
+
+@dataclass(frozen=True)
+class Event:
+    at: str
+    kind: str
+    message: str
+
+
+class Store:
+    """One connection to the state database; every public method is one committed transaction."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or deepvm_home() / "state.db"
+        self._db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        if self._db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
+            # executescript commits on its own, so the script carries its own transaction
+            self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # clusters
+
+    def put_cluster(self, row: ClusterRow) -> None:
+        """Insert the cluster, replacing a finished one of the same name (its nodes and costs go with it)."""
+        now = utc_now()
+        with self._tx() as db:
+            db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
+            db.execute(
+                "INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    row.name,
+                    row.cloud,
+                    row.region,
+                    row.availability_zone,
+                    row.status,
+                    json.dumps(row.plan.to_dict()),
+                    row.plan.prices_as_of,
+                    row.launch_token,
+                    _resources_json(row.resources),
+                    row.ssh_user,
+                    row.created_at or now,
+                    now,
+                ),
+            )
+            _event(db, row.name, "created", f"cluster recorded ({row.cloud}, {row.region})")
+
+    def cluster(self, name: str) -> ClusterRow | None:
+        found = self._db.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
+        return None if found is None else _cluster_row(found)
+
+    def clusters(self) -> list[ClusterRow]:
+        return [_cluster_row(r) for r in self._db.execute("SELECT * FROM clusters ORDER BY created_at")]
+
+    def set_status(self, name: str, status: str, message: str = "") -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status, utc_now(), name)
+            )
+            _event(db, name, status, message or f"status {status}")
+
+    def set_resources(self, name: str, resources: CloudResources) -> None:
+        """Record created resources at once, so an interrupted `up` can still be torn down precisely."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE clusters SET resources_json = ?, updated_at = ? WHERE name = ?",
+                (_resources_json(resources), utc_now(), name),
+            )
+
+    # nodes and their cost segments
+
+    def put_nodes(self, cluster: str, nodes: list[NodeRecord]) -> None:
+        """Insert or refresh nodes. A node's cost segment opens when it is first seen and closes when it
+        is seen gone, so the cost so far is the sum of closed and open segments at their own prices."""
+        now = utc_now()
+        with self._tx() as db:
+            as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
+            for node in nodes:
+                known = db.execute(
+                    "SELECT state FROM nodes WHERE instance_id = ?", (node.instance_id,)
+                ).fetchone()
+                db.execute(
+                    "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(instance_id) DO UPDATE "
+                    "SET state = excluded.state, private_ip = excluded.private_ip, "
+                    "public_ip = excluded.public_ip",
+                    (
+                        node.instance_id,
+                        cluster,
+                        node.instance_type,
+                        node.market.value,
+                        node.role.value,
+                        node.availability_zone,
+                        node.state,
+                        node.private_ip,
+                        node.public_ip,
+                        node.usd_per_hour,
+                        node.ssh_user,
+                        node.ssh_port,
+                        node.launched_at or now,
+                    ),
+                )
+                if known is None and node.state not in _GONE:
+                    db.execute(
+                        "INSERT INTO costs (cluster, instance_id, usd_per_hour, prices_as_of, started_at) "
+                        "VALUES (?,?,?,?,?)",
+                        (cluster, node.instance_id, node.usd_per_hour, as_of, node.launched_at or now),
+                    )
+                if node.state in _GONE and (known is None or known[0] not in _GONE):
+                    db.execute(
+                        "UPDATE costs SET ended_at = ? WHERE instance_id = ? AND ended_at IS NULL",
+                        (now, node.instance_id),
+                    )
+                    _event(db, cluster, "node-gone", f"{node.instance_id} is {node.state}")
+
+    def nodes(self, cluster: str) -> list[NodeRecord]:
+        rows = self._db.execute("SELECT * FROM nodes WHERE cluster = ? ORDER BY rowid", (cluster,))
+        return [_node_record(r) for r in rows]
+
+    def find_node(self, ref: str) -> tuple[str, NodeRecord] | None:
+        """The cluster and node for an instance id, or None."""
+        row = self._db.execute("SELECT * FROM nodes WHERE instance_id = ?", (ref,)).fetchone()
+        return None if row is None else (row["cluster"], _node_record(row))
+
+    def close_costs(self, cluster: str) -> None:
+        """End every open cost segment of the cluster now (it was torn down)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (utc_now(), cluster)
+            )
+            db.execute(
+                "UPDATE nodes SET state = 'terminated' WHERE cluster = ? AND state != 'terminated'",
+                (cluster,),
+            )
+
+    def cost_so_far(self, cluster: str, now: datetime | None = None) -> float:
+        now = now or datetime.now(timezone.utc)
+        total = 0.0
+        for row in self._db.execute("SELECT * FROM costs WHERE cluster = ?", (cluster,)):
+            end = _parse(row["ended_at"]) if row["ended_at"] else now
+            hours = max(0.0, (end - _parse(row["started_at"])).total_seconds() / 3600)
+            total += hours * row["usd_per_hour"]
+        return total
+
+    # events
+
+    def add_event(self, cluster: str, kind: str, message: str) -> None:
+        with self._tx() as db:
+            _event(db, cluster, kind, message)
+
+    def events(self, cluster: str) -> list[Event]:
+        rows = self._db.execute(
+            "SELECT at, kind, message FROM events WHERE cluster = ? ORDER BY id", (cluster,)
+        )
+        return [Event(r["at"], r["kind"], r["message"]) for r in rows]
+
+
+@contextmanager
+def cluster_lock(name: str) -> Iterator[None]:
+    """Hold the cluster for one command that changes it (`up`, `down`); a second one fails at once."""
+    locks = deepvm_home() / "locks"
+    locks.mkdir(exist_ok=True, mode=0o700)
+    with open(locks / f"{name}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise CloudError(
+                f"another deepvm command is working on cluster {name}; wait for it to finish"
+            ) from exc
+        yield
+
+
+def _event(db: sqlite3.Connection, cluster: str, kind: str, message: str) -> None:
+    db.execute(
+        "INSERT INTO events (cluster, at, kind, message) VALUES (?,?,?,?)",
+        (cluster, utc_now(), kind, message),
+    )
+
+
+def _resources_json(resources: CloudResources) -> str:
+    return json.dumps(
+        {
+            "key_name": resources.key_name,
+            "security_group_id": resources.security_group_id,
+            "launch_template_id": resources.launch_template_id,
+            "fleet_ids": list(resources.fleet_ids),
+            "subnet_id": resources.subnet_id,
+        }
+    )
+
+
+def _cluster_row(row: sqlite3.Row) -> ClusterRow:
+    res = json.loads(row["resources_json"])
+    return ClusterRow(
+        name=row["name"],
+        cloud=row["cloud"],
+        status=row["status"],
+        plan=Plan.from_dict(json.loads(row["plan_json"])),
+        launch_token=row["launch_token"],
+        resources=CloudResources(
+            key_name=res["key_name"],
+            security_group_id=res["security_group_id"],
+            launch_template_id=res["launch_template_id"],
+            fleet_ids=tuple(res["fleet_ids"]),
+            subnet_id=res.get("subnet_id", ""),
+        ),
+        ssh_user=row["ssh_user"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _node_record(row: sqlite3.Row) -> NodeRecord:
+    return NodeRecord(
+        instance_id=row["instance_id"],
+        instance_type=row["instance_type"],
+        market=Market(row["market"]),
+        role=Role(row["role"]),
+        availability_zone=row["availability_zone"],
+        state=row["state"],
+        private_ip=row["private_ip"],
+        public_ip=row["public_ip"],
+        usd_per_hour=row["usd_per_hour"],
+        launched_at=row["launched_at"],
+        ssh_user=row["ssh_user"],
+        ssh_port=row["ssh_port"],
+    )

@@ -1,0 +1,165 @@
+"""`deepvm up / status / down` with --cloud aws against a moto server over HTTP, as separate processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.names import CLUSTER_TAG
+from tests.cloud.plans import make_plan, write_plans
+from tests.conftest import run_cli
+
+
+def _up(plan_file, ami, *extra):
+    return run_cli("up", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
+
+
+def _live_instances(ctx, name="c1"):
+    reservations = ctx.client("ec2").describe_instances(
+        Filters=[
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": [name]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
+    return [i for r in reservations for i in r["Instances"]]
+
+
+def _has_cluster_tag(tags, name="c1"):
+    return {"Key": CLUSTER_TAG, "Value": name} in (tags or [])
+
+
+def test_up_status_down(ctx, ami, tmp_path, isolated_env):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
+    result = _up(plan, ami, "--name", "c1", "--json", "--ssh-cidr", "198.51.100.7/32")
+    assert result.returncode == 0, result.stderr
+    up = json.loads(result.stdout)
+    assert up["status"] == "up" and len(up["nodes"]) == 4
+    assert sorted(n["role"] for n in up["nodes"]) == ["anchor", "trainer", "trainer", "trainer"]
+    assert sorted(n["market"] for n in up["nodes"]) == ["on-demand", "spot", "spot", "spot"]
+    assert all(n["availability_zone"] == "us-east-1a" for n in up["nodes"])
+    assert (isolated_env / "clusters" / "c1" / "id_ed25519").stat().st_mode & 0o777 == 0o600
+
+    status = run_cli("status", "c1", "--json")
+    assert status.returncode == 0, status.stderr
+    view = json.loads(status.stdout)
+    assert view["name"] == "c1" and view["refreshed"] is True
+    assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.2104)) < 1e-9
+    assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
+    assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
+
+    ec2 = ctx.client("ec2")
+    # every resource carries the cluster tag
+    assert len(_live_instances(ctx)) == 4 and all(_has_cluster_tag(i["Tags"]) for i in _live_instances(ctx))
+    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["deepvm-c1"]}])[
+        "SecurityGroups"
+    ]
+    assert len(group) == 1 and _has_cluster_tag(group[0]["Tags"])
+    templates = ec2.describe_launch_templates(LaunchTemplateNames=["deepvm-c1"])["LaunchTemplates"]
+    assert _has_cluster_tag(templates[0]["Tags"])
+    keys = ec2.describe_key_pairs(KeyNames=["deepvm-c1"])["KeyPairs"]
+    assert _has_cluster_tag(keys[0]["Tags"])
+    fleets = [f for f in ec2.describe_fleets()["Fleets"] if _has_cluster_tag(f.get("Tags"))]
+    assert len(fleets) == 1 and fleets[0]["Type"] == "instant"
+    assert fleets[0]["TargetCapacitySpecification"]["SpotTargetCapacity"] == 3
+    assert fleets[0]["TargetCapacitySpecification"]["OnDemandTargetCapacity"] == 1
+
+    # security group: SSH only from the given range, everything from members of the group
+    rules = group[0]["IpPermissions"]
+    ssh = [r for r in rules if r.get("FromPort") == 22]
+    assert [ip["CidrIp"] for ip in ssh[0]["IpRanges"]] == ["198.51.100.7/32"]
+    inner = [r for r in rules if r["IpProtocol"] == "-1"]
+    assert [p["GroupId"] for p in inner[0]["UserIdGroupPairs"]] == [group[0]["GroupId"]]
+    assert len(rules) == 2
+
+    # launch template: IMDSv2 required, pinned host key in the user-data, no private login key
+    data = ec2.describe_launch_template_versions(LaunchTemplateName="deepvm-c1")["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    from provisioning.cloud.userdata import parse_user_data
+
+    boot = parse_user_data(data["UserData"])
+    host_pub = (isolated_env / "clusters" / "c1" / "ssh_host_ed25519_key").read_text()
+    assert boot.host_key_private == host_pub
+    assert boot.authorized_keys[0].startswith("ssh-ed25519 ")
+    known = (isolated_env / "clusters" / "c1" / "known_hosts").read_text().splitlines()
+    assert len(known) == 4 and all(line.split()[1] == "ssh-ed25519" for line in known)
+
+    down = run_cli("down", "c1", "--yes", "--json")
+    assert down.returncode == 0, down.stderr
+    assert len([d for d in json.loads(down.stdout)["deleted"] if d.startswith("instance ")]) == 4
+    assert _live_instances(ctx) == [] and leftovers(ctx, "c1") == []
+    again = run_cli("down", "c1", "--yes", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["deleted"] == []
+
+
+def test_up_twice_is_one_cluster(ctx, ami, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
+    first = _up(plan, ami, "--name", "c1", "--json")
+    assert first.returncode == 0, first.stderr
+    second = _up(plan, ami, "--name", "c1", "--json")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["nodes"] == json.loads(first.stdout)["nodes"]
+    assert len(_live_instances(ctx)) == 3
+    assert (
+        len([f for f in ctx.client("ec2").describe_fleets()["Fleets"] if _has_cluster_tag(f.get("Tags"))])
+        == 1
+    )
+
+
+def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isolated_env):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
+    assert _up(plan, ami, "--name", "c1").returncode == 0
+    shutil.rmtree(isolated_env)
+    refused = _up(plan, ami, "--name", "c1")  # no record, but the cloud still has it: no second cluster
+    assert refused.returncode == 4
+    assert "run `deepvm down c1` first" in refused.stderr
+    result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", "us-east-1")
+    assert result.returncode == 0, result.stderr
+    assert "deleted instance" in result.stdout
+    assert _live_instances(ctx) == [] and leftovers(ctx, "c1") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ("up", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
+            2,
+            "deepvm: error: plan file '/nonexistent/plan.json' not found",
+        ),
+        (
+            ("status", "ghost"),
+            5,
+            "deepvm: error: no cluster named 'ghost'; `deepvm status` lists the clusters",
+        ),
+        (("down", "ghost", "--yes", "--cloud", "aws"), 5, "deepvm: error: no cluster named 'ghost'"),
+        (("status", "bad name!"), 2, "deepvm: error: cluster name 'bad name!' is not allowed"),
+        (("interrupt", "i-0123456789"), 5, "deepvm: error: no node 'i-0123456789' in any cluster"),
+        (("up", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
+        (("down", "c1"), 2, "deepvm: error: `deepvm down c1` deletes the cluster; confirm with --yes"),
+    ],
+)
+def test_bad_input_is_one_line_and_an_exit_code(moto, args, code, message):
+    result = run_cli(*args)
+    assert result.returncode == code, result.stderr
+    assert result.stderr.startswith(message)
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan())
+    result = _up(plan, ami, "--name", "my cluster/1")
+    assert result.returncode == 2
+    assert result.stderr.startswith("deepvm: error: cluster name 'my cluster/1' is not allowed")
+    assert ctx.client("ec2").describe_instances()["Reservations"] == []
+
+
+def test_missing_deep_learning_ami_says_to_pass_ami(moto, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan())
+    result = run_cli("up", "--cloud", "aws", "--plan", str(plan), "--no-wait")
+    assert result.returncode == 4
+    assert "could not find the Deep Learning AMI" in result.stderr and "pass --ami" in result.stderr

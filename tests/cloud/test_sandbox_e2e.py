@@ -1,0 +1,161 @@
+"""The sandbox end to end, through the CLI: real moto server, real namespaces, real sshd, real SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import replace
+
+import pytest
+
+from provisioning.cloud.keys import ensure_cluster_keys
+from provisioning.cloud.lifecycle import add_spot_nodes, ssh_endpoints
+from provisioning.cloud.reachability import answers, connect
+from provisioning.errors import CloudError
+from provisioning.sandbox.control import load_info
+from provisioning.sandbox.hosts import hosts_root
+from provisioning.sandbox.metadata import METADATA_PORT
+from provisioning.sandbox.procs import pid_alive
+from tests.cloud.plans import make_plan, write_plans
+from tests.conftest import run_cli
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
+]
+
+
+@pytest.fixture
+def sandbox():
+    """Whatever happens in the test, stop the sandbox afterwards so nothing is left running."""
+    yield
+    result = run_cli("sandbox", "stop")
+    assert result.returncode == 0, result.stderr
+
+
+def _run(client, command: str) -> tuple[int, str]:
+    _, stdout, _ = client.exec_command(command, timeout=20)
+    out = stdout.read().decode()
+    return stdout.channel.recv_exit_status(), out
+
+
+def _imds(client, path: str, token: bool = True) -> tuple[str, str]:
+    """(HTTP status, body) of an IMDSv2 request made from inside the node."""
+    get_token = (
+        'T=$(curl -s -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" '
+        '"${AWS_EC2_METADATA_SERVICE_ENDPOINT}latest/api/token"); '
+    )
+    header = '-H "X-aws-ec2-metadata-token: $T" ' if token else ""
+    command = (
+        (get_token if token else "")
+        + f'curl -s -o /tmp/imds.out -w "%{{http_code}}" {header}'
+        + f'"${{AWS_EC2_METADATA_SERVICE_ENDPOINT}}{path}"; '
+        "echo; cat /tmp/imds.out"
+    )
+    _, out = _run(client, command)
+    code, _, body = out.partition("\n")
+    return code, body
+
+
+def _refused(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
+def _status(name: str) -> dict:
+    result = run_cli("status", name, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_up_ssh_interrupt_down(tmp_path, sandbox):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
+    result = run_cli("up", "--cloud", "sandbox", "--plan", str(plan), "--name", "e2e", "--json", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "sandbox: local emulation, no AWS charges" in result.stderr
+    nodes = json.loads(result.stdout)["nodes"]
+    assert len(nodes) == 4 and all(n["state"] == "running" for n in nodes)
+    assert all(n["private_ip"].startswith("127.") for n in nodes)
+
+    # every node answers over SSH, checked against the pinned host key
+    endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
+    clients = {iid: connect(e) for iid, e in endpoints.items()}
+    for client in clients.values():
+        code, out = _run(client, "tr '\\0' ' ' < /proc/1/cmdline")
+        assert code == 0 and "provisioning.sandbox.hostinit" in out  # PID 1 is the host's own init
+
+    # ...and a host key other than the pinned one is refused
+    forged = tmp_path / "forged_known_hosts"
+    other = ensure_cluster_keys("someone-else")
+    first = next(iter(endpoints.values()))
+    forged.write_text(f"{first.address} {other.host_key_public}\n")
+    with pytest.raises(CloudError, match="not the cluster's pinned key"):
+        answers(replace(first, known_hosts_path=str(forged)))
+
+    # each node has its own filesystem: home and /tmp
+    ids = list(clients)
+    assert _run(clients[ids[0]], "echo hello > ~/only-here && echo x > /tmp/only-here")[0] == 0
+    assert _run(clients[ids[0]], "cat ~/only-here")[1] == "hello\n"
+    for iid in ids[1:]:
+        assert _run(clients[iid], "test ! -e ~/only-here && test ! -e /tmp/only-here")[0] == 0
+
+    # instance metadata: IMDSv2 only, no notice yet
+    spot = next(n["instance_id"] for n in nodes if n["market"] == "spot")
+    assert _imds(clients[spot], "latest/meta-data/instance-id") == ("200", spot)
+    assert _imds(clients[spot], "latest/meta-data/instance-life-cycle") == ("200", "spot")
+    assert _imds(clients[spot], "latest/meta-data/instance-id", token=False)[0] == "401"
+    assert _imds(clients[spot], "latest/meta-data/spot/instance-action")[0] == "404"
+
+    on_demand = next(n["instance_id"] for n in nodes if n["market"] == "on-demand")
+    refused = run_cli("interrupt", on_demand)
+    assert refused.returncode == 2 and "only spot nodes get interruption notices" in refused.stderr
+
+    result = run_cli("interrupt", spot, "--after", "4")
+    assert result.returncode == 0, result.stderr
+    code, body = _imds(clients[spot], "latest/meta-data/spot/instance-action")
+    assert code == "200" and json.loads(body)["action"] == "terminate"
+    assert _imds(clients[spot], "latest/meta-data/events/recommendations/rebalance")[0] == "200"
+    assert (
+        _imds(clients[ids[0] if ids[0] != spot else ids[1]], "latest/meta-data/spot/instance-action")[0]
+        == "404"
+    )
+
+    # the node dies at the deadline, with every process of it, though no deepvm command is running
+    spot_ip = endpoints[spot].address
+    deadline = time.monotonic() + 30
+    while not _refused(spot_ip, 22) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _refused(spot_ip, 22) and _refused(spot_ip, METADATA_PORT)
+    states = {n["instance_id"]: n["state"] for n in _status("e2e")["nodes"]}
+    assert states[spot] == "terminated"
+    assert sorted(states.values()) == ["running", "running", "running", "terminated"]
+    for client in clients.values():
+        client.close()
+
+    # a replacement spot node joins, reachable with the same pinned key
+    (added,) = add_spot_nodes("e2e")
+    assert added.market.value == "spot" and added.role.value == "trainer"
+    replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
+    assert answers(replacement)
+    assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
+
+    # down: no instance, no sshd, no namespace, no metadata endpoint left
+    report = json.loads(run_cli("sandbox", "status", "--json").stdout)
+    host_pids = [pid for h in report["hosts"] for pid in h["pids"]]
+    assert len(report["hosts"]) == 4 and len(host_pids) == 8  # unshare + namespace init per host
+    result = run_cli("down", "e2e", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert not any(pid_alive(pid) for pid in host_pids)
+    for e in [*endpoints.values(), replacement]:
+        assert _refused(e.address, 22) and _refused(e.address, METADATA_PORT)
+    assert list(hosts_root().iterdir()) == []
+    info = load_info()
+    ec2 = info.context("us-east-1").client("ec2")
+    live = ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    assert live["Reservations"] == []
+    assert _status("e2e")["status"] == "terminated"

@@ -1,0 +1,87 @@
+"""The state store: round trips, cost segments at the planned prices, WAL readers beside a writer."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+from provisioning.catalog import Market
+from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.planner.plan import Role
+from provisioning.state import ClusterRow, Store
+from tests.cloud.plans import make_plan
+
+
+def _row(name: str = "c1") -> ClusterRow:
+    return ClusterRow(name, "sandbox", "provisioning", make_plan(), "tok", CloudResources(), "root", "")
+
+
+def _node(
+    instance_id: str, state: str = "running", launched: str = "2026-11-21T10:00:00+00:00"
+) -> NodeRecord:
+    return NodeRecord(
+        instance_id,
+        "g4dn.xlarge",
+        Market.SPOT,
+        Role.TRAINER,
+        "us-east-1a",
+        state,
+        "127.1.1.4",
+        None,
+        0.5,
+        launched,
+        "root",
+        22,
+    )
+
+
+def test_cluster_round_trip_keeps_plan_prices_and_resources():
+    store = Store()
+    store.put_cluster(_row())
+    store.set_resources("c1", CloudResources("k", "sg-1", "lt-1", ("fleet-1",)))
+    row = store.cluster("c1")
+    assert row.plan.nodes == make_plan().nodes
+    assert row.plan.prices_as_of == "2026-11-01T00:00:00Z"
+    assert row.resources.fleet_ids == ("fleet-1",)
+    assert [e.kind for e in store.events("c1")] == ["created"]
+
+
+def test_cost_is_the_sum_of_segments_at_planned_prices():
+    store = Store()
+    store.put_cluster(_row())
+    store.put_nodes("c1", [_node("i-1"), _node("i-2")])
+    now = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+    assert abs(store.cost_so_far("c1", now) - 2 * 2 * 0.5) < 1e-9
+    store.put_nodes("c1", [_node("i-2", state="terminated")])  # closes i-2's segment (at wall-clock now)
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    assert store.cost_so_far("c1", later) < store.cost_so_far("c1", later + timedelta(hours=1))
+    assert [e.kind for e in store.events("c1")][-1] == "node-gone"
+    assert store.find_node("i-2")[1].state == "terminated"
+
+
+def test_wal_lets_a_second_process_read_while_a_write_is_open(tmp_path):
+    store = Store()
+    store.put_cluster(_row())
+    writer = sqlite3.connect(store.path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE clusters SET status = 'up'")
+    reader = subprocess.run(
+        [sys.executable, "-c", "from provisioning.state import Store; print(Store().cluster('c1').status)"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    writer.execute("COMMIT")
+    assert reader.returncode == 0, reader.stderr
+    assert reader.stdout.strip() == "provisioning"  # the committed state, not the open write
+    assert Store().cluster("c1").status == "up"
+
+
+def test_replacing_a_finished_cluster_drops_its_nodes():
+    store = Store()
+    store.put_cluster(_row())
+    store.put_nodes("c1", [_node("i-1")])
+    store.put_cluster(_row())
+    assert store.nodes("c1") == []
