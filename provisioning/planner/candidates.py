@@ -40,7 +40,7 @@ MAX_NODES = 4096
 
 @dataclass(frozen=True)
 class TrainerOption:
-    """A GPU type where it can be bought most cheaply in one region (rule R1)."""
+    """A GPU type offered as spot in one AZ (and maybe on demand in its region)."""
 
     region: str
     availability_zone: str
@@ -108,25 +108,24 @@ class Limits:
         return self.max_price is None or price <= self.max_price + PRICE_TOLERANCE
 
 
+def trainer_offers(catalog: Catalog, regions: list[str]) -> list[TrainerOption]:
+    """Every GPU type in every AZ where it has a spot price."""
+    return [
+        TrainerOption(region, az, itype, spot, catalog.on_demand_price(itype.name, region), scaling_of(itype))
+        for region in regions
+        for itype in catalog.gpu_types()
+        for az, spot in sorted(catalog.spot_prices(itype.name, region).items())
+    ]
+
+
 def trainer_options(catalog: Catalog, regions: list[str]) -> list[TrainerOption]:
-    options = []
-    for region in regions:
-        for itype in catalog.gpu_types():
-            spot = catalog.spot_prices(itype.name, region)
-            if not spot:
-                continue
-            az = min(spot, key=lambda zone: (spot[zone], zone))
-            options.append(
-                TrainerOption(
-                    region=region,
-                    availability_zone=az,
-                    itype=itype,
-                    spot_price=spot[az],
-                    on_demand_price=catalog.on_demand_price(itype.name, region),
-                    scaling=scaling_of(itype),
-                )
-            )
-    return options
+    """Each GPU type in the AZ of its region where spot is cheapest (rule R1; ties: first AZ by name)."""
+    cheapest: dict[tuple[str, str], TrainerOption] = {}
+    for offer in trainer_offers(catalog, regions):
+        key = (offer.region, offer.itype.name)
+        if key not in cheapest or offer.spot_price < cheapest[key].spot_price:
+            cheapest[key] = offer
+    return list(cheapest.values())
 
 
 def holder_options(catalog: Catalog, regions: list[str]) -> list[HolderOption]:

@@ -29,36 +29,14 @@ Constraints (numbered in the code):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pulp
 
-from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
-from provisioning.planner.candidates import PRICE_TOLERANCE, HolderOption, Limits
+from provisioning.catalog import Catalog, InstanceType, Market
+from provisioning.planner.candidates import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.milp import SolverError, solve
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.scaling import saturation_point, scaling_factor, scaling_of
-
-
-@dataclass(frozen=True)
-class _Offer:
-    """A GPU type offered as spot in one AZ (and maybe on demand in its region)."""
-
-    region: str
-    availability_zone: str
-    itype: InstanceType
-    spot_price: float
-    on_demand_price: float | None
-    scaling: ScalingParams
-
-
-def _offers(catalog: Catalog, regions: list[str]) -> list[_Offer]:
-    return [
-        _Offer(region, az, itype, spot, catalog.on_demand_price(itype.name, region), scaling_of(itype))
-        for region in regions
-        for itype in catalog.gpu_types()
-        for az, spot in sorted(catalog.spot_prices(itype.name, region).items())
-    ]
+from provisioning.scaling import saturation_point, scaling_factor
 
 
 def _undominated_holders(holders: list[HolderOption]) -> list[HolderOption]:
@@ -81,7 +59,7 @@ def _undominated_holders(holders: list[HolderOption]) -> list[HolderOption]:
 def plan_mix(catalog: Catalog, regions: list[str], holders: list[HolderOption], limits: Limits,
              objective: Objective) -> Plan | None:
     """The best mixed cluster for a value objective (deepvm or throughput), or None if none fits."""
-    offers = [o for o in _offers(catalog, regions) if _node_cap(o.itype, o.region, Market.SPOT, limits) > 0]
+    offers = [o for o in trainer_offers(catalog, regions) if _node_cap(o.itype, o.region, Market.SPOT, limits) > 0]
     if not offers:
         return None
     model = _MixModel(offers, _undominated_holders(holders), limits, objective)
@@ -94,7 +72,7 @@ def _node_cap(itype: InstanceType, region: str, market: Market, limits: Limits) 
 
 
 class _MixModel:
-    def __init__(self, offers: list[_Offer], holders: list[HolderOption], limits: Limits, objective: Objective):
+    def __init__(self, offers: list[TrainerOption], holders: list[HolderOption], limits: Limits, objective: Objective):
         self.offers, self.holders, self.limits, self.objective = offers, holders, limits, objective
         self._unit = 1.0
         self._unit = max(self._value_per_node(o) for o in offers)
@@ -118,7 +96,7 @@ class _MixModel:
         self.effective = add("E", 0, self.max_trainers)
         self._constraints(azs)
 
-    def _value_per_node(self, offer: _Offer) -> float:
+    def _value_per_node(self, offer: TrainerOption) -> float:
         return offer.itype.flops / offer.spot_price * 3600 if self.objective is Objective.DEEPVM else offer.itype.flops
 
     def _most_trainers(self, azs: list[tuple[str, str]]) -> int:
@@ -132,11 +110,11 @@ class _MixModel:
             most = max(most, bound + 1)  # + the anchor
         return most
 
-    def _weight(self, offer: _Offer) -> float:
+    def _weight(self, offer: TrainerOption) -> float:
         """Value per node scaled so the best type weighs 1: keeps the MILP's numbers near the node counts."""
         return self._value_per_node(offer) / self._unit
 
-    def _spot_cap(self, offer: _Offer) -> int:
+    def _spot_cap(self, offer: TrainerOption) -> int:
         cap = _node_cap(offer.itype, offer.region, Market.SPOT, self.limits)
         if self.limits.max_price is not None:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // offer.spot_price))
@@ -148,7 +126,7 @@ class _MixModel:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // holder.on_demand_price))
         return cap
 
-    def _anchor_ok(self, offer: _Offer) -> bool:
+    def _anchor_ok(self, offer: TrainerOption) -> bool:
         memory = offer.itype.memory_gib
         return (offer.on_demand_price is not None
                 and _node_cap(offer.itype, offer.region, Market.ON_DEMAND, self.limits) >= 1
