@@ -36,7 +36,7 @@ def plan(
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
-    from provisioning.planner.saved import save_plan
+    from provisioning.planner.saved import save_plans
     from provisioning.sources import resolve_catalog
 
     request = PlanRequest(
@@ -60,7 +60,7 @@ def plan(
     for message in catalog.warnings:
         console.warning(message)
     result = plan_cluster(catalog, request)
-    saved = save_plan(result.plans[0], request)
+    saved = save_plans(result.plans, request)
     if as_json:
         from deepvm_cli.render_plan import plan_result_json
 

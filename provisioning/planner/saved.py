@@ -1,4 +1,6 @@
-"""The plan `deepvm plan` chose, kept under DEEPVM_HOME for `deepvm up`.
+"""The plans `deepvm plan` ranked, kept under DEEPVM_HOME for `deepvm up` (best first; the others are what
+`--on-shortage next-plan` falls back to). The file has the shape of `deepvm plan --json`'s "plans", so
+either can be given to `deepvm up --plan`; provisioning/cloud/plan_input.py reads both.
 
 Written atomically (temporary file, fsync, rename) so that a crash never leaves half a plan behind.
 """
@@ -12,15 +14,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from provisioning.errors import InputError
 from provisioning.home import saved_plan_path
 from provisioning.planner.plan import Plan
 from provisioning.planner.request import PlanRequest
 
 
-def save_plan(plan: Plan, request: PlanRequest, path: Path | None = None) -> Path:
+def save_plans(plans: list[Plan], request: PlanRequest, path: Path | None = None) -> Path:
     target = path or saved_plan_path()
-    document = {"plan": plan.to_dict(), "request": _request_dict(request)}
+    document = {"plans": [plan.to_dict() for plan in plans], "request": _request_dict(request)}
     fd, temp = tempfile.mkstemp(prefix=".plan-", dir=target.parent)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -32,22 +33,6 @@ def save_plan(plan: Plan, request: PlanRequest, path: Path | None = None) -> Pat
         Path(temp).unlink(missing_ok=True)
         raise
     return target
-
-
-def load_plan(path: Path | None = None) -> Plan:
-    """The saved plan, or a plan file given by the user (a `plan` object or the plan itself)."""
-    source = path or saved_plan_path()
-    try:
-        document: Any = json.loads(source.read_text())
-    except FileNotFoundError:
-        hint = "" if path else "; run `deepvm plan --max-price ...` first"
-        raise InputError(f"no plan file at {source}{hint}") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read plan file {source}: {exc}") from None
-    try:
-        return Plan.from_dict(document.get("plan", document))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"{source} is not a deepvm plan ({type(exc).__name__}: {exc})") from None
 
 
 def _request_dict(request: PlanRequest) -> dict[str, Any]:
