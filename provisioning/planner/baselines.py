@@ -8,15 +8,8 @@ many spot nodes as the price cap, the spot quota and the node limit allow:
 
 from __future__ import annotations
 
-from provisioning.planner.candidates import (
-    PRICE_TOLERANCE,
-    Candidate,
-    Limits,
-    TrainerOption,
-    anchor_allowed,
-    make_candidate,
-    spot_node_cap,
-)
+from provisioning.planner.candidates import Candidate, anchor_allowed, make_candidate, spot_node_cap
+from provisioning.planner.options import PRICE_TOLERANCE, Limits, TrainerOption
 from provisioning.planner.plan import Architecture
 
 

@@ -23,44 +23,15 @@ cheapest completion for ratio objectives.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
+from provisioning.catalog import Market, ScalingParams
+from provisioning.planner.holders import HolderCosts
+from provisioning.planner.options import PRICE_TOLERANCE, Limits, TrainerOption
 from provisioning.planner.plan import Architecture
-from provisioning.scaling import effective_nodes, saturation_point, scaling_of
-
-# Budget comparisons allow this much float noise ($/h), so a plan costing exactly the cap is kept.
-PRICE_TOLERANCE = 1e-9
-# Upper bound on nodes of one type when neither quota, node limit nor price cap bounds it.
-MAX_NODES = 4096
-
-
-@dataclass(frozen=True)
-class TrainerOption:
-    """A GPU type offered as spot in one AZ (and maybe on demand in its region)."""
-
-    region: str
-    availability_zone: str
-    itype: InstanceType
-    spot_price: float
-    on_demand_price: float | None
-    scaling: ScalingParams
-
-    @property
-    def flopp_spot(self) -> float:
-        return self.itype.flops / self.spot_price * 3600.0
-
-
-@dataclass(frozen=True)
-class HolderOption:
-    """An on-demand CPU type that can hold checkpoints (Tiering's remote tier) in one region."""
-
-    region: str
-    itype: InstanceType
-    on_demand_price: float
+from provisioning.scaling import effective_nodes
 
 
 @dataclass(frozen=True)
@@ -83,159 +54,6 @@ class Candidate:
     def z(self) -> float:
         """DeepVM's objective Z = FLOPP_spot(v) n K(n)."""
         return self.trainer.flopp_spot * self.effective_nodes
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The request's constraints, in the form presolve and the MILP both check."""
-
-    max_price: float | None  # None: no price cap (used to find the cheapest possible plan)
-    checkpoint_gib: float  # checkpoint size x buffer slots the holders must keep in RAM
-    node_limit: int | None  # nodes per type and market; replaces the quotas when set
-    catalog: Catalog
-
-    def quota(self, region: str, group: str, market: Market) -> float:
-        """The vCPU quota in force: none when a node limit replaces quotas or the source has none."""
-        q = None if self.node_limit is not None else self.catalog.quota(region, group, market)
-        return math.inf if q is None else q
-
-    def nodes_within_quota(self, region: str, itype: InstanceType, market: Market) -> int:
-        """How many nodes of a type the vCPU quota of its group admits (MAX_NODES when unknown)."""
-        quota = self.quota(region, itype.quota_group, market)
-        return MAX_NODES if math.isinf(quota) else min(MAX_NODES, int(quota // itype.vcpus))
-
-    def fits_price(self, price: float) -> bool:
-        return self.max_price is None or price <= self.max_price + PRICE_TOLERANCE
-
-
-def trainer_offers(catalog: Catalog, regions: list[str]) -> list[TrainerOption]:
-    """Every GPU type in every AZ where it has a spot price."""
-    return [
-        TrainerOption(region, az, itype, spot, catalog.on_demand_price(itype.name, region), scaling_of(itype))
-        for region in regions
-        for itype in catalog.gpu_types()
-        for az, spot in sorted(catalog.spot_prices(itype.name, region).items())
-    ]
-
-
-def trainer_options(catalog: Catalog, regions: list[str]) -> list[TrainerOption]:
-    """Each GPU type in the AZ of its region where spot is cheapest (rule R1; ties: first AZ by name)."""
-    cheapest: dict[tuple[str, str], TrainerOption] = {}
-    for offer in trainer_offers(catalog, regions):
-        key = (offer.region, offer.itype.name)
-        if key not in cheapest or offer.spot_price < cheapest[key].spot_price:
-            cheapest[key] = offer
-    return list(cheapest.values())
-
-
-def holder_options(catalog: Catalog, regions: list[str]) -> list[HolderOption]:
-    options = []
-    for region in regions:
-        for itype in catalog.cpu_types():
-            price = catalog.on_demand_price(itype.name, region)
-            if price is not None:
-                options.append(HolderOption(region, itype, price))
-    return options
-
-
-@dataclass(frozen=True)
-class _HolderTerms:
-    """For one trainer type and one holder type: holders needed for n trainers is
-    max(n // saturation + 1, for_memory), valid up to `cap` holders."""
-
-    holder: HolderOption
-    saturation: int
-    for_memory: int
-    cap: int
-
-    def needed(self, trainers: int) -> int | None:
-        m = max(trainers // self.saturation + 1, self.for_memory)
-        return m if m <= self.cap else None
-
-    def dominates(self, other: _HolderTerms) -> bool:
-        return (
-            self.holder.on_demand_price <= other.holder.on_demand_price
-            and self.saturation >= other.saturation
-            and self.for_memory <= other.for_memory
-            and self.cap >= other.cap
-        )
-
-
-class HolderCosts:
-    """Price of the cheapest valid holder group per (trainer option, trainer count), memoised.
-
-    It does not depend on the price cap, so one instance serves every cap of a price sweep. Holder
-    types that another type beats on price, saturation, memory and quota at once are never cheapest.
-    """
-
-    def __init__(self, holders: list[HolderOption], limits: Limits):
-        self._by_region: dict[str, list[HolderOption]] = {}
-        for holder in holders:
-            self._by_region.setdefault(holder.region, []).append(holder)
-        self._limits = limits
-        self._terms: dict[TrainerOption, list[_HolderTerms]] = {}
-        self._useful: dict[TrainerOption, list[_HolderTerms]] = {}
-        self._memo: dict[tuple[TrainerOption, int], float | None] = {}
-
-    def in_region(self, region: str) -> list[HolderOption]:
-        return self._by_region.get(region, [])
-
-    def _all_terms(self, trainer: TrainerOption) -> list[_HolderTerms]:
-        if trainer not in self._terms:
-            terms = [t for h in self.in_region(trainer.region) if (t := _holder_terms(trainer, h, self._limits))]
-            self._terms[trainer] = terms
-        return self._terms[trainer]
-
-    def cheapest(self, trainer: TrainerOption, trainers: int) -> float | None:
-        key = (trainer, trainers)
-        if key not in self._memo:
-            useful = self._pareto(trainer)
-            prices = [m * t.holder.on_demand_price for t in useful if (m := t.needed(trainers)) is not None]
-            self._memo[key] = min(prices, default=None)
-        return self._memo[key]
-
-    def _pareto(self, trainer: TrainerOption) -> list[_HolderTerms]:
-        """The holder types no other type dominates (sorted so that a dominator always comes first)."""
-        if trainer not in self._useful:
-            ordered = sorted(self._all_terms(trainer), key=lambda t: (
-                t.holder.on_demand_price, -t.saturation, t.for_memory, -t.cap, t.holder.itype.name))
-            kept: list[_HolderTerms] = []
-            for terms in ordered:
-                if not any(k.dominates(terms) for k in kept):
-                    kept.append(terms)
-            self._useful[trainer] = kept
-        return self._useful[trainer]
-
-    def cheapest_types(self, trainer: TrainerOption, trainers: int, keep: int) -> list[tuple[HolderOption, int]]:
-        """The `keep` cheapest holder groups (type, count), ties by type name."""
-        groups = [(m * t.holder.on_demand_price, t.holder.itype.name, t.holder, m)
-                  for t in self._all_terms(trainer) if (m := t.needed(trainers)) is not None]
-        return [(holder, m) for _, _, holder, m in sorted(groups, key=lambda g: g[:2])[:keep]]
-
-
-def _holder_terms(trainer: TrainerOption, holder: HolderOption, limits: Limits) -> _HolderTerms | None:
-    """How one holder type serves one trainer type (None: never, e.g. no memory for the checkpoints)."""
-    saturation = saturation_point(min(trainer.itype.network_gbps, holder.itype.network_gbps))
-    for_memory = 1
-    if limits.checkpoint_gib > 0:
-        memory = holder.itype.memory_gib or 0.0
-        if memory <= 0:
-            return None
-        for_memory = max(1, math.ceil(limits.checkpoint_gib / memory - 1e-12))
-    cap = limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND)
-    if limits.node_limit is not None:
-        cap = min(cap, limits.node_limit)
-    return _HolderTerms(holder, saturation, for_memory, cap) if cap >= 1 else None
-
-
-def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, limits: Limits) -> int | None:
-    """The fewest holders of one type for `trainers` spot trainers, or None if no count works.
-
-    Saturation: n / m < n_sat(min bandwidth)  <=>  m >= floor(n / n_sat) + 1.
-    Memory: together the holders keep the buffered checkpoint shards, m * memory >= size * slots.
-    """
-    terms = _holder_terms(trainer, holder, limits)
-    return None if terms is None else terms.needed(trainers)
 
 
 def spot_node_cap(option: TrainerOption, limits: Limits) -> int:

@@ -39,7 +39,9 @@ import pulp
 
 from provisioning.catalog import Market
 from provisioning.errors import DeepvmError
-from provisioning.planner.candidates import PRICE_TOLERANCE, Candidate, HolderCosts, HolderOption, Limits
+from provisioning.planner.candidates import Candidate
+from provisioning.planner.holders import HolderCosts
+from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits
 from provisioning.planner.plan import Architecture
 
 

@@ -33,8 +33,8 @@ import math
 import pulp
 
 from provisioning.catalog import Catalog, InstanceType, Market
-from provisioning.planner.candidates import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.milp import SolverError, solve
+from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.scaling import saturation_point, scaling_factor
 

@@ -10,19 +10,12 @@ import pulp
 from provisioning.catalog import Catalog, Market
 from provisioning.errors import InfeasibleError, InputError
 from provisioning.planner.baselines import cost_first, performance_first
-from provisioning.planner.candidates import (
-    Candidate,
-    HolderCosts,
-    HolderOption,
-    Limits,
-    TrainerOption,
-    holder_options,
-    select_candidates,
-    trainer_options,
-)
+from provisioning.planner.candidates import Candidate, select_candidates
+from provisioning.planner.holders import HolderCosts
 from provisioning.planner.milp import Block, Choice, SelectionModel, best_of_blocks
 from provisioning.planner.mix import plan_mix
 from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, objective_spec
+from provisioning.planner.options import HolderOption, Limits, TrainerOption, holder_options, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
 
