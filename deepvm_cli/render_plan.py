@@ -90,11 +90,12 @@ def _architecture_table(result: PlanResult) -> Table:
 
 def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) -> Table:
     table = Table(title=title)
-    for column in ("#", "architecture", "nodes", "$/h", "eff. TFLOPS", "objective"):
+    for column in ("#", "architecture", "nodes", "AZ", "$/h", "eff. TFLOPS", "objective"):
         table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
     for i, plan in enumerate(plans):
         table.add_row(names[i] if names else str(i + 1), plan.architecture.value, plan.summary(),
-                      f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
+                      plan.availability_zone, f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
+                      _number(plan.objective_value))
     return table
 
 
