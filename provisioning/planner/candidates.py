@@ -167,7 +167,8 @@ def select_candidates(
                     scored.append((value, -n, candidate))
             for value, minus_n, candidate in heapq.nlargest(keep, scored, key=lambda t: (t[0], t[1])):
                 selected.append((value, _price(price_of(-minus_n)), candidate))
-    shortlist = heapq.nsmallest(keep, selected, key=lambda t: (-t[0], t[1], t[2].trainer.itype.name))
+    shortlist = heapq.nsmallest(keep, selected, key=lambda t: (-t[0], t[1], t[2].trainer.itype.name,
+                                                               t[2].trainer.availability_zone))
     return [candidate for _, _, candidate in shortlist]
 
 
