@@ -37,7 +37,7 @@ def fsync_dir(path: Path) -> None:
 
 def atomic_write(path: Path, data: Any) -> None:
     """Write `data` (any buffer) to `path` so that `path` is never seen half-written, even after a crash."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     view = memoryview(data).cast("B")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
