@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .faults import KINDS, run_chain
+from dc_faults import KINDS, run_chain
 
 
 def _run(tmp_path, chains: int, cycles: int):

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .conftest import mpi_env, mpirun_cmd
+from dc_mpi import mpi_env, mpirun_cmd
 
 KINDS = ("trainer", "holder", "persisting")
 
