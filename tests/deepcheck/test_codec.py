@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 
@@ -84,7 +85,7 @@ def test_pieces_copied_separately_equal_the_whole():
     whole = _stream(flat)
     cuts = [0, 1, 77, 500, flat.total // 2, flat.total - 3, flat.total]
     pieces = bytearray()
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in itertools.pairwise(cuts):
         buf = HostBuffer(hi - lo, pinned=False)
         copy_range(flat, lo, hi, buf)
         pieces += buf.view

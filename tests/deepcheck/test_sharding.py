@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 
@@ -15,7 +16,7 @@ from deepcheck.sharding import MAX_SHARDS, even_split, overlaps, plan_shards, tr
 def test_plan_covers_stream_and_balances(total, n, m):
     shards = plan_shards(total, n, m)
     assert shards[0].offset == 0 and shards[-1].end == total
-    assert all(a.end == b.offset for a, b in zip(shards, shards[1:], strict=False))
+    assert all(a.end == b.offset for a, b in itertools.pairwise(shards))
     assert max(s.length for s in shards) - min(s.length for s in shards) <= 1
     # every trainer sends one contiguous range, and equal shard counts
     per_trainer = Counter(s.trainer for s in shards)
