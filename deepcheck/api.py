@@ -33,7 +33,7 @@ from .storage_disk import DiskStore
 from .storage_s3 import S3Config, S3Store
 from .trainer import SaveJob, TrainerPart
 from .transport import DEFAULT_CHUNK, MAX_CHUNK
-from .world import World, discover
+from .world import ROLES, World, discover
 
 log = logging.getLogger("deepcheck")
 
@@ -93,9 +93,11 @@ def init(
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     if not 1 <= chunk_bytes <= MAX_CHUNK:
         raise ConfigError(f"chunk_bytes must be between 1 and {MAX_CHUNK} (well below MPI's 2 GiB limit)")
+    if ROLES.get(role, (False, False))[1] and directory is None:
+        raise ConfigError(
+            f"rank {comm.Get_rank()} is a holder and needs directory= for its L2 checkpoint files"
+        )
     world = discover(comm, role)
-    if world.is_holder and directory is None:
-        raise ConfigError(f"rank {world.rank} is a holder and needs directory= for its L2 checkpoint files")
     return DeepCheck(
         comm,
         world,
