@@ -109,7 +109,9 @@ class HolderPart:
             if entry is not None and not entry.reported and entry.locally_complete():
                 entry.reported = True
                 self.svc.outbox.send(self._report(entry), self.svc.world.lead)
-        return moved
+        # With shared memory the receiver performs the copy inside MPI progress calls: while bytes are
+        # arriving, keep the loop hot instead of sleeping between tests (it costs about 2x in throughput).
+        return moved or bool(self.incoming)
 
     def _report(self, e: Entry) -> L1Report:
         shards = [e.slots[i].info for i in sorted(e.expected)]

@@ -5,7 +5,8 @@ trainers sent the same layout) and announces L1. L2: one persist round at a time
 L1-complete checkpoint (older pending ones are skipped, so a slow disk lags but never falls further
 behind); only when every holder has fsynced its shard files does the lead write the manifest – last –
 then tell the other holders to write their copies and announce L2. L3 works the same way with S3.
-Retention is applied right after each commit, so the newest complete checkpoint is never deleted.
+Retention runs right after each commit (after the announcement, off the critical path), so the newest
+complete checkpoint is never deleted.
 """
 
 from __future__ import annotations
@@ -84,13 +85,11 @@ class LeadPart:
         if len(crcs) != 1 or layout is None:
             reason = (
                 f"trainers disagree on the layout of the state at step {r.ckpt.step}: save() expects the "
-                "same "
-                "state (same keys, shapes and dtypes) on every trainer, with per-rank data in rank_state"
+                "same state (same keys, shapes and dtypes) on every trainer, per-rank data in rank_state"
             )
             log.error(reason)
             self.rejected.add(r.ckpt)
             self._send_all(Rejected(r.ckpt, reason), self.world.trainers)
-            self._maybe_shutdown()
             return
         rank_states: dict[int, Any] = {}
         for x in got.values():
@@ -117,7 +116,6 @@ class LeadPart:
     # ---- L2 --------------------------------------------------------------------------------------
     def _next_persist(self) -> None:
         if self.persisting is not None or self.pending is None:
-            self._maybe_shutdown()
             return
         self.persisting, self.pending = self.pending, None
         self.durable = set()
@@ -143,11 +141,7 @@ class LeadPart:
         if self.durable != set(self._holders_of(manifest)):
             return
 
-        def commit() -> None:
-            self.disk.commit(manifest)
-            self.disk.retain(self.keep_disk)
-
-        self.worker.submit(commit, lambda _r, e: self._committed(manifest, e))
+        self.worker.submit(lambda: self.disk.commit(manifest), lambda _r, e: self._committed(manifest, e))
 
     def _committed(self, manifest: Manifest, error: BaseException | None) -> None:
         ckpt = manifest.ckpt
@@ -157,6 +151,7 @@ class LeadPart:
                 if r != self.world.rank:
                     self.svc.outbox.send(Commit(manifest), r)
             self._send_all(Complete(ckpt, Level.L2), self.world.trainers)
+            self.worker.submit(lambda: self.disk.retain(self.keep_disk), lambda _r, _e: None)
             if self.s3 is not None:
                 self.uploading[ckpt] = (manifest, set())
                 self._send_all(Upload(ckpt), self._holders_of(manifest))
@@ -174,7 +169,6 @@ class LeadPart:
                 "checkpoint %s cannot reach L3: holder %d failed to upload it: %s", u.ckpt, u.holder, u.error
             )
             del self.uploading[u.ckpt]
-            self._maybe_shutdown()
             return
         done.add(src)
         if done != set(self._holders_of(manifest)):
@@ -194,12 +188,10 @@ class LeadPart:
             log.error(
                 "checkpoint %s cannot reach L3: uploading its manifest failed: %r", manifest.ckpt, error
             )
-        self._maybe_shutdown()
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def _on_bye(self, b: Bye, src: int) -> None:
         self.byes[b.trainer] = b.last
-        self._maybe_shutdown()
 
     def _maybe_shutdown(self) -> None:
         """Once every trainer said bye, drain: the last checkpoint must settle at every level first."""
@@ -220,6 +212,7 @@ class LeadPart:
         self._send_all(Shutdown(), self.world.everyone)
 
     def poll(self) -> bool:
+        self._maybe_shutdown()  # checked every round: byes, commits and uploads can finish in any order
         return False
 
     def idle(self) -> bool:
