@@ -102,6 +102,15 @@ class Chain:
     def cycle(self, kind: str) -> None:
         readies = sum(w == "ready" for w, _ in _parse(self.log))
         proc = self._start(steps=1_000_000)
+        try:
+            self._kill_during_saves(proc, kind, readies)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        self.floor = max([self.floor, *(n for w, n in _parse(self.log) if w in ("complete", "ready"))])
+
+    def _kill_during_saves(self, proc: subprocess.Popen, kind: str, readies: int) -> None:
         self._check_ready(proc, readies)
         kind, victim = self._victim(kind, proc)
         if proc.poll() is not None:
@@ -109,18 +118,19 @@ class Chain:
         if victim is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-        time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        time.sleep(0.05)  # then the rest of the job dies too, as mpirun would make it
         self.result.kills[kind] += 1
-        self.floor = max([self.floor, *(n for w, n in _parse(self.log) if w in ("complete", "ready"))])
 
     def finish(self) -> None:
         """A last, unharmed job: restore, one more save, clean close."""
         readies = sum(w == "ready" for w, _ in _parse(self.log))
         proc = self._start(steps=1)
-        self._check_ready(proc, readies)
-        out = proc.communicate(timeout=120)[0]
+        try:
+            self._check_ready(proc, readies)
+            out = proc.communicate(timeout=120)[0]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
         assert proc.returncode == 0, out[-3000:]
         assert _parse(self.log)[-1][0] == "closed"
 

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from dc_faults import KINDS, run_chain
+
+
+@pytest.fixture
+def private_dir():
+    """Not tmp_path: on a shared machine other pytest sessions rotate /tmp/pytest-of-* under long tests."""
+    path = Path(tempfile.mkdtemp(prefix="deepcheck-faults-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _run(tmp_path, chains: int, cycles: int):
@@ -18,8 +29,9 @@ def _run(tmp_path, chains: int, cycles: int):
 
 
 @pytest.mark.mpi
-def test_kill9_cycles(tmp_path):
-    kills, results = _run(tmp_path, chains=2, cycles=26)
+@pytest.mark.timeout(900)
+def test_kill9_cycles(private_dir):
+    kills, results = _run(private_dir, chains=2, cycles=26)
     assert sum(kills.values()) >= 50 and kills["trainer"] >= 16 and kills["persisting"] >= 8, kills
     for r in results:  # checkpoints kept completing between kills, and restores never went backwards
         assert sum(step >= 0 for step in r.restored) >= len(r.restored) // 2
@@ -28,6 +40,7 @@ def test_kill9_cycles(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.soak
-def test_kill9_soak(tmp_path):
-    kills, _ = _run(tmp_path, chains=2, cycles=150)
+@pytest.mark.timeout(7200)
+def test_kill9_soak(private_dir):
+    kills, _ = _run(private_dir, chains=2, cycles=150)
     assert sum(kills.values()) >= 300
