@@ -177,7 +177,11 @@ class DeepCheck:
         t = self.world.trainer_index
         lo, hi = trainer_range(shards, t)
         buf = self.pool.acquire(hi - lo, needs_pinned(flat), self._timeout(None))
-        event = copy_range(flat, lo, hi, buf)
+        try:
+            event = copy_range(flat, lo, hi, buf)
+        except BaseException:
+            self.pool.release(buf)
+            raise
         ckpt = CheckpointId(step, self.run)
         trainer.submit(
             SaveJob(
