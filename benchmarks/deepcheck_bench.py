@@ -1,0 +1,192 @@
+"""DeepCheck benchmark: training stall, L1/L2 completion throughput and memory, against baselines
+measured in the same run.
+
+    mpirun -n 4 --oversubscribe python benchmarks/deepcheck_bench.py --sizes 100,500,1024 [--json]
+
+The last rank is the holder, the others are trainers holding the same float32 state of each size.
+Per size:
+  sync      trainer 0 does torch.save of the whole state + fsync (the blocking alternative)
+  loopback  every trainer MPI-sends its 1/n of the bytes to the holder (chunked Send/Recv, no DeepCheck)
+  disk      the holder writes the bytes as n files, each fsynced (no DeepCheck)
+  deepcheck save() stall (median of --reps warm saves), then time until L1 and L2 are announced.
+            The L1 transfer stage (save() returned -> L1) is compared with loopback, the L2 stage
+            (L1 -> L2) with disk; l1_s is the end-to-end time from the save() call.
+Peak host memory (ru_maxrss) is reported per rank at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mpi4py import MPI
+
+import deepcheck
+from deepcheck.sharding import even_split
+from deepcheck.storage_disk import atomic_write
+from deepcheck.transport import DEFAULT_CHUNK, spans
+
+MiB = 1 << 20
+
+
+def make_state(nbytes: int):
+    import torch
+
+    parts = 8
+    numel = nbytes // 4 // parts
+    torch.manual_seed(0)
+    return {"model": {f"layer{i}.weight": torch.randn(numel) for i in range(parts)}, "step": 0}
+
+
+def bench_sync(state, directory: Path) -> float:
+    import torch
+
+    path = directory / "sync.pt"
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    elapsed = time.perf_counter() - t0
+    path.unlink()
+    return elapsed
+
+
+def bench_loopback(comm: MPI.Comm, holder: int, total: int, buf: bytearray) -> float:
+    """Each trainer sends its share to the holder; returns the holder's time for all bytes (best of 2)."""
+    n = comm.Get_size() - 1
+    best = float("inf")
+    for _ in range(2):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if comm.rank == holder:
+            reqs = []
+            for t, (lo, hi) in enumerate(even_split(total, n)):
+                reqs += [
+                    comm.Irecv([memoryview(buf)[lo + a : lo + b], MPI.BYTE], t, 7)
+                    for a, b in spans(hi - lo, DEFAULT_CHUNK)
+                ]
+            MPI.Request.Waitall(reqs)
+        else:
+            lo, hi = even_split(total, n)[comm.rank]
+            for a, b in spans(hi - lo, DEFAULT_CHUNK):
+                comm.Send([memoryview(buf)[a:b], MPI.BYTE], holder, 7)
+        comm.Barrier()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_disk(directory: Path, buf: bytearray, n: int) -> float:
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        for i, (lo, hi) in enumerate(even_split(len(buf), n)):
+            atomic_write(directory / f"disk-{i}.bin", memoryview(buf)[lo:hi])
+        best = min(best, time.perf_counter() - t0)
+        for i in range(n):
+            (directory / f"disk-{i}.bin").unlink()
+    return best
+
+
+def bench_deepcheck(ck, state, reps: int, first_step: int) -> dict:
+    stalls, l1, xfer, l2 = [], [], [], []
+    weights = next(iter(state["model"].values()))
+    for i in range(2 + reps):  # two warm-up saves fill the buffer pools
+        t0 = time.perf_counter()
+        handle = ck.save(state, first_step + i)
+        ts = time.perf_counter()
+        weights.add_(1.0)  # the next optimizer step
+        ck.wait(deepcheck.Level.L1)
+        t1 = time.perf_counter()
+        ck.wait(deepcheck.Level.L2)
+        t2 = time.perf_counter()
+        if i >= 2:
+            stalls.append(handle.stall_s)
+            l1.append(t1 - t0)
+            xfer.append(t1 - ts)
+            l2.append(t2 - t1)
+    med = statistics.median
+    return {"stall_s": med(stalls), "l1_s": med(l1), "l1_stage_s": med(xfer), "l2_stage_s": med(l2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="DeepCheck benchmark (run under mpirun, >= 2 ranks)")
+    ap.add_argument("--sizes", default="100,500,1024", help="state sizes in MiB, comma-separated")
+    ap.add_argument("--reps", type=int, default=3, help="measured saves per size (after 2 warm-up saves)")
+    ap.add_argument("--dir", default=None, help="directory for checkpoint files (default: a temp dir)")
+    ap.add_argument("--json", action="store_true", help="print machine-readable results")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        sys.exit("run under mpirun with at least 2 ranks (trainers + 1 holder)")
+    holder = comm.size - 1
+    n = comm.size - 1
+    role = "holder" if comm.rank == holder else "trainer"
+    base = Path(comm.bcast(args.dir or tempfile.mkdtemp(prefix="deepcheck-bench-"), root=0))
+    results = []
+    step = 0
+    for size in sizes:
+        total = size * MiB
+        state = make_state(total) if role == "trainer" else None
+        nbytes = comm.bcast(
+            sum(t.numel() * 4 for t in state["model"].values()) if comm.rank == 0 else None, root=0
+        )
+        directory = base / f"{size}MiB"
+        directory.mkdir(parents=True, exist_ok=True)
+        buf = bytearray(nbytes if role == "holder" else (nbytes + n - 1) // n + 1)
+        row = {"size_mib": size, "bytes": nbytes, "trainers": n, "holders": 1}
+        if comm.rank == 0:
+            row["sync_save_s"] = bench_sync(state, directory)
+        row["loopback_s"] = comm.bcast(bench_loopback(comm, holder, nbytes, buf), root=holder)
+        row["disk_s"] = comm.bcast(bench_disk(directory, buf, n) if role == "holder" else None, root=holder)
+        del buf
+        ck = deepcheck.init(comm, role, directory=directory / "ck", keep=1, keep_ram=1)
+        if role == "holder":
+            ck.serve()
+        else:
+            row.update(bench_deepcheck(ck, state, args.reps, step))
+            ck.close()
+        step += 10 + args.reps
+        row = comm.bcast(row, root=0)
+        row["stall_pct_of_sync"] = 100 * row["stall_s"] / row["sync_save_s"]
+        row["l1_pct_of_loopback"] = 100 * row["loopback_s"] / row["l1_stage_s"]
+        row["l2_pct_of_disk"] = 100 * row["disk_s"] / row["l2_stage_s"]
+        results.append(row)
+        del state
+    peak = comm.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, root=0)
+    if comm.rank != 0:
+        return
+    report = {"results": results, "peak_rss_mib_per_rank": peak, "roles": ["trainer"] * n + ["holder"]}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{n} trainers + 1 holder; medians of {args.reps} warm saves; times in seconds")
+    cols = [
+        "size_mib",
+        "sync_save_s",
+        "stall_s",
+        "stall_pct_of_sync",
+        "loopback_s",
+        "l1_stage_s",
+        "l1_pct_of_loopback",
+        "l1_s",
+        "disk_s",
+        "l2_stage_s",
+        "l2_pct_of_disk",
+    ]
+    print(" ".join(f"{c:>18}" for c in cols))
+    for r in results:
+        print(" ".join(f"{r[c]:>18.4g}" for c in cols))
+    print("peak RSS MiB per rank:", ", ".join(f"{p:.0f}" for p in peak))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""L1: a holder's RAM copy of the newest checkpoints, with receive buffers recycled between them.
+
+Each entry holds the shards of one checkpoint that this holder keeps. The ring keeps the newest `keep`
+checkpoints the lead has declared complete, plus anything newer (still arriving); everything older goes,
+except entries pinned by a persist or restore in progress. Freed buffers are reused for later shards of
+the same size: first-touch page faults on fresh memory cost more than the copy itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpi4py import MPI
+
+from .manifest import CheckpointId, ShardInfo
+
+POOL_LIMIT = 8  # spare buffers kept for reuse
+
+
+@dataclass
+class Slot:
+    info: ShardInfo  # crc32 is -1 until the trailer arrives
+    trainer_rank: int  # where the bytes come from (for the ack)
+    buf: bytearray
+    reqs: list[MPI.Request]
+    received: bool = False
+
+    def try_finish(self) -> bool:
+        """True when this call completed the slot (all bytes in and CRC known)."""
+        if self.received:
+            return False
+        if self.reqs and MPI.Request.Testall(self.reqs):
+            self.reqs = []
+        if not self.reqs and self.info.crc32 >= 0:
+            self.received = True
+            return True
+        return False
+
+
+@dataclass
+class Entry:
+    ckpt: CheckpointId
+    epoch: int | None
+    total: int
+    n_trainers: int
+    expected: frozenset[int]  # shard indices this holder keeps
+    slots: dict[int, Slot] = field(default_factory=dict)
+    layout_crcs: set[int] = field(default_factory=set)
+    layout: dict[str, Any] | None = None
+    rank_states: dict[int, Any] = field(default_factory=dict)
+    reported: bool = False
+    complete: bool = False  # the lead said every holder has its shards
+    pins: int = 0
+
+    def locally_complete(self) -> bool:
+        return self.expected <= {i for i, s in self.slots.items() if s.received}
+
+
+class Ring:
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.entries: dict[CheckpointId, Entry] = {}
+        self.pool: list[bytearray] = []
+
+    def buffer(self, nbytes: int) -> bytearray:
+        for i, buf in enumerate(self.pool):
+            if len(buf) == nbytes:
+                return self.pool.pop(i)
+        return bytearray(nbytes)
+
+    def _drop(self, ckpt: CheckpointId) -> None:
+        for slot in self.entries.pop(ckpt).slots.values():
+            if slot.received:  # never recycle memory an unfinished Irecv may still write to
+                self.pool.append(slot.buf)
+        del self.pool[:-POOL_LIMIT]
+
+    def retain(self) -> None:
+        complete = sorted((c for c, e in self.entries.items() if e.complete), reverse=True)
+        if not complete:
+            return
+        keep = set(complete[: self.keep])
+        for ckpt in [c for c, e in self.entries.items() if c < complete[0] and c not in keep and not e.pins]:
+            self._drop(ckpt)
+
+    def received(self) -> dict[CheckpointId, list[int]]:
+        return {c: sorted(i for i, s in e.slots.items() if s.received) for c, e in self.entries.items()}

@@ -1,0 +1,169 @@
+"""Trainer side of L1: ship this trainer's shards of each snapshot to holders, track completion notices.
+
+Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. Each
+chunk is Isend'ed first and then checksummed, so the CRC-32 overlaps the holder pulling the same bytes
+(both only read the L0 buffer); the CRC goes in a trailer after the last chunk. The L0 buffer returns
+to the pool when its sends complete; the job counts as delivered when every holder acknowledged it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpi4py import MPI
+
+from .manifest import CheckpointId, crc32
+from .protocol import Bye, Complete, Level, Rejected, ShardAck, ShardHeader, ShardTrailer
+from .service import Handler, Service
+from .sharding import Shard
+from .snapshot import BufferPool, HostBuffer
+from .transport import TAG_DATA, spans
+
+
+@dataclass
+class SaveJob:
+    ckpt: CheckpointId
+    epoch: int | None
+    shards: list[Shard]  # this trainer's shards, contiguous from `lo`
+    lo: int
+    total: int
+    n_trainers: int
+    n_holders: int
+    layout_crc: int
+    layout: dict[str, Any] | None  # trainer 0 only
+    rank_state: tuple[int, Any]
+    buf: HostBuffer
+    event: Any  # CUDA event to wait for before reading `buf`, or None
+    chunk: int
+
+
+@dataclass
+class _ShardSend:
+    shard: Shard
+    dest: int  # holder rank
+    view: memoryview
+    spans: list[tuple[int, int]]
+    posted: int = 0
+    crc: int = 0
+    reqs: list[MPI.Request] = field(default_factory=list)
+    trailed: bool = False
+
+    def step(self, comm: MPI.Comm) -> bool:
+        """Checksum and post the next chunk; False once all chunks are posted."""
+        if self.posted == len(self.spans):
+            return False
+        a, b = self.spans[self.posted]
+        self.reqs.append(comm.Isend([self.view[a:b], MPI.BYTE], self.dest, TAG_DATA))
+        self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
+        self.posted += 1
+        return True
+
+
+class TrainerPart:
+    def __init__(self, svc: Service, pool: BufferPool):
+        self.svc = svc
+        self.pool = pool
+        self.cond = threading.Condition()
+        self.queue: deque[SaveJob] = deque()
+        self.job: SaveJob | None = None
+        self.sends: list[_ShardSend] = []
+        self.unacked: dict[CheckpointId, set[int]] = {}
+        self.undelivered = 0  # jobs submitted and not yet acknowledged by all holders
+        self.last_sent: CheckpointId | None = None
+        self.newest: dict[Level, CheckpointId] = {}
+        self.rejected: dict[CheckpointId, str] = {}
+        self.is_stopped = False
+
+    def handlers(self) -> dict[type, Handler]:
+        return {ShardAck: self._on_ack, Complete: self._on_complete, Rejected: self._on_rejected}
+
+    def submit(self, job: SaveJob) -> None:
+        with self.cond:
+            self.queue.append(job)
+            self.undelivered += 1
+
+    def _start(self, job: SaveJob) -> None:
+        if job.event is not None:
+            job.event.synchronize()
+        self.job = job
+        self.unacked[job.ckpt] = {s.index for s in job.shards}
+        holders = self.svc.world.holders
+        for i, shard in enumerate(job.shards):
+            dest = holders[shard.holder]
+            view = job.buf.view[shard.offset - job.lo : shard.end - job.lo]
+            self.svc.outbox.send(
+                ShardHeader(
+                    job.ckpt,
+                    job.epoch,
+                    shard,
+                    job.total,
+                    job.n_trainers,
+                    job.n_holders,
+                    job.layout_crc,
+                    job.chunk,
+                    job.layout if shard.index == 0 else None,
+                    job.rank_state if i == 0 else None,
+                ),
+                dest,
+            )
+            self.sends.append(_ShardSend(shard, dest, view, spans(shard.length, job.chunk)))
+
+    def poll(self) -> bool:
+        if self.job is None:
+            with self.cond:
+                if not self.queue:
+                    return False
+                job = self.queue.popleft()
+            self._start(job)
+        job = self.job
+        moved = False
+        for send in self.sends:
+            if send.step(self.svc.comm):
+                moved = True
+            elif not send.trailed:
+                self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.crc), send.dest)
+                send.trailed = moved = True
+        if not all(s.trailed for s in self.sends) or not MPI.Request.Testall(
+            [r for s in self.sends for r in s.reqs]
+        ):
+            return moved
+        self.sends = []
+        self.job = None
+        self.pool.release(job.buf)
+        return True
+
+    def _on_ack(self, msg: ShardAck, src: int) -> None:
+        waiting = self.unacked[msg.ckpt]
+        waiting.discard(msg.index)
+        if waiting:
+            return
+        del self.unacked[msg.ckpt]
+        with self.cond:
+            self.undelivered -= 1
+            self.last_sent = msg.ckpt
+            self.cond.notify_all()
+
+    def _on_complete(self, msg: Complete, src: int) -> None:
+        with self.cond:
+            if msg.ckpt > self.newest.get(msg.level, CheckpointId(-1, "")):
+                self.newest[msg.level] = msg.ckpt
+            self.cond.notify_all()
+
+    def _on_rejected(self, msg: Rejected, src: int) -> None:
+        with self.cond:
+            self.rejected[msg.ckpt] = msg.reason
+            self.cond.notify_all()
+
+    def bye(self) -> Bye:
+        return Bye(self.svc.world.trainer_index, self.last_sent)
+
+    def idle(self) -> bool:
+        return self.job is None and not self.queue and not self.unacked
+
+    def stopped(self) -> None:
+        with self.cond:
+            self.is_stopped = True
+            self.cond.notify_all()

@@ -1,0 +1,104 @@
+"""MPI plumbing: tags, chunked buffer-protocol transfers, non-blocking small messages, polite polling.
+
+Bulk bytes go as uppercase Isend/Irecv of memoryview slices (MPI.BYTE), at most `chunk` bytes each, so no
+single message approaches MPI's 2 GiB count limit and nothing large is pickled. Small control messages
+are pickled with isend and received with matched probes (improbe + recv), which is safe when several
+threads use MPI. Waiting is done by testing and sleeping with a short backoff instead of blocking MPI
+calls: Open MPI's blocking calls spin a core, and DeepCheck's background thread must not steal the
+training loop's CPU while it is idle.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from mpi4py import MPI
+
+from .errors import CheckpointTimeout
+
+TAG_CTRL = 11  # small pickled messages of the checkpoint flow (protocol.py)
+TAG_DATA = 12  # shard bytes, trainer -> holder
+TAG_REQ = 21  # restore requests, trainer -> holder (restore communicator)
+TAG_REPLY = 22  # restore replies
+TAG_FETCH = 23  # restored shard bytes, holder -> trainer
+
+DEFAULT_CHUNK = 8 << 20
+MAX_CHUNK = 1 << 30
+
+
+def spans(length: int, chunk: int) -> list[tuple[int, int]]:
+    return [(a, min(a + chunk, length)) for a in range(0, length, chunk)]
+
+
+def post_chunks(
+    comm: MPI.Comm, view: memoryview, peer: int, tag: int, chunk: int, *, send: bool
+) -> list[MPI.Request]:
+    """Start a chunked transfer of `view` to (send) or from `peer`; both sides must use the same chunk."""
+    op = comm.Isend if send else comm.Irecv
+    return [op([view[a:b], MPI.BYTE], peer, tag) for a, b in spans(len(view), chunk)]
+
+
+def poll_message(comm: MPI.Comm, tag: int, source: int = MPI.ANY_SOURCE) -> tuple[Any, int] | None:
+    """Receive one pending pickled message, or None; returns (message, source rank)."""
+    status = MPI.Status()
+    msg = comm.improbe(source=source, tag=tag, status=status)
+    if msg is None:
+        return None
+    return msg.recv(), status.Get_source()
+
+
+class Backoff:
+    """Sleep a little longer each idle round (up to `cap` seconds) and not at all after progress."""
+
+    def __init__(self, cap: float = 0.002):
+        self.cap = cap
+        self.idle = 0
+
+    def pause(self, progressed: bool) -> None:
+        self.idle = 0 if progressed else min(self.idle + 1, 12)
+        time.sleep(0 if progressed else min(self.cap, 1e-6 * (1 << self.idle)))
+
+
+def _deadline(timeout: float | None) -> float:
+    return float("inf") if timeout is None else time.monotonic() + timeout
+
+
+def wait_requests(reqs: list[MPI.Request], timeout: float | None, what: str) -> None:
+    deadline, backoff = _deadline(timeout), Backoff()
+    while not MPI.Request.Testall(reqs):
+        if time.monotonic() > deadline:
+            raise CheckpointTimeout(f"timed out after {timeout}s waiting for {what}")
+        backoff.pause(False)
+
+
+def wait_message(comm: MPI.Comm, source: int, tag: int, timeout: float | None, what: str) -> Any:
+    deadline, backoff = _deadline(timeout), Backoff()
+    while (got := poll_message(comm, tag, source)) is None:
+        if time.monotonic() > deadline:
+            raise CheckpointTimeout(f"timed out after {timeout}s waiting for {what}")
+        backoff.pause(False)
+    return got[0]
+
+
+class Outbox:
+    """Fire-and-forget small messages; keeps each request (and its pickled buffer) alive until sent."""
+
+    def __init__(self, comm: MPI.Comm):
+        self.comm = comm
+        self.pending: list[MPI.Request] = []
+
+    def send(self, obj: Any, dest: int, tag: int = TAG_CTRL) -> None:
+        self.pending.append(self.comm.isend(obj, dest=dest, tag=tag))
+
+    def add(self, reqs: list[MPI.Request]) -> None:
+        self.pending.extend(reqs)
+
+    def poll(self) -> bool:
+        before = len(self.pending)
+        self.pending = [r for r in self.pending if not r.Test()]
+        return len(self.pending) != before
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending
