@@ -170,10 +170,11 @@ class Controller:
             self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
             return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
-                                         python=request.python, message="resumed"))  # fmt: skip
+                                         python=request.python, restarts=job.restarts + 1,
+                                         message="resumed"))  # fmt: skip
         if unfinished:
             self.report.note(
-                f"an earlier run of {spec.name} ({unfinished[0].job_id}) stopped at step {unfinished[0].step}; "
+                f"an earlier run of {spec.name} ({unfinished[0].job_id}) ended at step {unfinished[0].step}; "
                 "starting afresh (`--resume` would continue it)"
             )
         job_id = f"{spec.name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"

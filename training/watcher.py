@@ -119,11 +119,11 @@ class Watcher(threading.Thread):
         self.on_notice = on_notice
         self.on_unavailable = on_unavailable
         self.interval_s = interval_s
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         polled = False
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 notice = self.imds.notice()
             except MetadataUnavailable as exc:
@@ -135,10 +135,10 @@ class Watcher(threading.Thread):
             if notice is not None:
                 self.on_notice(notice)
                 return
-            self._stop.wait(self.interval_s)
+            self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
 
 def main(argv: list[str] | None = None) -> int:

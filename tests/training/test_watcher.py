@@ -1,0 +1,113 @@
+"""The Spot watcher against the sandbox's real IMDSv2 endpoint, and the node preparation script."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from provisioning.sandbox.metadata import NOTICES, MetadataServer, endpoint_url, post_interruption
+from training.staging import prepare_command, setup_marker, stage_runtime
+from training.watcher import Imds, MetadataUnavailable, Notice, Watcher
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def imds(tmp_path):
+    """An IMDSv2 endpoint on a random loopback address, like a sandbox host's; yields (url, host dir)."""
+    (tmp_path / NOTICES).mkdir()
+    fd = os.open(tmp_path / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
+    ip = f"127.{random.randint(2, 250)}.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    server = MetadataServer(ip, {"instance-id": "i-test", "instance-life-cycle": "spot"}, "", fd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield endpoint_url(ip), tmp_path
+    server.shutdown()
+    server.server_close()
+    os.close(fd)
+
+
+def _post(host_dir: Path) -> None:
+    post_interruption(host_dir, datetime.now(timezone.utc) + timedelta(seconds=120))
+
+
+def test_no_notice_until_one_is_posted(imds):
+    url, host_dir = imds
+    client = Imds(url)
+    assert client.notice() is None
+    _post(host_dir)
+    notice = client.notice()
+    assert notice is not None and notice.kind == "instance-action"
+    assert json.loads(notice.body)["action"] == "terminate"
+
+
+def test_watcher_reports_a_notice_within_its_poll_interval(imds):
+    url, host_dir = imds
+    seen: list[tuple[Notice, float]] = []
+    watcher = Watcher(lambda n: seen.append((n, time.monotonic())), interval_s=0.2, imds=Imds(url))
+    watcher.start()
+    time.sleep(0.5)
+    assert not seen and watcher.is_alive()
+    posted = time.monotonic()
+    _post(host_dir)
+    watcher.join(timeout=5)
+    assert len(seen) == 1 and seen[0][1] - posted < 1.0
+    assert not watcher.is_alive()  # one notice is all a node gets
+
+
+def test_watcher_without_metadata_turns_itself_off():
+    reasons: list[str] = []
+    dead = Imds("http://127.0.0.1:9/", timeout_s=0.5)  # discard port: nothing listens
+    with pytest.raises(MetadataUnavailable):
+        dead.notice()
+    watcher = Watcher(lambda n: None, reasons.append, interval_s=0.1, imds=dead)
+    watcher.start()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive() and "no instance metadata" in reasons[0]
+
+
+def test_watch_once_prints_the_notice(imds):
+    url, host_dir = imds
+    env = dict(os.environ, PYTHONPATH=str(REPO), AWS_EC2_METADATA_SERVICE_ENDPOINT=url)
+    command = [sys.executable, "-m", "training.watcher", "--once"]
+    assert subprocess.run(command, env=env, capture_output=True, text=True).stdout.strip() == "null"
+    _post(host_dir)
+    out = subprocess.run(command, env=env, capture_output=True, text=True).stdout
+    assert json.loads(out)["kind"] == "instance-action"
+
+
+def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_path):
+    url, host_dir = imds
+    home = tmp_path / "home"
+    (home / "deepvm" / "jobs" / "job-1" / "job").mkdir(parents=True)
+    stage_runtime(home / "deepvm" / "runtime")
+    setup = ["echo ran >> ../../../../setup-count", "echo setting up"]
+    script = prepare_command("job-1", setup, sys.executable, check_notice=True)
+    env = dict(os.environ, HOME=str(home), AWS_EC2_METADATA_SERVICE_ENDPOINT=url)
+
+    def run() -> str:
+        done = subprocess.run(["bash", "-c", script], cwd=home, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = run()
+    assert f"@@deepvm home {home}" in first and "@@deepvm notice null" in first and "setting up" in first
+    _post(host_dir)
+    second = run()
+    assert "setting up" not in second and '"kind": "instance-action"' in second
+    assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup)).exists()
+    assert (home / "deepvm/jobs/job-1/out").is_dir() and (home / "deepvm/jobs/job-1/checkpoints").is_dir()
+
+
+def test_prepare_script_fails_on_a_python_without_the_packages(tmp_path):
+    script = prepare_command("job-1", [], "/bin/false", check_notice=False)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
+    assert done.returncode != 0
