@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
-import threading
 import time
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from imds import imds_endpoint, post_notice
 
-from provisioning.sandbox.metadata import NOTICES, MetadataServer, endpoint_url, post_interruption
 from training.staging import prepare_command, setup_marker, stage_runtime
 from training.watcher import Imds, MetadataUnavailable, Notice, Watcher
 
@@ -23,27 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def imds(tmp_path):
-    """An IMDSv2 endpoint on a random loopback address, like a sandbox host's; yields (url, host dir)."""
-    (tmp_path / NOTICES).mkdir()
-    fd = os.open(tmp_path / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
-    ip = f"127.{random.randint(2, 250)}.{random.randint(1, 250)}.{random.randint(1, 250)}"
-    server = MetadataServer(ip, {"instance-id": "i-test", "instance-life-cycle": "spot"}, "", fd)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield endpoint_url(ip), tmp_path
-    server.shutdown()
-    server.server_close()
-    os.close(fd)
-
-
-def _post(host_dir: Path) -> None:
-    post_interruption(host_dir, datetime.now(timezone.utc) + timedelta(seconds=120))
+    """(endpoint URL, host directory whose notices it serves)."""
+    with imds_endpoint(tmp_path) as url:
+        yield url, tmp_path
 
 
 def test_no_notice_until_one_is_posted(imds):
     url, host_dir = imds
     client = Imds(url)
     assert client.notice() is None
-    _post(host_dir)
+    post_notice(host_dir)
     notice = client.notice()
     assert notice is not None and notice.kind == "instance-action"
     assert json.loads(notice.body)["action"] == "terminate"
@@ -57,7 +43,7 @@ def test_watcher_reports_a_notice_within_its_poll_interval(imds):
     time.sleep(0.5)
     assert not seen and watcher.is_alive()
     posted = time.monotonic()
-    _post(host_dir)
+    post_notice(host_dir)
     watcher.join(timeout=5)
     assert len(seen) == 1 and seen[0][1] - posted < 1.0
     assert not watcher.is_alive()  # one notice is all a node gets
@@ -79,7 +65,7 @@ def test_watch_once_prints_the_notice(imds):
     env = dict(os.environ, PYTHONPATH=str(REPO), AWS_EC2_METADATA_SERVICE_ENDPOINT=url)
     command = [sys.executable, "-m", "training.watcher", "--once"]
     assert subprocess.run(command, env=env, capture_output=True, text=True).stdout.strip() == "null"
-    _post(host_dir)
+    post_notice(host_dir)
     out = subprocess.run(command, env=env, capture_output=True, text=True).stdout
     assert json.loads(out)["kind"] == "instance-action"
 
@@ -100,7 +86,7 @@ def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_pa
 
     first = run()
     assert f"@@deepvm home {home}" in first and "@@deepvm notice null" in first and "setting up" in first
-    _post(host_dir)
+    post_notice(host_dir)
     second = run()
     assert "setting up" not in second and '"kind": "instance-action"' in second
     assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup)).exists()
