@@ -121,8 +121,8 @@ def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainRe
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
     name = check_cluster_name(request.cluster)
+    lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
     lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used
-    lifecycle.ssh_endpoints(name)  # NotFoundError unless the cluster is up
     with train_lock(name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
         controller = Controller(spec, request, name, Path(work), report)
         return controller.run()

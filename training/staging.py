@@ -35,6 +35,7 @@ _PACKAGES = (Path(training.__file__).parent, Path(deepcheck.__file__).parent)
 _MODULES = ("provisioning/__init__.py", "provisioning/errors.py")  # the only provisioning code ranks use
 _REPO = Path(training.__file__).resolve().parents[1]
 _MARK = "@@deepvm "
+_NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,9 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
         marker = setup_marker(setup)
         body = "\n".join(setup)
         lines.append(f"if [ ! -e {marker} ]; then (cd {root}/job && set -e\n{body}\n) && touch {marker}; fi")
-    check = "import warnings; warnings.simplefilter('ignore'); import torch, mpi4py, yaml, pydantic"
-    lines.append(f'{shlex.quote(python)} -c "{check}"')  # a missing package fails here, not in a crash loop
+    # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
+    check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
+    lines.append(f'{shlex.quote(python)} -c "{check}"')
     if check_notice:
         lines += _notice_lines(python)
     return "\n".join(lines)
