@@ -114,6 +114,7 @@ class _Run:
     first_step: int = -1
     last_step: int = -1
     status: str = ""  # from trainer 0's "end" event
+    startup_s: float | None = None  # mpirun started -> first step
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
 
 
@@ -214,7 +215,8 @@ class Controller:
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
                 self.attempts.append(
                     AttemptRecord(run.attempt.number, tuple(n.instance_id for n in launch.nodes), run.trainers,
-                                  run.first_step, run.last_step, outcome, run.attempt.proc.returncode or 0)
+                                  run.first_step, run.last_step, outcome, run.attempt.proc.returncode or 0,
+                                  run.startup_s)
                 )  # fmt: skip
                 if outcome == "completed":
                     return self._finish(run)
@@ -451,6 +453,8 @@ class Controller:
     def _on_step(self, event: dict[str, Any], at: float, run: _Run) -> None:
         step = int(event["step"])
         run.last_step = step
+        if run.startup_s is None:
+            run.startup_s = round(at - run.attempt.started_at, 3)
         recovered = self.recovery.stepped(run.attempt.number, run.first_step, step, run.trainers, at)
         if recovered is not None:
             self._recovered(recovered)

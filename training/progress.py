@@ -52,6 +52,7 @@ class AttemptRecord:
     last_step: int  # the newest step it reported
     status: str  # completed | stopped | failed | interrupted
     returncode: int
+    startup_s: float | None  # mpirun started -> its first step trained (None: it never trained)
 
 
 @dataclass

@@ -22,9 +22,7 @@ from statistics import mean
 
 import pytest
 
-from provisioning.catalog import Market
-from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
-from tests.cloud.plans import AZ
+from tests.cloud.plans import AZ, make_tiering_plan
 from tests.conftest import REPO, run_cli
 
 pytestmark = [
@@ -51,30 +49,12 @@ env: {{OMP_NUM_THREADS: "1"}}
 _STEP = re.compile(r"^step (\d+)/\d+ ")
 
 
-def tiering_plan() -> Plan:
-    groups = (
-        NodeGroup("g4dn.xlarge", Market.SPOT, 3, Role.TRAINER, 0.1499),
-        NodeGroup("c5.xlarge", Market.ON_DEMAND, 1, Role.HOLDER, 0.17),
-    )
-    return Plan(
-        architecture=Architecture.TIERING,
-        region=AZ[:-1],
-        availability_zone=AZ,
-        nodes=groups,
-        price_per_hour=sum(g.count * g.usd_per_hour for g in groups),
-        effective_flops=195.0,
-        objective_value=1.0,
-        catalog_source="test",
-        prices_as_of="2026-11-01T00:00:00Z",
-    )
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """(env with the module's DEEPVM_HOME, job path); down and sandbox stop afterwards."""
     root = tmp_path_factory.mktemp("train-e2e")
     env = {"DEEPVM_HOME": str(root / "home")}
-    (root / "plan.json").write_text(json.dumps(tiering_plan().to_dict()))
+    (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
     job = root / "job" / "e2e.yaml"
     job.parent.mkdir()
     job.write_text(JOB)
