@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,9 +57,11 @@ def deepvm(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-def spot_trainer(env: dict[str, str]) -> str:
+def trainer_in_job(env: dict[str, str], attempt_line: str) -> str:
+    """A spot trainer of the running attempt (its note names nodes as trainer-<id prefix>)."""
+    names = re.findall(r"trainer-([0-9a-f]{8})", attempt_line)
     status = json.loads(deepvm(env, "status", "bench", "--json"))
-    return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["state"] == "running")
+    return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names)
 
 
 def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
@@ -67,16 +70,21 @@ def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
+    attempt = ""
     for line in proc.stderr:
+        attempt = line if line.startswith("attempt ") else attempt
         match = _STEP.match(line)
         if match and int(match[1]) >= at:
-            victim = spot_trainer(env)
+            victim = trainer_in_job(env, attempt)
             if notice:
                 deepvm(env, "interrupt", victim, "--after", "60")
+                posted = time.time()  # the notice is in the node's metadata now (a little earlier)
             else:
                 from provisioning.sandbox.control import load_info
 
-                load_info().context(AZ[:-1]).client("ec2").terminate_instances(InstanceIds=[victim])
+                ec2 = load_info().context(AZ[:-1]).client("ec2")
+                posted = time.time()
+                ec2.terminate_instances(InstanceIds=[victim])
             break
     stdout, stderr = proc.communicate()
     if proc.returncode != 0:
@@ -87,12 +95,15 @@ def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
     relaunch = next(a for a in result["attempts"] if a["first_step"] == first["resumed_step"] and a["number"] > 1)
     return {
         "scenario": "notice" if notice else "no notice",
+        "event_to_detect_s": round(first["detected_wall"] - posted, 3),
         "detect_to_checkpoint_s": first["detect_to_checkpoint_s"],
         "detect_to_resumed_s": first["detect_to_resumed_s"],
         "steps_lost": first["lost_steps"],
         "relaunch_startup_s": relaunch["startup_s"],
         "restarts": result["restarts"],
         "wall_s": result["wall_s"],
+        "recoveries": result["recoveries"],
+        "attempts": result["attempts"],
     }
 
 
@@ -130,11 +141,15 @@ def main() -> int:
         print(json.dumps({"rows": rows, "notice_vs_no_notice": ratios}, indent=1))
         return 0
     print(f"job: {args.steps} steps, checkpoint every {args.every}, interrupted at step {args.at}")
-    print(f"{'scenario':<10} {'->ckpt s':>9} {'->resumed s':>12} {'lost':>5} {'startup s':>10} {'wall s':>7}")
+    print("event: notice posted / instance terminated; detect: the controller learns of it")
+    header = ("scenario", "event->detect s", "detect->ckpt s", "detect->resumed s", "lost", "startup s", "wall s")
+    widths = [max(10, len(h)) for h in header]
+    print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for r in rows:
         ckpt = "-" if r["detect_to_checkpoint_s"] is None else f"{r['detect_to_checkpoint_s']:.2f}"
-        print(f"{r['scenario']:<10} {ckpt:>9} {r['detect_to_resumed_s']:>12.1f} {r['steps_lost']:>5} "
-              f"{r['relaunch_startup_s']:>10.1f} {r['wall_s']:>7.1f}")  # fmt: skip
+        cells = (r["scenario"], f"{r['event_to_detect_s']:.1f}", ckpt, f"{r['detect_to_resumed_s']:.1f}",
+                 str(r["steps_lost"]), f"{r['relaunch_startup_s']:.1f}", f"{r['wall_s']:.1f}")  # fmt: skip
+        print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     print(f"notice vs no notice: steps lost {ratios['steps_lost']}, time to resume x{ratios['detect_to_resumed']}")
     return 0
 

@@ -37,6 +37,7 @@ class Recovery:
     lost_steps: int  # from_step - resumed_step: work done twice
     world_before: int
     world_after: int
+    detected_wall: float  # time.time() when the controller learned of it (relates it to other clocks)
     detect_to_checkpoint_s: float | None  # the notice (or stop request) to the flushed checkpoint
     detect_to_resumed_s: float | None  # to the first step trained after the relaunch
 

@@ -11,6 +11,7 @@ it stopped at, at most one checkpoint interval when a node died without a word.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from training.progress import Recovery
@@ -22,6 +23,7 @@ class _Incident:
     nodes: tuple[str, ...]
     attempt: int  # the attempt during which it was seen (0: before the first one)
     detected_at: float  # time.monotonic()
+    detected_wall: float  # time.time() at the same moment
     world_before: int
     from_step: int = -1
     checkpoint_at: float | None = None
@@ -39,7 +41,8 @@ class RecoveryLog:
     ) -> None:
         """Record trouble seen during `attempt`; it joins the open incident if there is one."""
         if self.open is None:
-            self.open = _Incident(reason, nodes, attempt, at, world, from_step)
+            wall = time.time() - (time.monotonic() - at)
+            self.open = _Incident(reason, nodes, attempt, at, wall, world, from_step)
             return
         self.open.nodes += tuple(n for n in nodes if n not in self.open.nodes)
         self.open.from_step = max(self.open.from_step, from_step)
@@ -68,6 +71,7 @@ class RecoveryLog:
             lost_steps=max(0, incident.from_step - first_step),
             world_before=incident.world_before,
             world_after=world,
+            detected_wall=round(incident.detected_wall, 3),
             detect_to_checkpoint_s=None
             if incident.checkpoint_at is None
             else round(incident.checkpoint_at - incident.detected_at, 3),

@@ -104,9 +104,12 @@ def last_losses(result: dict, count: int = 10) -> float:
     return mean(loss for _, loss in curve[-count:])
 
 
-def spot_trainers(env: dict[str, str]) -> list[str]:
+def trainers_in_job(env: dict[str, str], seen: list[str]) -> list[str]:
+    """Spot trainers of the running attempt (its note names them trainer-<instance id prefix>)."""
+    attempt = next(line for line in reversed(seen) if line.startswith("attempt "))
+    names = re.findall(r"trainer-([0-9a-f]{8})", attempt)
     status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
-    return [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["state"] == "running"]
+    return [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names]
 
 
 def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
@@ -124,7 +127,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     seen: list[str] = []
     proc = start_train(env, job)
     read_until_step(proc, 6, seen)
-    victim = spot_trainers(env)[1]
+    victim = trainers_in_job(env, seen)[1]
     result = run_cli("interrupt", victim, "--after", "30", env=env)
     assert result.returncode == 0, result.stderr
     run = finish(proc, seen)
@@ -159,7 +162,7 @@ def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, 
     seen: list[str] = []
     proc = start_train(env, job)
     read_until_step(proc, 9, seen)
-    victim = spot_trainers(env)[0]
+    victim = trainers_in_job(env, seen)[0]
     load_info().context(AZ[:-1]).client("ec2").terminate_instances(InstanceIds=[victim])
     run = finish(proc, seen)
 
