@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from itertools import pairwise
 from pathlib import Path
 from statistics import mean
@@ -32,8 +33,9 @@ pytestmark = [
 
 EVERY = 5  # checkpoint interval, steps
 STEPS = 24
+NAME = f"e2e-{uuid.uuid4().hex[:8]}"  # in every rank's command line: tells our processes from others'
 JOB = f"""\
-name: e2e
+name: {NAME}
 seed: 0
 model: {{name: resnet18, num_classes: 10}}
 dataset: {{kind: synthetic, samples: 1024, image_shape: [3, 8, 8], classes: 10, seed: 0}}
@@ -199,7 +201,7 @@ def _our_processes(env: dict[str, str]) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if env["DEEPVM_HOME"] in cmdline or "training.rank" in cmdline or "deepvm-train-" in cmdline:
+        if env["DEEPVM_HOME"] in cmdline or NAME in cmdline:
             found.append(cmdline)
     return found
 
