@@ -19,6 +19,12 @@ def info(message: str) -> None:
     err.print(message)
 
 
+def plain(message: str) -> None:
+    """One unstyled, unwrapped line on stderr: streamed logs and progress when stderr is not a terminal."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
 def warning(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}")
 

@@ -21,9 +21,18 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from deepvm_cli import down_cmd, interrupt_cmd, market_cmd, plan_cmd, sandbox_cmd, status_cmd, up_cmd
+    from deepvm_cli import (
+        down_cmd,
+        interrupt_cmd,
+        market_cmd,
+        plan_cmd,
+        sandbox_cmd,
+        status_cmd,
+        train_cmd,
+        up_cmd,
+    )
 
-    for module in (plan_cmd, market_cmd, up_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd):
+    for module in (plan_cmd, market_cmd, up_cmd, train_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd):
         module.register(app)
 
 

@@ -11,12 +11,39 @@ from deepvm_cli import console
 
 if TYPE_CHECKING:
     from provisioning.cloud.lifecycle import ClusterView
+    from training.jobstore import JobRow
 
 
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _jobs(cluster: str) -> list[JobRow]:
+    from training.jobstore import JobStore
+
+    return JobStore().for_cluster(cluster)
+
+
+def _job_state(job: JobRow) -> str:
+    """The stored status, except that a "running" job whose controller is gone says so."""
+    from training.jobstore import ACTIVE, controller_running
+
+    if job.status == ACTIVE and not controller_running(job.cluster):
+        return "interrupted (controller gone: `deepvm train --resume` continues)"
+    return job.status
+
+
+def render_jobs(jobs: list[JobRow]) -> None:
+    for job in jobs[:3]:
+        loss = "-" if job.loss is None else f"{job.loss:.4f}"
+        console.out.print(
+            f"job {job.job_id}  {_job_state(job)}  step {job.step}/{job.total_steps}  loss {loss}  "
+            f"trainers {job.world_size}  restarts {job.restarts}  lost steps {job.lost_steps}  "
+            f"checkpoint step {job.checkpoint_step}  ${job.cost_usd:.4f}",
+            markup=False,
+        )
 
 
 def render_cluster(view: ClusterView) -> None:
@@ -52,7 +79,7 @@ def status_command(
         False, "--json", help="Print JSON: one cluster object, or {clusters: [...]}."
     ),
 ) -> None:
-    """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far."""
+    """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs."""
     from provisioning.cloud.lifecycle import status
     from provisioning.sandbox.control import BANNER
 
@@ -60,7 +87,11 @@ def status_command(
     if any(v.cluster.cloud == "sandbox" for v in views) and not as_json:
         console.info(BANNER)
     if as_json:
-        console.print_json(views[0].to_dict() if name else {"clusters": [v.to_dict() for v in views]})
+        docs = [
+            {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name)]}
+            for v in views
+        ]
+        console.print_json(docs[0] if name else {"clusters": docs})
         return
     if not views:
         console.info("no clusters; start one with `deepvm up`")
@@ -70,6 +101,7 @@ def status_command(
                 f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
             )
         render_cluster(view)
+        render_jobs(_jobs(view.cluster.name))
 
 
 def register(app: typer.Typer) -> None:

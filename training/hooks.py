@@ -6,8 +6,11 @@ The learning-rate schedule is a pure function of the step (training/schedule.py)
 draws from a generator seeded by (seed, step, rank), so model, optimizer, step and sampler position
 are all a resumed run needs; the torch RNG state is saved too for user code that draws from it.
 
-Call order on every rank: on_start once (after a resume, if any), on_step after every optimizer
-step, on_stop once when the loop ends (reason "completed", "stopped" or "failed"). Hooks run inside
+Call order on every rank: on_start once (after a resume, if any, and before the "start" event, so a
+hook may restore state itself), on_step after every optimizer step, on_stop once when the loop ends
+(reason "completed", "stopped" or "failed"). on_step may return True to end the run cleanly after that
+step, like a stop signal; it must then do so on every rank at the same step (decide collectively, as
+DeepCheck's should_flush() does), or the ranks would disagree on when to stop. Hooks run inside
 the training loop: whatever blocks there blocks training, so a hook that copies state elsewhere
 should snapshot to memory and hand off to a background thread.
 """
@@ -63,6 +66,6 @@ class CheckpointHook(Protocol):
 
     def on_start(self, state: TrainState) -> None: ...
 
-    def on_step(self, state: TrainState, step: int) -> None: ...
+    def on_step(self, state: TrainState, step: int) -> bool | None: ...
 
     def on_stop(self, state: TrainState, step: int, reason: str) -> None: ...

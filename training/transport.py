@@ -10,8 +10,8 @@ before that are gone locally, and rewrites the manifest last. Each file is writt
 name and renamed, so an interrupted push leaves whole old files or whole new ones, and, as the
 manifest was not yet updated, the next push sends whatever is unconfirmed again.
 
-Functions that take several hosts work on them in parallel threads; callbacks are called from those
-threads, one call at a time.
+Results come back with fetch_files (the final model and metrics). Functions that take several hosts
+work on them in parallel threads; callbacks are called from those threads, one call at a time.
 """
 
 from __future__ import annotations
@@ -266,6 +266,24 @@ def _write_atomic(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
     with sftp.open(partial, "wb") as handle:
         handle.write(data)
     sftp.posix_rename(partial, path)
+
+
+def fetch_files(host: HostSpec, remote_dir: str, names: Sequence[str], local_dir: Path) -> list[Path]:
+    """Copy ``names`` from ``remote_dir`` on ``host`` into ``local_dir`` (temp name, then rename)."""
+    local_dir.mkdir(parents=True, exist_ok=True)
+    fetched = []
+    with contextlib.closing(connect(host)) as client, contextlib.closing(client.open_sftp()) as sftp:
+        for name in names:
+            target = local_dir / name
+            partial = target.with_name(target.name + ".deepvm-part")
+            try:
+                sftp.get(posixpath.join(remote_dir, name), str(partial))
+            except OSError as exc:
+                partial.unlink(missing_ok=True)
+                raise TransportError(f"{host.where}: fetching {remote_dir}/{name} failed: {exc}") from None
+            partial.replace(target)
+            fetched.append(target)
+    return fetched
 
 
 # --- commands -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ tagged with the rank, so the launcher can parse progress from mpirun's merged ou
 model.pt (weights), state.pt (a TrainState to resume from) and metrics.json into --out.
 
 SIGTERM or SIGUSR1 on any rank asks for a clean stop: the ranks agree at the next step boundary,
-save state like a finished run and exit 0 with status "stopped" in the metrics.
+save state like a finished run and exit 0 with status "stopped" in the metrics. A hook can end the run
+the same way by returning True from on_step (on every rank at the same step).
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ class Run:
 
     def train(self, stop: StopRequest) -> dict[str, Any]:
         spec, state, rank = self.spec, self.state, self.env.rank
+        for hook in self.hooks:
+            hook.on_start(state)  # first: a hook may restore a checkpoint, and "start" reports from where
         emit(
             "start",
             rank,
@@ -216,8 +219,6 @@ class Run:
             device=str(self.device),
             pid=os.getpid(),
         )
-        for hook in self.hooks:
-            hook.on_start(state)
         first_step, status, final_loss = state.step, "completed", float("nan")
         started = window_start = time.perf_counter()
         window_steps = 0
@@ -225,9 +226,8 @@ class Run:
             epoch = state.sampler.epoch
             loss = self._one_step()
             window_steps += 1
-            for hook in self.hooks:
-                hook.on_step(state, state.step)
-            stopping = stop.agreed(self.device) or state.step == self.opts.stop_at_step
+            hook_stop = any([bool(hook.on_step(state, state.step)) for hook in self.hooks])  # call every hook
+            stopping = stop.agreed(self.device) or hook_stop or state.step == self.opts.stop_at_step
             if state.step % spec.log_every == 0 or state.step == self.total_steps or stopping:
                 now = time.perf_counter()
                 final_loss = _mean_over_ranks(loss, self.device)

@@ -1,7 +1,8 @@
 """The plans `deepvm up` launches: a plan file, the plan `deepvm plan` saved, or a fresh plan for a price.
 
-A plan file holds one plan (`Plan.to_dict()`) or several (`{"plans": [...]}`, best first); the others are
-what `--on-shortage next-plan` falls back to.
+A plan file holds one plan (`Plan.to_dict()`), the document `deepvm plan` saves (`{"plan": ..., "request":
+...}`), or several plans (`{"plans": [...]}`, best first); the others are what `--on-shortage next-plan`
+falls back to.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def load_plans(path: Path | None) -> tuple[Plan, ...]:
 
 
 def plans_from_dict(data: dict[str, Any]) -> tuple[Plan, ...]:
-    raw = data.get("plans", [data])
+    raw = data["plans"] if "plans" in data else [data.get("plan", data)]
     plans = tuple(Plan.from_dict(p) for p in raw)
     if not plans:
         raise ValueError("the file holds no plan")

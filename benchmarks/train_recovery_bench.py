@@ -1,0 +1,158 @@
+"""What a Spot interruption costs a `deepvm train` job, with and without the two-minute notice.
+
+In a fresh sandbox (own DEEPVM_HOME) with a Tiering cluster (3 spot trainers + 1 on-demand holder), the
+same job runs once per scenario, as a user runs it (`deepvm train --json`):
+
+- notice: `deepvm interrupt` posts a Spot notice to a spot trainer at step --at; the watcher sees it,
+  DeepCheck flushes, the job continues on the survivors, and a replacement is folded in.
+- no notice (the baseline: what a plain periodic-checkpoint restart costs): the same trainer's instance
+  is terminated through the EC2 API at the same step; mpirun aborts and the job restarts from the
+  newest complete checkpoint.
+
+For each it reports, from the run's own result: detection -> checkpoint safe (notice only), detection ->
+training again (the first step after the relaunch), steps lost, and the relaunch's start-up time
+(mpirun -> first step, mostly Python and torch imports on a busy 2-core machine); then the ratios of
+the notice run to the baseline. Run as root: `python benchmarks/train_recovery_bench.py [--json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.cloud.plans import AZ, make_tiering_plan  # noqa: E402
+
+JOB = """\
+name: bench
+seed: 0
+model: {{name: resnet18, num_classes: 10}}
+dataset: {{kind: synthetic, samples: 1024, image_shape: [3, 8, 8], classes: 10, seed: 0}}
+steps: {steps}
+batch_size: 8
+log_every: 1
+optimizer: {{name: sgd, lr: 0.02, momentum: 0.9}}
+schedule: {{name: cosine, warmup_steps: 5}}
+checkpoint: {{every_steps: {every}}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
+_STEP = re.compile(r"^step (\d+)/")
+
+
+def deepvm(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "deepvm_cli", *args], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"deepvm {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def trainer_in_job(env: dict[str, str], attempt_line: str) -> str:
+    """A spot trainer of the running attempt (its note names nodes as trainer-<id prefix>)."""
+    names = re.findall(r"trainer-([0-9a-f]{8})", attempt_line)
+    status = json.loads(deepvm(env, "status", "bench", "--json"))
+    return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names)
+
+
+def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "bench", "--json"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    attempt = ""
+    for line in proc.stderr:
+        attempt = line if line.startswith("attempt ") else attempt
+        match = _STEP.match(line)
+        if match and int(match[1]) >= at:
+            victim = trainer_in_job(env, attempt)
+            if notice:
+                deepvm(env, "interrupt", victim, "--after", "60")
+                posted = time.time()  # the notice is in the node's metadata now (a little earlier)
+            else:
+                from provisioning.sandbox.control import load_info
+
+                ec2 = load_info().context(AZ[:-1]).client("ec2")
+                posted = time.time()
+                ec2.terminate_instances(InstanceIds=[victim])
+            break
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"deepvm train failed:\n{stderr}")
+    result = json.loads(stdout)
+    reason = "notice" if notice else "node-lost"
+    first = next(r for r in result["recoveries"] if r["reason"] == reason)
+    relaunch = next(a for a in result["attempts"] if a["first_step"] == first["resumed_step"] and a["number"] > 1)
+    return {
+        "scenario": "notice" if notice else "no notice",
+        "event_to_detect_s": round(first["detected_wall"] - posted, 3),
+        "detect_to_checkpoint_s": first["detect_to_checkpoint_s"],
+        "detect_to_resumed_s": first["detect_to_resumed_s"],
+        "steps_lost": first["lost_steps"],
+        "relaunch_startup_s": relaunch["startup_s"],
+        "restarts": result["restarts"],
+        "wall_s": result["wall_s"],
+        "recoveries": result["recoveries"],
+        "attempts": result["attempts"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+    parser.add_argument("--at", type=int, default=14, help="interrupt at this step")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("the sandbox needs root")
+    with tempfile.TemporaryDirectory(prefix="deepvm-bench-") as tmp:
+        root = Path(tmp)
+        env = {**os.environ, "DEEPVM_HOME": str(root / "home"), "NO_COLOR": "1"}
+        os.environ["DEEPVM_HOME"] = env["DEEPVM_HOME"]
+        (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
+        job = root / "job" / "bench.yaml"
+        job.parent.mkdir()
+        job.write_text(JOB.format(steps=args.steps, every=args.every))
+        try:
+            deepvm(env, "up", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
+            rows = [run_scenario(env, job, args.at, notice) for notice in (True, False)]
+        finally:
+            subprocess.run([sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env,
+                           capture_output=True)  # fmt: skip
+            subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env,
+                           capture_output=True)  # fmt: skip
+    notice, baseline = rows
+    ratios = {
+        "steps_lost": f"{notice['steps_lost']} vs {baseline['steps_lost']}",
+        "detect_to_resumed": round(notice["detect_to_resumed_s"] / baseline["detect_to_resumed_s"], 2),
+    }
+    if args.json:
+        print(json.dumps({"rows": rows, "notice_vs_no_notice": ratios}, indent=1))
+        return 0
+    print(f"job: {args.steps} steps, checkpoint every {args.every}, interrupted at step {args.at}")
+    print("event: notice posted / instance terminated; detect: the controller learns of it")
+    header = ("scenario", "event->detect s", "detect->ckpt s", "detect->resumed s", "lost", "startup s", "wall s")
+    widths = [max(10, len(h)) for h in header]
+    print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
+    for r in rows:
+        ckpt = "-" if r["detect_to_checkpoint_s"] is None else f"{r['detect_to_checkpoint_s']:.2f}"
+        cells = (r["scenario"], f"{r['event_to_detect_s']:.1f}", ckpt, f"{r['detect_to_resumed_s']:.1f}",
+                 str(r["steps_lost"]), f"{r['relaunch_startup_s']:.1f}", f"{r['wall_s']:.1f}")  # fmt: skip
+        print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
+    print(f"notice vs no notice: steps lost {ratios['steps_lost']}, time to resume x{ratios['detect_to_resumed']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""`deepvm train` end to end in the sandbox: a Tiering cluster (3 spot trainers + 1 on-demand holder),
+real sshd hosts, real mpirun over SSH, real DDP training and real DeepCheck files.
+
+One cluster serves the module (its own DEEPVM_HOME); the last test tears it down and checks that no
+process of it is left. Interruptions are the sandbox's: `deepvm interrupt` posts the notice to the
+node's instance metadata and the supervisor terminates the instance at the deadline; a node that dies
+without notice is terminated through the EC2 API, which kills every process of its host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from itertools import pairwise
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+from tests.cloud.plans import AZ, make_tiering_plan
+from tests.conftest import REPO, run_cli
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
+]
+
+EVERY = 5  # checkpoint interval, steps
+STEPS = 24
+NAME = f"e2e-{uuid.uuid4().hex[:8]}"  # in every rank's command line: tells our processes from others'
+JOB = f"""\
+name: {NAME}
+seed: 0
+model: {{name: resnet18, num_classes: 10}}
+dataset: {{kind: synthetic, samples: 1024, image_shape: [3, 8, 8], classes: 10, seed: 0}}
+steps: {STEPS}
+batch_size: 8
+log_every: 1
+optimizer: {{name: sgd, lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}}
+schedule: {{name: cosine, warmup_steps: 5}}
+checkpoint: {{every_steps: {EVERY}, levels: [l1, l2], buffer_slots: 2}}
+shrink: {{keep_global_batch_by: per_trainer_batch}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
+_STEP = re.compile(r"^step (\d+)/\d+ ")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(env with the module's DEEPVM_HOME, job path); down and sandbox stop afterwards."""
+    root = tmp_path_factory.mktemp("train-e2e")
+    env = {"DEEPVM_HOME": str(root / "home")}
+    (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
+    job = root / "job" / "e2e.yaml"
+    job.parent.mkdir()
+    job.write_text(JOB)
+    result = run_cli("up", "--plan", str(root / "plan.json"), "--name", "e2e", "--json", env=env, timeout=180)
+    assert result.returncode == 0, result.stderr
+    try:
+        yield env, job
+    finally:
+        run_cli("down", "e2e", "--yes", env=env, timeout=180)
+        run_cli("sandbox", "stop", env=env, timeout=120)
+
+
+def start_train(env: dict[str, str], job: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "e2e", "--json", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until_step(proc: subprocess.Popen, step: int, seen: list[str]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line.rstrip("\n"))
+        match = _STEP.match(line)
+        if match and int(match[1]) >= step:
+            return
+    raise AssertionError("training ended before step {step}:\n" + "\n".join(seen[-30:]))
+
+
+def finish(proc: subprocess.Popen, seen: list[str]) -> dict:
+    stdout, stderr = proc.communicate(timeout=600)
+    seen += stderr.splitlines()
+    assert proc.returncode == 0, "\n".join(seen[-40:])
+    return json.loads(stdout)
+
+
+def steps_seen(lines: list[str]) -> list[int]:
+    return [int(m[1]) for m in map(_STEP.match, lines) if m]
+
+
+def last_losses(result: dict, count: int = 10) -> float:
+    curve = json.loads((Path(result["out_dir"]) / "metrics.json").read_text())["loss_curve"]
+    return mean(loss for _, loss in curve[-count:])
+
+
+def trainers_in_job(env: dict[str, str], seen: list[str]) -> list[str]:
+    """Spot trainers of the running attempt (its note names them trainer-<instance id prefix>)."""
+    attempt = next(line for line in reversed(seen) if line.startswith("attempt "))
+    names = re.findall(r"trainer-([0-9a-f]{8})", attempt)
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    return [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names]
+
+
+def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
+    for before, after in pairwise(steps):
+        assert after >= before - most, f"step went back from {before} to {after}: {steps}"
+
+
+def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster):
+    env, job = cluster
+    reference_lines: list[str] = []
+    reference = finish(start_train(env, job), reference_lines)
+    assert (reference["status"], reference["steps"], reference["restarts"]) == ("completed", STEPS, 0)
+    assert reference["synthetic"] is True and (Path(reference["out_dir"]) / "model.pt").stat().st_size > 40e6
+
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 6, seen)
+    victim = trainers_in_job(env, seen)[1]
+    result = run_cli("interrupt", victim, "--after", "30", env=env)
+    assert result.returncode == 0, result.stderr
+    run = finish(proc, seen)
+
+    assert (run["status"], run["steps"]) == ("completed", STEPS)
+    notice = next(r for r in run["recoveries"] if r["reason"] == "notice")
+    assert notice["nodes"][0] == victim and notice["lost_steps"] == 0
+    assert notice["resumed_step"] == notice["from_step"] >= 6 and notice["world_before"] == 3
+    assert notice["detect_to_checkpoint_s"] < 10 and notice["detect_to_resumed_s"] < 120
+    assert run["lost_steps"] == 0 and run["restarts"] >= 1
+    assert all(victim not in a["nodes"] for a in run["attempts"][1:])
+    steps = steps_seen(seen)
+    assert steps == sorted(steps) and steps[-1] == STEPS  # the notice was honoured: never back
+    for before, after in pairwise(run["attempts"]):
+        assert after["first_step"] == before["last_step"]
+    assert any("Spot interruption notice on" in line for line in seen)
+
+    # same seed, same global batch and sample order: the curves end in the same place
+    assert abs(last_losses(run) - last_losses(reference)) < 0.25
+
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
+    assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", STEPS, 0)
+    assert job_row["restarts"] == run["restarts"] and job_row["cost_usd"] > 0
+
+
+def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, monkeypatch):
+    env, job = cluster
+    monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
+    from provisioning.sandbox.control import load_info
+
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 9, seen)
+    victim = trainers_in_job(env, seen)[0]
+    load_info().context(AZ[:-1]).client("ec2").terminate_instances(InstanceIds=[victim])
+    run = finish(proc, seen)
+
+    assert (run["status"], run["steps"]) == ("completed", STEPS)
+    lost = next(r for r in run["recoveries"] if r["reason"] == "node-lost")
+    assert victim in lost["nodes"] and 0 <= lost["lost_steps"] <= EVERY
+    assert lost["resumed_step"] % EVERY == 0 and lost["resumed_step"] >= lost["from_step"] - EVERY
+    assert_steps_never_go_back_more_than(steps_seen(seen), EVERY)
+    assert any(a["status"] == "failed" for a in run["attempts"])
+
+
+@pytest.mark.soak
+def test_controller_killed_then_resumed(cluster):
+    env, job = cluster
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 12, seen)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60  # mpirun got SIGTERM: the trainers flush and leave, then it exits
+    while (jobs := [c for c in _our_processes(env) if "mpirun" in c or "training.rank" in c]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    assert not jobs  # mpirun died with its controller, and the ranks with it
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    assert status["jobs"][0]["state"].startswith("interrupted")
+    resumed = finish(start_train(env, job, "--resume"), seen)
+    (restart,) = [r for r in resumed["recoveries"] if r["reason"] == "controller-restart"]
+    assert resumed["steps"] == STEPS and restart["lost_steps"] <= EVERY
+
+
+def _our_processes(env: dict[str, str]) -> list[str]:
+    """Command lines of live processes that belong to this module's cluster or its jobs."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if env["DEEPVM_HOME"] in cmdline or NAME in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_zz_down_leaves_nothing_running(cluster):
+    env, _ = cluster
+    assert run_cli("down", "e2e", "--yes", env=env, timeout=180).returncode == 0
+    assert run_cli("sandbox", "stop", env=env, timeout=120).returncode == 0
+    assert _our_processes(env) == []

@@ -1,0 +1,94 @@
+"""training.rank under a real local mpirun: DeepCheck roles, a Spot notice from a real IMDSv2 endpoint
+flushes and stops every trainer at one step, and a smaller world resumes from exactly that step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from imds import clear_notices, imds_endpoint, post_notice
+from worker_jobs import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = """\
+name: rank-test
+seed: 3
+model: {name: resnet18, num_classes: 4}
+dataset: {kind: synthetic, samples: 96, image_shape: [3, 8, 8], classes: 4, seed: 0}
+steps: 14
+batch_size: 4
+log_every: 1
+optimizer: {name: sgd, lr: 0.02, momentum: 0.9}
+schedule: {name: cosine, warmup_steps: 1}
+checkpoint: {every_steps: 4}
+env: {OMP_NUM_THREADS: "1"}
+"""
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun"),
+]
+
+
+def launch(tmp: Path, roles: str, url: str) -> subprocess.Popen:
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        AWS_EC2_METADATA_SERVICE_ENDPOINT=url,
+    )
+    command = [
+        "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
+        "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
+        sys.executable, "-W", "ignore", "-m", "training.rank", str(tmp / "job.yaml"),
+        "--out", str(tmp / "out"), "--checkpoint-dir", str(tmp / "ckpt"), "--roles", roles,
+        "--planned-trainers", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+    ]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_notice_flushes_stops_and_a_smaller_world_resumes_there(tmp_path):
+    with imds_endpoint(tmp_path) as url:
+        run_and_resume(tmp_path, url, tmp_path)
+
+
+def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
+    (tmp_path / "job.yaml").write_text(JOB)
+    proc = launch(tmp_path, "trainer,trainer,holder", url)
+    events = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            events.append(json.loads(line))
+            if events[-1]["event"] == "step" and events[-1]["step"] == 5:
+                post_notice(host_dir)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    kinds = [e["event"] for e in events]
+    assert "holder" in kinds and kinds.count("notice") >= 1
+    saved = [e["step"] for e in events if e["event"] == "saved"]
+    assert saved and all(s % 4 == 0 for s in saved)
+    (flush,) = [e for e in events if e["event"] == "flush"]
+    assert flush["reason"] == "notice" and flush["level"] in ("L1", "L2")
+    ends = [e for e in events if e["event"] == "end"]
+    assert {e["status"] for e in ends} == {"stopped"} and {e["steps"] for e in ends} == {flush["step"]}
+    assert 5 < flush["step"] < 14  # the notice came at step 5; the watcher polls every 2 s
+
+    # the checkpoint stays on the holder's disk: one trainer picks it up at exactly that step
+    clear_notices(host_dir)
+    proc = launch(tmp_path, "trainer,holder", url)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    (restored,) = [e for e in events if e["event"] == "restored"]
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert restored["step"] == start["first_step"] == flush["step"]
+    assert start["world_size"] == 1 and start["global_batch"] == 8  # per_trainer_batch keeps 2 x 4
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert (metrics["status"], metrics["first_step"], metrics["steps"]) == ("completed", flush["step"], 14)

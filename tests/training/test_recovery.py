@@ -1,0 +1,117 @@
+"""Recovery accounting and launch planning: pure logic, no processes."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from provisioning.catalog import Market
+from provisioning.errors import InputError
+from training.launcher import Launch, Node, arrange, mpirun_command, split_batch
+from training.recovery import RecoveryLog
+from training.staging import JobPaths
+from training.transport import HostSpec
+
+
+def test_notice_flushed_at_the_stop_step_loses_nothing():
+    log = RecoveryLog()
+    log.trouble("notice", ("i-1",), attempt=1, world=3, at=100.0)
+    log.checkpointed(at=100.4)
+    assert log.stepped(attempt=1, first_step=0, step=19, world=3, at=100.5) is None  # same attempt
+    log.attempt_ended(1, last_step=19)
+    recovery = log.stepped(attempt=2, first_step=19, step=20, world=2, at=112.0)
+    assert recovery is not None and log.open is None
+    assert (recovery.from_step, recovery.resumed_step, recovery.lost_steps) == (19, 19, 0)
+    assert (recovery.world_before, recovery.world_after) == (3, 2)
+    assert (recovery.detect_to_checkpoint_s, recovery.detect_to_resumed_s) == (0.4, 12.0)
+
+
+def test_a_dead_node_costs_the_steps_since_the_newest_checkpoint():
+    log = RecoveryLog()
+    log.trouble("node-lost", ("i-2",), attempt=1, world=3, at=50.0, from_step=17)
+    log.attempt_ended(1, last_step=17)
+    assert log.stepped(attempt=2, first_step=10, step=10, world=2, at=55.0) is None  # not trained yet
+    recovery = log.stepped(attempt=2, first_step=10, step=11, world=2, at=60.0)
+    assert recovery is not None and recovery.lost_steps == 7 and recovery.detect_to_checkpoint_s is None
+    assert log.closed == [recovery]
+
+
+def test_trouble_before_the_relaunch_joins_the_open_incident():
+    log = RecoveryLog()
+    log.trouble("notice", ("i-1",), attempt=1, world=3, at=10.0)
+    log.trouble("fold-in", ("i-9",), attempt=1, world=3, at=11.0)
+    log.attempt_ended(1, last_step=8)
+    recovery = log.stepped(attempt=2, first_step=8, step=9, world=3, at=20.0)
+    assert recovery is not None and recovery.reason == "notice" and recovery.nodes == ("i-1", "i-9")
+
+
+def test_resumed_controller_counts_from_the_stored_step():
+    log = RecoveryLog()
+    log.trouble("controller-restart", (), attempt=0, world=3, at=0.0, from_step=13)
+    recovery = log.stepped(attempt=1, first_step=10, step=11, world=3, at=30.0)
+    assert recovery is not None and recovery.lost_steps == 3
+
+
+@pytest.mark.parametrize(
+    ("total", "speeds", "expected"),
+    [(48, [1, 1, 1], (16, 16, 16)), (48, [65, 65, 130], (12, 12, 24)), (10, [1, 1, 1], (4, 3, 3))],
+)
+def test_split_batch_in_proportion_to_speed(total, speeds, expected):
+    assert split_batch(total, speeds) == expected
+    assert sum(split_batch(total, speeds)) == total
+
+
+def test_split_batch_refuses_more_trainers_than_samples():
+    with pytest.raises(InputError, match="cannot be split"):
+        split_batch(2, [1, 1, 1])
+
+
+def _node(i: int, role: str, address: str = "127.10.0.1", user: str = "root") -> Node:
+    host = HostSpec(f"{role}-{i}", address, Path("/k/id"), Path("/k/known_hosts"), 22, user)
+    return Node(f"i-{i}", host, role, Market.ON_DEMAND if role != "trainer" else Market.SPOT)
+
+
+def _launch(nodes: tuple[Node, ...]) -> Launch:
+    return Launch(
+        nodes=nodes,
+        paths=JobPaths("/home/u", "job-1"),
+        job_file="job.yaml",
+        python="/usr/bin/python3",
+        planned_trainers=3,
+        master_port=29999,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+
+
+def test_rank_order_puts_the_anchor_first_and_holders_last():
+    nodes = [_node(1, "trainer"), _node(2, "holder"), _node(3, "both"), _node(4, "trainer")]
+    assert [n.instance_id for n in arrange(nodes)] == ["i-3", "i-1", "i-4", "i-2"]
+
+
+def test_mpirun_command_pins_host_keys_and_keeps_loopback_traffic_on_lo():
+    nodes = arrange([_node(1, "trainer", "127.10.0.1"), _node(2, "trainer", "127.10.0.2"),
+                     _node(3, "holder", "127.10.0.3")])  # fmt: skip
+    argv = mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+    agent = shlex.split(argv[argv.index("plm_rsh_agent") + 1])
+    assert "StrictHostKeyChecking=yes" in agent and "UserKnownHostsFile=/k/known_hosts" in agent
+    assert agent[agent.index("-i") + 1] == "/k/id" and agent[agent.index("-l") + 1] == "root"
+    assert argv[argv.index("plm_rsh_no_tree_spawn") + 1] == "1"  # the key stays on this machine
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
+    assert argv[argv.index("--roles") + 1] == "trainer,trainer,holder"
+    assert argv[argv.index("--master-addr") + 1] == "127.10.0.1"  # trainer 0's node
+    assert "OMP_NUM_THREADS=1" in argv and "PYTHONPATH=/home/u/deepvm/runtime" in argv
+    assert argv[argv.index("-wdir") + 1] == "/home/u/deepvm/jobs/job-1/job"
+
+
+def test_mpirun_command_leaves_real_networks_alone():
+    nodes = (_node(1, "both", "10.0.0.5"), _node(2, "trainer", "10.0.0.6"))
+    argv = mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+    assert "btl_tcp_if_include" not in argv and argv[argv.index("--roles") + 1] == "both,trainer"
+
+
+def test_mpirun_command_needs_one_login_for_all_nodes():
+    nodes = (_node(1, "both"), _node(2, "trainer", user="ubuntu"))
+    with pytest.raises(InputError, match="one SSH user"):
+        mpirun_command(_launch(nodes), Path("/tmp/hostfile"))

@@ -1,0 +1,35 @@
+"""`deepvm train` errors a user can cause: one line on stderr, a distinct exit code, nothing started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import REPO, run_cli
+
+
+def test_no_cluster_is_one_line_and_exit_5():
+    result = run_cli("train", str(REPO / "configs" / "resnet.yaml"))
+    assert result.returncode == 5
+    assert result.stderr == (
+        "deepvm: error: no running cluster named 'deepvm'; start one with `deepvm up --name deepvm`\n"
+    )
+
+
+def test_unknown_cluster_is_one_line_and_exit_5():
+    result = run_cli("train", str(REPO / "configs" / "resnet.yaml"), "--cluster", "nope")
+    assert result.returncode == 5 and result.stderr.startswith("deepvm: error: no running cluster named 'nope'")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_bad_job_spec_names_file_line_and_field(tmp_path: Path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\ndataset:\n  kind: synthetic\nsteps: 10\nbatch_sise: 8\n")
+    result = run_cli("train", str(job), "--cluster", "nope")
+    assert result.returncode == 2
+    assert result.stderr == f"deepvm: error: {job}:5: batch_sise: unknown field\n"
+
+
+def test_missing_job_file(tmp_path: Path):
+    result = run_cli("train", str(tmp_path / "absent.yaml"))
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert "absent.yaml" in result.stderr

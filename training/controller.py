@@ -1,0 +1,654 @@
+"""The recovery controller behind `deepvm train`: run a job on a cluster until it completes.
+
+It runs on the user's machine and drives one mpirun at a time (an Attempt), reading every rank's
+output from a single event queue on its main thread. The cycle:
+
+1. prepare: push the runtime and the job to nodes it has not used yet, run setup once, read notices;
+2. launch on every usable node (roles from the plan: holders keep checkpoints, trainers train);
+3. watch: progress and checkpoints from trainer 0, notices from any spot node's watcher;
+4. the attempt ends, and the controller decides:
+   - completed: fetch model.pt and metrics.json from trainer 0's node; done.
+   - stopped after a notice: trainers flushed a checkpoint at the current step before leaving, so the
+     noticed node is dropped and the job relaunches at once on the survivors from that very step (no
+     work lost); a replacement spot node is bought within the plan as soon as the notice arrives.
+   - stopped to fold in a replacement: as soon as the new node is prepared, the controller asks the
+     running job to stop (SIGUSR1 through mpirun: flush at the next step, leave) and relaunches with
+     the bigger world from that step.
+   - failed (a node died without notice, mpirun aborted): the controller probes every node over SSH,
+     drops the dead ones, buys replacements, and relaunches from the newest complete checkpoint; the
+     work lost is at most one checkpoint interval. Attempts that fail without progress are retried
+     twice, then the job fails with the ranks' last error lines.
+   - Ctrl-C: the job is asked to stop cleanly (flush, leave); a second Ctrl-C kills mpirun.
+
+The global batch follows the job's shrink policy (the ranks compute it from the plan's trainer count),
+so a relaunch on fewer trainers continues the same optimisation. State (step, restarts, lost steps,
+cost) is written to the jobs table as it changes; `deepvm train --resume` continues a job whose
+controller died (its mpirun died with it: see launcher.Attempt) from the newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from provisioning.catalog import Market
+from provisioning.cloud import lifecycle
+from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.progress import Reporter
+from provisioning.cloud.types import SshEndpoint
+from provisioning.errors import DeepvmError, InputError
+from provisioning.home import deepvm_home
+from provisioning.planner.plan import Role
+from provisioning.state import Store, utc_now
+from training.jobspec import JobSpec, load_job_spec
+from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
+from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, split_batch
+from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
+from training.recovery import RecoveryLog
+from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
+from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files
+
+_ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
+_FETCH = ("model.pt", "metrics.json")
+_STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
+_SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
+
+
+class TrainingStopped(DeepvmError):
+    """The user stopped the job (Ctrl-C); it can be resumed."""
+
+    exit_code = 130
+
+
+class TrainingFailed(DeepvmError):
+    """The job cannot continue (no holder left, repeated failures without progress)."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What `deepvm train` was asked to do."""
+
+    job_path: Path
+    cluster: str
+    python: str  # the interpreter on the nodes (with torch, mpi4py, pyyaml, pydantic)
+    resume: bool = False  # continue the newest unfinished job of this name on this cluster
+    out_dir: Path | None = None  # default: DEEPVM_HOME/jobs/JOB_ID
+    replace_nodes: bool = True  # buy a spot node for each one lost, within the plan's count
+    max_failures: int = 3  # consecutive attempts that fail without progress before giving up
+
+
+@dataclass(frozen=True)
+class _ReplacementDone:
+    """A replacement bought and prepared (in the background), or why not."""
+
+    requested: int
+    added: tuple[SshEndpoint, ...]
+    states: dict[str, NodeState]  # instance id -> what preparing it found
+    error: str | None
+
+
+@dataclass(frozen=True)
+class _Note:
+    text: str
+
+
+@dataclass
+class _Run:
+    """What the controller knows of the current attempt."""
+
+    attempt: Attempt
+    trainers: int
+    started: int = 0  # trainers that reported "start"
+    first_step: int = -1
+    last_step: int = -1
+    status: str = ""  # from trainer 0's "end" event
+    startup_s: float | None = None  # mpirun started -> first step
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
+
+
+def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
+    """Run the job on the cluster until it completes (see the module docstring)."""
+    spec = load_job_spec(request.job_path)
+    name = check_cluster_name(request.cluster)
+    lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
+    lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used
+    with train_lock(name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
+        controller = Controller(spec, request, name, Path(work), report)
+        return controller.run()
+
+
+class Controller:
+    """One `deepvm train` session; see the module docstring."""
+
+    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: str, work: Path, report: JobReporter):
+        self.spec, self.request, self.cluster, self.work, self.report = spec, request, cluster, work, report
+        self.store, self.jobs = Store(), JobStore()
+        row = self.store.cluster(cluster)
+        assert row is not None  # checked by train()
+        self.plan = row.plan
+        self.planned_trainers = self.plan.trainer_count
+        self.planned_spot = sum(g.count for g in self.plan.nodes if g.market is Market.SPOT)
+        self.events: queue.Queue[object] = queue.Queue()
+        self.runtime = stage_runtime(work / "runtime")
+        self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
+        self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
+        self.replacing = 0  # spot nodes being bought
+        self.replacement_threads: list[threading.Thread] = []
+        self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
+        self.user_stop = 0  # Ctrl-C presses
+        self.recovery = RecoveryLog()
+        self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
+        self.attempts: list[AttemptRecord] = []
+        self.last_progress: Progress | None = None
+        self.saved_at = 0.0
+        self.started = time.monotonic()
+        self.job = self._begin()
+
+    # --- the job row ------------------------------------------------------------------------------
+    def _begin(self) -> JobRow:
+        spec, request = self.spec, self.request
+        previous = [j for j in self.jobs.for_cluster(self.cluster) if j.name == spec.name]
+        unfinished = [j for j in previous if j.status in (ACTIVE, "stopped", "failed")]
+        if request.resume:
+            if not unfinished:
+                raise InputError(
+                    f"nothing to resume: no unfinished job named {spec.name!r} on cluster {self.cluster}; "
+                    "run without --resume to start it"
+                )
+            job = unfinished[0]
+            self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
+            self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
+            return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
+                                         python=request.python, restarts=job.restarts + 1,
+                                         message="resumed"))  # fmt: skip
+        if unfinished:
+            self.report.note(
+                f"an earlier run of {spec.name} ({unfinished[0].job_id}) ended at step {unfinished[0].step}; "
+                "starting afresh (`--resume` would continue it)"
+            )
+        job_id = f"{spec.name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+        out = request.out_dir or deepvm_home() / "jobs" / job_id
+        return self.jobs.put(
+            JobRow(job_id=job_id, cluster=self.cluster, name=spec.name,
+                   spec_path=str(request.job_path.resolve()), status=ACTIVE, started_at=utc_now(), updated_at="",
+                   step=0, total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
+                   checkpoint_step=-1, cost_base_usd=self.store.cost_so_far(self.cluster), cost_usd=0.0,
+                   out_dir=str(out), python=request.python, message="starting")
+        )  # fmt: skip
+
+    def _save(self, **changes: Any) -> None:
+        cost = self.store.cost_so_far(self.cluster) - self.job.cost_base_usd
+        self.job = self.jobs.put(replace(self.job, cost_usd=max(cost, 0.0), **changes))
+        self.saved_at = time.monotonic()
+
+    def _event(self, kind: str, message: str) -> None:
+        self.store.add_event(self.cluster, kind, f"{self.job.job_id}: {message}")
+
+    # --- main loop --------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        run: _Run | None = None
+        failures = 0
+        try:
+            while True:
+                launch = self._next_launch()
+                self.fold_waiting = False  # whatever was ready is in this launch
+                run = _Run(Attempt(len(self.attempts) + 1, launch, self.work, self.events.put), len(launch.trainers))
+                self._save(world_size=len(launch.trainers), message=f"attempt {run.attempt.number} running")
+                self.report.note(
+                    f"attempt {run.attempt.number}: {len(launch.trainers)} trainers + "
+                    f"{len(launch.nodes) - len(launch.trainers)} holders "
+                    f"({', '.join(n.name for n in launch.nodes)})"
+                )
+                outcome = self._watch(run)
+                self.recovery.attempt_ended(run.attempt.number, run.last_step)
+                self.attempts.append(
+                    AttemptRecord(run.attempt.number, tuple(n.instance_id for n in launch.nodes), run.trainers,
+                                  run.first_step, run.last_step, outcome, run.attempt.proc.returncode or 0,
+                                  run.startup_s)
+                )  # fmt: skip
+                if outcome == "completed":
+                    return self._finish(run)
+                if outcome == "interrupted":
+                    self._save(status="stopped", message="stopped by the user")
+                    raise TrainingStopped(
+                        f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
+                        f"`deepvm train {self.request.job_path} --resume` continues"
+                    )
+                progressed = run.last_step > run.first_step >= 0
+                failures = 0 if progressed or outcome == "stopped" else failures + 1
+                if failures >= self.request.max_failures:
+                    errors = " | ".join(run.errors) or "no error output"
+                    raise TrainingFailed(f"{failures} attempts in a row failed without progress: {errors}")
+                if outcome == "failed":
+                    self._after_failure(run)
+                elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
+                    self.recovery.trouble("restart", (), run.attempt.number, run.trainers, time.monotonic())
+                self._save(restarts=self.job.restarts + 1)
+        except BaseException as exc:
+            if run is not None and run.attempt.running:
+                run.attempt.kill()
+            if self.job.status == ACTIVE:
+                stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
+                self._save(status="stopped" if stopped else "failed", message=str(exc) or type(exc).__name__)
+            raise
+
+    # --- launching --------------------------------------------------------------------------------
+    def _next_launch(self) -> Launch:
+        """Prepare the usable nodes and describe the launch on them; waits for a replacement when no
+        trainer is left but one is on its way."""
+        self._drain()
+        while True:
+            endpoints = [e for e in lifecycle.ssh_endpoints(self.cluster) if self._usable(e.instance_id)]
+            self._prepare(endpoints)
+            endpoints = [e for e in endpoints if e.instance_id not in self.excluded]
+            holders = [e for e in endpoints if e.role in (Role.HOLDER, Role.ANCHOR)]
+            trainers = [e for e in endpoints if e.role in (Role.TRAINER, Role.ANCHOR)]
+            if not holders:
+                raise TrainingFailed(
+                    "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
+                    f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.excluded}"
+                )
+            if trainers:
+                break
+            self._ensure_replacements()
+            if not self.replacing:
+                raise TrainingFailed("no trainer node is left and no replacement could be bought")
+            self.report.note("no trainer left: waiting for the replacement spot node")
+            self._handle(self.events.get(), None)
+        nodes = arrange([self._node(e) for e in endpoints])
+        homes = {self.prepared[n.instance_id].home for n in nodes}
+        if len(homes) != 1:
+            raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
+        trainer_nodes = [n for n in nodes if n.trains]
+        speeds = [n.speed for n in trainer_nodes]
+        batches = None
+        if len(set(speeds)) > 1:  # a mixed plan: per-trainer batch in proportion to speed
+            per = self.spec.shrink.keep_global_batch_by == "per_trainer_batch"
+            total = self.spec.batch_size * (self.planned_trainers if per else len(trainer_nodes))
+            batches = split_batch(total, speeds)
+        return Launch(
+            nodes=nodes,
+            paths=JobPaths(homes.pop(), self.job.job_id),
+            job_file=self.request.job_path.name,
+            python=self.request.python,
+            planned_trainers=self.planned_trainers,
+            master_port=random.randint(20000, 59999),
+            env=dict(self.spec.env),
+            rank_batches=batches,
+        )
+
+    def _usable(self, instance_id: str) -> bool:
+        return instance_id in self.members and instance_id not in self.excluded
+
+    def _drain(self) -> None:
+        """Handle what arrived while no attempt ran (a replacement that is ready joins this launch)."""
+        while True:
+            try:
+                self._handle(self.events.get_nowait(), None)
+            except queue.Empty:
+                return
+
+    def _node(self, e: SshEndpoint) -> Node:
+        role = _ROLES[e.role]
+        return Node(e.instance_id, _host(e), role, e.market, _speed(self.store, self.cluster, e.instance_id))
+
+    def _prepare(self, endpoints: list[SshEndpoint]) -> None:
+        """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
+        has run, a node that does not answer is dropped (it died meanwhile) instead of failing the job."""
+        if self.attempts:
+            answers = _answer([_host(e) for e in endpoints])
+            for e, ok in zip(endpoints, answers):
+                if not ok:
+                    self._exclude(e.instance_id, "unreachable")
+                    self.report.note(f"{e.instance_id} does not answer over SSH: not using it")
+            endpoints = [e for e, ok in zip(endpoints, answers) if ok]
+        fresh = [e for e in endpoints if e.instance_id not in self.prepared]
+        known_spot = [e for e in endpoints if e.instance_id in self.prepared and e.market is Market.SPOT]
+        notices: dict[str, dict | None] = {}
+        if fresh:
+            self.report.note(f"preparing {len(fresh)} node(s): push runtime and job, setup, checks")
+            states = self._stage(fresh, lambda p: self.report.push(p.host, p.bytes_done, p.bytes_total),
+                                 self._node_line)  # fmt: skip
+            self.prepared.update(states)
+            notices.update({i: state.notice for i, state in states.items()})
+        if known_spot:
+            found = read_notices([_host(e) for e in known_spot], self.request.python, self._node_line)
+            notices.update({e.instance_id: found[_host(e).name] for e in known_spot})
+        for instance_id, notice in notices.items():
+            if notice is not None:
+                self._exclude(instance_id, f"interruption notice ({notice['kind']})")
+                self.report.note(f"{instance_id} has an interruption notice: not using it")
+        if any(n is not None for n in notices.values()):
+            self._ensure_replacements()
+
+    def _stage(
+        self,
+        endpoints: list[SshEndpoint],
+        on_push: Callable[[PushProgress], None],
+        on_line: Callable[[OutputLine], None],
+    ) -> dict[str, NodeState]:
+        """Push, set up and check fresh nodes; {instance id: NodeState}. Safe from any thread."""
+        hosts = [_host(e) for e in endpoints]
+        states = prepare_nodes(
+            hosts,
+            {h.name for h, e in zip(hosts, endpoints) if e.market is Market.SPOT},
+            runtime_dir=self.runtime,
+            job_dir=self.request.job_path.resolve().parent,
+            job_id=self.job.job_id,
+            setup=self.spec.setup,
+            env=dict(self.spec.env),
+            python=self.request.python,
+            on_push=on_push,
+            on_line=on_line,
+        )
+        return {e.instance_id: states[h.name] for e, h in zip(endpoints, hosts)}
+
+    def _node_line(self, line: OutputLine) -> None:
+        self.report.log(line.host, line.text)
+
+    # --- watching an attempt ----------------------------------------------------------------------
+    def _watch(self, run: _Run) -> str:
+        """Handle events until the attempt's mpirun exits; its outcome."""
+        while True:
+            try:
+                item = self.events.get(timeout=1.0)
+            except queue.Empty:
+                if time.monotonic() - self.saved_at > _SAVE_EVERY_S:
+                    self._save()
+                continue
+            except KeyboardInterrupt:
+                self._user_stop(run)
+                continue
+            try:
+                if isinstance(item, AttemptExit) and item.attempt == run.attempt.number:
+                    return self._outcome(run, item)
+                self._handle(item, run)
+            except KeyboardInterrupt:
+                self._user_stop(run)
+
+    def _outcome(self, run: _Run, done: AttemptExit) -> str:
+        if done.returncode == 0 and run.status == "completed":
+            return "completed"
+        if self.user_stop:
+            return "interrupted"
+        if done.returncode == 0 and run.status == "stopped":
+            return "stopped"
+        self.report.note(f"attempt {run.attempt.number} failed (mpirun exit {done.returncode})")
+        return "failed"
+
+    def _user_stop(self, run: _Run) -> None:
+        self.user_stop += 1
+        if self.user_stop == 1 and run.started == run.trainers:
+            self.report.note("stopping: trainers checkpoint and leave (Ctrl-C again to kill at once)")
+            run.attempt.request_stop()
+            timer = threading.Timer(_STOP_GRACE_S, run.attempt.kill)
+            timer.daemon = True
+            timer.start()
+        else:
+            self.report.note("killing the job")
+            run.attempt.kill(grace_s=5.0)
+
+    def _handle(self, item: object, run: _Run | None) -> None:
+        if isinstance(item, _Note):
+            self.report.note(item.text)
+        elif isinstance(item, _ReplacementDone):
+            self._on_replacement(item, run)
+        elif isinstance(item, RankLine) and run is not None and item.attempt == run.attempt.number:
+            self._on_line(item, run)
+
+    def _on_line(self, line: RankLine, run: _Run) -> None:
+        node = run.attempt.node_of(line.rank)
+        if line.stream == "stdout" and line.text.startswith("{"):
+            try:
+                event = json.loads(line.text)
+            except ValueError:
+                event = None
+            if isinstance(event, dict) and "event" in event:
+                self._on_event(event, node, line.at, run)
+                return
+        prefix = f"{node.name} r{line.rank}" if node else "mpirun"
+        if line.stream == "stderr" and line.text.strip():
+            run.errors.append(f"[{prefix}] {line.text.strip()}")
+        self.report.log(prefix, line.text)
+
+    def _on_event(self, event: dict[str, Any], node: Node | None, at: float, run: _Run) -> None:
+        kind, rank = event["event"], event.get("rank")
+        if kind == "start":
+            run.started += 1
+            if rank == 0:
+                run.first_step = run.last_step = int(event["first_step"])
+                self._save(total_steps=int(event["total_steps"]))
+                if event.get("synthetic"):
+                    self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
+        elif kind == "restored":
+            self.report.note(f"restored step {event['step']} from {'/'.join(event['levels'])} "
+                             f"in {event['seconds']:.2f}s")  # fmt: skip
+        elif kind == "step" and rank == 0:
+            self._on_step(event, at, run)
+        elif kind in ("saved", "flush"):
+            self._save(checkpoint_step=int(event["step"]))
+            if kind == "flush":
+                self.report.note(f"checkpoint of step {event['step']} safe at {event['level']} "
+                                 f"in {event['seconds']:.2f}s ({event['reason']})")  # fmt: skip
+                self.recovery.checkpointed(at)
+        elif kind == "notice" and node is not None:
+            self._on_notice(node, event, at, run)
+        elif kind == "end" and rank == 0:
+            run.status = event["status"]
+        elif kind == "watcher_off" and rank == 0 and run.attempt.number == 1:
+            self.report.note(f"not watching for Spot notices: {event['reason']}")
+
+    def _on_step(self, event: dict[str, Any], at: float, run: _Run) -> None:
+        step = int(event["step"])
+        run.last_step = step
+        if run.startup_s is None:
+            run.startup_s = round(at - run.attempt.started_at, 3)
+        recovered = self.recovery.stepped(run.attempt.number, run.first_step, step, run.trainers, at)
+        if recovered is not None:
+            self._recovered(recovered)
+        if self.fold_waiting:
+            self._fold_in(run)
+        share = run.trainers  # trainer 0's samples/s x trainers: the job's rate (equal batches)
+        progress = Progress(
+            step=step,
+            total_steps=self.job.total_steps,
+            epoch=int(event["epoch"]),
+            loss=float(event["global_loss"]),
+            samples_per_s=float(event["samples_per_s"]) * share,
+            world_size=run.trainers,
+            cost_usd=self.job.cost_usd,
+            synthetic=bool(event.get("synthetic")),
+        )
+        self.last_progress = progress
+        changes: dict[str, Any] = {"step": max(step, self.job.step), "loss": progress.loss}
+        if time.monotonic() - self.saved_at > _SAVE_EVERY_S:
+            self._save(**changes)
+        else:
+            self.job = replace(self.job, **changes)
+        self.report.progress(replace(progress, cost_usd=self.job.cost_usd))
+
+    # --- trouble --------------------------------------------------------------------------------
+    def _recovered(self, r: Recovery) -> None:
+        self._save(lost_steps=self.job.lost_steps + r.lost_steps)
+        since = "notice" if r.reason == "notice" else "detection"
+        text = (
+            f"recovered ({r.reason}): {r.world_before} -> {r.world_after} trainers, resumed at step "
+            f"{r.resumed_step}, {r.lost_steps} steps lost, {r.detect_to_resumed_s:.1f}s from {since} to training"
+        )
+        self.report.note(text)
+        self._event("recovered", text)
+
+    def _on_notice(self, node: Node, event: dict[str, Any], at: float, run: _Run) -> None:
+        if node.instance_id in self.excluded:
+            return
+        self._exclude(node.instance_id, f"interruption notice ({event['kind']})")
+        self.recovery.trouble("notice", (node.instance_id,), run.attempt.number, run.trainers, at)
+        text = f"Spot interruption notice on {node.name} ({event['kind']}): checkpointing, then without it"
+        self.report.note(text)
+        self._event("notice", text)
+        self._ensure_replacements()
+
+    def _after_failure(self, run: _Run) -> None:
+        """Find the nodes that died (no SSH), drop them and buy replacements."""
+        self.report.note("probing the nodes")
+        nodes = run.attempt.launch.nodes
+        alive = dict(zip([n.instance_id for n in nodes], _answer([n.host for n in nodes])))
+        dead = tuple(i for i, ok in alive.items() if not ok)
+        for instance_id in dead:
+            self._exclude(instance_id, "unreachable after the job failed")
+        if dead:
+            text = f"lost without notice: {', '.join(dead)}; restarting from the newest complete checkpoint"
+            self.report.note(text)
+            self._event("node-lost", text)
+        reason = "node-lost" if dead else "restart"
+        self.recovery.trouble(reason, dead, run.attempt.number, run.trainers, time.monotonic(), run.last_step)
+        lifecycle.status(self.cluster)  # refresh node states (and their costs) from the cloud
+        self._ensure_replacements()
+
+    def _exclude(self, instance_id: str, why: str) -> None:
+        self.excluded.setdefault(instance_id, why)
+
+    # --- replacements -----------------------------------------------------------------------------
+    def _ensure_replacements(self) -> None:
+        """Buy spot nodes until the plan's spot count is met again (counting those on their way)."""
+        if not self.request.replace_nodes or not self.planned_spot:
+            return
+        usable = [
+            e for e in lifecycle.ssh_endpoints(self.cluster)
+            if e.market is Market.SPOT and self._usable(e.instance_id)
+        ]  # fmt: skip
+        missing = self.planned_spot - len(usable) - self.replacing
+        if missing <= 0:
+            return
+        self.replacing += missing
+        self.report.note(f"requesting {missing} replacement spot node(s) within the plan")
+
+        def buy() -> None:  # in its own thread: talks to the main thread only through the queue
+            def note(text: str) -> None:
+                self.events.put(_Note(text))
+
+            try:
+                added = lifecycle.add_spot_nodes(self.cluster, missing, Reporter(step=note))
+                ids = {n.instance_id for n in added}
+                found = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.instance_id in ids]
+                states = self._stage(found, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
+                self.events.put(_ReplacementDone(missing, tuple(found), states, None))
+            except DeepvmError as exc:
+                self.events.put(_ReplacementDone(missing, (), {}, str(exc)))
+
+        thread = threading.Thread(target=buy, name="replacement", daemon=True)
+        self.replacement_threads.append(thread)
+        thread.start()
+
+    def _on_replacement(self, done: _ReplacementDone, run: _Run | None) -> None:
+        self.replacing -= done.requested
+        if done.error is not None:
+            self.report.note(f"no replacement node: {done.error}; continuing with what is left")
+            return
+        self._event("replacement", f"{', '.join(e.instance_id for e in done.added)} ready")
+        self.members.update(e.instance_id for e in done.added)
+        self.prepared.update(done.states)
+        for instance_id, state in done.states.items():
+            if state.notice is not None:  # it can happen, and then it is of no use
+                self._exclude(instance_id, f"interruption notice ({state.notice['kind']})")
+        ready = [e for e in done.added if self._usable(e.instance_id)]
+        if not ready or run is None or not run.attempt.running:
+            return  # the next launch uses it
+        self.report.note(f"replacement {', '.join(e.instance_id for e in ready)} ready: folding it in")
+        self.fold_waiting = True  # at the attempt's next step: stopping one still starting wastes its start
+        if run.last_step > run.first_step >= 0 and self.recovery.open is None:
+            self._fold_in(run)
+
+    def _fold_in(self, run: _Run) -> None:
+        """Stop the running attempt cleanly so that the next launch includes the new nodes."""
+        self.fold_waiting = False
+        running = {n.instance_id for n in run.attempt.launch.nodes}
+        added = tuple(i for i in self.members if i not in running and i in self.prepared and self._usable(i))
+        if not added:
+            return
+        self.recovery.trouble("fold-in", added, run.attempt.number, run.trainers, time.monotonic())
+        run.attempt.request_stop()
+
+    # --- the end ----------------------------------------------------------------------------------
+    def _finish(self, run: _Run) -> TrainResult:
+        trainer0 = run.attempt.launch.trainers[0]
+        out = Path(self.job.out_dir)
+        fetch_files(trainer0.host, run.attempt.launch.paths.out, _FETCH, out)
+        metrics = json.loads((out / "metrics.json").read_text())
+        for thread in self.replacement_threads:
+            thread.join(timeout=300)  # so a node being bought is recorded (and `down` finds it)
+        self._save(status="completed", step=int(metrics["steps"]), loss=metrics["final_loss"],
+                   message=f"completed; model and metrics in {out}")  # fmt: skip
+        self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
+        return TrainResult(
+            job_id=self.job.job_id,
+            cluster=self.cluster,
+            status="completed",
+            steps=int(metrics["steps"]),
+            total_steps=int(metrics["total_steps"]),
+            final_loss=metrics["final_loss"],
+            synthetic=bool(metrics["synthetic"]),
+            restarts=self.job.restarts,
+            lost_steps=self.job.lost_steps,
+            cost_usd=round(self.job.cost_usd, 6),
+            wall_s=round(time.monotonic() - self.started, 2),
+            out_dir=str(out),
+            attempts=self.attempts,
+            recoveries=self.recovery.closed,
+        )
+
+
+def _host(e: SshEndpoint) -> HostSpec:
+    return HostSpec(
+        name=f"{_ROLES[e.role] if e.role is not Role.ANCHOR else 'anchor'}-{e.instance_id[2:10]}",
+        address=e.address,
+        key_path=Path(e.key_path),
+        known_hosts=Path(e.known_hosts_path),
+        port=e.port,
+        user=e.user,
+    )
+
+
+def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:
+    """Whether each host accepts an SSH login now (in parallel)."""
+    results = [False] * len(hosts)
+
+    def probe(i: int) -> None:
+        try:
+            connect(hosts[i], timeout=timeout_s).close()
+            results[i] = True
+        except TransportError:
+            results[i] = False
+
+    threads = [threading.Thread(target=probe, args=(i,)) for i in range(len(hosts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+_SPEEDS: dict[str, float] = {}
+
+
+def _speed(store: Store, cluster: str, instance_id: str) -> float:
+    """The instance's TFLOPS from the built-in catalog (1.0 when unknown): relative trainer speed."""
+    instance_type = next((n.instance_type for n in store.nodes(cluster) if n.instance_id == instance_id), "")
+    if instance_type not in _SPEEDS:
+        from provisioning.snapshot import load_snapshot
+
+        known = {name: t.flops for name, t in load_snapshot().types.items()}
+        _SPEEDS[instance_type] = known.get(instance_type) or 1.0
+    return _SPEEDS[instance_type]

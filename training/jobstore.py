@@ -1,0 +1,148 @@
+"""Training jobs in deepvm's state database: what `deepvm status` shows, what `train --resume` continues.
+
+The jobs table lives in the same SQLite file as the clusters (WAL mode, one transaction per call), so
+a kill -9 of the controller leaves the last committed row, and `status` reads it while a controller
+writes. It belongs to the training layer: the provisioning store neither reads nor writes it. Recovery
+events go to the cluster's event log (provisioning.state.Store.add_event) beside the cloud's own.
+
+One controller per cluster at a time: it holds `train_lock(cluster)` (an flock, which the kernel drops
+when the process dies however it dies), so "is a controller running" is a lock test, not a pid guess.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from provisioning.errors import CloudError
+from provisioning.home import deepvm_home
+from provisioning.state import utc_now
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    name TEXT NOT NULL,
+    spec_path TEXT NOT NULL,          -- the job YAML on the controller's machine
+    status TEXT NOT NULL,             -- running | completed | stopped | failed
+    started_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    step INTEGER NOT NULL,            -- newest step reached
+    total_steps INTEGER NOT NULL,
+    world_size INTEGER NOT NULL,      -- trainers in the current (or last) launch
+    loss REAL,
+    restarts INTEGER NOT NULL,        -- relaunches after a notice, a dead node or a controller crash
+    lost_steps INTEGER NOT NULL,      -- steps trained twice because a run ended past its checkpoint
+    checkpoint_step INTEGER NOT NULL, -- newest step checkpointed (-1: none yet)
+    cost_base_usd REAL NOT NULL,      -- the cluster's cost so far when the job started
+    cost_usd REAL NOT NULL,           -- what the cluster cost while the job ran
+    out_dir TEXT NOT NULL,            -- where the final model and metrics are fetched to
+    python TEXT NOT NULL,             -- the nodes' interpreter
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster);
+"""
+
+ACTIVE = "running"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One training job as stored."""
+
+    job_id: str
+    cluster: str
+    name: str
+    spec_path: str
+    status: str
+    started_at: str
+    updated_at: str
+    step: int
+    total_steps: int
+    world_size: int
+    loss: float | None
+    restarts: int
+    lost_steps: int
+    checkpoint_step: int
+    cost_base_usd: float
+    cost_usd: float
+    out_dir: str
+    python: str
+    message: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_COLUMNS = [f.name for f in fields(JobRow)]
+
+
+class JobStore:
+    """The jobs table; every method is one committed transaction."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._db = sqlite3.connect(path or deepvm_home() / "state.db", timeout=10, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+
+    def put(self, row: JobRow) -> JobRow:
+        """Insert or replace the row (updated_at set now); returns it as stored."""
+        row = replace(row, updated_at=utc_now())
+        marks = ",".join("?" for _ in _COLUMNS)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
+                             [getattr(row, c) for c in _COLUMNS])  # fmt: skip
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return row
+
+    def get(self, job_id: str) -> JobRow | None:
+        found = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return None if found is None else JobRow(**{c: found[c] for c in _COLUMNS})
+
+    def for_cluster(self, cluster: str) -> list[JobRow]:
+        """The cluster's jobs, newest first."""
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE cluster = ? ORDER BY started_at DESC, rowid DESC", (cluster,)
+        )
+        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
+
+
+def _lock_path(cluster: str) -> Path:
+    locks = deepvm_home() / "locks"
+    locks.mkdir(exist_ok=True, mode=0o700)
+    return locks / f"train-{cluster}.lock"
+
+
+@contextmanager
+def train_lock(cluster: str) -> Iterator[None]:
+    """Hold the cluster's training lock for the controller's life; a second controller fails at once."""
+    with open(_lock_path(cluster), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise CloudError(
+                f"a `deepvm train` controller is already running on cluster {cluster}; "
+                "wait for it, or stop it with Ctrl-C"
+            ) from None
+        yield
+
+
+def controller_running(cluster: str) -> bool:
+    """True while some process holds the cluster's training lock."""
+    with open(_lock_path(cluster), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False

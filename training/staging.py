@@ -1,0 +1,195 @@
+"""Getting nodes ready for a launch: the deepvm runtime and the job pushed, setup run once, notices read.
+
+Layout on every node, relative to the login user's home (where SFTP starts):
+
+    deepvm/runtime/               training/, deepcheck/ and provisioning/errors.py: what ranks import
+    deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
+    deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
+    deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
+    deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
+
+Pushes are incremental (transport.push_tree compares content hashes), so preparing a node again costs
+one manifest read; setup runs once per node and set of commands, whatever the number of launches; and
+each prepared spot node reports whether an interruption notice is already posted, so a node that was
+noticed between two runs is never launched on. Preparing also checks that the node's Python has what
+ranks import, so a missing package is one clear error, not a job that crashes on every relaunch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import deepcheck
+import training
+from provisioning.errors import InputError
+from training.transport import HostSpec, OutputLine, PushProgress, TransportError, push_tree, run_on_hosts
+
+RUNTIME_DIR = "deepvm/runtime"
+_PACKAGES = (Path(training.__file__).parent, Path(deepcheck.__file__).parent)
+_MODULES = ("provisioning/__init__.py", "provisioning/errors.py")  # the only provisioning code ranks use
+_REPO = Path(training.__file__).resolve().parents[1]
+_MARK = "@@deepvm "
+_NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one job lives on a node (absolute, once the node's home is known)."""
+
+    home: str
+    job_id: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.home}/deepvm/jobs/{self.job_id}"
+
+    @property
+    def runtime(self) -> str:
+        return f"{self.home}/{RUNTIME_DIR}"
+
+    @property
+    def job(self) -> str:
+        return f"{self.root}/job"
+
+    @property
+    def out(self) -> str:
+        return f"{self.root}/out"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.root}/checkpoints"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What preparing one node found."""
+
+    home: str  # the login user's home directory
+    notice: dict | None  # the interruption notice posted to the node, if any (training.watcher.Notice)
+
+
+def stage_runtime(target: Path) -> Path:
+    """Copy the code ranks import into `target` (emptied first), ready to push."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in _PACKAGES:
+        shutil.copytree(package, target / package.name, ignore=ignore)
+    for module in _MODULES:
+        (target / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(_REPO / module, target / module)
+    return target
+
+
+def setup_marker(commands: Sequence[str]) -> str:
+    digest = hashlib.sha256(json.dumps(list(commands)).encode()).hexdigest()[:16]
+    return f"deepvm/setup/{digest}.done"
+
+
+def _notice_lines(python: str) -> list[str]:
+    py = shlex.quote(python)
+    return [
+        f"notice=$(PYTHONPATH={RUNTIME_DIR} {py} -m training.watcher --once)",
+        f'echo "{_MARK}notice $notice"',
+    ]
+
+
+def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool) -> str:
+    """One shell script per node: make the job's directories, run setup once, check the Python,
+    report home (and notice)."""
+    root = f"deepvm/jobs/{job_id}"
+    lines = ["set -e", f"mkdir -p {root}/out {root}/checkpoints deepvm/setup", f'echo "{_MARK}home $HOME"']
+    if setup:
+        marker = setup_marker(setup)
+        body = "\n".join(setup)
+        lines.append(f"if [ ! -e {marker} ]; then (cd {root}/job && set -e\n{body}\n) && touch {marker}; fi")
+    # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
+    check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
+    lines.append(f'{shlex.quote(python)} -c "{check}"')
+    if check_notice:
+        lines += _notice_lines(python)
+    return "\n".join(lines)
+
+
+def _run_marked(
+    hosts: Sequence[HostSpec],
+    command: Callable[[HostSpec], str],
+    on_line: Callable[[OutputLine], None],
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    """Run each host's command in parallel; exit codes, and the `@@deepvm KEY VALUE` lines by host.
+    Other output goes to on_line."""
+    found: dict[str, dict[str, str]] = {h.name: {} for h in hosts}
+
+    def collect(line: OutputLine) -> None:
+        if line.stream == "stdout" and line.text.startswith(_MARK):
+            key, _, value = line.text[len(_MARK) :].partition(" ")
+            found[line.host][key] = value
+        else:
+            on_line(line)
+
+    codes: dict[str, int] = {}
+    for text in dict.fromkeys(command(h) for h in hosts):  # one parallel round per distinct command
+        group = [h for h in hosts if command(h) == text]
+        codes.update(run_on_hosts(group, text, collect, env=env))
+    return codes, found
+
+
+def prepare_nodes(
+    hosts: Sequence[HostSpec],
+    spot: set[str],
+    *,
+    runtime_dir: Path,
+    job_dir: Path,
+    job_id: str,
+    setup: Sequence[str],
+    env: dict[str, str],
+    python: str,
+    on_push: Callable[[PushProgress], None],
+    on_line: Callable[[OutputLine], None],
+) -> dict[str, NodeState]:
+    """Push, set up and check every host in parallel; {host name: NodeState}. `spot` names the hosts
+    whose notices are read. Setup output is streamed through on_line; a failing setup is an error."""
+    push_tree(hosts, runtime_dir, RUNTIME_DIR, progress=on_push)
+    push_tree(hosts, job_dir, f"deepvm/jobs/{job_id}/job", progress=on_push)
+    codes, found = _run_marked(
+        hosts, lambda h: prepare_command(job_id, setup, python, check_notice=h.name in spot), on_line, env
+    )
+    failed = sorted(name for name, code in codes.items() if code != 0)
+    if failed:
+        where = next(h.where for h in hosts if h.name == failed[0])
+        more = f" (and {len(failed) - 1} more nodes)" if len(failed) > 1 else ""
+        raise InputError(
+            f"preparing {where} failed (exit {codes[failed[0]]}): a setup command failed, or the Python at "
+            f"{python!r} lacks torch, mpi4py, pyyaml or pydantic; the node's output is above{more}"
+        )
+    states = {}
+    for host in hosts:
+        values = found[host.name]
+        if "home" not in values:
+            raise TransportError(f"{host.where}: the node did not report its home directory")
+        states[host.name] = NodeState(values["home"], _notice(values))
+    return states
+
+
+def read_notices(
+    hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
+) -> dict[str, dict | None]:
+    """The interruption notice posted to each (already prepared) host, or None."""
+    codes, found = _run_marked(hosts, lambda h: "set -e\n" + "\n".join(_notice_lines(python)), on_line)
+    bad = [h.where for h in hosts if codes[h.name] != 0]
+    if bad:
+        raise TransportError(f"{bad[0]}: reading its instance metadata failed")
+    return {h.name: _notice(found[h.name]) for h in hosts}
+
+
+def _notice(values: dict[str, str]) -> dict | None:
+    text = values.get("notice", "")
+    return json.loads(text) if text else None
