@@ -121,6 +121,9 @@ class _Run:
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
+    if spec.run is not None:
+        raise InputError(f"{request.job_path}: `run:` (your own script) is not launched by deepvm train yet; "
+                         "remove it to train with deepvm's worker")  # fmt: skip
     name = check_cluster_name(request.cluster)
     lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
     lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used

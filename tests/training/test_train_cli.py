@@ -33,3 +33,10 @@ def test_missing_job_file(tmp_path: Path):
     result = run_cli("train", str(tmp_path / "absent.yaml"))
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert "absent.yaml" in result.stderr
+
+
+def test_run_override_is_refused_rather_than_ignored(tmp_path: Path):
+    job = tmp_path / "job.yaml"
+    job.write_text("dataset: {kind: synthetic}\nsteps: 10\nrun: {script: mine.py}\n")
+    result = run_cli("train", str(job))
+    assert result.returncode == 2 and "`run:` (your own script) is not launched" in result.stderr
