@@ -30,16 +30,32 @@ def _bind(source_fd: int, target: str) -> None:
         raise OSError(err, f"bind mount onto {target}: {os.strerror(err)}")
 
 
+def _runtime_under_tmp() -> list[str]:
+    """The deepvm checkout and Python environment, where they live under /tmp (a CI clone, say).
+
+    The host gets a private /tmp; these must stay visible in it, or nothing of deepvm runs there.
+    """
+    checkout = Path(__file__).resolve().parents[2]
+    paths = {str(Path(p).resolve()) for p in (checkout, sys.prefix, sys.base_prefix)}
+    under_tmp = sorted(p for p in paths if p.startswith("/tmp/"))
+    return [p for p in under_tmp if not any(p.startswith(q + "/") for q in under_tmp)]
+
+
 def main(root: Path) -> int:
     config = json.loads((root / "host.json").read_text())
     facts = config["facts"]
     notices_fd = os.open(root / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
     mounts = {"etc_ssh": "/etc/ssh", "passwd": "/etc/passwd", "home": "/home", "tmp": "/tmp"}
     sources = {name: os.open(root / name, os.O_PATH) for name in mounts}
+    runtime = {path: os.open(path, os.O_PATH) for path in _runtime_under_tmp()}
     log = open(root / "sshd.log", "ab")  # noqa: SIM115 - lives as long as this process
     for name, target in mounts.items():
         _bind(sources[name], target)
         os.close(sources[name])
+    for path, fd in runtime.items():  # back into the host's own /tmp, at the same place
+        os.makedirs(path, exist_ok=True)
+        _bind(fd, path)
+        os.close(fd)
     home = pwd.getpwuid(os.geteuid()).pw_dir  # read after the mounts: the host's own passwd
     server = MetadataServer(
         facts["local_ipv4"], HostFacts(**facts).metadata(), config["user_data"], notices_fd
