@@ -30,15 +30,14 @@ def _bind(source_fd: int, target: str) -> None:
         raise OSError(err, f"bind mount onto {target}: {os.strerror(err)}")
 
 
-def _runtime_under_tmp() -> list[str]:
-    """The deepvm checkout and Python environment, where they live under /tmp (a CI clone, say).
-
-    The host gets a private /tmp; these must stay visible in it, or nothing of deepvm runs there.
+def _runtime_under(private: tuple[str, ...]) -> list[str]:
+    """The deepvm checkout and Python environment, where they live under the host's private directories
+    (a CI clone in /tmp, a checkout in /home): they must stay visible there, or nothing of deepvm runs.
     """
     checkout = Path(__file__).resolve().parents[2]
     paths = {str(Path(p).resolve()) for p in (checkout, sys.prefix, sys.base_prefix)}
-    under_tmp = sorted(p for p in paths if p.startswith("/tmp/"))
-    return [p for p in under_tmp if not any(p.startswith(q + "/") for q in under_tmp)]
+    hidden = sorted(p for p in paths if any(p.startswith(d + "/") for d in private))
+    return [p for p in hidden if not any(p.startswith(q + "/") for q in hidden)]
 
 
 def main(root: Path) -> int:
@@ -47,12 +46,12 @@ def main(root: Path) -> int:
     notices_fd = os.open(root / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
     mounts = {"etc_ssh": "/etc/ssh", "passwd": "/etc/passwd", "home": "/home", "tmp": "/tmp"}
     sources = {name: os.open(root / name, os.O_PATH) for name in mounts}
-    runtime = {path: os.open(path, os.O_PATH) for path in _runtime_under_tmp()}
+    runtime = {path: os.open(path, os.O_PATH) for path in _runtime_under(("/home", "/tmp"))}
     log = open(root / "sshd.log", "ab")  # noqa: SIM115 - lives as long as this process
     for name, target in mounts.items():
         _bind(sources[name], target)
         os.close(sources[name])
-    for path, fd in runtime.items():  # back into the host's own /tmp, at the same place
+    for path, fd in runtime.items():  # back into the host's own /home or /tmp, at the same place
         os.makedirs(path, exist_ok=True)
         _bind(fd, path)
         os.close(fd)
