@@ -33,6 +33,7 @@ from typing import Literal, TypeVar
 
 import paramiko
 
+from provisioning.cloud.reachability import UnreadableKnownHosts, open_pinned
 from provisioning.errors import CloudError
 
 T = TypeVar("T")
@@ -99,45 +100,26 @@ class OutputLine:
 
 def connect(host: HostSpec, timeout: float = 10.0) -> paramiko.SSHClient:
     """An authenticated SSH client, or TransportError saying why not (one line)."""
-    client = paramiko.SSHClient()
     try:
-        client.load_host_keys(str(host.known_hosts))
-    except FileNotFoundError:
-        raise TransportError(f"{host.where}: known_hosts file {host.known_hosts} does not exist") from None
-    except (OSError, paramiko.SSHException) as exc:
-        raise TransportError(f"{host.where}: cannot read known_hosts {host.known_hosts}: {exc}") from None
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    try:
-        client.connect(
-            host.address,
-            port=host.port,
-            username=host.user,
-            key_filename=str(host.key_path),
-            look_for_keys=False,
-            allow_agent=False,
-            timeout=timeout,
-            banner_timeout=timeout,
-            auth_timeout=timeout,
-        )
+        return open_pinned(host.address, host.port, host.user, str(host.key_path), str(host.known_hosts), timeout)
+    except UnreadableKnownHosts as exc:
+        missing = not Path(host.known_hosts).exists()
+        why = f"known_hosts file {host.known_hosts} does not exist" if missing else str(exc)
+        raise TransportError(f"{host.where}: {why}") from None
     except paramiko.BadHostKeyException:
-        client.close()
         raise TransportError(
             f"{host.where}: host key differs from the one pinned in {host.known_hosts}; refusing to connect"
         ) from None
     except paramiko.AuthenticationException:
-        client.close()
         raise TransportError(f"{host.where}: authentication failed with key {host.key_path}") from None
     except paramiko.SSHException as exc:
-        client.close()
         if "not found in known_hosts" in str(exc):
             raise TransportError(
                 f"{host.where}: host key is not in {host.known_hosts}; refusing an unknown host"
             ) from None
         raise TransportError(f"{host.where}: SSH failed: {exc}") from None
     except (OSError, EOFError) as exc:
-        client.close()
         raise TransportError(f"{host.where}: unreachable: {exc.__class__.__name__}: {exc}") from None
-    return client
 
 
 # --- push -----------------------------------------------------------------------------------------

@@ -19,17 +19,30 @@ from provisioning.errors import CloudError
 _CONNECT_TIMEOUT_S = 5.0
 
 
-def connect(endpoint: SshEndpoint, timeout_s: float = _CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
-    """An authenticated SSH client for the node; unknown or mismatching host keys are rejected."""
+class UnreadableKnownHosts(CloudError):
+    """The pinned known_hosts file is missing or unreadable: a setup problem, never retried."""
+
+
+def open_pinned(
+    address: str, port: int, user: str, key_path: str, known_hosts: str, timeout_s: float
+) -> paramiko.SSHClient:
+    """An authenticated SSH client whose host key must be in `known_hosts` (unknown keys are rejected).
+
+    The one place deepvm opens SSH: paramiko's own errors (bad host key, authentication, network)
+    pass through for the caller to word; nothing is left open on failure.
+    """
     client = paramiko.SSHClient()
-    client.load_host_keys(endpoint.known_hosts_path)
+    try:
+        client.load_host_keys(known_hosts)
+    except (OSError, paramiko.SSHException) as exc:
+        raise UnreadableKnownHosts(f"cannot read known_hosts {known_hosts}: {exc}") from None
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
         client.connect(
-            endpoint.address,
-            port=endpoint.port,
-            username=endpoint.user,
-            key_filename=endpoint.key_path,
+            address,
+            port=port,
+            username=user,
+            key_filename=key_path,
             timeout=timeout_s,
             banner_timeout=timeout_s,
             auth_timeout=timeout_s,
@@ -40,6 +53,12 @@ def connect(endpoint: SshEndpoint, timeout_s: float = _CONNECT_TIMEOUT_S) -> par
         client.close()
         raise
     return client
+
+
+def connect(endpoint: SshEndpoint, timeout_s: float = _CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
+    """An authenticated SSH client for the node; unknown or mismatching host keys are rejected."""
+    return open_pinned(endpoint.address, endpoint.port, endpoint.user, endpoint.key_path,
+                       endpoint.known_hosts_path, timeout_s)
 
 
 def answers(endpoint: SshEndpoint) -> bool:
