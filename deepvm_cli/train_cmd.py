@@ -95,6 +95,13 @@ def train_command(
     replace_nodes: bool = typer.Option(
         True, "--replace/--no-replace", help="Buy a spot node for each one lost, within the plan."
     ),
+    stall_timeout: float | None = typer.Option(
+        None,
+        "--stall-timeout",
+        min=1.0,
+        help="Seconds without progress after which the job counts as hung and is restarted without the node "
+        "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
@@ -109,7 +116,13 @@ def train_command(
 
         console.info(BANNER)
     request = TrainRequest(
-        job_path=job, cluster=cluster, python=python, resume=resume, out_dir=out, replace_nodes=replace_nodes
+        job_path=job,
+        cluster=cluster,
+        python=python,
+        resume=resume,
+        out_dir=out,
+        replace_nodes=replace_nodes,
+        stall_timeout_s=stall_timeout,
     )
     live = console.err.is_terminal and not as_json
     with _live_reporter() if live else _plain_reporter() as report:

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,6 +56,7 @@ from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arra
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
 from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
+from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
@@ -87,6 +88,7 @@ class TrainRequest:
     out_dir: Path | None = None  # default: DEEPVM_HOME/jobs/JOB_ID
     replace_nodes: bool = True  # buy a spot node for each one lost, within the plan's count
     max_failures: int = 3  # consecutive attempts that fail without progress before giving up
+    stall_timeout_s: float | None = None  # silence after which a running job counts as hung; None: adaptive
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class _Run:
     first_step: int = -1
     last_step: int = -1
     status: str = ""  # from trainer 0's "end" event
+    hung: bool = False  # the stall watch killed it
     startup_s: float | None = None  # mpirun started -> first step
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
 
@@ -152,6 +155,7 @@ class Controller:
         self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
+        self.stall = StallWatch(fixed_s=request.stall_timeout_s)
         self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
@@ -208,6 +212,7 @@ class Controller:
                 launch = self._next_launch()
                 self.fold_waiting = False  # whatever was ready is in this launch
                 run = _Run(Attempt(len(self.attempts) + 1, launch, self.work, self.events.put), len(launch.trainers))
+                self.stall.started(run.attempt.started_at)
                 self._save(world_size=len(launch.trainers), message=f"attempt {run.attempt.number} running")
                 self.report.note(
                     f"attempt {run.attempt.number}: {len(launch.trainers)} trainers + "
@@ -316,6 +321,7 @@ class Controller:
                 if not ok:
                     self._exclude(e.instance_id, "unreachable")
                     self.report.note(f"{e.instance_id} does not answer over SSH: not using it")
+            self._retire([e.instance_id for e, ok in zip(endpoints, answers) if not ok], "unreachable over SSH")
             endpoints = [e for e, ok in zip(endpoints, answers) if ok]
         fresh = [e for e in endpoints if e.instance_id not in self.prepared]
         known_spot = [e for e in endpoints if e.instance_id in self.prepared and e.market is Market.SPOT]
@@ -365,6 +371,7 @@ class Controller:
     def _watch(self, run: _Run) -> str:
         """Handle events until the attempt's mpirun exits; its outcome."""
         while True:
+            self._check_stall(run)
             try:
                 item = self.events.get(timeout=1.0)
             except queue.Empty:
@@ -380,6 +387,19 @@ class Controller:
                 self._handle(item, run)
             except KeyboardInterrupt:
                 self._user_stop(run)
+
+    def _check_stall(self, run: _Run) -> None:
+        """Kill an attempt that stopped making progress (see training/stall.py); the failure path then
+        finds the node that hangs, retires it and relaunches from the newest complete checkpoint."""
+        silent = self.stall.stalled(time.monotonic())
+        if silent is None or run.hung or not run.attempt.running:
+            return
+        run.hung = True
+        text = f"no progress for {silent:.0f}s (limit {self.stall.limit_s():.0f}s): a node hangs; stopping the job"
+        self.report.note(text)
+        self._event("stall", text)
+        self.recovery.trouble("stall", (), run.attempt.number, run.trainers, time.monotonic(), run.last_step)
+        threading.Thread(target=run.attempt.kill, name="kill-hung", daemon=True).start()
 
     def _outcome(self, run: _Run, done: AttemptExit) -> str:
         if done.returncode == 0 and run.status == "completed":
@@ -439,8 +459,10 @@ class Controller:
             self.report.note(f"restored step {event['step']} from {'/'.join(event['levels'])} "
                              f"in {event['seconds']:.2f}s")  # fmt: skip
         elif kind == "step" and rank == 0:
+            self.stall.progressed(at)
             self._on_step(event, at, run)
         elif kind in ("saved", "flush"):
+            self.stall.progressed(at)
             self._save(checkpoint_step=int(event["step"]))
             if kind == "flush":
                 self.report.note(f"checkpoint of step {event['step']} safe at {event['level']} "
@@ -515,6 +537,7 @@ class Controller:
             text = f"lost without notice: {', '.join(dead)}; restarting from the newest complete checkpoint"
             self.report.note(text)
             self._event("node-lost", text)
+            self._retire(dead, "unreachable over SSH after the job failed")
         reason = "node-lost" if dead else "restart"
         self.recovery.trouble(reason, dead, run.attempt.number, run.trainers, time.monotonic(), run.last_step)
         lifecycle.status(self.cluster)  # refresh node states (and their costs) from the cloud
@@ -522,6 +545,18 @@ class Controller:
 
     def _exclude(self, instance_id: str, why: str) -> None:
         self.excluded.setdefault(instance_id, why)
+
+    def _retire(self, instance_ids: Sequence[str], why: str) -> None:
+        """Terminate nodes the job dropped without the cloud taking them (they hang, or lost their
+        network): they would bill until `deepvm down` while their replacements bill too."""
+        if not instance_ids:
+            return
+        try:
+            lifecycle.retire_nodes(self.cluster, list(instance_ids), why)
+        except DeepvmError as exc:
+            self.report.note(f"could not terminate {', '.join(instance_ids)} ({exc}); `deepvm down` will")
+            return
+        self.report.note(f"terminated {', '.join(instance_ids)}: {why}")
 
     # --- replacements -----------------------------------------------------------------------------
     def _ensure_replacements(self) -> None:

@@ -327,6 +327,31 @@ def add_spot_nodes(
         return added
 
 
+def retire_nodes(name: str, instance_ids: list[str], why: str) -> None:
+    """Terminate nodes the cluster no longer uses (a node that hangs or stopped answering) while the rest
+    runs on: EC2 bills a running instance whether or not it is any use, and `deepvm down` may be hours
+    away. Not under the cluster lock: a replacement being bought holds it for minutes, and terminating
+    instances twice (or racing `down`) is harmless."""
+    if not instance_ids:
+        return
+    store = Store()
+    row = store.cluster(check_cluster_name(name))
+    if row is None or row.status != "up":
+        return  # torn down meanwhile: nothing of it runs any more
+    target = target_for(row.cloud)
+    ctx = target.context(row.region, start=False)
+    if ctx is None:  # a sandbox that was stopped took its hosts with it
+        return
+    with cloud_errors(f"terminating {', '.join(instance_ids)}"):
+        answer = ctx.client("ec2").terminate_instances(InstanceIds=instance_ids)
+    states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in answer.get("TerminatingInstances", [])}
+    retired = [replace(n, state=states.get(n.instance_id, "shutting-down"))
+               for n in store.nodes(name) if n.instance_id in instance_ids]  # fmt: skip
+    store.put_nodes(name, retired)  # closes their cost segments
+    store.add_event(name, "retired", f"terminated {', '.join(instance_ids)}: {why}")
+    target.after_terminate(instance_ids)
+
+
 # status
 
 

@@ -176,6 +176,47 @@ def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, 
     assert any(a["status"] == "failed" for a in run["attempts"])
 
 
+def test_node_that_hangs_is_noticed_terminated_and_replaced(cluster, monkeypatch):
+    """A frozen node keeps its sockets open, so nothing fails: the other trainers wait in the next allreduce.
+    The controller sees the silence, stops the job, finds the node that does not answer, terminates it
+    through EC2 (it would bill until `down`) and continues from the newest checkpoint."""
+    env, job = cluster
+    monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
+    from provisioning.sandbox.control import load_info
+
+    seen: list[str] = []
+    proc = start_train(env, job, "--stall-timeout", "15")
+    read_until_step(proc, 9, seen)
+    victim = trainers_in_job(env, seen)[0]
+    freeze_host(victim)
+    run = finish(proc, seen)
+
+    assert (run["status"], run["steps"]) == ("completed", STEPS)
+    stall = next(r for r in run["recoveries"] if r["reason"] == "stall")
+    assert victim in stall["nodes"] and 0 <= stall["lost_steps"] <= EVERY
+    assert_steps_never_go_back_more_than(steps_seen(seen), EVERY)
+    assert all(victim not in a["nodes"] for a in run["attempts"][1:])
+    ec2 = load_info().context(AZ[:-1]).client("ec2")
+    (instance,) = ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"]
+    assert instance["State"]["Name"] in ("shutting-down", "terminated")
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    assert next(n for n in status["nodes"] if n["instance_id"] == victim)["state"] != "running"
+
+
+def freeze_host(instance_id: str) -> None:
+    """SIGSTOP every process of a sandbox host (sshd, Open MPI's daemon, the ranks): a machine that hangs."""
+    from provisioning.sandbox.hosts import host_processes
+    from provisioning.sandbox.procs import children
+
+    todo, frozen = host_processes(instance_id), []
+    assert todo, f"{instance_id} has no sandbox host"
+    while todo:
+        pid = todo.pop()
+        os.kill(pid, signal.SIGSTOP)
+        frozen.append(pid)
+        todo += [c for c in children(pid) if c not in frozen]
+
+
 @pytest.mark.soak
 def test_controller_killed_then_resumed(cluster):
     env, job = cluster
