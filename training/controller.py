@@ -17,7 +17,10 @@ output from a single event queue on its main thread. The cycle:
    - failed (a node died without notice, mpirun aborted): the controller probes every node over SSH,
      drops the dead ones, buys replacements, and relaunches from the newest complete checkpoint; the
      work lost is at most one checkpoint interval. Attempts that fail without progress are retried
-     twice, then the job fails with the ranks' last error lines.
+     twice, then the job fails with the ranks' last error lines. Nodes dropped for not answering are
+     terminated through EC2, so they stop billing.
+   - hung (no progress for much longer than steps take; training/stall.py): the attempt is killed and
+     handled as failed, which finds and drops the node that hangs.
    - Ctrl-C: the job is asked to stop cleanly (flush, leave); a second Ctrl-C kills mpirun.
 
 The global batch follows the job's shrink policy (the ranks compute it from the plan's trainer count),
