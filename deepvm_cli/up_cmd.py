@@ -36,6 +36,12 @@ def up_command(
         None, "--subnet", help="Subnet id (default: the zone's default subnet)."
     ),
     ssh_user: str | None = typer.Option(None, "--ssh-user", help="Login user of the image."),
+    instance_profile: str | None = typer.Option(
+        None,
+        "--instance-profile",
+        help="IAM instance profile (name or ARN) for the nodes: their AWS credentials, e.g. for checkpoints "
+        "(DeepCheck L3) or data on S3.",
+    ),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node answers over SSH."),
     timeout: float = typer.Option(
         900.0, "--timeout", help="Seconds to wait for running and reachable nodes."
@@ -68,6 +74,7 @@ def up_command(
         image_id=ami,
         subnet_id=subnet,
         ssh_user=ssh_user,
+        instance_profile=instance_profile,
         wait_ssh=wait,
         timeout_s=timeout,
     )

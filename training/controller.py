@@ -31,13 +31,14 @@ controller died (its mpirun died with it: see launcher.Attempt) from the newest 
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import random
 import tempfile
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -63,6 +64,7 @@ from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
+_HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
@@ -98,6 +100,7 @@ class TrainRequest:
 class _ReplacementDone:
     """A replacement bought and prepared (in the background), or why not."""
 
+    role: Role
     requested: int
     added: tuple[SshEndpoint, ...]
     states: dict[str, NodeState]  # instance id -> what preparing it found
@@ -147,18 +150,22 @@ class Controller:
         row = self.store.cluster(cluster)
         assert row is not None  # checked by train()
         self.plan = row.plan
-        self.planned_trainers = self.plan.trainer_count
-        self.planned_spot = sum(g.count for g in self.plan.nodes if g.market is Market.SPOT)
+        self.planned_trainers = sum(g.count * max(1, _type_facts(g.instance_type).gpus)
+                                    for g in self.plan.nodes if g.role in (Role.TRAINER, Role.ANCHOR))  # fmt: skip
+        self.planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
+        for group in self.plan.nodes:
+            self.planned[group.role] += group.count
         self.events: queue.Queue[object] = queue.Queue()
         self.runtime = stage_runtime(work / "runtime")
         self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
         self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
-        self.replacing = 0  # spot nodes being bought
+        self.replacing: Counter[Role] = Counter()  # nodes being bought, per role
         self.replacement_threads: list[threading.Thread] = []
         self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
         self.stall = StallWatch(fixed_s=request.stall_timeout_s)
+        self.env = {**lifecycle.node_env(cluster), **spec.env}  # the job's own settings win
         self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
@@ -214,13 +221,13 @@ class Controller:
             while True:
                 launch = self._next_launch()
                 self.fold_waiting = False  # whatever was ready is in this launch
-                run = _Run(Attempt(len(self.attempts) + 1, launch, self.work, self.events.put), len(launch.trainers))
+                run = _Run(Attempt(len(self.attempts) + 1, launch, self.work, self.events.put), launch.trainer_ranks)
                 self.stall.started(run.attempt.started_at)
-                self._save(world_size=len(launch.trainers), message=f"attempt {run.attempt.number} running")
+                self._save(world_size=run.trainers, message=f"attempt {run.attempt.number} running")
                 self.report.note(
-                    f"attempt {run.attempt.number}: {len(launch.trainers)} trainers + "
+                    f"attempt {run.attempt.number}: {run.trainers} trainers + "
                     f"{len(launch.nodes) - len(launch.trainers)} holders "
-                    f"({', '.join(n.name for n in launch.nodes)})"
+                    f"({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})"
                 )
                 outcome = self._watch(run)
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
@@ -264,30 +271,20 @@ class Controller:
             endpoints = [e for e in lifecycle.ssh_endpoints(self.cluster) if self._usable(e.instance_id)]
             self._prepare(endpoints)
             endpoints = [e for e in endpoints if e.instance_id not in self.excluded]
-            holders = [e for e in endpoints if e.role in (Role.HOLDER, Role.ANCHOR)]
+            holders = [e for e in endpoints if e.role in _HOLDING]
             trainers = [e for e in endpoints if e.role in (Role.TRAINER, Role.ANCHOR)]
-            if not holders:
-                raise TrainingFailed(
-                    "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
-                    f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.excluded}"
-                )
-            if trainers:
+            if holders and trainers:
                 break
-            self._ensure_replacements()
-            if not self.replacing:
-                raise TrainingFailed("no trainer node is left and no replacement could be bought")
-            self.report.note("no trainer left: waiting for the replacement spot node")
-            self._handle(self.events.get(), None)
+            self._await_replacement(holders_lost=not holders)
         nodes = arrange([self._node(e) for e in endpoints])
         homes = {self.prepared[n.instance_id].home for n in nodes}
         if len(homes) != 1:
             raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
-        trainer_nodes = [n for n in nodes if n.trains]
-        speeds = [n.speed for n in trainer_nodes]
+        speeds = [n.speed / n.ranks for n in nodes if n.trains for _ in range(n.ranks)]  # per trainer rank
         batches = None
         if len(set(speeds)) > 1:  # a mixed plan: per-trainer batch in proportion to speed
             per = self.spec.shrink.keep_global_batch_by == "per_trainer_batch"
-            total = self.spec.batch_size * (self.planned_trainers if per else len(trainer_nodes))
+            total = self.spec.batch_size * (self.planned_trainers if per else len(speeds))
             batches = split_batch(total, speeds)
         return Launch(
             nodes=nodes,
@@ -296,9 +293,30 @@ class Controller:
             python=self.request.python,
             planned_trainers=self.planned_trainers,
             master_port=random.randint(20000, 59999),
-            env=dict(self.spec.env),
+            env=self.env,
             rank_batches=batches,
         )
+
+    def _await_replacement(self, holders_lost: bool) -> None:
+        """With no holder or no trainer left, buy what is missing and wait for the next event.
+
+        Checkpoints live on the holders (RAM and disk), so a new holder can only continue the job when
+        they were also uploaded to S3 (level l3): its DeepCheck then finds them there."""
+        if holders_lost and "l3" not in self.spec.checkpoint.levels:
+            raise TrainingFailed(
+                "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
+                f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.excluded}"
+            )
+        roles = _HOLDING if holders_lost else (Role.TRAINER,)
+        for role in roles:
+            self._ensure_replacements(role)
+        if not any(self.replacing[role] for role in roles):
+            what = "checkpoint holder" if holders_lost else "trainer"
+            raise TrainingFailed(f"no {what} node is left and no replacement could be bought")
+        waiting = ("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
+                   if holders_lost else "no trainer left: waiting for the replacement spot node")  # fmt: skip
+        self.report.note(waiting)
+        self._handle(self.events.get(), None)
 
     def _usable(self, instance_id: str) -> bool:
         return instance_id in self.members and instance_id not in self.excluded
@@ -312,8 +330,9 @@ class Controller:
                 return
 
     def _node(self, e: SshEndpoint) -> Node:
-        role = _ROLES[e.role]
-        return Node(e.instance_id, _host(e), role, e.market, _speed(self.store, self.cluster, e.instance_id))
+        types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
+        facts = _type_facts(types.get(e.instance_id, ""))
+        return Node(e.instance_id, _host(e), _ROLES[e.role], e.market, facts.flops or 1.0, facts.gpus)
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
@@ -360,7 +379,7 @@ class Controller:
             job_dir=self.request.job_path.resolve().parent,
             job_id=self.job.job_id,
             setup=self.spec.setup,
-            env=dict(self.spec.env),
+            env=self.env,
             python=self.request.python,
             on_push=on_push,
             on_line=on_line,
@@ -562,39 +581,37 @@ class Controller:
         self.report.note(f"terminated {', '.join(instance_ids)}: {why}")
 
     # --- replacements -----------------------------------------------------------------------------
-    def _ensure_replacements(self) -> None:
-        """Buy spot nodes until the plan's spot count is met again (counting those on their way)."""
-        if not self.request.replace_nodes or not self.planned_spot:
+    def _ensure_replacements(self, role: Role = Role.TRAINER) -> None:
+        """Buy nodes of `role` (spot trainers unless said otherwise) until the plan's count is met again,
+        counting those on their way."""
+        if not self.request.replace_nodes or not self.planned[role]:
             return
-        usable = [
-            e for e in lifecycle.ssh_endpoints(self.cluster)
-            if e.market is Market.SPOT and self._usable(e.instance_id)
-        ]  # fmt: skip
-        missing = self.planned_spot - len(usable) - self.replacing
+        usable = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.role is role and self._usable(e.instance_id)]
+        missing = self.planned[role] - len(usable) - self.replacing[role]
         if missing <= 0:
             return
-        self.replacing += missing
-        self.report.note(f"requesting {missing} replacement spot node(s) within the plan")
+        self.replacing[role] += missing
+        self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
 
         def buy() -> None:  # in its own thread: talks to the main thread only through the queue
             def note(text: str) -> None:
                 self.events.put(_Note(text))
 
             try:
-                added = lifecycle.add_spot_nodes(self.cluster, missing, Reporter(step=note))
+                added = lifecycle.add_nodes(self.cluster, role, missing, Reporter(step=note))
                 ids = {n.instance_id for n in added}
                 found = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.instance_id in ids]
                 states = self._stage(found, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
-                self.events.put(_ReplacementDone(missing, tuple(found), states, None))
+                self.events.put(_ReplacementDone(role, missing, tuple(found), states, None))
             except DeepvmError as exc:
-                self.events.put(_ReplacementDone(missing, (), {}, str(exc)))
+                self.events.put(_ReplacementDone(role, missing, (), {}, str(exc)))
 
         thread = threading.Thread(target=buy, name="replacement", daemon=True)
         self.replacement_threads.append(thread)
         thread.start()
 
     def _on_replacement(self, done: _ReplacementDone, run: _Run | None) -> None:
-        self.replacing -= done.requested
+        self.replacing[done.role] -= done.requested
         if done.error is not None:
             self.report.note(f"no replacement node: {done.error}; continuing with what is left")
             return
@@ -681,15 +698,16 @@ def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:
     return results
 
 
-_SPEEDS: dict[str, float] = {}
+@dataclass(frozen=True)
+class _TypeFacts:
+    flops: float  # TFLOPS of the whole instance (0 when unknown): relative trainer speed
+    gpus: int  # a training node runs one rank per GPU
 
 
-def _speed(store: Store, cluster: str, instance_id: str) -> float:
-    """The instance's TFLOPS from the built-in catalog (1.0 when unknown): relative trainer speed."""
-    instance_type = next((n.instance_type for n in store.nodes(cluster) if n.instance_id == instance_id), "")
-    if instance_type not in _SPEEDS:
-        from provisioning.snapshot import load_snapshot
+@functools.cache
+def _type_facts(instance_type: str) -> _TypeFacts:
+    """What the built-in catalog knows of an instance type (nothing for a type it does not list)."""
+    from provisioning.snapshot import load_snapshot
 
-        known = {name: t.flops for name, t in load_snapshot().types.items()}
-        _SPEEDS[instance_type] = known.get(instance_type) or 1.0
-    return _SPEEDS[instance_type]
+    known = load_snapshot().types.get(instance_type)
+    return _TypeFacts(known.flops, known.gpu_count) if known else _TypeFacts(0.0, 0)

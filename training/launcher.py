@@ -2,9 +2,11 @@
 
 mpirun runs on the controller's machine and starts Open MPI's daemon on each node over SSH with the
 cluster's own key and pinned known_hosts (host keys are checked; the key never leaves this machine, so
-tree spawning, where daemons ssh onwards, is off). One rank per node, in this order: the anchor
-("both") first, then trainers, then holders, so that torch rank = MPI rank for every trainer and
-trainer 0, the rendezvous point, is the anchor when there is one. When every node address is a
+tree spawning, where daemons ssh onwards, is off). Nodes in this order: the anchor ("both") first, then
+trainers, then holders, so that torch rank = MPI rank for every trainer and trainer 0, the rendezvous
+point, is the anchor when there is one. A training node runs one rank per GPU (a 4-GPU g5.12xlarge is
+four trainers; the planner paid for all four), with consecutive MPI ranks, so LOCAL_RANK picks the GPU;
+on the anchor only the first rank also holds checkpoints. A holder node runs one rank. When every node address is a
 loopback address (the sandbox) MPI's TCP traffic is kept on the loopback interface.
 
 An Attempt owns one mpirun process: it runs in its own session (a Ctrl-C in the terminal reaches the
@@ -49,6 +51,7 @@ class Node:
     role: str  # DeepCheck role: trainer | holder | both
     market: Market
     speed: float = 1.0  # relative training speed (instance TFLOPS) for splitting the global batch
+    gpus: int = 0  # from the instance type; a training node runs one rank per GPU
 
     @property
     def name(self) -> str:
@@ -57,6 +60,14 @@ class Node:
     @property
     def trains(self) -> bool:
         return self.role in ("trainer", "both")
+
+    @property
+    def ranks(self) -> int:
+        return max(1, self.gpus) if self.trains else 1
+
+    def rank_roles(self) -> tuple[str, ...]:
+        """The DeepCheck role of each of this node's ranks (the anchor's first rank trains and holds)."""
+        return (self.role,) + ("trainer",) * (self.ranks - 1)
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,17 @@ class Launch:
 
     @property
     def trainers(self) -> tuple[Node, ...]:
+        """The nodes that train (each runs `ranks` trainer ranks)."""
         return tuple(n for n in self.nodes if n.trains)
+
+    @property
+    def rank_nodes(self) -> tuple[Node, ...]:
+        """The node of each MPI rank."""
+        return tuple(n for n in self.nodes for _ in range(n.ranks))
+
+    @property
+    def trainer_ranks(self) -> int:
+        return sum(n.ranks for n in self.trainers)
 
 
 def arrange(nodes: Sequence[Node]) -> tuple[Node, ...]:
@@ -95,8 +116,13 @@ def split_batch(global_batch: int, speeds: Sequence[float]) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def hostfile_text(launch: Launch) -> str:
+    """One line per node in rank order, with as many slots as it runs ranks (filled in order: --map-by slot)."""
+    return "".join(f"{n.host.address} slots={n.ranks}\n" for n in launch.nodes)
+
+
 def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
-    """The mpirun argv for a launch whose hostfile (one slot per node, in rank order) is at `hostfile`."""
+    """The mpirun argv for a launch whose hostfile (hostfile_text) is at `hostfile`."""
     first = launch.nodes[0].host
     if any((n.host.user, n.host.port, n.host.key_path, n.host.known_hosts) != (first.user, first.port,
            first.key_path, first.known_hosts) for n in launch.nodes):  # fmt: skip
@@ -115,13 +141,13 @@ def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
             "-l", first.user,
         ]
     )  # fmt: skip
-    roles = ",".join(n.role for n in launch.nodes)
+    roles = ",".join(role for n in launch.nodes for role in n.rank_roles())
     paths = launch.paths
     argv = [
         "mpirun",
         "--hostfile", str(hostfile),
-        "-np", str(len(launch.nodes)),
-        "--map-by", "node",
+        "-np", str(len(launch.rank_nodes)),
+        "--map-by", "slot",
         "--bind-to", "none",
         "--tag-output",
         "--mca", "plm_rsh_agent", agent,
@@ -179,7 +205,7 @@ class Attempt:
     def __init__(self, number: int, launch: Launch, workdir: Path, sink: Callable[[object], None]) -> None:
         self.number, self.launch, self.sink = number, launch, sink
         hostfile = workdir / f"hostfile.{number}"
-        hostfile.write_text("".join(f"{n.host.address} slots=1\n" for n in launch.nodes))
+        hostfile.write_text(hostfile_text(launch))
         env = dict(os.environ)
         if os.geteuid() == 0:  # Open MPI refuses root unless told; the sandbox runs as root
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -217,7 +243,8 @@ class Attempt:
         self.sink(AttemptExit(self.number, code, time.monotonic()))
 
     def node_of(self, rank: int | None) -> Node | None:
-        return self.launch.nodes[rank] if rank is not None and 0 <= rank < len(self.launch.nodes) else None
+        ranks = self.launch.rank_nodes
+        return ranks[rank] if rank is not None and 0 <= rank < len(ranks) else None
 
     @property
     def running(self) -> bool:

@@ -211,6 +211,7 @@ class Run:
             dataset=spec.dataset.kind,
             synthetic=spec.is_synthetic,
             world_size=self.env.world_size,
+            local_rank=self.env.local_rank,
             batch=self.plan.per_rank[rank],
             global_batch=self.plan.global_batch,
             lr=self.base_lr,

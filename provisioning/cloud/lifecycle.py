@@ -40,7 +40,7 @@ from provisioning.cloud.types import (
     SshEndpoint,
 )
 from provisioning.errors import CloudError, InputError, NotFoundError
-from provisioning.planner.plan import Plan
+from provisioning.planner.plan import Plan, Role
 from provisioning.state import ClusterRow, Store, cluster_lock, utc_now
 
 _RUNNING = "running"
@@ -61,6 +61,7 @@ class UpRequest:
     image_id: str | None = None
     subnet_id: str | None = None
     ssh_user: str | None = None
+    instance_profile: str | None = None  # IAM instance profile (name or ARN): the nodes' AWS credentials
     wait_ssh: bool = True  # wait until every node answers over SSH
     timeout_s: float = 900.0
 
@@ -190,6 +191,7 @@ def _launch(
         host_key_private=keys.host_key_private,
         host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
+        instance_profile=request.instance_profile,
     )
     store.put_cluster(
         ClusterRow(
@@ -284,25 +286,26 @@ def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port:
     return nodes
 
 
-def add_spot_nodes(
-    name: str, count: int = 1, report: Reporter = Reporter(), timeout_s: float = 900.0
+def add_nodes(
+    name: str, role: Role = Role.TRAINER, count: int = 1, report: Reporter = Reporter(), timeout_s: float = 900.0
 ) -> list[NodeRecord]:
-    """Buy `count` more spot nodes like the plan's spot trainers (a replacement after an interruption),
-    from the cluster's own launch template; return them once they answer over SSH."""
+    """Buy `count` more nodes like the plan's nodes of `role`, in their market (a spot trainer after an
+    interruption, an on-demand holder that died), from the cluster's own launch template; return them
+    once they answer over SSH."""
     name = check_cluster_name(name)
     with cluster_lock(name):
         store = Store()
         row = store.cluster(name)
         if row is None or row.status != "up":
             raise NotFoundError(f"no running cluster named {name!r}")
-        spot = next((g for g in row.plan.nodes if g.market is Market.SPOT), None)
-        if spot is None:
-            raise InputError(f"cluster {name}'s plan has no spot nodes to replace")
+        group = next((g for g in row.plan.nodes if g.role is role), None)
+        if group is None:
+            raise InputError(f"cluster {name}'s plan has no {role.value} nodes to replace")
         target = target_for(row.cloud)
         ctx = _context(target, row.region)
-        report.step(f"launching {count} replacement spot {spot.instance_type}")
+        report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
         outcome = add_instances(
-            ctx, name, row.resources, row.availability_zone, replace(spot, count=count), uuid.uuid4().hex
+            ctx, name, row.resources, row.availability_zone, replace(group, count=count), uuid.uuid4().hex
         )
         store.set_resources(name, outcome.resources)
         if outcome.shortfalls:
@@ -314,7 +317,7 @@ def add_spot_nodes(
         infos = wait_instances(
             ctx, list(outcome.instance_ids), timeout_s, lambda n, t: report.count("running", n, t)
         )
-        wanted = replace(row.plan, nodes=(replace(spot, count=len(infos)),))
+        wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
         added = assign_roles(wanted, infos, row.ssh_user, target.ssh_port)
         store.put_nodes(name, added)
         store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
@@ -350,6 +353,14 @@ def retire_nodes(name: str, instance_ids: list[str], why: str) -> None:
     store.put_nodes(name, retired)  # closes their cost segments
     store.add_event(name, "retired", f"terminated {', '.join(instance_ids)}: {why}")
     target.after_terminate(instance_ids)
+
+
+def node_env(name: str) -> dict[str, str]:
+    """What AWS clients on the cluster's nodes need in their environment (see CloudTarget.node_env)."""
+    row = Store().cluster(check_cluster_name(name))
+    if row is None:
+        raise NotFoundError(f"no cluster named {name!r}")
+    return target_for(row.cloud).node_env(row.region)
 
 
 # status

@@ -42,6 +42,9 @@ class CloudTarget(Protocol):
     def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
         """Deliver a Spot interruption notice now and the interruption after `after_s`; say what was done."""
 
+    def node_env(self, region: str) -> dict[str, str]:
+        """Environment for AWS clients on the nodes (DeepCheck's L3, datasets on S3)."""
+
 
 class AwsTarget:
     kind = "aws"
@@ -75,6 +78,11 @@ class AwsTarget:
     def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
         experiment = send_spot_interruption(ctx, cluster, instance_id, after_s, role_arn)
         return f"AWS FIS experiment {experiment} interrupts {instance_id} in {after_s} s"
+
+    def node_env(self, region: str) -> dict[str, str]:
+        # credentials come from the instance profile (`deepvm up --instance-profile`); boto3 does not
+        # take the region from the instance metadata, so say it
+        return {"AWS_DEFAULT_REGION": region}
 
 
 def resolve_target(cloud: str) -> CloudTarget:

@@ -35,6 +35,7 @@ class ClusterSpec:
     host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
     host_key_public: str
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
+    instance_profile: str | None = None  # IAM instance profile name or ARN: how nodes reach S3 without keys
 
     @property
     def region(self) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.errors import CloudError, InputError
-from provisioning.sandbox.control import BANNER, ensure_sandbox, load_info, running_sandbox
+from provisioning.sandbox.control import BANNER, CREDENTIALS, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
 from provisioning.sandbox.metadata import post_interruption
 from provisioning.sandbox.network import sandbox_subnet
@@ -62,3 +62,16 @@ class SandboxTarget:
             f"posted a Spot interruption notice to {instance_id}'s metadata; the sandbox supervisor "
             f"terminates it at {deadline.strftime('%H:%M:%S')} UTC"
         )
+
+    def node_env(self, region: str) -> dict[str, str]:
+        # the hosts share this machine's loopback, so the sandbox's own S3 (moto) is theirs too
+        info = load_info()
+        if info is None:
+            return {}
+        key, secret = CREDENTIALS
+        return {
+            "AWS_ENDPOINT_URL": info.endpoint,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": region,
+        }

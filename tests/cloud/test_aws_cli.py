@@ -163,3 +163,18 @@ def test_missing_deep_learning_ami_says_to_pass_ami(moto, tmp_path):
     result = run_cli("up", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
     assert "could not find the Deep Learning AMI" in result.stderr and "pass --ami" in result.stderr
+
+
+def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami, tmp_path):
+    iam = ctx.client("iam")
+    iam.create_role(RoleName="deepvm-nodes", AssumeRolePolicyDocument="{}")
+    iam.create_instance_profile(InstanceProfileName="deepvm-nodes")
+    iam.add_role_to_instance_profile(InstanceProfileName="deepvm-nodes", RoleName="deepvm-nodes")
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--name", "c1", "--instance-profile", "deepvm-nodes")
+    assert result.returncode == 0, result.stderr
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName="deepvm-c1")[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    assert data["IamInstanceProfile"] == {"Name": "deepvm-nodes"}
+    assert run_cli("down", "c1", "--yes").returncode == 0

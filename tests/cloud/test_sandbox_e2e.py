@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.lifecycle import add_spot_nodes, ssh_endpoints
+from provisioning.cloud.lifecycle import add_nodes, ssh_endpoints
 from provisioning.cloud.reachability import answers, connect
 from provisioning.errors import CloudError
 from provisioning.sandbox.control import load_info
@@ -138,7 +138,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
         client.close()
 
     # a replacement spot node joins, reachable with the same pinned key
-    (added,) = add_spot_nodes("e2e")
+    (added,) = add_nodes("e2e")
     assert added.market.value == "spot" and added.role.value == "trainer"
     replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
     assert answers(replacement)

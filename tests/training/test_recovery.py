@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from provisioning.catalog import Market
 from provisioning.errors import InputError
-from training.launcher import Launch, Node, arrange, mpirun_command, split_batch
+from training.launcher import Launch, Node, arrange, hostfile_text, mpirun_command, split_batch
 from training.recovery import RecoveryLog
 from training.staging import JobPaths
 from training.transport import HostSpec
@@ -115,3 +116,15 @@ def test_mpirun_command_needs_one_login_for_all_nodes():
     nodes = (_node(1, "both"), _node(2, "trainer", user="ubuntu"))
     with pytest.raises(InputError, match="one SSH user"):
         mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+
+
+def test_a_multi_gpu_node_runs_one_rank_per_gpu_and_only_the_anchors_first_rank_holds():
+    anchor = replace(_node(1, "both", "10.0.0.5"), gpus=4)
+    nodes = arrange([_node(3, "holder", "10.0.0.7"), replace(_node(2, "trainer", "10.0.0.6"), gpus=1), anchor])
+    launch = _launch(nodes)
+    argv = mpirun_command(launch, Path("/tmp/hostfile"))
+    assert argv[argv.index("--roles") + 1] == "both,trainer,trainer,trainer,trainer,holder"
+    assert argv[argv.index("-np") + 1] == "6" and argv[argv.index("--map-by") + 1] == "slot"
+    assert hostfile_text(launch) == "10.0.0.5 slots=4\n10.0.0.6 slots=1\n10.0.0.7 slots=1\n"
+    assert [n.instance_id for n in launch.rank_nodes] == ["i-1"] * 4 + ["i-2", "i-3"]
+    assert launch.trainer_ranks == 5 and replace(_node(4, "holder"), gpus=8).ranks == 1

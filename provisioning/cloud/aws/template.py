@@ -74,6 +74,10 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
             tag_spec(kind, spec.name) for kind in ("instance", "volume", "network-interface")
         ],
     }
+    if spec.instance_profile:
+        # the nodes' only AWS credentials (DeepCheck's L3 on S3, datasets on S3): never keys on disk
+        kind = "Arn" if spec.instance_profile.startswith("arn:") else "Name"
+        data["IamInstanceProfile"] = {kind: spec.instance_profile}
     with cloud_errors("creating the launch template"):
         stale = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])
         for template in stale["LaunchTemplates"]:
