@@ -203,6 +203,37 @@ def test_node_that_hangs_is_noticed_terminated_and_replaced(cluster, monkeypatch
     assert next(n for n in status["nodes"] if n["instance_id"] == victim)["state"] != "running"
 
 
+def test_losing_the_holder_continues_from_s3_on_a_replacement_holder(cluster, monkeypatch, tmp_path):
+    """Checkpoints live on the holder; with level l3 they are in S3 too, so when the holder dies the
+    controller buys a new on-demand holder and the job continues from the newest checkpoint in S3."""
+    env, _ = cluster
+    monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
+    from provisioning.sandbox.control import load_info
+
+    clients = load_info().context(AZ[:-1])
+    clients.client("s3").create_bucket(Bucket="e2e-checkpoints")
+    l3_job = tmp_path / "job" / "l3.yaml"
+    l3_job.parent.mkdir()
+    l3_job.write_text(JOB.replace("levels: [l1, l2]", "levels: [l1, l2, l3], s3_prefix: s3://e2e-checkpoints/run"))
+    seen: list[str] = []
+    proc = start_train(env, l3_job)
+    read_until_step(proc, 12, seen)
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    (holder,) = [n["instance_id"] for n in status["nodes"] if n["role"] == "holder" and n["state"] == "running"]
+    clients.client("ec2").terminate_instances(InstanceIds=[holder])
+    run = finish(proc, seen)
+
+    assert (run["status"], run["steps"]) == ("completed", STEPS)
+    lost = next(r for r in run["recoveries"] if holder in r["nodes"])
+    assert lost["resumed_step"] >= EVERY and lost["resumed_step"] % EVERY == 0  # from S3, not from scratch
+    assert any(line.startswith("restored step") and " from L3 in " in line for line in seen)  # S3 only
+    holders = [n for n in json.loads(run_cli("status", "e2e", "--json", env=env).stdout)["nodes"]
+               if n["role"] == "holder" and n["state"] == "running"]  # fmt: skip
+    assert len(holders) == 1 and holders[0]["instance_id"] != holder
+    listed = clients.client("s3").list_objects_v2(Bucket="e2e-checkpoints", Prefix="run/")
+    assert any(o["Key"].endswith("manifest.json") for o in listed.get("Contents", []))
+
+
 def freeze_host(instance_id: str) -> None:
     """SIGSTOP every process of a sandbox host (sshd, Open MPI's daemon, the ranks): a machine that hangs."""
     from provisioning.sandbox.hosts import host_processes
