@@ -6,8 +6,8 @@ to mpirun, which a laptop behind NAT or a firewall cannot accept, and the user's
 Open MPI at all. The head is an on-demand node (Tiering: the first holder; Single Anchor: the anchor),
 the node least likely to be taken away. From there mpirun starts the daemon on every node, the head
 included, over SSH at their private addresses, with the cluster-internal key and a known_hosts file
-pinning every node's host key (staging.prepare_head puts both there: the user's own key never leaves
-this machine, so tree spawning, where daemons ssh onwards, is off).
+pinning every node's host key (staging.prepare_head puts both there; the user's own key never leaves
+this machine). Only the head holds the internal key, so tree spawning, where daemons ssh onwards, is off.
 
 One rank per node, in this order: the anchor ("both") first, then trainers, then holders, so that torch
 rank = MPI rank for every trainer and trainer 0, the rendezvous point, is the anchor when there is one.
@@ -17,9 +17,9 @@ interface.
 An Attempt owns one mpirun: it runs under training.headrun, started over SSH, whose stdin carries the
 controller's commands (stop, kill, and a ping every few seconds) and whose output is mpirun's, handed
 to a sink line by line with the MPI rank that wrote it. Open MPI forwards SIGUSR1 to every rank: that
-is the clean stop (trainers flush a checkpoint and leave); SIGTERM and then SIGKILL of mpirun's process
-group are the hard one. A controller that dies, or whose connection drops, leaves nothing running:
-headrun takes the end of its stdin, or a minute without a ping, as the hard stop.
+is the clean stop (trainers flush a checkpoint and leave); SIGTERM to mpirun and then SIGKILL to all it
+started on the head are the hard one. A controller that dies, or whose connection drops, leaves nothing
+running: headrun takes the end of its stdin, or a minute without a ping, as the hard stop.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from training.transport import HostSpec, OutputLine, RemoteCommand, TransportErr
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
 _NUMPY_WARNING = "Failed to initialize NumPy"
-PING_S = 10.0  # how often an Attempt tells headrun that the controller is alive
-LEASE_S = 60.0  # headrun stops the job after this long without a word from the controller
+_PING_S = 10.0  # how often an Attempt tells headrun that the controller is alive
+_LEASE_S = 60.0  # headrun stops the job after this long without a word from the controller
 _LOST = 255  # an Attempt's exit code when the connection to the head ended without one (as ssh's)
 _EXIT_MARGIN_S = 15.0  # after a hard stop's grace: headrun's SIGKILL, its last output and its exit
 
@@ -188,7 +188,7 @@ def _pinned_line(node: Node) -> str:
 
 def headrun_command(launch: Launch) -> str:
     """The command that runs mpirun on the head under training.headrun (for the head's login shell)."""
-    argv = [launch.python, "-m", "training.headrun", "--lease", f"{LEASE_S:g}", "--", *mpirun_command(launch)]
+    argv = [launch.python, "-m", "training.headrun", "--lease", f"{_LEASE_S:g}", "--", *mpirun_command(launch)]
     return "exec " + shlex.join(argv)
 
 
@@ -213,7 +213,7 @@ class AttemptExit:
 class Attempt:
     """One running mpirun on the launch's head node (see the module docstring)."""
 
-    def __init__(self, number: int, launch: Launch, sink: Callable[[object], None], ping_s: float = PING_S) -> None:
+    def __init__(self, number: int, launch: Launch, sink: Callable[[object], None]) -> None:
         self.number, self.launch, self.sink = number, launch, sink
         self.returncode: int | None = None
         self._exited = threading.Event()
@@ -222,7 +222,7 @@ class Attempt:
             launch.head.host, headrun_command(launch), self._line, env={"PYTHONPATH": launch.paths.runtime}
         )
         threading.Thread(target=self._reap, daemon=True).start()
-        threading.Thread(target=self._keep_alive, args=(ping_s,), daemon=True).start()
+        threading.Thread(target=self._keep_alive, daemon=True).start()
 
     def _line(self, line: OutputLine) -> None:
         match = _TAG.match(line.text)
@@ -244,8 +244,8 @@ class Attempt:
         self._exited.set()
         self.sink(AttemptExit(self.number, code, time.monotonic()))
 
-    def _keep_alive(self, every_s: float) -> None:
-        while not self._exited.wait(every_s):
+    def _keep_alive(self) -> None:
+        while not self._exited.wait(_PING_S):
             self._remote.send_line("ping")
 
     def node_of(self, rank: int | None) -> Node | None:
@@ -261,8 +261,9 @@ class Attempt:
             self._remote.send_line("stop")
 
     def kill(self, grace_s: float = 10.0) -> None:
-        """Hard stop: SIGTERM to mpirun (it takes its daemons and ranks down), then SIGKILL to its group
-        after `grace_s`. Returns once mpirun has exited, or the connection to the head is closed."""
+        """Hard stop: SIGTERM to mpirun (it takes its daemons and ranks down), then SIGKILL to all it
+        started on the head after `grace_s`. Returns once mpirun has exited, or the connection to the
+        head is closed."""
         if not self.running:
             return
         self._remote.send_line(f"kill {grace_s:g}")
