@@ -1,10 +1,13 @@
 """The recovery controller behind `deepvm train`: run a job on a cluster until it completes.
 
-It runs on the user's machine and drives one mpirun at a time (an Attempt), reading every rank's
-output from a single event queue on its main thread. The cycle:
+It runs on the user's machine and drives one mpirun at a time (an Attempt), which runs on the cluster's
+head node (an on-demand node; see launcher) under training.headrun, over SSH: the user's machine needs
+no Open MPI and no address the nodes can reach. It reads every rank's output from a single event queue
+on its main thread. The cycle:
 
 1. prepare: push the runtime and the job to nodes it has not used yet, run setup once, read notices;
-2. launch on every usable node (roles from the plan: holders keep checkpoints, trainers train);
+2. launch on every usable node (roles from the plan: holders keep checkpoints, trainers train), after
+   giving the head node the cluster-internal key, the hostfile and the nodes' pinned host keys;
 3. watch: progress and checkpoints from trainer 0, notices from any spot node's watcher;
 4. the attempt ends, and the controller decides:
    - completed: fetch model.pt and metrics.json from trainer 0's node; done.
@@ -12,8 +15,8 @@ output from a single event queue on its main thread. The cycle:
      noticed node is dropped and the job relaunches at once on the survivors from that very step (no
      work lost); a replacement spot node is bought within the plan as soon as the notice arrives.
    - stopped to fold in a replacement: as soon as the new node is prepared, the controller asks the
-     running job to stop (SIGUSR1 through mpirun: flush at the next step, leave) and relaunches with
-     the bigger world from that step.
+     running job to stop (`stop` to headrun, SIGUSR1 through mpirun: flush at the next step, leave) and
+     relaunches with the bigger world from that step.
    - failed (a node died without notice, mpirun aborted): the controller probes every node over SSH,
      drops the dead ones, buys replacements, and relaunches from the newest complete checkpoint; the
      work lost is at most one checkpoint interval. Attempts that fail without progress are retried
@@ -26,7 +29,8 @@ output from a single event queue on its main thread. The cycle:
 The global batch follows the job's shrink policy (the ranks compute it from the plan's trainer count),
 so a relaunch on fewer trainers continues the same optimisation. State (step, restarts, lost steps,
 cost) is written to the jobs table as it changes; `deepvm train --resume` continues a job whose
-controller died (its mpirun died with it: see launcher.Attempt) from the newest complete checkpoint.
+controller died (headrun stops its mpirun when the controller's connection ends: see launcher) from the
+newest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any
 
 from provisioning.catalog import Market
 from provisioning.cloud import lifecycle
+from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
@@ -56,10 +61,10 @@ from provisioning.planner.plan import Role
 from provisioning.state import Store, utc_now
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
-from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, split_batch
+from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
-from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
+from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files
 
@@ -145,7 +150,7 @@ class Controller:
     """One `deepvm train` session; see the module docstring."""
 
     def __init__(self, spec: JobSpec, request: TrainRequest, cluster: str, work: Path, report: JobReporter):
-        self.spec, self.request, self.cluster, self.work, self.report = spec, request, cluster, work, report
+        self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
         self.store, self.jobs = Store(), JobStore()
         row = self.store.cluster(cluster)
         assert row is not None  # checked by train()
@@ -157,6 +162,7 @@ class Controller:
             self.planned[group.role] += group.count
         self.events: queue.Queue[object] = queue.Queue()
         self.runtime = stage_runtime(work / "runtime")
+        self.keys = ensure_cluster_keys(cluster)  # its internal key: how the head logs in to the nodes
         self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
         self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
         self.replacing: Counter[Role] = Counter()  # nodes being bought, per role
@@ -221,7 +227,7 @@ class Controller:
             while True:
                 launch = self._next_launch()
                 self.fold_waiting = False  # whatever was ready is in this launch
-                run = _Run(Attempt(len(self.attempts) + 1, launch, self.work, self.events.put), launch.trainer_ranks)
+                run = _Run(Attempt(len(self.attempts) + 1, launch, self.events.put), launch.trainer_ranks)
                 self.stall.started(run.attempt.started_at)
                 self._save(world_size=run.trainers, message=f"attempt {run.attempt.number} running")
                 self.report.note(
@@ -233,7 +239,7 @@ class Controller:
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
                 self.attempts.append(
                     AttemptRecord(run.attempt.number, tuple(n.instance_id for n in launch.nodes), run.trainers,
-                                  run.first_step, run.last_step, outcome, run.attempt.proc.returncode or 0,
+                                  run.first_step, run.last_step, outcome, run.attempt.returncode or 0,
                                   run.startup_s)
                 )  # fmt: skip
                 if outcome == "completed":
@@ -264,8 +270,8 @@ class Controller:
 
     # --- launching --------------------------------------------------------------------------------
     def _next_launch(self) -> Launch:
-        """Prepare the usable nodes and describe the launch on them; waits for a replacement when no
-        trainer is left but one is on its way."""
+        """Prepare the usable nodes and the head, and describe the launch on them; waits for a replacement
+        when no trainer is left but one is on its way."""
         self._drain()
         while True:
             endpoints = [e for e in lifecycle.ssh_endpoints(self.cluster) if self._usable(e.instance_id)]
@@ -286,7 +292,7 @@ class Controller:
             per = self.spec.shrink.keep_global_batch_by == "per_trainer_batch"
             total = self.spec.batch_size * (self.planned_trainers if per else len(speeds))
             batches = split_batch(total, speeds)
-        return Launch(
+        launch = Launch(
             nodes=nodes,
             paths=JobPaths(homes.pop(), self.job.job_id),
             job_file=self.request.job_path.name,
@@ -296,6 +302,8 @@ class Controller:
             env=self.env,
             rank_batches=batches,
         )
+        prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
+        return launch
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, buy what is missing and wait for the next event.
@@ -332,7 +340,8 @@ class Controller:
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
         facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, _host(e), _ROLES[e.role], e.market, facts.flops or 1.0, facts.gpus)
+        return Node(e.instance_id, _host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
+                    facts.gpus)  # fmt: skip
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
@@ -381,6 +390,7 @@ class Controller:
             setup=self.spec.setup,
             env=self.env,
             python=self.request.python,
+            authorize=self.keys.internal_public,
             on_push=on_push,
             on_line=on_line,
         )

@@ -1,45 +1,55 @@
-"""One launch of a job: the hostfile, the `mpirun` command line, and the running mpirun (an Attempt).
+"""One launch of a job: its head node, the hostfile, the `mpirun` command line, and the running mpirun
+(an Attempt).
 
-mpirun runs on the controller's machine and starts Open MPI's daemon on each node over SSH with the
-cluster's own key and pinned known_hosts (host keys are checked; the key never leaves this machine, so
-tree spawning, where daemons ssh onwards, is off). Nodes in this order: the anchor ("both") first, then
-trainers, then holders, so that torch rank = MPI rank for every trainer and trainer 0, the rendezvous
-point, is the anchor when there is one. A training node runs one rank per GPU (a 4-GPU g5.12xlarge is
-four trainers; the planner paid for all four), with consecutive MPI ranks, so LOCAL_RANK picks the GPU;
-on the anchor only the first rank also holds checkpoints. A holder node runs one rank. When every node address is a
-loopback address (the sandbox) MPI's TCP traffic is kept on the loopback interface.
+mpirun runs on the cluster, on a head node, not on the user's machine: Open MPI's daemons connect back
+to mpirun, which a laptop behind NAT or a firewall cannot accept, and the user's machine then needs no
+Open MPI at all. The head is an on-demand node (Tiering: the first holder; Single Anchor: the anchor),
+the node least likely to be taken away. From there mpirun starts the daemon on every node, the head
+included, over SSH at their private addresses, with the cluster-internal key and a known_hosts file
+pinning every node's host key (staging.prepare_head puts both there; the user's own key never leaves
+this machine). Only the head holds the internal key, so tree spawning, where daemons ssh onwards, is off.
 
-An Attempt owns one mpirun process: it runs in its own session (a Ctrl-C in the terminal reaches the
-controller, which decides what the job gets), it is sent SIGTERM if the controller dies (so a crashed
-controller leaves nothing running), and its tagged output lines are handed to a sink one by one with
-the MPI rank that wrote them. Open MPI forwards SIGUSR1 to every rank: that is the clean stop (trainers
-flush a checkpoint and leave); SIGTERM and then SIGKILL of its process group are the hard one.
+Nodes in this order: the anchor ("both") first, then trainers, then holders, so that torch rank = MPI rank
+for every trainer and trainer 0, the rendezvous point, is the anchor when there is one. A training node
+runs one rank per GPU (a 4-GPU g5.12xlarge is four trainers; the planner paid for all four), with
+consecutive MPI ranks, so LOCAL_RANK picks the GPU; on the anchor only the first rank also holds
+checkpoints. A holder node runs one rank.
+When every node address is a loopback address (the sandbox) MPI's TCP traffic is kept on the loopback
+interface.
+
+An Attempt owns one mpirun: it runs under training.headrun, started over SSH, whose stdin carries the
+controller's commands (stop, kill, and a ping every few seconds) and whose output is mpirun's, handed
+to a sink line by line with the MPI rank that wrote it. Open MPI forwards SIGUSR1 to every rank: that
+is the clean stop (trainers flush a checkpoint and leave); SIGTERM to mpirun and then SIGKILL to all it
+started on the head are the hard one. A controller that dies, or whose connection drops, leaves nothing
+running: headrun takes the end of its stdin, or a minute without a ping, as the hard stop.
 """
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
-import os
 import re
 import shlex
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+
+import paramiko
 
 from provisioning.catalog import Market
+from provisioning.cloud.keys import host_pattern
 from provisioning.errors import InputError
 from training.staging import JobPaths
-from training.transport import HostSpec
+from training.transport import HostSpec, OutputLine, RemoteCommand, TransportError
 
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
-_PR_SET_PDEATHSIG = 1
 _NUMPY_WARNING = "Failed to initialize NumPy"
+_PING_S = 10.0  # how often an Attempt tells headrun that the controller is alive
+_LEASE_S = 60.0  # headrun stops the job after this long without a word from the controller
+_LOST = 255  # an Attempt's exit code when the connection to the head ended without one (as ssh's)
+_EXIT_MARGIN_S = 15.0  # after a hard stop's grace: headrun's SIGKILL, its last output and its exit
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class Node:
     host: HostSpec  # name (used in log prefixes), address, key, pinned known_hosts
     role: str  # DeepCheck role: trainer | holder | both
     market: Market
+    private_address: str  # where the other nodes reach it (mpirun's hostfile, the rendezvous)
     speed: float = 1.0  # relative training speed (instance TFLOPS) for splitting the global batch
     gpus: int = 0  # from the instance type; a training node runs one rank per GPU
 
@@ -85,7 +96,6 @@ class Launch:
 
     @property
     def trainers(self) -> tuple[Node, ...]:
-        """The nodes that train (each runs `ranks` trainer ranks)."""
         return tuple(n for n in self.nodes if n.trains)
 
     @property
@@ -96,6 +106,12 @@ class Launch:
     @property
     def trainer_ranks(self) -> int:
         return sum(n.ranks for n in self.trainers)
+
+    @property
+    def head(self) -> Node:
+        """Where mpirun runs: the first on-demand node in rank order (the anchor, or the first holder),
+        the least likely to be taken away; the first node if there is none."""
+        return next((n for n in self.nodes if n.market is Market.ON_DEMAND), self.nodes[0])
 
 
 def arrange(nodes: Sequence[Node]) -> tuple[Node, ...]:
@@ -116,22 +132,19 @@ def split_batch(global_batch: int, speeds: Sequence[float]) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def hostfile_text(launch: Launch) -> str:
-    """One line per node in rank order, with as many slots as it runs ranks (filled in order: --map-by slot)."""
-    return "".join(f"{n.host.address} slots={n.ranks}\n" for n in launch.nodes)
-
-
-def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
-    """The mpirun argv for a launch whose hostfile (hostfile_text) is at `hostfile`."""
+def mpirun_command(launch: Launch) -> list[str]:
+    """The mpirun argv, for the head node: the hostfile (head_files: slots per node, in rank order), the internal key
+    and the known_hosts file are where head_files and staging.prepare_head put them."""
     first = launch.nodes[0].host
-    if any((n.host.user, n.host.port, n.host.key_path, n.host.known_hosts) != (first.user, first.port,
-           first.key_path, first.known_hosts) for n in launch.nodes):  # fmt: skip
-        raise InputError("mpirun needs one SSH user, port and key for all nodes of a cluster")
+    if any((n.host.user, n.host.port) != (first.user, first.port) for n in launch.nodes):
+        raise InputError("mpirun needs one SSH user and port for all nodes of a cluster")
+    paths = launch.paths
     agent = shlex.join(
         [
             "ssh",
-            "-i", str(first.key_path),
-            "-o", f"UserKnownHostsFile={first.known_hosts}",
+            "-i", paths.internal_key,
+            "-o", f"UserKnownHostsFile={paths.known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", "StrictHostKeyChecking=yes",
             "-o", "BatchMode=yes",
             "-o", "IdentitiesOnly=yes",
@@ -142,10 +155,9 @@ def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
         ]
     )  # fmt: skip
     roles = ",".join(role for n in launch.nodes for role in n.rank_roles())
-    paths = launch.paths
     argv = [
         "mpirun",
-        "--hostfile", str(hostfile),
+        "--hostfile", paths.hostfile,
         "-np", str(len(launch.rank_nodes)),
         "--map-by", "slot",
         "--bind-to", "none",
@@ -155,7 +167,7 @@ def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
         "-wdir", paths.job,
         "-x", f"PYTHONPATH={paths.runtime}",
     ]  # fmt: skip
-    if all(ipaddress.ip_address(n.host.address).is_loopback for n in launch.nodes):
+    if all(ipaddress.ip_address(n.private_address).is_loopback for n in launch.nodes):
         argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
     for name, value in launch.env.items():
         argv += ["-x", f"{name}={value}"]
@@ -167,12 +179,38 @@ def mpirun_command(launch: Launch, hostfile: Path) -> list[str]:
         "--checkpoint-dir", paths.checkpoints,
         "--roles", roles,
         "--planned-trainers", str(launch.planned_trainers),
-        "--master-addr", launch.trainers[0].host.address,
+        "--master-addr", launch.trainers[0].private_address,
         "--master-port", str(launch.master_port),
     ]  # fmt: skip
     if launch.rank_batches is not None:
         argv += ["--rank-batches", ",".join(str(b) for b in launch.rank_batches)]
     return argv
+
+
+def head_files(launch: Launch) -> dict[str, str]:
+    """What the head needs for this launch, by path on it: the hostfile, and a known_hosts file that pins
+    each node's host key (as pinned on this machine) under the address the head reaches it at."""
+    hostfile = "".join(f"{n.private_address} slots={n.ranks}\n" for n in launch.nodes)  # filled in order
+    known_hosts = "".join(_pinned_line(n) for n in launch.nodes)
+    return {launch.paths.hostfile: hostfile, launch.paths.known_hosts: known_hosts}
+
+
+def _pinned_line(node: Node) -> str:
+    host = node.host
+    try:
+        keys = paramiko.HostKeys(str(host.known_hosts)).lookup(host_pattern(host.address, host.port))
+    except (OSError, paramiko.SSHException) as exc:
+        raise TransportError(f"{host.where}: cannot read known_hosts {host.known_hosts}: {exc}") from None
+    if not keys:
+        raise TransportError(f"{host.where}: no host key pinned in {host.known_hosts}")
+    pattern = host_pattern(node.private_address, host.port)
+    return "".join(f"{pattern} {key.get_name()} {key.get_base64()}\n" for key in keys.values())
+
+
+def headrun_command(launch: Launch) -> str:
+    """The command that runs mpirun on the head under training.headrun (for the head's login shell)."""
+    argv = [launch.python, "-m", "training.headrun", "--lease", f"{_LEASE_S:g}", "--", *mpirun_command(launch)]
+    return "exec " + shlex.join(argv)
 
 
 @dataclass(frozen=True)
@@ -193,54 +231,43 @@ class AttemptExit:
     at: float
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the controller dies, even by kill -9."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class Attempt:
-    """One running mpirun (see the module docstring). Create it from the controller's main thread:
-    the parent-death signal follows the thread that started the child."""
+    """One running mpirun on the launch's head node (see the module docstring)."""
 
-    def __init__(self, number: int, launch: Launch, workdir: Path, sink: Callable[[object], None]) -> None:
+    def __init__(self, number: int, launch: Launch, sink: Callable[[object], None]) -> None:
         self.number, self.launch, self.sink = number, launch, sink
-        hostfile = workdir / f"hostfile.{number}"
-        hostfile.write_text(hostfile_text(launch))
-        env = dict(os.environ)
-        if os.geteuid() == 0:  # Open MPI refuses root unless told; the sandbox runs as root
-            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        self.returncode: int | None = None
+        self._exited = threading.Event()
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            mpirun_command(launch, hostfile),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
+        self._remote = RemoteCommand(
+            launch.head.host, headrun_command(launch), self._line, env={"PYTHONPATH": launch.paths.runtime}
         )
-        self._readers = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, "stdout"), daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, "stderr"), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
         threading.Thread(target=self._reap, daemon=True).start()
+        threading.Thread(target=self._keep_alive, daemon=True).start()
 
-    def _pump(self, stream, name: str) -> None:
-        for raw in stream:
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            match = _TAG.match(text)
-            if match:
-                self.sink(RankLine(self.number, int(match[2]), match[3], match[4], time.monotonic()))
-            else:
-                self.sink(RankLine(self.number, None, name, text, time.monotonic()))
+    def _line(self, line: OutputLine) -> None:
+        match = _TAG.match(line.text)
+        if match:
+            self.sink(RankLine(self.number, int(match[2]), match[3], match[4], time.monotonic()))
+        else:
+            self.sink(RankLine(self.number, None, line.stream, line.text, time.monotonic()))
 
     def _reap(self) -> None:
-        code = self.proc.wait()
-        for reader in self._readers:
-            reader.join()  # every line before the exit
+        code = self._remote.wait()  # after every line of output
+        assert code is not None  # no timeout
+        if code < 0:
+            where = self.launch.head.host.where
+            self.sink(RankLine(self.number, None, "stderr", f"lost the connection to the head node {where}",
+                               time.monotonic()))  # fmt: skip
+            code = _LOST
+        self._remote.close()
+        self.returncode = code
+        self._exited.set()
         self.sink(AttemptExit(self.number, code, time.monotonic()))
+
+    def _keep_alive(self) -> None:
+        while not self._exited.wait(_PING_S):
+            self._remote.send_line("ping")
 
     def node_of(self, rank: int | None) -> Node | None:
         ranks = self.launch.rank_nodes
@@ -248,20 +275,20 @@ class Attempt:
 
     @property
     def running(self) -> bool:
-        return self.proc.poll() is None
+        return not self._exited.is_set()
 
     def request_stop(self) -> None:
         """Clean stop: every trainer flushes a checkpoint at its next step and the job exits."""
         if self.running:
-            self.proc.send_signal(signal.SIGUSR1)
+            self._remote.send_line("stop")
 
     def kill(self, grace_s: float = 10.0) -> None:
-        """Hard stop: SIGTERM to mpirun (it takes its daemons and ranks down), then SIGKILL to its group."""
+        """Hard stop: SIGTERM to mpirun (it takes its daemons and ranks down), then SIGKILL to all it
+        started on the head after `grace_s`. Returns once mpirun has exited, or the connection to the
+        head is closed."""
         if not self.running:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        self._remote.send_line(f"kill {grace_s:g}")
+        if not self._exited.wait(grace_s + _EXIT_MARGIN_S):
+            self._remote.close()  # headrun's stdin ends: the hard stop there, whatever happened here
+            self._exited.wait()

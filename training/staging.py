@@ -7,12 +7,20 @@ Layout on every node, relative to the login user's home (where SFTP starts):
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
     deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
+    deepvm/jobs/JOB_ID/hostfile, known_hosts   the current launch's, on the head node only
+    deepvm/ssh/id_ed25519         the cluster-internal private key, on the head node only
 
 Pushes are incremental (transport.push_tree compares content hashes), so preparing a node again costs
 one manifest read; setup runs once per node and set of commands, whatever the number of launches; and
 each prepared spot node reports whether an interruption notice is already posted, so a node that was
 noticed between two runs is never launched on. Preparing also checks that the node's Python has what
 ranks import, so a missing package is one clear error, not a job that crashes on every relaunch.
+
+mpirun runs on a head node (see launcher) and logs in to every node, itself included, with the cluster's
+internal key: preparing a node authorises that key's public half there (once), so a replacement node
+is reachable from the head as soon as it is prepared. The head gets the private half, the launch's
+hostfile and a known_hosts file pinning every node's host key at each launch (prepare_head), since
+which node is the head and which nodes take part can change between launches.
 """
 
 from __future__ import annotations
@@ -21,16 +29,26 @@ import hashlib
 import json
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import deepcheck
 import training
 from provisioning.errors import InputError
-from training.transport import HostSpec, OutputLine, PushProgress, TransportError, push_tree, run_on_hosts
+from training.transport import (
+    HostSpec,
+    OutputLine,
+    PushProgress,
+    TransportError,
+    push_tree,
+    run_command,
+    run_on_hosts,
+    write_files,
+)
 
 RUNTIME_DIR = "deepvm/runtime"
+INTERNAL_KEY = "deepvm/ssh/id_ed25519"
 _PACKAGES = (Path(training.__file__).parent, Path(deepcheck.__file__).parent)
 _MODULES = ("provisioning/__init__.py", "provisioning/errors.py")  # the only provisioning code ranks use
 _REPO = Path(training.__file__).resolve().parents[1]
@@ -64,6 +82,18 @@ class JobPaths:
     @property
     def checkpoints(self) -> str:
         return f"{self.root}/checkpoints"
+
+    @property
+    def hostfile(self) -> str:
+        return f"{self.root}/hostfile"
+
+    @property
+    def known_hosts(self) -> str:
+        return f"{self.root}/known_hosts"
+
+    @property
+    def internal_key(self) -> str:
+        return f"{self.home}/{INTERNAL_KEY}"
 
 
 @dataclass(frozen=True)
@@ -101,11 +131,18 @@ def _notice_lines(python: str) -> list[str]:
     ]
 
 
-def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool) -> str:
-    """One shell script per node: make the job's directories, run setup once, check the Python,
-    report home (and notice)."""
+def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool, authorize: str) -> str:
+    """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
+    run setup once, check the Python, report home (and notice)."""
     root = f"deepvm/jobs/{job_id}"
-    lines = ["set -e", f"mkdir -p {root}/out {root}/checkpoints deepvm/setup", f'echo "{_MARK}home $HOME"']
+    key = shlex.quote(authorize)
+    lines = [
+        "set -e",
+        f"mkdir -p {root}/out {root}/checkpoints deepvm/setup",
+        'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
+        f'grep -qxF {key} "$HOME/.ssh/authorized_keys" 2>/dev/null || echo {key} >> "$HOME/.ssh/authorized_keys"',
+        f'echo "{_MARK}home $HOME"',
+    ]
     if setup:
         marker = setup_marker(setup)
         body = "\n".join(setup)
@@ -152,15 +189,20 @@ def prepare_nodes(
     setup: Sequence[str],
     env: dict[str, str],
     python: str,
+    authorize: str,
     on_push: Callable[[PushProgress], None],
     on_line: Callable[[OutputLine], None],
 ) -> dict[str, NodeState]:
     """Push, set up and check every host in parallel; {host name: NodeState}. `spot` names the hosts
-    whose notices are read. Setup output is streamed through on_line; a failing setup is an error."""
+    whose notices are read; `authorize` is the cluster-internal public key. Setup output is streamed
+    through on_line; a failing setup is an error."""
     push_tree(hosts, runtime_dir, RUNTIME_DIR, progress=on_push)
     push_tree(hosts, job_dir, f"deepvm/jobs/{job_id}/job", progress=on_push)
     codes, found = _run_marked(
-        hosts, lambda h: prepare_command(job_id, setup, python, check_notice=h.name in spot), on_line, env
+        hosts,
+        lambda h: prepare_command(job_id, setup, python, check_notice=h.name in spot, authorize=authorize),
+        on_line,
+        env,
     )
     failed = sorted(name for name, code in codes.items() if code != 0)
     if failed:
@@ -177,6 +219,17 @@ def prepare_nodes(
             raise TransportError(f"{host.where}: the node did not report its home directory")
         states[host.name] = NodeState(values["home"], _notice(values))
     return states
+
+
+def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str]) -> None:
+    """Make `head` ready to run mpirun for a launch: the cluster-internal private key (0600; no other node
+    gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself."""
+    write_files(head, {paths.internal_key: internal_key.read_bytes(), **{p: t.encode() for p, t in files.items()}})
+    if run_command(head, "command -v mpirun", lambda line: None) != 0:
+        raise InputError(
+            f"the head node {head.where} has no `mpirun` on its PATH: mpirun runs there, so the nodes need "
+            "Open MPI (e.g. `apt-get install -y openmpi-bin` in the job's setup, or an image that has it)"
+        )
 
 
 def read_notices(

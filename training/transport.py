@@ -10,7 +10,8 @@ before that are gone locally, and rewrites the manifest last. Each file is writt
 name and renamed, so an interrupted push leaves whole old files or whole new ones, and, as the
 manifest was not yet updated, the next push sends whatever is unconfirmed again.
 
-Results come back with fetch_files (the final model and metrics). Functions that take several hosts
+Small files (a private key, a hostfile) go with write_files; results come back with fetch_files (the
+final model and metrics). Functions that take several hosts
 work on them in parallel threads; callbacks are called from those threads, one call at a time.
 """
 
@@ -22,6 +23,7 @@ import json
 import posixpath
 import re
 import shlex
+import socket
 import stat
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -243,11 +245,26 @@ def _read_manifest(sftp: paramiko.SFTPClient, path: str) -> dict[str, dict[str, 
     return data if isinstance(data, dict) else {}
 
 
-def _write_atomic(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
+def _write_atomic(sftp: paramiko.SFTPClient, path: str, data: bytes, mode: int | None = None) -> None:
     partial = path + ".deepvm-part"
     with sftp.open(partial, "wb") as handle:
+        if mode is not None:
+            handle.chmod(mode)  # before the content: a key is never readable by others, not even briefly
         handle.write(data)
     sftp.posix_rename(partial, path)
+
+
+def write_files(host: HostSpec, files: dict[str, bytes]) -> None:
+    """Write small files on ``host`` ({path: content}), owner-only (0600), each under a temporary name and
+    then renamed; their directories are made as needed."""
+    with contextlib.closing(connect(host)) as client, contextlib.closing(client.open_sftp()) as sftp:
+        made: set[str] = set()
+        try:
+            for path, data in files.items():
+                _makedirs(sftp, posixpath.dirname(path), made)
+                _write_atomic(sftp, path, data, mode=0o600)
+        except OSError as exc:
+            raise TransportError(f"{host.where}: writing {path} failed: {exc}") from None
 
 
 def fetch_files(host: HostSpec, remote_dir: str, names: Sequence[str], local_dir: Path) -> list[Path]:
@@ -285,6 +302,77 @@ def shell_command(command: str, env: dict[str, str] | None = None, cwd: str | No
     return " && ".join([*parts, command]) if parts else command
 
 
+class RemoteCommand:
+    """A command running on a host through its login shell: each output line goes to ``on_line`` as it
+    comes (stdout and stderr are read concurrently, so neither can fill up and stall the command), lines
+    can be written to its stdin, and ``wait`` gives its exit status. Closing the connection ends its stdin.
+
+    The connection gives up on data the host has not acknowledged for a minute (Linux; TCP's own limit is
+    about a quarter of an hour), so a host that vanished without closing the connection ends a command
+    that is being written to: it then has no exit status (-1).
+    """
+
+    def __init__(
+        self,
+        host: HostSpec,
+        command: str,
+        on_line: Callable[[OutputLine], None],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        script = shell_command(command, env, cwd)
+        sink = _serialized(on_line)
+        self._client = connect(host)
+        try:
+            transport = self._client.get_transport()
+            assert transport is not None  # connect() returns a connected client
+            _give_up_unacknowledged(transport.sock)
+            self._channel = transport.open_session()
+            self._channel.exec_command(script)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._client.close()
+            raise TransportError(f"{host.where}: starting a command failed: {exc}") from None
+        self._send_lock = threading.Lock()
+        self._readers = [
+            threading.Thread(target=_pump, args=(self._channel.makefile("rb"), host.name, "stdout", sink)),
+            threading.Thread(target=_pump, args=(self._channel.makefile_stderr("rb"), host.name, "stderr", sink)),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def send_line(self, text: str) -> bool:
+        """Write ``text`` and a newline to the command's stdin; False when the connection is gone."""
+        try:
+            with self._send_lock:
+                self._channel.sendall((text + "\n").encode())
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+        return True
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit status once the command exited and all its output was handed on (-1: the connection
+        closed without one); None if it still runs after ``timeout`` seconds."""
+        if not self._channel.status_event.wait(timeout):
+            return None
+        for reader in self._readers:
+            reader.join()
+        return self._channel.recv_exit_status()
+
+    def close(self) -> None:
+        """Close the connection (the command's stdin ends) and stop reading its output."""
+        self._channel.close()
+        self._client.close()
+        for reader in self._readers:
+            reader.join()
+
+
+def _give_up_unacknowledged(sock: object, after_ms: int = 60_000) -> None:
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is not None and isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, option, after_ms)
+
+
 def run_command(
     host: HostSpec,
     command: str,
@@ -295,28 +383,15 @@ def run_command(
     timeout: float | None = None,
 ) -> int:
     """Run ``command`` on ``host`` through its login shell, streaming each output line; the exit status.
-
-    stdout and stderr are read concurrently so neither can fill up and stall the command. After
-    ``timeout`` seconds the channel is closed and TransportError raised.
-    """
-    sink = _serialized(on_line)
-    with contextlib.closing(connect(host)) as client:
-        channel = client.get_transport().open_session()  # type: ignore[union-attr]
-        channel.exec_command(shell_command(command, env, cwd))
-        readers = [
-            threading.Thread(target=_pump, args=(channel.makefile("rb"), host.name, "stdout", sink)),
-            threading.Thread(target=_pump, args=(channel.makefile_stderr("rb"), host.name, "stderr", sink)),
-        ]
-        for reader in readers:
-            reader.start()
-        finished = channel.status_event.wait(timeout)
-        if not finished:
-            channel.close()
-        for reader in readers:
-            reader.join()
-        if not finished:
-            raise TransportError(f"{host.where}: command timed out after {timeout:g}s: {command}")
-        return channel.recv_exit_status()
+    After ``timeout`` seconds the connection is closed and TransportError raised."""
+    remote = RemoteCommand(host, command, on_line, env=env, cwd=cwd)
+    try:
+        status = remote.wait(timeout)
+    finally:
+        remote.close()
+    if status is None:
+        raise TransportError(f"{host.where}: command timed out after {timeout:g}s: {command}")
+    return status
 
 
 def run_on_hosts(

@@ -2,7 +2,10 @@
 
 - the login key pair: the private key never leaves this machine (0600); only the public key is imported;
 - the host key pair: installed on every node through user-data and written to a known_hosts file here, so
-  every SSH connection is checked against a key deepvm chose itself — nothing is accepted on first use.
+  every SSH connection is checked against a key deepvm chose itself — nothing is accepted on first use;
+- the internal key pair: how the nodes log in to each other (mpirun on the head node starts Open MPI's
+  daemons over SSH). `deepvm train` authorises its public key on every node and puts its private key on
+  the head node only, so that the login key never has to leave this machine.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class ClusterKeys:
     host_key_private: str  # OpenSSH PEM of the nodes' host key
     host_key_public: str
     known_hosts_path: Path
+    internal_key_path: Path  # private key the head node logs in to the others with, 0600
+    internal_public: str  # "ssh-ed25519 AAAA... deepvm-internal-NAME"
 
 
 def cluster_dir(name: str) -> Path:
@@ -41,7 +46,8 @@ def ensure_cluster_keys(name: str) -> ClusterKeys:
     directory = cluster_dir(name)
     login = directory / "id_ed25519"
     host = directory / "ssh_host_ed25519_key"
-    for path in (login, host):
+    internal = directory / "internal_ed25519"
+    for path in (login, host, internal):
         if not path.exists():
             _write_private(path, Ed25519PrivateKey.generate())
     return ClusterKeys(
@@ -51,12 +57,14 @@ def ensure_cluster_keys(name: str) -> ClusterKeys:
         host_key_private=host.read_text(),
         host_key_public=_public_line(host),
         known_hosts_path=directory / "known_hosts",
+        internal_key_path=internal,
+        internal_public=f"{_public_line(internal)} deepvm-internal-{name}",
     )
 
 
 def write_known_hosts(keys: ClusterKeys, addresses: list[tuple[str, int]]) -> None:
     """Pin the cluster's host key for every node address (replacing the file atomically)."""
-    lines = [f"{_host_pattern(addr, port)} {keys.host_key_public}\n" for addr, port in addresses]
+    lines = [f"{host_pattern(addr, port)} {keys.host_key_public}\n" for addr, port in addresses]
     tmp = keys.known_hosts_path.with_suffix(".tmp")
     tmp.write_text("".join(lines))
     os.replace(tmp, keys.known_hosts_path)
@@ -67,7 +75,8 @@ def forget_cluster_keys(name: str) -> None:
     shutil.rmtree(deepvm_home() / "clusters" / name, ignore_errors=True)
 
 
-def _host_pattern(address: str, port: int) -> str:
+def host_pattern(address: str, port: int) -> str:
+    """How known_hosts names a host: the bare address on port 22, else [address]:port."""
     return address if port == 22 else f"[{address}]:{port}"
 
 

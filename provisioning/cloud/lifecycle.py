@@ -525,6 +525,7 @@ def _endpoints(keys: ClusterKeys, nodes: list[NodeRecord]) -> list[SshEndpoint]:
         SshEndpoint(
             instance_id=n.instance_id,
             address=n.address or "",
+            private_address=n.private_ip or n.address or "",
             port=n.ssh_port,
             user=n.ssh_user,
             role=n.role,

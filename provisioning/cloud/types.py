@@ -127,7 +127,8 @@ class SshEndpoint:
     """How to log in to a node: what the training launcher needs and nothing else."""
 
     instance_id: str
-    address: str
+    address: str  # where deepvm reaches it (NodeRecord.address)
+    private_address: str  # where the cluster's other nodes reach it: its address inside the VPC
     port: int
     user: str
     role: Role

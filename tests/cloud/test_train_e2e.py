@@ -1,5 +1,6 @@
 """`deepvm train` end to end in the sandbox: a Tiering cluster (3 spot trainers + 1 on-demand holder),
-real sshd hosts, real mpirun over SSH, real DDP training and real DeepCheck files.
+real sshd hosts, real mpirun over SSH from the head node (the holder), real DDP training and real
+DeepCheck files.
 
 One cluster serves the module (its own DEEPVM_HOME); the last test tears it down and checks that no
 process of it is left. Interruptions are the sandbox's: `deepvm interrupt` posts the notice to the
@@ -23,6 +24,7 @@ from statistics import mean
 
 import pytest
 
+from provisioning.cloud.keys import ensure_cluster_keys
 from tests.cloud.plans import AZ, make_tiering_plan
 from tests.conftest import REPO, run_cli
 
@@ -119,8 +121,9 @@ def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
 
 
-def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster):
+def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster, monkeypatch):
     env, job = cluster
+    monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
     reference_lines: list[str] = []
     reference = finish(start_train(env, job), reference_lines)
     assert (reference["status"], reference["steps"], reference["restarts"]) == ("completed", STEPS, 0)
@@ -129,6 +132,10 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     seen: list[str] = []
     proc = start_train(env, job)
     read_until_step(proc, 6, seen)
+    head = on_demand_node(env)  # mpirun and its supervisor run there, not on this machine
+    for command in ("mpirun ", "-m training.headrun "):
+        pids = [pid for pid, line in _our_processes(env).items() if command in f" {line}"]
+        assert pids and {_pid_namespace(pid) for pid in pids} == _host_namespaces(head), command
     victim = trainers_in_job(env, seen)[1]
     result = run_cli("interrupt", victim, "--after", "30", env=env)
     assert result.returncode == 0, result.stderr
@@ -154,6 +161,30 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", STEPS, 0)
     assert job_row["restarts"] == run["restarts"] and job_row["cost_usd"] > 0
+    assert_the_head_alone_holds_the_internal_key(env, run["attempts"][-1]["nodes"], head)  # a replacement too
+
+    deadline = time.monotonic() + 90  # the sandbox terminates the victim at the notice's deadline; the
+    while victim in running_nodes(env) and time.monotonic() < deadline:  # next test must not find it dying
+        time.sleep(1)
+    assert victim not in running_nodes(env)
+
+
+def assert_the_head_alone_holds_the_internal_key(env: dict[str, str], nodes: list[str], head: str) -> None:
+    """The internal private key is on the head only, the user's login key on no node, and every node
+    accepts the internal key."""
+    keys = ensure_cluster_keys("e2e")
+    login, internal = _key_material(keys.login_key_path), _key_material(keys.internal_key_path)
+    holding: dict[str, set[tuple[str, str]]] = {"login": set(), "internal": set()}
+    for instance_id in nodes:
+        home = Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts" / instance_id / "home"
+        for path in (p for p in home.rglob("*") if p.is_file() and p.stat().st_size < 1 << 20):
+            data = path.read_bytes()
+            for name, material in (("login", login), ("internal", internal)):
+                if material in data:
+                    holding[name].add((instance_id, str(path.relative_to(home))))
+        authorized = (home / "root" / ".ssh" / "authorized_keys").read_text().splitlines()
+        assert sorted(authorized) == sorted([keys.login_public, keys.internal_public]), instance_id
+    assert holding == {"login": set(), "internal": {(head, "root/deepvm/ssh/id_ed25519")}}
 
 
 def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, monkeypatch):
@@ -256,8 +287,8 @@ def test_controller_killed_then_resumed(cluster):
     read_until_step(proc, 12, seen)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    deadline = time.monotonic() + 60  # mpirun got SIGTERM: the trainers flush and leave, then it exits
-    while (jobs := [c for c in _our_processes(env) if "mpirun" in c or "training.rank" in c]) and (
+    deadline = time.monotonic() + 60  # its connection closed: headrun stops mpirun, and the ranks with it
+    while (jobs := [c for c in _our_processes(env).values() if "mpirun" in c or "training.rank" in c]) and (
         time.monotonic() < deadline
     ):
         time.sleep(0.5)
@@ -269,21 +300,51 @@ def test_controller_killed_then_resumed(cluster):
     assert resumed["steps"] == STEPS and restart["lost_steps"] <= EVERY
 
 
-def _our_processes(env: dict[str, str]) -> list[str]:
-    """Command lines of live processes that belong to this module's cluster or its jobs."""
-    found = []
+def _processes() -> dict[int, str]:
+    """Command lines of live processes, by pid."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if env["DEEPVM_HOME"] in cmdline or NAME in cmdline:
-            found.append(cmdline)
     return found
+
+
+def _our_processes(env: dict[str, str]) -> dict[int, str]:
+    """Command lines of live processes that belong to this module's cluster or its jobs, by pid."""
+    return {pid: line for pid, line in _processes().items() if env["DEEPVM_HOME"] in line or NAME in line}
+
+
+def _pid_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+def _host_namespaces(instance_id: str) -> set[str]:
+    """The PID namespace of a sandbox host: its init's (the unshare around it lives in ours)."""
+    inits = [pid for pid, line in _processes().items()
+             if "provisioning.sandbox.hostinit" in line and f"/hosts/{instance_id}" in line]  # fmt: skip
+    return {_pid_namespace(pid) for pid in inits} - {_pid_namespace(os.getpid())}
+
+
+def running_nodes(env: dict[str, str]) -> list[str]:
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    return [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
+
+
+def on_demand_node(env: dict[str, str]) -> str:
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    (holder,) = [n["instance_id"] for n in status["nodes"] if n["market"] == "on-demand"]
+    return holder
+
+
+def _key_material(private_key: Path) -> bytes:
+    """A line of the key's secret part: found in a file only if the key was copied there."""
+    return private_key.read_bytes().splitlines()[4]
 
 
 def test_zz_down_leaves_nothing_running(cluster):
     env, _ = cluster
     assert run_cli("down", "e2e", "--yes", env=env, timeout=180).returncode == 0
     assert run_cli("sandbox", "stop", env=env, timeout=120).returncode == 0
-    assert _our_processes(env) == []
+    assert _our_processes(env) == {}

@@ -10,10 +10,10 @@ import pytest
 
 from provisioning.catalog import Market
 from provisioning.errors import InputError
-from training.launcher import Launch, Node, arrange, hostfile_text, mpirun_command, split_batch
+from training.launcher import Launch, Node, arrange, head_files, headrun_command, mpirun_command, split_batch
 from training.recovery import RecoveryLog
 from training.staging import JobPaths
-from training.transport import HostSpec
+from training.transport import HostSpec, TransportError
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():
@@ -69,9 +69,9 @@ def test_split_batch_refuses_more_trainers_than_samples():
         split_batch(2, [1, 1, 1])
 
 
-def _node(i: int, role: str, address: str = "127.10.0.1", user: str = "root") -> Node:
-    host = HostSpec(f"{role}-{i}", address, Path("/k/id"), Path("/k/known_hosts"), 22, user)
-    return Node(f"i-{i}", host, role, Market.ON_DEMAND if role != "trainer" else Market.SPOT)
+def _node(i: int, role: str, private: str = "127.10.0.1", user: str = "root", port: int = 22, known: str = "/k/kh"):
+    host = HostSpec(f"{role}-{i}", f"54.0.0.{i}", Path("/k/id"), Path(known), port, user)
+    return Node(f"i-{i}", host, role, Market.ON_DEMAND if role != "trainer" else Market.SPOT, private)
 
 
 def _launch(nodes: tuple[Node, ...]) -> Launch:
@@ -91,40 +91,90 @@ def test_rank_order_puts_the_anchor_first_and_holders_last():
     assert [n.instance_id for n in arrange(nodes)] == ["i-3", "i-1", "i-4", "i-2"]
 
 
-def test_mpirun_command_pins_host_keys_and_keeps_loopback_traffic_on_lo():
+def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_private_addresses():
     nodes = arrange([_node(1, "trainer", "127.10.0.1"), _node(2, "trainer", "127.10.0.2"),
                      _node(3, "holder", "127.10.0.3")])  # fmt: skip
-    argv = mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+    argv = mpirun_command(_launch(nodes))
     agent = shlex.split(argv[argv.index("plm_rsh_agent") + 1])
-    assert "StrictHostKeyChecking=yes" in agent and "UserKnownHostsFile=/k/known_hosts" in agent
-    assert agent[agent.index("-i") + 1] == "/k/id" and agent[agent.index("-l") + 1] == "root"
-    assert argv[argv.index("plm_rsh_no_tree_spawn") + 1] == "1"  # the key stays on this machine
+    assert agent[agent.index("-i") + 1] == "/home/u/deepvm/ssh/id_ed25519"  # on the head, never the user's key
+    assert "UserKnownHostsFile=/home/u/deepvm/jobs/job-1/known_hosts" in agent
+    assert "StrictHostKeyChecking=yes" in agent and "GlobalKnownHostsFile=/dev/null" in agent
+    assert agent[agent.index("-l") + 1] == "root"
+    assert not any("/k/" in arg for arg in argv)  # nothing of this machine's key material
+    assert argv[argv.index("--hostfile") + 1] == "/home/u/deepvm/jobs/job-1/hostfile"
+    assert argv[argv.index("plm_rsh_no_tree_spawn") + 1] == "1"  # only the head holds the key
     assert argv[argv.index("btl_tcp_if_include") + 1] == "lo"
     assert argv[argv.index("--roles") + 1] == "trainer,trainer,holder"
-    assert argv[argv.index("--master-addr") + 1] == "127.10.0.1"  # trainer 0's node
+    assert argv[argv.index("--master-addr") + 1] == "127.10.0.1"  # trainer 0's private address
     assert "OMP_NUM_THREADS=1" in argv and "PYTHONPATH=/home/u/deepvm/runtime" in argv
     assert argv[argv.index("-wdir") + 1] == "/home/u/deepvm/jobs/job-1/job"
+    command = shlex.split(headrun_command(_launch(nodes)))
+    assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.headrun", "--lease", "60", "--"]
+    assert command[7:] == argv
 
 
 def test_mpirun_command_leaves_real_networks_alone():
     nodes = (_node(1, "both", "10.0.0.5"), _node(2, "trainer", "10.0.0.6"))
-    argv = mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+    argv = mpirun_command(_launch(nodes))
     assert "btl_tcp_if_include" not in argv and argv[argv.index("--roles") + 1] == "both,trainer"
+    assert argv[argv.index("--master-addr") + 1] == "10.0.0.5"
 
 
 def test_mpirun_command_needs_one_login_for_all_nodes():
     nodes = (_node(1, "both"), _node(2, "trainer", user="ubuntu"))
     with pytest.raises(InputError, match="one SSH user"):
-        mpirun_command(_launch(nodes), Path("/tmp/hostfile"))
+        mpirun_command(_launch(nodes))
 
 
-def test_a_multi_gpu_node_runs_one_rank_per_gpu_and_only_the_anchors_first_rank_holds():
-    anchor = replace(_node(1, "both", "10.0.0.5"), gpus=4)
-    nodes = arrange([_node(3, "holder", "10.0.0.7"), replace(_node(2, "trainer", "10.0.0.6"), gpus=1), anchor])
-    launch = _launch(nodes)
-    argv = mpirun_command(launch, Path("/tmp/hostfile"))
+@pytest.mark.parametrize(
+    ("roles", "head"),
+    [
+        (["trainer", "trainer", "holder", "holder"], "i-3"),  # Tiering: the first holder
+        (["trainer", "both", "trainer"], "i-2"),  # Single Anchor: the anchor
+    ],
+)
+def test_the_head_is_the_first_on_demand_node(roles, head):
+    nodes = arrange([_node(i, role) for i, role in enumerate(roles, start=1)])
+    assert _launch(nodes).head.instance_id == head
+
+
+def test_without_an_on_demand_node_the_head_is_the_first_node():
+    spot = [replace(_node(i, role), market=Market.SPOT) for i, role in enumerate(["trainer", "holder"], start=1)]
+    assert _launch(arrange(spot)).head.instance_id == "i-1"
+
+
+KEY_1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm0o1fVvPzSgHLkwZkt7Qv7rX5O4xJf7Kq6yq0E0Dq9"
+KEY_2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGnjyRcRdyrVw3VgUmmUqR+nQc4MKe3vRFAJ3GZ0ZtH3"
+
+
+def test_head_files_pin_each_nodes_host_key_under_its_private_address(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[54.0.0.1]:2222 {KEY_1}\n[54.0.0.2]:2222 {KEY_2}\n")
+    nodes = arrange([_node(2, "holder", "10.0.0.2", port=2222, known=str(known)),
+                     _node(1, "trainer", "10.0.0.1", port=2222, known=str(known))])  # fmt: skip
+    files = head_files(_launch(nodes))
+    assert files["/home/u/deepvm/jobs/job-1/hostfile"] == "10.0.0.1 slots=1\n10.0.0.2 slots=1\n"  # rank order
+    assert files["/home/u/deepvm/jobs/job-1/known_hosts"] == f"[10.0.0.1]:2222 {KEY_1}\n[10.0.0.2]:2222 {KEY_2}\n"
+
+
+def test_head_files_refuse_a_node_whose_host_key_is_not_pinned(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text(f"54.0.0.1 {KEY_1}\n")
+    nodes = (_node(1, "both", known=str(known)), _node(2, "trainer", known=str(known)))
+    with pytest.raises(TransportError, match=r"^trainer-2 .*no host key pinned"):
+        head_files(_launch(nodes))
+
+
+def test_a_multi_gpu_node_runs_one_rank_per_gpu_and_only_the_anchors_first_rank_holds(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text(f"54.0.0.1 {KEY_1}\n54.0.0.2 {KEY_2}\n54.0.0.3 {KEY_1}\n")
+    anchor = replace(_node(1, "both", "10.0.0.5", known=str(known)), gpus=4)
+    trainer = replace(_node(2, "trainer", "10.0.0.6", known=str(known)), gpus=1)
+    launch = _launch(arrange([_node(3, "holder", "10.0.0.7", known=str(known)), trainer, anchor]))
+    argv = mpirun_command(launch)
     assert argv[argv.index("--roles") + 1] == "both,trainer,trainer,trainer,trainer,holder"
     assert argv[argv.index("-np") + 1] == "6" and argv[argv.index("--map-by") + 1] == "slot"
-    assert hostfile_text(launch) == "10.0.0.5 slots=4\n10.0.0.6 slots=1\n10.0.0.7 slots=1\n"
+    hostfile = head_files(launch)["/home/u/deepvm/jobs/job-1/hostfile"]
+    assert hostfile == "10.0.0.5 slots=4\n10.0.0.6 slots=1\n10.0.0.7 slots=1\n"
     assert [n.instance_id for n in launch.rank_nodes] == ["i-1"] * 4 + ["i-2", "i-3"]
     assert launch.trainer_ranks == 5 and replace(_node(4, "holder"), gpus=8).ranks == 1

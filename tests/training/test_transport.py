@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import stat
+import time
 
 import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
@@ -15,10 +16,12 @@ from training.transport import (
     HostSpec,
     OutputLine,
     PushProgress,
+    RemoteCommand,
     TransportError,
     push_tree,
     run_command,
     run_on_hosts,
+    write_files,
 )
 
 pytestmark = pytest.mark.skipif(not can_run_sshd(), reason="needs /usr/sbin/sshd")
@@ -208,3 +211,35 @@ def test_run_on_hosts(server):
 def test_bad_env_name_is_rejected(server):
     with pytest.raises(TransportError, match="invalid environment variable name"):
         run_command(host(server), "true", lambda line: None, env={"A;rm": "x"})
+
+
+def test_remote_command_reads_lines_from_its_stdin(server):
+    lines: list[OutputLine] = []
+    remote = RemoteCommand(host(server), 'read a; read b; echo "got $a and $b"; exit 4', lines.append)
+    assert remote.wait(timeout=0.3) is None  # still waiting for its input
+    assert remote.send_line("one") and remote.send_line("two")
+    assert remote.wait(timeout=30) == 4
+    remote.close()
+    assert [line.text for line in lines] == ["got one and two"]
+    assert not remote.send_line("three")  # the connection is gone
+
+
+def test_closing_a_remote_command_ends_its_stdin(server, tmp_path):
+    done = tmp_path / "stdin-ended"
+    remote = RemoteCommand(host(server), f"cat >/dev/null; touch {done}", lambda line: None)
+    remote.send_line("anything")
+    remote.close()
+    for _ in range(100):
+        if done.exists():
+            break
+        time.sleep(0.05)
+    assert done.exists()
+
+
+def test_write_files_makes_directories_and_keeps_files_private(server, tmp_path):
+    target = tmp_path / "remote" / "deep"
+    write_files(host(server), {str(target / "key"): b"secret\n", str(target / "more" / "hostfile"): b"a slots=1\n"})
+    assert (target / "key").read_bytes() == b"secret\n"
+    assert (target / "more" / "hostfile").read_text() == "a slots=1\n"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (target / "key", target / "more" / "hostfile")} == {0o600}
+    assert not list(target.rglob("*.deepvm-part"))

@@ -16,6 +16,7 @@ from training.staging import prepare_command, setup_marker, stage_runtime
 from training.watcher import Imds, MetadataUnavailable, Notice, Watcher
 
 REPO = Path(__file__).resolve().parents[2]
+INTERNAL = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm0o1fVvPzSgHLkwZkt7Qv7rX5O4xJf7Kq6yq0E0Dq9 deepvm-internal-c"
 
 
 @pytest.fixture
@@ -75,8 +76,10 @@ def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_pa
     home = tmp_path / "home"
     (home / "deepvm" / "jobs" / "job-1" / "job").mkdir(parents=True)
     stage_runtime(home / "deepvm" / "runtime")
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA-the-login-key deepvm-c\n")
     setup = ["echo ran >> ../../../../setup-count", "echo setting up"]
-    script = prepare_command("job-1", setup, sys.executable, check_notice=True)
+    script = prepare_command("job-1", setup, sys.executable, check_notice=True, authorize=INTERNAL)
     env = dict(os.environ, HOME=str(home), AWS_EC2_METADATA_SERVICE_ENDPOINT=url)
 
     def run() -> str:
@@ -91,9 +94,11 @@ def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_pa
     assert "setting up" not in second and '"kind": "instance-action"' in second
     assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup)).exists()
     assert (home / "deepvm/jobs/job-1/out").is_dir() and (home / "deepvm/jobs/job-1/checkpoints").is_dir()
+    authorized = (home / ".ssh" / "authorized_keys").read_text()
+    assert authorized == f"ssh-ed25519 AAAA-the-login-key deepvm-c\n{INTERNAL}\n"  # once, however often prepared
 
 
 def test_prepare_script_fails_on_a_python_without_the_packages(tmp_path):
-    script = prepare_command("job-1", [], "/bin/false", check_notice=False)
+    script = prepare_command("job-1", [], "/bin/false", check_notice=False, authorize=INTERNAL)
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=dict(os.environ, HOME=str(tmp_path)))
     assert done.returncode != 0
