@@ -18,8 +18,8 @@ laptop behind NAT or a firewall. The controller then needs a way to drive it fro
 Whatever mpirun started on this node is found and killed when it exits, however it ends: this process
 is their subreaper, so even those that left mpirun's process group (Open MPI gives each local rank its
 own) or lost their parent stay below it. mpirun runs in its own process group, so signals meant for
-this process reach it only as this process decides, and it gets SIGTERM if this process dies, even by
-SIGKILL. As root, Open MPI must be told that running as root is meant.
+this process reach it only as this process decides, and it gets one SIGTERM if this process dies, even
+by SIGKILL (through training.keeper, which says why it takes a process of its own). As root, Open MPI must be told that running as root is meant.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _REAP_S = 5.0  # killed processes are gone within milliseconds; this bounds a pathological wait
 _DRAIN_S = 5.0  # after mpirun exits, how long its output may still take (something it left may hold the pipe)
@@ -52,14 +51,13 @@ class Mpirun:
         if os.geteuid() == 0:  # Open MPI refuses root unless told; the sandbox runs as root
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        self.proc = subprocess.Popen(
-            list(command),
+        self.proc = subprocess.Popen(  # through the keeper: see training/keeper.py for why
+            [sys.executable, "-m", "training.keeper", "--", *command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
         )
         self.exited = threading.Event()
         self.hard_stopping = threading.Event()
@@ -89,11 +87,6 @@ class Mpirun:
 
 def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value)
-
-
-def _die_with_parent() -> None:
-    """In mpirun before exec: SIGTERM when this supervisor dies, even by SIGKILL."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _descendants() -> list[int]:

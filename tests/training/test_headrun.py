@@ -155,3 +155,32 @@ def test_output_passes_through_the_exit_code_is_mpiruns_and_nothing_is_left(tmp_
     assert not [pid for *_, text in tagged if alive(pid := int(text.split()[1]))]  # swept up at the end
     assert "mpirun detected that one or more processes exited with non-zero status" in stderr  # its own lines
     proc.stdin.close()
+
+
+COUNTER = """\
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append(1))
+print("ready", flush=True)
+deadline = time.monotonic() + 1.5
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+print(f"sigterms {len(got)}", flush=True)
+"""
+
+
+def test_the_keeper_folds_repeated_death_signals_into_one_sigterm(tmp_path):
+    """mpirun aborts without stopping its ranks on a second SIGTERM; the kernel can send the parent-death
+    signal once per dying thread of headrun. The keeper passes on one."""
+    script = tmp_path / "counter.py"
+    script.write_text(COUNTER)
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "training.keeper", "--", sys.executable, str(script)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert keeper.stdout is not None and keeper.stdout.readline() == "ready\n"
+    for _ in range(3):
+        keeper.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    out, _ = keeper.communicate(timeout=30)
+    assert out == "sigterms 1\n" and keeper.returncode == 0
