@@ -16,6 +16,7 @@ from training.transport import (
     OutputLine,
     PushProgress,
     TransportError,
+    fetch_tree,
     push_tree,
     run_command,
     run_on_hosts,
@@ -208,3 +209,13 @@ def test_run_on_hosts(server):
 def test_bad_env_name_is_rejected(server):
     with pytest.raises(TransportError, match="invalid environment variable name"):
         run_command(host(server), "true", lambda line: None, env={"A;rm": "x"})
+
+
+def test_fetch_tree_copies_every_file_below(server, job, tmp_path):
+    push_tree([host(server)], job, str(tmp_path / "remote"))
+    got = fetch_tree(host(server), str(tmp_path / "remote"), tmp_path / "back")
+    assert sorted(str(p.relative_to(tmp_path / "back")) for p in got) == sorted([*FILES, MANIFEST])
+    for name in FILES:
+        assert (tmp_path / "back" / name).read_bytes() == (job / name).read_bytes()
+    with pytest.raises(TransportError, match=r"listing .*/nope failed"):
+        fetch_tree(host(server), str(tmp_path / "nope"), tmp_path / "back")
