@@ -166,7 +166,7 @@ class JobContext:
             self._checkpointer.stopped(step, state, epoch)
             leave = True
         if step % self._spec.log_every == 0 or step == self.total_steps or leave:
-            self._progress(step, epoch, float(loss))
+            self._progress(step, epoch, float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
         self._leaving = leave
         return leave
 

@@ -20,6 +20,8 @@ from training.trainercomm import TrainerComm
 from training.userscript import ScriptExited, run_script
 from training.worker import emit
 
+pytestmark = pytest.mark.filterwarnings("error:Converting a tensor with requires_grad")  # a loss tensor is read quietly
+
 # counts to `steps` in a tensor; at the step given as its argument it gets SIGUSR1, as mpirun forwards the
 # controller's clean stop to every rank
 COUNTER = """\
@@ -35,7 +37,7 @@ for step in range(ctx.start_step + 1, ctx.total_steps + 1):
     w += 1
     if step == int(sys.argv[1]):
         os.kill(os.getpid(), signal.SIGUSR1)
-    if ctx.step(step, lambda: {"w": w}, loss=float(step), samples=2):
+    if ctx.step(step, lambda: {"w": w}, loss=torch.tensor(float(step), requires_grad=True), samples=2):
         break
 else:
     (ctx.out / "w.json").write_text(json.dumps(w.tolist()))
