@@ -1,6 +1,7 @@
 """A job's own script (`run:`, the shipped example configs/own_train.py) through training.rank under a real
 mpirun: a Spot notice flushes every trainer at one step and stops the script, and a smaller world restores
-exactly that step, checkpoints by the job's policy and completes with the script's own output."""
+exactly that step, checkpoints by the job's policy and completes with the script's own output; an exception
+in a script ends every rank at once, with its traceback."""
 
 from __future__ import annotations
 
@@ -73,3 +74,19 @@ def test_own_script_flushes_on_a_notice_and_a_smaller_world_finishes_it(tmp_path
     assert metrics["script"] == "own_train.py" and metrics["final_loss"] == end["final_loss"]
     weights = torch.load(tmp_path / "out" / "model.pt")  # the script's own output, written by rank 0
     assert weights["head.weight"].shape == (10, 8)
+
+
+def test_an_exception_in_the_script_ends_every_rank_with_its_traceback(tmp_path):
+    (tmp_path / "broken.py").write_text(
+        "import torch.distributed as dist\nfrom training import job\n"
+        "ctx = job.attach()\ndist.init_process_group(ctx.backend)\nctx.restore()\n"
+        "if ctx.rank == 1:\n    raise ValueError('my script broke')\nctx.step(1, dict, loss=0.0)\n"
+    )  # trainer 0 and the holder wait in collectives for trainer 1: the abort must end them too
+    job = tmp_path / "job.yaml"
+    job.write_text("steps: 5\nrun: {script: broken.py}\n")
+    with imds_endpoint(tmp_path) as url:
+        proc = launch_ranks(job, "trainer,trainer,holder", url)
+        _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert "MPI_ABORT was invoked on rank 1" in stderr and "ValueError: my script broke" in stderr
+    assert 'File "' + str(tmp_path / "broken.py") + '", line 7' in stderr
