@@ -19,7 +19,8 @@ Whatever mpirun started on this node is found and killed when it exits, however 
 is their subreaper, so even those that left mpirun's process group (Open MPI gives each local rank its
 own) or lost their parent stay below it. mpirun runs in its own process group, so signals meant for
 this process reach it only as this process decides, and it gets one SIGTERM if this process dies, even
-by SIGKILL (through training.keeper, which says why it takes a process of its own). As root, Open MPI must be told that running as root is meant.
+by SIGKILL (through training.keeper, which says why it takes a process of its own). As root, Open MPI
+must be told that running as root is meant.
 """
 
 from __future__ import annotations
