@@ -1,19 +1,19 @@
-"""DeepCheck in the training loop: the CheckpointHook that saves, restores and flushes on a notice.
+"""DeepCheck in the training loop: the job's checkpoint policy, for deepvm's worker and for user scripts.
 
-Why a hook and not code in the worker: the worker trains the same with or without DeepCheck (tests run
-it alone); the hook turns the job spec's checkpoint policy into DeepCheck calls at the three points
-the worker offers:
+Checkpointer turns the job spec's `checkpoint:` policy into DeepCheck calls on any state tree, so the
+worker (through DeepCheckHook) and a user's own script (through training.job) checkpoint, flush and
+restore by the same rules:
 
-- on_start: restore the newest complete checkpoint, if any (collective over trainers). The world may
-  be smaller or larger than the one that saved it: the state is the replicated DDP state plus the
-  sampler's global position, both independent of the number of trainers.
-- on_step: `should_flush()` (collective, so every trainer agrees at the same step) turns an
-  interruption notice seen by any trainer into `flush_now()` and ends the run; otherwise `save()` when
-  a checkpoint is due (every N steps, or every T seconds as agreed by all trainers).
-- on_stop: a run stopped for another reason (the controller folding in a new node, Ctrl-C) is
-  flushed at its last step too, so a clean stop never loses a step.
+- restore: the newest complete checkpoint, if any (collective over trainers). The world may be smaller
+  or larger than the one that saved it: the tree is replicated state (DDP), the same on every trainer.
+- after every step: `should_flush()` (collective, so every trainer agrees at the same step) turns an
+  interruption notice seen by any trainer into `flush_now()`, and the run must end; otherwise `save()`
+  when a checkpoint is due (every N steps, or every T seconds as agreed by all trainers).
+- on a clean stop (the controller folding in a new node, Ctrl-C): flush the last step unless it is
+  saved already, so a clean stop never loses a step.
 
-Progress goes out as the worker's JSON lines (from trainer 0): "restored", "saved", "flush".
+The state tree is asked for only when a checkpoint is taken (a callable), so a step without one costs
+two tiny collectives. Progress goes out as JSON lines from trainer 0: "restored", "saved", "flush".
 """
 
 from __future__ import annotations
@@ -24,79 +24,66 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 import deepcheck
 from training.hooks import TrainState
 from training.jobspec import CheckpointSpec
+from training.trainercomm import TrainerComm
 
 Emit = Callable[..., None]  # worker.emit(event, rank, **fields)
+Tree = Callable[[], Any]  # builds the state tree to save, called only when one is saved
 
 
-class DeepCheckHook:
-    """Checkpoints one trainer's TrainState through DeepCheck; see the module docstring."""
+class Checkpointer:
+    """One trainer's side of the job's checkpoint policy; see the module docstring."""
 
     def __init__(
         self,
         ck: deepcheck.DeepCheck,
         policy: CheckpointSpec,
-        rank: int,
+        trainers: TrainerComm,
         emit: Emit,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.ck, self.policy, self.rank, self.emit, self.clock = ck, policy, rank, emit, clock
+        self.ck, self.policy, self.trainers, self.emit, self.clock = ck, policy, trainers, emit, clock
         self.saved_step = -1  # newest step saved or flushed by this run (or restored from)
         self.last_save_at = clock()
 
-    # --- CheckpointHook ---------------------------------------------------------------------------
-    def on_start(self, state: TrainState) -> None:
+    def restore(self) -> deepcheck.Restored | None:
+        """Collective over trainers: the newest complete checkpoint (this rank's RNG restored too), or None."""
         started = time.perf_counter()
         restored = self.ck.restore()
         if restored is None:
-            return
-        tree = dict(restored.state)
-        tree["rng"] = _current_rng()  # DeepCheck restored this rank's own RNG; keep it
-        state.load_state_dict(tree)
-        self.saved_step = state.step
+            return None
+        self.saved_step = restored.info.step
         self._report(
             "restored",
-            step=state.step,
+            step=restored.info.step,
             checkpoint=restored.info.ckpt.name,
             levels=[level.name for level in restored.info.levels],
             seconds=round(time.perf_counter() - started, 3),
             fallbacks=restored.fallbacks,
         )
+        return restored
 
-    def on_step(self, state: TrainState, step: int) -> bool:
+    def after_step(self, step: int, tree: Tree, epoch: int | None) -> bool:
+        """Collective, once per step on every trainer: True (after flushing) when the run must end now."""
         if self.ck.should_flush():
-            self._flush(state, step, reason="notice")
+            self.flush(step, tree, epoch, reason="notice")
             return True
-        if self._due(state, step):
-            handle = self.ck.save(_saved_tree(state), step, epoch=state.sampler.epoch)
+        if self._due(step):
+            handle = self.ck.save(tree(), step, epoch=epoch)
             self.saved_step, self.last_save_at = step, self.clock()
             self._report("saved", step=step, stall_s=round(handle.stall_s, 4), bytes=handle.nbytes)
         return False
 
-    def on_stop(self, state: TrainState, step: int, reason: str) -> None:
-        if reason == "stopped" and self.saved_step < step:
-            self._flush(state, step, reason="stop")
+    def stopped(self, step: int, tree: Tree, epoch: int | None) -> None:
+        """Collective: the run stops cleanly after `step`; flush it unless it is checkpointed already."""
+        if self.saved_step < step:
+            self.flush(step, tree, epoch, reason="stop")
 
-    # --- helpers ----------------------------------------------------------------------------------
-    def _due(self, state: TrainState, step: int) -> bool:
-        every_steps, every_seconds = self.policy.every_steps, self.policy.every_seconds
-        if every_steps is not None and step % every_steps == 0:
-            return True
-        if every_seconds is None:
-            return False
-        # trainers' clocks differ: save when any of them says it is time, so all save the same step
-        late = self.clock() - self.last_save_at >= every_seconds
-        device = next(state.model.parameters()).device
-        flag = torch.tensor([1 if late else 0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-    def _flush(self, state: TrainState, step: int, reason: str) -> None:
-        report = self.ck.flush_now(_saved_tree(state), step, epoch=state.sampler.epoch)
+    def flush(self, step: int, tree: Tree, epoch: int | None, reason: str) -> None:
+        report = self.ck.flush_now(tree(), step, epoch=epoch)
         self.saved_step, self.last_save_at = step, self.clock()
         self._report(
             "flush",
@@ -107,9 +94,39 @@ class DeepCheckHook:
             stall_s=round(report.stall_s, 4),
         )
 
+    def _due(self, step: int) -> bool:
+        every_steps, every_seconds = self.policy.every_steps, self.policy.every_seconds
+        if every_steps is not None and step % every_steps == 0:
+            return True
+        if every_seconds is None:
+            return False
+        # trainers' clocks differ: save when any of them says it is time, so all save the same step
+        return self.trainers.any(self.clock() - self.last_save_at >= every_seconds)
+
     def _report(self, event: str, **fields: Any) -> None:
-        if self.rank == 0:
-            self.emit(event, self.rank, **fields)
+        if self.trainers.rank == 0:
+            self.emit(event, self.trainers.rank, **fields)
+
+
+class DeepCheckHook:
+    """The worker's CheckpointHook: its TrainState through a Checkpointer."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        self.checkpointer = checkpointer
+
+    def on_start(self, state: TrainState) -> None:
+        restored = self.checkpointer.restore()
+        if restored is not None:
+            tree = dict(restored.state)
+            tree["rng"] = _current_rng()  # DeepCheck restored this rank's own RNG; keep it
+            state.load_state_dict(tree)
+
+    def on_step(self, state: TrainState, step: int) -> bool:
+        return self.checkpointer.after_step(step, lambda: _saved_tree(state), state.sampler.epoch)
+
+    def on_stop(self, state: TrainState, step: int, reason: str) -> None:
+        if reason == "stopped":
+            self.checkpointer.stopped(step, lambda: _saved_tree(state), state.sampler.epoch)
 
 
 def _saved_tree(state: TrainState) -> dict[str, Any]:

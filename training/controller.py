@@ -10,7 +10,8 @@ on its main thread. The cycle:
    giving the head node the cluster-internal key, the hostfile and the nodes' pinned host keys;
 3. watch: progress and checkpoints from trainer 0, notices from any spot node's watcher;
 4. the attempt ends, and the controller decides:
-   - completed: fetch model.pt and metrics.json from trainer 0's node; done.
+   - completed: fetch model.pt and metrics.json from trainer 0's node (a job's own script: its whole out
+     directory, whatever the script wrote there beside deepvm's metrics.json); done.
    - stopped after a notice: trainers flushed a checkpoint at the current step before leaving, so the
      noticed node is dropped and the job relaunches at once on the survivors from that very step (no
      work lost); a replacement spot node is bought within the plan as soon as the notice arrives.
@@ -66,7 +67,7 @@ from training.progress import AttemptRecord, JobReporter, Progress, Recovery, Tr
 from training.recovery import RecoveryLog
 from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
-from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files
+from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
 _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
@@ -135,9 +136,6 @@ class _Run:
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
-    if spec.run is not None:
-        raise InputError(f"{request.job_path}: `run:` (your own script) is not launched by deepvm train yet; "
-                         "remove it to train with deepvm's worker")  # fmt: skip
     name = check_cluster_name(request.cluster)
     lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
     lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used
@@ -653,7 +651,10 @@ class Controller:
     def _finish(self, run: _Run) -> TrainResult:
         trainer0 = run.attempt.launch.trainers[0]
         out = Path(self.job.out_dir)
-        fetch_files(trainer0.host, run.attempt.launch.paths.out, _FETCH, out)
+        if self.spec.run is None:
+            fetch_files(trainer0.host, run.attempt.launch.paths.out, _FETCH, out)
+        else:
+            fetch_tree(trainer0.host, run.attempt.launch.paths.out, out)
         metrics = json.loads((out / "metrics.json").read_text())
         for thread in self.replacement_threads:
             thread.join(timeout=300)  # so a node being bought is recorded (and `down` finds it)

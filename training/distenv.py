@@ -57,6 +57,16 @@ def from_environment(
     return DistEnv(rank, world, local_rank, local_size, addr, port)
 
 
+def pick_device(choice: str, env: DistEnv) -> torch.device:
+    """The device a rank trains on: `cuda` (this rank's GPU on its node), `cpu`, or `auto` (a GPU if any)."""
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda: no CUDA device visible")
+        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = 300) -> None:
     """Join the torch.distributed group: NCCL between GPUs, gloo between CPUs."""
     backend = "nccl" if device.type == "cuda" else "gloo"

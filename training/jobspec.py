@@ -3,6 +3,12 @@
 Every model forbids unknown keys, so a typo fails before a cluster is rented rather than after. The
 schema is the contract between the CLI, the launcher and the worker on each rank: the worker re-reads
 the same file, so anything it needs must be here.
+
+A job either trains with deepvm's worker (model, dataset, optimizer, ...) or runs the user's own script
+(`run:`, see training/job.py). The worker's fields are refused next to `run:` rather than ignored: a
+`model:` that silently does nothing would mislead whoever reads the file. Such a job counts `steps`
+(progress and cost are measured in them), and its script must lie in the job file's directory, the
+only one pushed to the nodes.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provisioning.errors import InputError
 from training.yamlmarks import YamlDocument, locate, read_yaml
@@ -123,10 +130,22 @@ class ShrinkPolicy(_Strict):
 
 
 class RunOverride(_Strict):
-    """The user's own script replaces deepvm's worker; deepvm still pushes, launches and checkpoints."""
+    """The user's own script replaces deepvm's worker on every trainer; deepvm still pushes, launches,
+    checkpoints and recovers (the script's side of it: training/job.py)."""
 
-    script: str
-    args: list[str] = Field(default_factory=list)
+    script: str  # relative to the job file's directory, which is pushed to every node
+    args: list[str] = Field(default_factory=list)  # the script's sys.argv[1:]
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        """`args: [--lr, 0.1]` means the text "0.1", as on a command line; anything else must be a string."""
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
+        return value
+
+
+_WORKER_ONLY = ("model", "dataset", "epochs", "batch_size", "optimizer", "schedule", "shrink")
 
 
 class JobSpec(_Strict):
@@ -135,7 +154,7 @@ class JobSpec(_Strict):
     name: str = "job"
     seed: int = 0
     model: ModelSpec = Field(default_factory=ModelSpec)
-    dataset: DatasetSpec
+    dataset: DatasetSpec | None = None  # required unless `run:` is given
     steps: PositiveInt | None = None
     epochs: PositiveInt | None = None
     batch_size: PositiveInt = 32  # per trainer
@@ -146,7 +165,7 @@ class JobSpec(_Strict):
     shrink: ShrinkPolicy = Field(default_factory=ShrinkPolicy)
     setup: list[str] = Field(default_factory=list)  # shell commands, once per node before launch
     env: dict[str, str] = Field(default_factory=dict)  # exported on every rank
-    run: RunOverride | None = None  # for the launcher: run this instead of training.worker
+    run: RunOverride | None = None  # your own script instead of deepvm's worker
 
     @field_validator("env", mode="before")
     @classmethod
@@ -156,8 +175,26 @@ class JobSpec(_Strict):
             return {key: _env_text(item) for key, item in value.items()}
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_worker_fields_with_run(cls, data: Any) -> Any:
+        """Checked on the raw mapping, so a `model:` beside `run:` is refused as such, whatever it holds."""
+        if isinstance(data, dict) and data.get("run") is not None:
+            if "epochs" in data:
+                raise _field_error("epochs", "with `run:` give steps: deepvm cannot count your script's epochs")
+            given = [name for name in _WORKER_ONLY if name in data]
+            if given:
+                raise _field_error(given[0], "deepvm's worker only: your `run:` script chooses its own; remove it")
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.run is not None:
+            if self.steps is None:
+                raise _field_error("run", "needs steps: N, the steps your script trains (progress and cost count them)")
+            return self
+        if self.dataset is None:
+            raise _field_error("dataset", None)
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of steps or epochs")
         classes = self.dataset.classes if isinstance(self.dataset, SyntheticData) else 10
@@ -171,6 +208,12 @@ class JobSpec(_Strict):
     def is_synthetic(self) -> bool:
         """True when the run trains on generated data; every report says so."""
         return isinstance(self.dataset, SyntheticData)
+
+
+def _field_error(field: str, problem: str | None) -> ValidationError:
+    """An error of one top-level field (so it is reported at that field's line); None: the field is missing."""
+    kind = "missing" if problem is None else PydanticCustomError("job_spec", problem)
+    return ValidationError.from_exception_data("JobSpec", [InitErrorDetails(type=kind, loc=(field,), input=None)])
 
 
 def _env_text(value: Any) -> Any:
@@ -188,13 +231,29 @@ def load_job_spec(path: str | Path) -> JobSpec:
     if not isinstance(doc.data, dict):
         raise InputError(f"{doc.path}:1: expected a mapping of job fields at the top level")
     try:
-        return JobSpec.model_validate(doc.data)
+        spec = JobSpec.model_validate(doc.data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         placed = sorted(((_place(doc, err), err) for err in errors), key=lambda item: item[0][0])
         (line, field), first = placed[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InputError(f"{doc.path}:{line}: {field}: {_describe(first)}{more}") from None
+    if spec.run is not None:
+        _check_script(doc, spec.run.script)
+    return spec
+
+
+def _check_script(doc: YamlDocument, script: str) -> None:
+    """The script must be a file inside the job file's directory: that directory is what the nodes get."""
+    where = f"{doc.path}:{locate(doc, ('run', 'script')).line}: run.script"
+    job_dir = doc.path.resolve().parent
+    if Path(script).is_absolute():
+        raise InputError(f"{where}: give a path relative to {job_dir} (the job directory), got {script}")
+    path = (job_dir / script).resolve()
+    if not path.is_relative_to(job_dir):
+        raise InputError(f"{where}: {script} is outside {job_dir}; only the job directory is pushed to the nodes")
+    if not path.is_file():
+        raise InputError(f"{where}: no such file: {job_dir / script}")
 
 
 def _place(doc: YamlDocument, err: Any) -> tuple[int, str]:

@@ -7,8 +7,12 @@ group among themselves (holders never train): torch rank = trainer index, world 
 trainers, rendezvous at trainer 0's node. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
 exported for code that reads them.
 
+Trainers then run deepvm's worker, or the job's own script (`run:`, training.userscript); either way
+the job's checkpoint policy is applied by one Checkpointer (training.checkpointing), which agrees
+among trainers over their own MPI group (training.trainercomm).
+
 A trainer on a node with instance metadata runs the Spot watcher: a notice prints a "notice" event and
-asks DeepCheck to flush; the checkpoint hook then flushes at the next step on every trainer and the run
+asks DeepCheck to flush; the Checkpointer then flushes at the next step on every trainer and the run
 ends cleanly. Holders ignore SIGUSR1 and SIGTERM (which mpirun forwards to every rank when the
 controller asks the job to stop): they must stay to receive the trainers' last flush, and leave when
 every trainer has closed.
@@ -32,9 +36,11 @@ from mpi4py import MPI
 
 import deepcheck
 from provisioning.errors import DeepvmError, InputError
-from training.checkpointing import DeepCheckHook
+from training.checkpointing import Checkpointer, DeepCheckHook
 from training.distenv import DistEnv
 from training.jobspec import CheckpointSpec, JobSpec, load_job_spec
+from training.trainercomm import TrainerComm
+from training.userscript import run_script
 from training.watcher import Notice, Watcher
 from training.worker import WorkerOptions, emit, run_training
 
@@ -44,7 +50,7 @@ ROLES = ("trainer", "holder", "both")
 @dataclass(frozen=True)
 class RankOptions:
     job: Path
-    out: Path  # trainer 0 writes model.pt, state.pt, metrics.json here
+    out: Path  # trainer 0 writes model.pt, state.pt, metrics.json here (a `run:` script: its own files too)
     checkpoint_dir: Path  # holders' L2 directory
     roles: tuple[str, ...]  # by MPI rank
     planned_trainers: int  # trainers the plan has: the policy keeps the global batch of that many
@@ -139,6 +145,8 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         ck.serve(timeout=None)
         return
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
+    trainers = TrainerComm(comm, ck.world.trainers)
+    checkpointer = Checkpointer(ck, spec.checkpoint, trainers, emit)
     watcher = None
     if opts.watch:
 
@@ -148,7 +156,20 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
 
         watcher = Watcher(on_notice, lambda why: emit("watcher_off", env.rank, reason=why))
         watcher.start()
-    worker_opts = WorkerOptions(
+    try:
+        if spec.run is not None:
+            run_script(spec, opts.job, env, opts.device, opts.planned_trainers, opts.out, checkpointer, trainers)
+        else:
+            run_training(spec, env, _worker_options(env, opts), [DeepCheckHook(checkpointer)])
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    ck.close()
+    trainers.free()
+
+
+def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
+    return WorkerOptions(
         job=opts.job,
         out=opts.out,
         master_addr=env.master_addr,
@@ -158,13 +179,6 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         device=opts.device,
         threads=_threads(),
     )
-    hook = DeepCheckHook(ck, spec.checkpoint, env.rank, emit)
-    try:
-        run_training(spec, env, worker_opts, [hook])
-    finally:
-        if watcher is not None:
-            watcher.stop()
-    ck.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,8 +11,8 @@ name and renamed, so an interrupted push leaves whole old files or whole new one
 manifest was not yet updated, the next push sends whatever is unconfirmed again.
 
 Small files (a private key, a hostfile) go with write_files; results come back with fetch_files (the
-final model and metrics). Functions that take several hosts
-work on them in parallel threads; callbacks are called from those threads, one call at a time.
+final model and metrics) or fetch_tree (a whole out directory). Functions that take several hosts work
+on them in parallel threads; callbacks are called from those threads, one call at a time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import shlex
 import socket
 import stat
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -269,20 +269,52 @@ def write_files(host: HostSpec, files: dict[str, bytes]) -> None:
 
 def fetch_files(host: HostSpec, remote_dir: str, names: Sequence[str], local_dir: Path) -> list[Path]:
     """Copy ``names`` from ``remote_dir`` on ``host`` into ``local_dir`` (temp name, then rename)."""
-    local_dir.mkdir(parents=True, exist_ok=True)
-    fetched = []
+    with _sftp(host) as sftp:
+        return [_fetch(host, sftp, remote_dir, name, local_dir) for name in names]
+
+
+def fetch_tree(host: HostSpec, remote_dir: str, local_dir: Path) -> list[Path]:
+    """Copy every file under ``remote_dir`` on ``host``, subdirectories included, into ``local_dir``: outputs
+    whose names deepvm does not know (a job's own script writes them)."""
+    with _sftp(host) as sftp:
+        return [_fetch(host, sftp, remote_dir, name, local_dir) for name in _files_under(host, sftp, remote_dir)]
+
+
+@contextlib.contextmanager
+def _sftp(host: HostSpec) -> Iterator[paramiko.SFTPClient]:
     with contextlib.closing(connect(host)) as client, contextlib.closing(client.open_sftp()) as sftp:
-        for name in names:
-            target = local_dir / name
-            partial = target.with_name(target.name + ".deepvm-part")
-            try:
-                sftp.get(posixpath.join(remote_dir, name), str(partial))
-            except OSError as exc:
-                partial.unlink(missing_ok=True)
-                raise TransportError(f"{host.where}: fetching {remote_dir}/{name} failed: {exc}") from None
-            partial.replace(target)
-            fetched.append(target)
-    return fetched
+        yield sftp
+
+
+def _files_under(host: HostSpec, sftp: paramiko.SFTPClient, root: str, sub: str = "") -> list[str]:
+    """Paths of the regular files under ``root``, relative to it, in name order."""
+    where = posixpath.join(root, sub) if sub else root
+    try:
+        entries = sorted(sftp.listdir_attr(where), key=lambda e: e.filename)
+    except OSError as exc:
+        raise TransportError(f"{host.where}: listing {where} failed: {exc}") from None
+    names = []
+    for entry in entries:
+        name = posixpath.join(sub, entry.filename)
+        if stat.S_ISDIR(entry.st_mode or 0):
+            names += _files_under(host, sftp, root, name)
+        elif stat.S_ISREG(entry.st_mode or 0):
+            names.append(name)
+    return names
+
+
+def _fetch(host: HostSpec, sftp: paramiko.SFTPClient, remote_dir: str, name: str, local_dir: Path) -> Path:
+    """One file (temp name, then rename); ``name`` may have directories, made locally as needed."""
+    target = local_dir / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".deepvm-part")
+    try:
+        sftp.get(posixpath.join(remote_dir, name), str(partial))
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise TransportError(f"{host.where}: fetching {remote_dir}/{name} failed: {exc}") from None
+    partial.replace(target)
+    return target
 
 
 # --- commands -------------------------------------------------------------------------------------

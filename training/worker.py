@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from provisioning.errors import DeepvmError, InputError
 from training.batchplan import BatchPlan, plan_batches
 from training.data import ImageDataset, build_dataset
-from training.distenv import DistEnv, from_environment, init_process_group
+from training.distenv import DistEnv, from_environment, init_process_group, pick_device
 from training.hooks import CheckpointHook, TrainState
 from training.jobspec import JobSpec, load_job_spec
 from training.models import build_model
@@ -122,15 +122,6 @@ class StopRequest:
         flag = torch.tensor([1 if self.asked else 0], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
-
-
-def _device(choice: str, env: DistEnv) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device visible")
-        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def _total_steps(spec: JobSpec, sampler: GlobalBatchSampler) -> int:
@@ -309,7 +300,7 @@ def run_training(
     """Join the group, train, save on rank 0, leave the group; returns the metrics (on every rank)."""
     local_cores = os.cpu_count() or 1
     torch.set_num_threads(opts.threads or max(1, local_cores // env.local_size))
-    device = _device(opts.device, env)
+    device = pick_device(opts.device, env)
     init_process_group(env, device)
     try:
         with StopRequest() as stop:
@@ -326,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
         spec = load_job_spec(opts.job)
+        if spec.run is not None:
+            raise InputError(f"{opts.job}: its `run:` script runs under `deepvm train`, not in deepvm's worker")
         env = from_environment(master_addr=opts.master_addr, master_port=opts.master_port)
         run_training(spec, env, opts)
     except DeepvmError as exc:

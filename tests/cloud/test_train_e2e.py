@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from statistics import mean
 
 import pytest
+import torch
 
 from provisioning.cloud.keys import ensure_cluster_keys
 from tests.cloud.plans import AZ, make_tiering_plan
@@ -277,6 +279,51 @@ def freeze_host(instance_id: str) -> None:
         os.kill(pid, signal.SIGSTOP)
         frozen.append(pid)
         todo += [c for c in children(pid) if c not in frozen]
+
+
+OWN_STEPS = 400  # ~0.1 s a step here: the notice (a CLI call, then a 2 s poll) comes well before the end
+OWN_JOB = f"""\
+name: {NAME}-own
+steps: {OWN_STEPS}
+log_every: 10
+checkpoint: {{every_steps: 50, levels: [l1, l2]}}
+run: {{script: own_train.py, args: [--batch-size, 8]}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
+
+
+def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
+    env, job = cluster
+    own = job.parent.parent / "own" / "own.yaml"  # the shipped example's script, beside a job file of ours
+    own.parent.mkdir()
+    shutil.copy(REPO / "configs" / "own_train.py", own.parent)
+    own.write_text(OWN_JOB)
+    seen: list[str] = []
+    proc = start_train(env, own)
+    read_until_step(proc, 10, seen)
+    victim = trainers_in_job(env, seen)[1]
+    result = run_cli("interrupt", victim, "--after", "30", env=env)
+    assert result.returncode == 0, result.stderr
+    run = finish(proc, seen)
+
+    assert (run["status"], run["steps"], run["total_steps"]) == ("completed", OWN_STEPS, OWN_STEPS)
+    assert run["synthetic"] is False  # whatever the script trains on, deepvm does not label it
+    notices = [r for r in run["recoveries"] if r["reason"] == "notice"]
+    assert notices, "\n".join(seen[-40:])
+    assert notices[0]["nodes"][0] == victim and notices[0]["resumed_step"] == notices[0]["from_step"] >= 10
+    assert run["lost_steps"] == 0 and all(r["lost_steps"] == 0 for r in run["recoveries"])
+    steps = steps_seen(seen)
+    assert steps == sorted(steps) and steps[-1] == OWN_STEPS
+    for before, after in pairwise(run["attempts"]):
+        assert after["first_step"] == before["last_step"]
+
+    out = Path(run["out_dir"])  # rank 0's ctx.out: the script's own model.pt beside deepvm's metrics.json
+    assert torch.load(out / "model.pt")["head.weight"].shape == (10, 32)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["status"], metrics["steps"], metrics["script"]) == ("completed", OWN_STEPS, "own_train.py")
+    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
+    assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
 
 
 @pytest.mark.soak

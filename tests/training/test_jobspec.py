@@ -39,7 +39,7 @@ def error_of(path: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("name", ["resnet.yaml", "resnet-cifar10.yaml"])
+@pytest.mark.parametrize("name", ["resnet.yaml", "resnet-cifar10.yaml", "own-script.yaml"])
 def test_shipped_configs_load(name):
     spec = load_job_spec(REPO / "configs" / name)
     assert isinstance(spec, JobSpec)
@@ -152,9 +152,88 @@ def test_env_scalars_become_text(tmp_path):
     assert spec.env == {"OMP_NUM_THREADS": "1", "DEBUG": "1", "X": "a"}
 
 
-def test_run_override(tmp_path):
-    spec = load_job_spec(write(tmp_path, GOOD + "run:\n  script: train.py\n  args: [--fast]\n"))
-    assert spec.run is not None and spec.run.script == "train.py" and spec.run.args == ["--fast"]
+OWN = """\
+name: mine
+steps: 40
+checkpoint: {every_steps: 10}
+run:
+  script: train.py
+  args: [--fast, --lr, 0.1, --epochs, 3]
+"""
+
+
+def own_job(tmp_path: Path, text: str = OWN) -> Path:
+    (tmp_path / "train.py").write_text("print('training')\n")
+    return write(tmp_path, text)
+
+
+def test_run_override_needs_no_model_or_data(tmp_path):
+    spec = load_job_spec(own_job(tmp_path))
+    assert spec.run is not None and spec.run.script == "train.py"
+    assert spec.run.args == ["--fast", "--lr", "0.1", "--epochs", "3"]  # numbers are text, as on a command line
+    assert spec.dataset is None and spec.steps == 40 and not spec.is_synthetic
+
+
+def test_run_script_in_a_subdirectory(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("")
+    assert load_job_spec(own_job(tmp_path, OWN.replace("train.py", "src/main.py"))).run.script == "src/main.py"
+
+
+def test_run_script_must_exist_beside_the_job(tmp_path):
+    path = own_job(tmp_path, OWN.replace("train.py", "trian.py"))
+    assert error_of(path) == f"{path}:5: run.script: no such file: {tmp_path.resolve() / 'trian.py'}"
+
+
+def test_run_script_outside_the_job_directory(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "train.py").write_text("")
+    path = write(tmp_path / "job", OWN.replace("train.py", "../train.py"))
+    assert error_of(path).startswith(f"{path}:5: run.script: ../train.py is outside {(tmp_path / 'job').resolve()}")
+
+
+def test_run_script_absolute_path(tmp_path):
+    path = own_job(tmp_path, OWN.replace("train.py", str(tmp_path / "train.py")))
+    assert error_of(path).startswith(f"{path}:5: run.script: give a path relative to {tmp_path.resolve()}")
+
+
+def test_run_needs_a_script(tmp_path):
+    path = own_job(tmp_path, OWN.replace("  script: train.py\n", ""))
+    assert error_of(path) == f"{path}:4: run.script: required field missing"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ("args: [--fast, --lr, 0.1, --epochs, 3]", "args: --fast", "6: run.args: expected a list, got '--fast'"),
+        ("args: [--fast, --lr, 0.1, --epochs, 3]", "args: [--fast, true]", "6: run.args.1: expected a string"),
+        ("script: train.py", "script: [train.py]", "5: run.script: expected a string, got ['train.py']"),
+        (
+            "run:\n  script: train.py\n  args: [--fast, --lr, 0.1, --epochs, 3]",
+            "run: train.py",
+            "4: run: expected a mapping, got 'train.py'",
+        ),
+        ("  args:", "  argv:", "6: run.argv: unknown field"),
+    ],
+)
+def test_run_bad_types(tmp_path, before, after, expected):
+    path = own_job(tmp_path, OWN.replace(before, after))
+    assert error_of(path).startswith(f"{path}:{expected}")
+
+
+@pytest.mark.parametrize("field", ["model: {name: resnet99}", "dataset: {kind: synthetic}", "batch_size: 8",
+                                   "optimizer: {lr: 0.1}", "schedule: {name: none}", "shrink: {}"])  # fmt: skip
+def test_run_refuses_the_workers_fields(tmp_path, field):
+    path = own_job(tmp_path, OWN + field + "\n")
+    name = field.split(":")[0]
+    assert error_of(path) == f"{path}:7: {name}: deepvm's worker only: your `run:` script chooses its own; remove it"
+
+
+def test_run_counts_steps_not_epochs(tmp_path):
+    path = own_job(tmp_path, OWN.replace("steps: 40", "epochs: 2"))
+    assert error_of(path) == f"{path}:2: epochs: with `run:` give steps: deepvm cannot count your script's epochs"
+    path = own_job(tmp_path, OWN.replace("steps: 40\n", ""))
+    assert error_of(path).startswith(f"{path}:3: run: needs steps: N")
 
 
 def test_several_errors_report_the_first_line_and_a_count(tmp_path):

@@ -4,17 +4,13 @@ flushes and stops every trainer at one step, and a smaller world resumes from ex
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from imds import clear_notices, imds_endpoint, post_notice
-from worker_jobs import free_port
+from worker_jobs import launch_ranks
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = """\
 name: rank-test
 seed: 3
@@ -35,24 +31,6 @@ pytestmark = [
 ]
 
 
-def launch(tmp: Path, roles: str, url: str) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(REPO),
-        OMPI_ALLOW_RUN_AS_ROOT="1",
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        AWS_EC2_METADATA_SERVICE_ENDPOINT=url,
-    )
-    command = [
-        "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
-        "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
-        sys.executable, "-W", "ignore", "-m", "training.rank", str(tmp / "job.yaml"),
-        "--out", str(tmp / "out"), "--checkpoint-dir", str(tmp / "ckpt"), "--roles", roles,
-        "--planned-trainers", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-    ]  # fmt: skip
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def test_notice_flushes_stops_and_a_smaller_world_resumes_there(tmp_path):
     with imds_endpoint(tmp_path) as url:
         run_and_resume(tmp_path, url, tmp_path)
@@ -60,7 +38,7 @@ def test_notice_flushes_stops_and_a_smaller_world_resumes_there(tmp_path):
 
 def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
     (tmp_path / "job.yaml").write_text(JOB)
-    proc = launch(tmp_path, "trainer,trainer,holder", url)
+    proc = launch_ranks(tmp_path / "job.yaml", "trainer,trainer,holder", url)
     events = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -82,7 +60,7 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
 
     # the checkpoint stays on the holder's disk: one trainer picks it up at exactly that step
     clear_notices(host_dir)
-    proc = launch(tmp_path, "trainer,holder", url)
+    proc = launch_ranks(tmp_path / "job.yaml", "trainer,holder", url)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]

@@ -35,8 +35,18 @@ def test_missing_job_file(tmp_path: Path):
     assert "absent.yaml" in result.stderr
 
 
-def test_run_override_is_refused_rather_than_ignored(tmp_path: Path):
+def test_own_script_that_is_not_there_fails_before_anything_starts(tmp_path: Path):
+    job = tmp_path / "job.yaml"
+    job.write_text("steps: 10\nrun: {script: mine.py}\n")
+    result = run_cli("train", str(job))  # no cluster either: the job file is checked first
+    assert result.returncode == 2
+    assert result.stderr == f"deepvm: error: {job}:2: run.script: no such file: {tmp_path.resolve() / 'mine.py'}\n"
+
+
+def test_worker_fields_beside_an_own_script_are_refused(tmp_path: Path):
+    (tmp_path / "mine.py").write_text("")
     job = tmp_path / "job.yaml"
     job.write_text("dataset: {kind: synthetic}\nsteps: 10\nrun: {script: mine.py}\n")
     result = run_cli("train", str(job))
-    assert result.returncode == 2 and "`run:` (your own script) is not launched" in result.stderr
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"deepvm: error: {job}:1: dataset: deepvm's worker only")

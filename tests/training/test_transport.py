@@ -18,6 +18,7 @@ from training.transport import (
     PushProgress,
     RemoteCommand,
     TransportError,
+    fetch_tree,
     push_tree,
     run_command,
     run_on_hosts,
@@ -243,3 +244,13 @@ def test_write_files_makes_directories_and_keeps_files_private(server, tmp_path)
     assert (target / "more" / "hostfile").read_text() == "a slots=1\n"
     assert {stat.S_IMODE(p.stat().st_mode) for p in (target / "key", target / "more" / "hostfile")} == {0o600}
     assert not list(target.rglob("*.deepvm-part"))
+
+
+def test_fetch_tree_copies_every_file_below(server, job, tmp_path):
+    push_tree([host(server)], job, str(tmp_path / "remote"))
+    got = fetch_tree(host(server), str(tmp_path / "remote"), tmp_path / "back")
+    assert sorted(str(p.relative_to(tmp_path / "back")) for p in got) == sorted([*FILES, MANIFEST])
+    for name in FILES:
+        assert (tmp_path / "back" / name).read_bytes() == (job / name).read_bytes()
+    with pytest.raises(TransportError, match=r"listing .*/nope failed"):
+        fetch_tree(host(server), str(tmp_path / "nope"), tmp_path / "back")

@@ -1,9 +1,14 @@
-"""Tiny job specs and helpers for running the worker in tests."""
+"""Tiny job specs and helpers for running the worker and training.rank in tests."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = """\
 name: tiny
@@ -29,3 +34,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2) -> subprocess.Popen:
+    """`python -m training.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file.
+
+    The ranks watch the IMDSv2 endpoint at imds_url for Spot notices.
+    """
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        AWS_EC2_METADATA_SERVICE_ENDPOINT=imds_url,
+    )
+    command = [
+        "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
+        "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
+        sys.executable, "-W", "ignore", "-m", "training.rank", str(job),
+        "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", roles,
+        "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+    ]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,0 +1,31 @@
+"""The trainers' own MPI communicator: agree on a step to act on, and average a number across trainers.
+
+Why MPI and not torch.distributed: a user's own script (the job spec's `run:`) owns its process group,
+backend and device, and may not have created one when deepvm needs to agree; the trainers of a job
+always share an MPI world with the checkpoint holders. The group holds only the trainers, in DeepCheck's
+trainer order, so its rank is the torch rank; holders never take part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mpi4py import MPI
+
+
+class TrainerComm:
+    """A communicator over the trainer ranks of `world`; every call is collective over the trainers."""
+
+    def __init__(self, world: MPI.Comm, trainers: Sequence[int]) -> None:
+        self.comm = world.Create_group(world.Get_group().Incl(list(trainers)))  # only the trainers call it
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def any(self, flag: bool) -> bool:
+        """True on every trainer when `flag` is True on at least one."""
+        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+
+    def mean(self, value: float) -> float:
+        return float(self.comm.allreduce(float(value), op=MPI.SUM)) / self.size
+
+    def free(self) -> None:
+        self.comm.Free()
