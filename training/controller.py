@@ -74,6 +74,9 @@ _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpo
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
+# torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
+# outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
+_MASTER_PORTS = (20000, 32767)
 
 
 class TrainingStopped(DeepvmError):
@@ -296,7 +299,7 @@ class Controller:
             job_file=self.request.job_path.name,
             python=self.request.python,
             planned_trainers=self.planned_trainers,
-            master_port=random.randint(20000, 59999),
+            master_port=random.randint(*_MASTER_PORTS),
             env=self.env,
             rank_batches=batches,
         )

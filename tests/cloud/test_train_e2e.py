@@ -128,7 +128,9 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
     reference_lines: list[str] = []
     reference = finish(start_train(env, job), reference_lines)
-    assert (reference["status"], reference["steps"], reference["restarts"]) == ("completed", STEPS, 0)
+    assert (reference["status"], reference["steps"], reference["restarts"]) == ("completed", STEPS, 0), "\n".join(
+        line for line in reference_lines if not _STEP.match(line)
+    )
     assert reference["synthetic"] is True and (Path(reference["out_dir"]) / "model.pt").stat().st_size > 40e6
 
     seen: list[str] = []
