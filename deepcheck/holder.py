@@ -86,7 +86,6 @@ class HolderPart:
             info, src, buf, post_chunks(self.svc.comm, memoryview(buf), src, TAG_DATA, h.chunk, send=False)
         )
         entry.slots[info.index] = slot
-        entry.layout_crcs.add(h.layout_crc)
         if h.layout is not None:
             entry.layout = h.layout
         if h.rank_state is not None:
@@ -116,7 +115,7 @@ class HolderPart:
     def _report(self, e: Entry) -> L1Report:
         shards = [e.slots[i].info for i in sorted(e.expected)]
         return L1Report(
-            e.ckpt, self.index, e.epoch, e.total, e.n_trainers, shards, e.layout_crcs, e.layout, e.rank_states
+            e.ckpt, self.index, e.epoch, e.total, e.n_trainers, shards, e.layout, e.rank_states
         )
 
     def _on_complete(self, msg: Complete, src: int) -> None:

@@ -1,7 +1,7 @@
 """The lead holder: decides when a checkpoint is complete at each level and commits its manifest.
 
-L1: once every holder reports its shards in RAM, the lead assembles the manifest (checking that all
-trainers sent the same layout) and announces L1. L2: one persist round at a time, always of the newest
+L1: once every holder reports its shards in RAM, the lead assembles the manifest (the trainers agreed on
+the layout in save()) and announces L1. L2: one persist round at a time, always of the newest
 L1-complete checkpoint (older pending ones are skipped, so a slow disk lags but never falls further
 behind); only when every holder has fsynced its shard files does the lead write the manifest – last –
 then tell the other holders to write their copies and announce L2. L3 works the same way with S3.
@@ -24,7 +24,6 @@ from .protocol import (
     L1Report,
     Level,
     Persist,
-    Rejected,
     Shutdown,
     Upload,
     Uploaded,
@@ -49,7 +48,6 @@ class LeadPart:
         self.worker = Worker("deepcheck-commit", svc.inbox)
         self.reports: dict[CheckpointId, dict[int, L1Report]] = {}
         self.l1: dict[CheckpointId, Manifest] = {}
-        self.rejected: set[CheckpointId] = set()
         self.pending: Manifest | None = None  # newest L1-complete checkpoint not yet persisted
         self.persisting: Manifest | None = None
         self.durable: set[int] = set()
@@ -80,17 +78,7 @@ class LeadPart:
         if len(got) < len({s.holder for s in plan}):
             return
         del self.reports[r.ckpt]
-        crcs = set().union(*(x.layout_crcs for x in got.values()))
-        layout = next((x.layout for x in got.values() if x.layout is not None), None)
-        if len(crcs) != 1 or layout is None:
-            reason = (
-                f"trainers disagree on the layout of the state at step {r.ckpt.step}: save() expects the "
-                "same state (same keys, shapes and dtypes) on every trainer, per-rank data in rank_state"
-            )
-            log.error(reason)
-            self.rejected.add(r.ckpt)
-            self._send_all(Rejected(r.ckpt, reason), self.world.trainers)
-            return
+        layout = next(x.layout for x in got.values() if x.layout is not None)  # trainers agreed in save()
         rank_states: dict[int, Any] = {}
         for x in got.values():
             rank_states.update(x.rank_states)
@@ -202,7 +190,6 @@ class LeadPart:
         if (
             last is not None
             and last not in self.l1
-            and last not in self.rejected
             and (not self.l1 or max(self.l1) < last)
         ):
             return

@@ -46,7 +46,6 @@ class Entry:
     n_trainers: int
     expected: frozenset[int]  # shard indices this holder keeps
     slots: dict[int, Slot] = field(default_factory=dict)
-    layout_crcs: set[int] = field(default_factory=set)
     layout: dict[str, Any] | None = None
     rank_states: dict[int, Any] = field(default_factory=dict)
     reported: bool = False

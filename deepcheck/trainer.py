@@ -16,7 +16,7 @@ from typing import Any
 from mpi4py import MPI
 
 from .manifest import CheckpointId, crc32
-from .protocol import Bye, Complete, Level, Rejected, ShardAck, ShardHeader, ShardTrailer
+from .protocol import Bye, Complete, Level, ShardAck, ShardHeader, ShardTrailer
 from .service import Handler, Service
 from .sharding import Shard
 from .snapshot import BufferPool, HostBuffer
@@ -32,7 +32,6 @@ class SaveJob:
     total: int
     n_trainers: int
     n_holders: int
-    layout_crc: int
     layout: dict[str, Any] | None  # trainer 0 only
     rank_state: tuple[int, Any]
     buf: HostBuffer
@@ -74,11 +73,10 @@ class TrainerPart:
         self.undelivered = 0  # jobs submitted and not yet acknowledged by all holders
         self.last_sent: CheckpointId | None = None
         self.newest: dict[Level, CheckpointId] = {}
-        self.rejected: dict[CheckpointId, str] = {}
         self.is_stopped = False
 
     def handlers(self) -> dict[type, Handler]:
-        return {ShardAck: self._on_ack, Complete: self._on_complete, Rejected: self._on_rejected}
+        return {ShardAck: self._on_ack, Complete: self._on_complete}
 
     def submit(self, job: SaveJob) -> None:
         with self.cond:
@@ -102,7 +100,6 @@ class TrainerPart:
                     job.total,
                     job.n_trainers,
                     job.n_holders,
-                    job.layout_crc,
                     job.chunk,
                     job.layout if shard.index == 0 else None,
                     job.rank_state if i == 0 else None,
@@ -150,11 +147,6 @@ class TrainerPart:
         with self.cond:
             if msg.ckpt > self.newest.get(msg.level, CheckpointId(-1, "")):
                 self.newest[msg.level] = msg.ckpt
-            self.cond.notify_all()
-
-    def _on_rejected(self, msg: Rejected, src: int) -> None:
-        with self.cond:
-            self.rejected[msg.ckpt] = msg.reason
             self.cond.notify_all()
 
     def bye(self) -> Bye:
