@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 import deepcheck
 from deepcheck.sharding import even_split
-from deepcheck.storage_disk import atomic_write
+from deepcheck.storage_disk import atomic_write_all
 from deepcheck.transport import DEFAULT_CHUNK, spans
 
 MiB = 1 << 20
@@ -88,7 +88,7 @@ def bench_disk(directory: Path, buf: bytearray, n: int) -> float:
     for _ in range(2):
         t0 = time.perf_counter()
         for i, (lo, hi) in enumerate(even_split(len(buf), n)):
-            atomic_write(directory / f"disk-{i}.bin", memoryview(buf)[lo:hi])
+            atomic_write_all(directory, [(f"disk-{i}.bin", memoryview(buf)[lo:hi])])  # write, fsync, rename, fsync dir
         best = min(best, time.perf_counter() - t0)
         for i in range(n):
             (directory / f"disk-{i}.bin").unlink()

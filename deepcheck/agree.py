@@ -17,7 +17,7 @@ from array import array
 from mpi4py import MPI
 
 from .errors import StateError
-from .transport import wait_requests
+from .transport import BUSY_CAP, wait_requests
 
 FAILED = -1  # stream size sent by a trainer whose save() already failed
 
@@ -35,7 +35,7 @@ class Agreement:
         self.req = tcomm.Iallgather([self.mine, MPI.INT64_T], [self.all, MPI.INT64_T])
 
     def check(self, timeout: float | None) -> None:
-        wait_requests([self.req], timeout, "the other trainers to call save()")
+        wait_requests([self.req], timeout, "the other trainers to call save()", cap=BUSY_CAP)
         rows = [tuple(self.all[i : i + 3]) for i in range(0, len(self.all), 3)]
         if len(set(rows)) == 1:
             return

@@ -324,7 +324,7 @@ class DeepCheck:
                     raise CheckpointTimeout(f"pending checkpoints were not delivered within {limit}s")
             self.svc.check()
             bye = trainer.bye()
-            self.svc.inbox.put(lambda: self.svc.outbox.send(bye, self.world.lead))
+            self.svc.post(lambda: self.svc.outbox.send(bye, self.world.lead))
         if not self.svc.done.wait(limit):
             raise CheckpointTimeout(
                 f"DeepCheck did not shut down within {limit}s (are all trainers closing?)"

@@ -1,16 +1,21 @@
 """The one background thread per rank that drives DeepCheck's MPI traffic.
 
 Parts (trainer, holder, lead) register handlers for control messages and a `poll()` that makes progress
-on their transfers; the loop receives messages, runs callbacks from the I/O workers, polls every part and
-sleeps briefly when nothing moved. All protocol state is owned by this thread; the training thread only
-hands over save jobs and waits on conditions. An exception here is kept and re-raised to the user on the
-next API call instead of dying silently.
+on their transfers; the loop receives messages, runs callbacks posted by other threads, polls every part
+and sleeps briefly when nothing moved: up to 2 ms when idle, 0.2 ms while some part expects the message
+that ends a transfer (so each hop of the L1/L2 handshake costs well under a millisecond), and a callback
+posted by another thread (a save job, a finished disk write) wakes it at once. All protocol state is
+owned by this thread; the training thread only hands over save jobs and waits on conditions. An exception
+here is kept and re-raised to the user on the next API call instead of dying silently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -19,7 +24,7 @@ from mpi4py import MPI
 
 from .errors import DeepCheckError
 from .protocol import Shutdown
-from .transport import TAG_CTRL, TAG_REQ, Backoff, Outbox, poll_message
+from .transport import BUSY_CAP, IDLE_CAP, TAG_CTRL, TAG_REQ, Backoff, Bell, Outbox, poll_message
 from .world import World
 
 log = logging.getLogger("deepcheck")
@@ -29,6 +34,7 @@ Handler = Callable[[Any, int], None]
 class Part(Protocol):
     def handlers(self) -> dict[type, Handler]: ...
     def poll(self) -> bool: ...
+    def busy(self) -> bool: ...  # a message that completes a transfer is due soon: poll often
     def idle(self) -> bool: ...
     def stopped(self) -> None: ...
 
@@ -41,6 +47,7 @@ class Service:
         self.outbox = Outbox(comm)
         self.replies = Outbox(rcomm)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.bell = Bell()
         self.parts: list[Part] = []
         self.handlers: dict[type, list[Handler]] = {Shutdown: [self._on_shutdown]}
         self.requests: dict[type, Handler] = {}
@@ -54,6 +61,11 @@ class Service:
         for kind, handler in part.handlers().items():
             self.handlers.setdefault(kind, []).append(handler)
         self.requests.update(requests or {})
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` on the service thread soon (thread-safe); wakes the loop if it is sleeping."""
+        self.inbox.put(fn)
+        self.bell.ring()
 
     def start(self) -> None:
         self.thread.start()
@@ -84,7 +96,7 @@ class Service:
         return moved
 
     def _loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(self.bell)
         while True:
             moved = self._dispatch(self.comm, TAG_CTRL, self.handlers)
             if self.requests:
@@ -98,9 +110,11 @@ class Service:
             moved |= self.replies.poll()
             if self.stopping and self.outbox.idle and self.replies.idle and all(p.idle() for p in self.parts):
                 return
-            backoff.pause(moved)
+            backoff.pause(moved, BUSY_CAP if any(p.busy() for p in self.parts) else IDLE_CAP)
 
     def _run(self) -> None:
+        if self.world.is_trainer:
+            _yield_to_training()
         try:
             self._loop()
         except BaseException as exc:
@@ -110,3 +124,12 @@ class Service:
             for part in self.parts:
                 part.stopped()
             self.done.set()
+
+
+def _yield_to_training() -> None:
+    """On a rank that trains, run this thread at nice +10: its checksums and polling must not take CPU from
+    the training loop and its data loaders (on nodes shared with a holder, the holder's receive copy is
+    favoured the same way). Linux sets nice per thread; elsewhere the thread keeps its priority."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + 10)

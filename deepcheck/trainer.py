@@ -1,16 +1,17 @@
 """Trainer side of L1: ship this trainer's shards of each snapshot to holders, track completion notices.
 
-Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. Each
-chunk is Isend'ed first and then checksummed, so the CRC-32 overlaps the holder pulling the same bytes
-(both only read the L0 buffer); the CRC goes in a trailer after the last chunk. The L0 buffer returns
-to the pool when its sends complete; the job counts as delivered when every holder acknowledged it.
+Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. All of a
+shard's chunks are Isend'ed at once, right after its header, so the holder can pull the bytes back to back
+while this thread computes the CRC-32 of the same (read-only) L0 buffer, one chunk per loop round; the CRC
+goes in a trailer once the whole shard is summed. The L0 buffer returns to the pool when its sends complete
+and every shard is summed; the job counts as delivered when every holder acknowledged it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mpi4py import MPI
@@ -20,7 +21,7 @@ from .protocol import Bye, Complete, Level, ShardAck, ShardHeader, ShardTrailer
 from .service import Handler, Service
 from .sharding import Shard
 from .snapshot import BufferPool, HostBuffer
-from .transport import TAG_DATA, spans
+from .transport import TAG_DATA, post_chunks, spans
 
 
 @dataclass
@@ -45,19 +46,18 @@ class _ShardSend:
     dest: int  # holder rank
     view: memoryview
     spans: list[tuple[int, int]]
-    posted: int = 0
+    reqs: list[MPI.Request]  # every chunk, posted up front
+    summed: int = 0  # chunks checksummed so far
     crc: int = 0
-    reqs: list[MPI.Request] = field(default_factory=list)
     trailed: bool = False
 
-    def step(self, comm: MPI.Comm) -> bool:
-        """Checksum and post the next chunk; False once all chunks are posted."""
-        if self.posted == len(self.spans):
+    def checksum_next(self) -> bool:
+        """Fold the next chunk into the CRC; False once the whole shard is summed."""
+        if self.summed == len(self.spans):
             return False
-        a, b = self.spans[self.posted]
-        self.reqs.append(comm.Isend([self.view[a:b], MPI.BYTE], self.dest, TAG_DATA))
+        a, b = self.spans[self.summed]
         self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
-        self.posted += 1
+        self.summed += 1
         return True
 
 
@@ -70,6 +70,7 @@ class TrainerPart:
         self.job: SaveJob | None = None
         self.sends: list[_ShardSend] = []
         self.unacked: dict[CheckpointId, set[int]] = {}
+        self.l1_due: set[CheckpointId] = set()  # sent, not yet announced complete at L1
         self.undelivered = 0  # jobs submitted and not yet acknowledged by all holders
         self.last_sent: CheckpointId | None = None
         self.newest: dict[Level, CheckpointId] = {}
@@ -82,12 +83,14 @@ class TrainerPart:
         with self.cond:
             self.queue.append(job)
             self.undelivered += 1
+        self.svc.bell.ring()
 
     def _start(self, job: SaveJob) -> None:
         if job.event is not None:
             job.event.synchronize()
         self.job = job
         self.unacked[job.ckpt] = {s.index for s in job.shards}
+        self.l1_due.add(job.ckpt)
         holders = self.svc.world.holders
         for i, shard in enumerate(job.shards):
             dest = holders[shard.holder]
@@ -106,7 +109,8 @@ class TrainerPart:
                 ),
                 dest,
             )
-            self.sends.append(_ShardSend(shard, dest, view, spans(shard.length, job.chunk)))
+            reqs = post_chunks(self.svc.comm, view, dest, TAG_DATA, job.chunk, send=True)
+            self.sends.append(_ShardSend(shard, dest, view, spans(shard.length, job.chunk), reqs))
 
     def poll(self) -> bool:
         if self.job is None:
@@ -118,7 +122,7 @@ class TrainerPart:
         job = self.job
         moved = False
         for send in self.sends:
-            if send.step(self.svc.comm):
+            if send.checksum_next():
                 moved = True
             elif not send.trailed:
                 self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.crc), send.dest)
@@ -144,6 +148,8 @@ class TrainerPart:
             self.cond.notify_all()
 
     def _on_complete(self, msg: Complete, src: int) -> None:
+        if msg.level == Level.L1:
+            self.l1_due = {c for c in self.l1_due if c > msg.ckpt}
         with self.cond:
             if msg.ckpt > self.newest.get(msg.level, CheckpointId(-1, "")):
                 self.newest[msg.level] = msg.ckpt
@@ -151,6 +157,9 @@ class TrainerPart:
 
     def bye(self) -> Bye:
         return Bye(self.svc.world.trainer_index, self.last_sent)
+
+    def busy(self) -> bool:
+        return self.job is not None or bool(self.unacked) or bool(self.l1_due)
 
     def idle(self) -> bool:
         return self.job is None and not self.queue and not self.unacked
