@@ -95,10 +95,11 @@ def bench_disk(directory: Path, buf: bytearray, n: int) -> float:
     return best
 
 
-def bench_deepcheck(ck, state, reps: int, first_step: int) -> dict:
+def bench_deepcheck(ck, tcomm: MPI.Comm, state, reps: int, first_step: int) -> dict:
     stalls, l1, xfer, l2 = [], [], [], []
     weights = next(iter(state["model"].values()))
     for i in range(2 + reps):  # two warm-up saves fill the buffer pools
+        tcomm.Barrier()  # trainers enter save() together, as after a step's allreduce (and as in loopback)
         t0 = time.perf_counter()
         handle = ck.save(state, first_step + i)
         ts = time.perf_counter()
@@ -130,6 +131,7 @@ def main() -> None:
     holder = comm.size - 1
     n = comm.size - 1
     role = "holder" if comm.rank == holder else "trainer"
+    tcomm = comm.Split(0 if role == "trainer" else MPI.UNDEFINED)
     base = Path(comm.bcast(args.dir or tempfile.mkdtemp(prefix="deepcheck-bench-"), root=0))
     results = []
     step = 0
@@ -152,7 +154,7 @@ def main() -> None:
         if role == "holder":
             ck.serve()
         else:
-            row.update(bench_deepcheck(ck, state, args.reps, step))
+            row.update(bench_deepcheck(ck, tcomm, state, args.reps, step))
             ck.close()
         step += 10 + args.reps
         row = comm.bcast(row, root=0)

@@ -215,7 +215,8 @@ class HolderPart:
         self.svc.replies.add(post_chunks(self.svc.rcomm, view, src, TAG_FETCH, req.chunk, send=True))
 
     def busy(self) -> bool:
-        return bool(self.incoming)
+        """Some shard has all its bytes and only its CRC trailer is due."""
+        return any(not slot.reqs for slot in self.incoming.values())
 
     def idle(self) -> bool:
         return not self.incoming and self.disk_worker.idle and (self.s3_worker is None or self.s3_worker.idle)

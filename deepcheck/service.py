@@ -3,19 +3,17 @@
 Parts (trainer, holder, lead) register handlers for control messages and a `poll()` that makes progress
 on their transfers; the loop receives messages, runs callbacks posted by other threads, polls every part
 and sleeps briefly when nothing moved: up to 2 ms when idle, 0.2 ms while some part expects the message
-that ends a transfer (so each hop of the L1/L2 handshake costs well under a millisecond), and a callback
-posted by another thread (a save job, a finished disk write) wakes it at once. All protocol state is
-owned by this thread; the training thread only hands over save jobs and waits on conditions. An exception
-here is kept and re-raised to the user on the next API call instead of dying silently.
+that ends a transfer (a CRC trailer, acks, Complete, L1 reports: each hop of the L1 handshake costs well
+under a millisecond, while long waits cost little CPU), and a callback posted by another thread (a save
+job, a finished disk write) wakes it at once. All protocol state is owned by this thread; the training
+thread only hands over save jobs and waits on conditions. An exception here is kept and re-raised to the
+user on the next API call instead of dying silently.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -113,8 +111,6 @@ class Service:
             backoff.pause(moved, BUSY_CAP if any(p.busy() for p in self.parts) else IDLE_CAP)
 
     def _run(self) -> None:
-        if self.world.is_trainer:
-            _yield_to_training()
         try:
             self._loop()
         except BaseException as exc:
@@ -125,11 +121,3 @@ class Service:
                 part.stopped()
             self.done.set()
 
-
-def _yield_to_training() -> None:
-    """On a rank that trains, run this thread at nice +10: its checksums and polling must not take CPU from
-    the training loop and its data loaders (on nodes shared with a holder, the holder's receive copy is
-    favoured the same way). Linux sets nice per thread; elsewhere the thread keeps its priority."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + 10)

@@ -1,10 +1,13 @@
 """Trainer side of L1: ship this trainer's shards of each snapshot to holders, track completion notices.
 
 Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. All of a
-shard's chunks are Isend'ed at once, right after its header, so the holder can pull the bytes back to back
-while this thread computes the CRC-32 of the same (read-only) L0 buffer, one chunk per loop round; the CRC
-goes in a trailer once the whole shard is summed. The L0 buffer returns to the pool when its sends complete
-and every shard is summed; the job counts as delivered when every holder acknowledged it.
+shard's chunks are Isend'ed at once, right after its header, so the holder can pull the bytes back to back.
+The CRC-32 of the (read-only) L0 buffer keeps pace with the holder: chunk k is summed once the send of
+chunk k-1 has completed, i.e. while the holder pulls chunk k, and the CRC goes in a trailer after the last
+chunk. So the checksum never holds up the transfer and ends with it; and where trainers share cores with
+the holder (one node), this thread sleeps while the holder serves other trainers instead of competing with
+the copy that is the critical path. The L0 buffer returns to the pool when its sends complete and every
+shard is summed; the job counts as delivered when every holder acknowledged it.
 """
 
 from __future__ import annotations
@@ -52,13 +55,19 @@ class _ShardSend:
     trailed: bool = False
 
     def checksum_next(self) -> bool:
-        """Fold the next chunk into the CRC; False once the whole shard is summed."""
-        if self.summed == len(self.spans):
+        """Fold the next chunk into the CRC once the holder has pulled the one before it (so, while it pulls
+        this one); False if there is none to sum yet."""
+        k = self.summed
+        if k == len(self.spans) or (k > 0 and not self.reqs[k - 1].Test()):
             return False
-        a, b = self.spans[self.summed]
+        a, b = self.spans[k]
         self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
         self.summed += 1
         return True
+
+    @property
+    def summed_all(self) -> bool:
+        return self.summed == len(self.spans)
 
 
 class TrainerPart:
@@ -124,7 +133,7 @@ class TrainerPart:
         for send in self.sends:
             if send.checksum_next():
                 moved = True
-            elif not send.trailed:
+            elif send.summed_all and not send.trailed:
                 self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.crc), send.dest)
                 send.trailed = moved = True
         if not all(s.trailed for s in self.sends) or not MPI.Request.Testall(
@@ -159,7 +168,8 @@ class TrainerPart:
         return Bye(self.svc.world.trainer_index, self.last_sent)
 
     def busy(self) -> bool:
-        return self.job is not None or bool(self.unacked) or bool(self.l1_due)
+        """Every trailer is out and the acks / Complete(L1) are due (not while holders are still pulling)."""
+        return bool(self.l1_due) and all(s.trailed for s in self.sends)
 
     def idle(self) -> bool:
         return self.job is None and not self.queue and not self.unacked
