@@ -1,17 +1,29 @@
 """DeepCheck benchmark: training stall, L1/L2 completion throughput and memory, against baselines
 measured in the same run.
 
-    mpirun -n 4 --oversubscribe python benchmarks/deepcheck_bench.py --sizes 100,500,1024 [--json]
+    mpirun -n 4 --oversubscribe --bind-to none --mca btl self,vader \
+        python benchmarks/deepcheck_bench.py --sizes 100,500,1024 [--json]
 
 The last rank is the holder, the others are trainers holding the same float32 state of each size.
 Per size:
   sync      trainer 0 does torch.save of the whole state + fsync (the blocking alternative)
-  loopback  every trainer MPI-sends its 1/n of the bytes to the holder (chunked Send/Recv, no DeepCheck)
-  disk      the holder writes the bytes as n files, each fsynced (no DeepCheck)
+  loopback  all trainers at once MPI-send their 1/n of the bytes to the holder, in the same 8 MiB
+            messages as DeepCheck (trainers: blocking Send; holder: Irecv all, Waitall; plain buffers,
+            no checksum); best of 2
+  disk      the holder writes the bytes as n files, each written, fsynced, renamed and its directory
+            fsynced (no DeepCheck); best of 2
   deepcheck save() stall (median of --reps warm saves), then time until L1 and L2 are announced.
             The L1 transfer stage (save() returned -> L1) is compared with loopback, the L2 stage
             (L1 -> L2) with disk; l1_s is the end-to-end time from the save() call.
 Peak host memory (ru_maxrss) is reported per rank at the end.
+
+What the comparison charges to DeepCheck and not to the baselines: the trainers' CRC-32 of every byte
+(about as costly as the copy itself; with 3 trainers and the holder on 2 cores it shares the cores with
+the holder's receive copy), the "next optimizer step" (an add_ on 1/8 of the state, right after save()),
+and medians against the baselines' best of 2. The trainers pass a barrier before each save(), as they
+do after a data-parallel step's allreduce and as the loopback's senders start together: otherwise rank
+0's stall and L1 stage would include the other trainers' lag in noticing the previous checkpoint's L2.
+Measured numbers, with the machine's load: deepcheck/README.md.
 """
 
 from __future__ import annotations
