@@ -8,6 +8,7 @@ service thread per rank; the training thread calls MPI only inside the collectiv
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -20,7 +21,8 @@ from typing import Any
 from mpi4py import MPI
 
 from . import codec
-from .errors import CheckpointTimeout, ConfigError, DeepCheckError
+from .agree import Agreement
+from .errors import CheckpointTimeout, ConfigError, DeepCheckError, StateError
 from .holder import HolderPart
 from .lead import LeadPart
 from .manifest import CheckpointId, new_run_id
@@ -160,18 +162,23 @@ class DeepCheck:
         """Snapshot `state` (L0) and return; shipping, persisting and uploading continue in the background.
 
         Collective over trainers: every trainer calls it for the same steps with the same state layout
-        (replicated model/optimizer/scheduler state, data position, extras). Per-rank data goes in
-        `rank_state`; RNG states are captured per rank automatically. Steps must increase.
+        (replicated model/optimizer/scheduler state, data position, extras), and if they differ every
+        trainer raises StateError. Per-rank data goes in `rank_state`; RNG states are captured per rank
+        automatically. Steps must increase.
         """
         trainer = self._need_trainer("save")
         t0 = time.perf_counter()
-        if not isinstance(step, int) or step < 0:
-            raise ConfigError(f"step must be a non-negative integer, got {step!r}")
-        if step <= self.last_step:
-            raise ConfigError(
-                f"step {step} is not after the previous save ({self.last_step}); steps must increase"
-            )
-        flat = codec.flatten(state)
+        try:
+            if not isinstance(step, int) or step < 0:
+                raise ConfigError(f"step must be a non-negative integer, got {step!r}")
+            if step <= self.last_step:
+                raise ConfigError(f"step {step} is not after the previous save ({self.last_step}); steps must increase")
+            flat = codec.flatten(state)
+        except DeepCheckError:
+            with contextlib.suppress(StateError):  # take part in the exchange, so the others raise too
+                Agreement.failed(self.tcomm).check(self._timeout(None))
+            raise
+        agreement = Agreement(self.tcomm, step, flat.total, flat.layout_crc())
         mine = codec.flatten({"rng": capture_rng(), "user": rank_state}, inline=True).skeleton
         shards = plan_shards(flat.total, len(self.world.trainers), len(self.world.holders))
         t = self.world.trainer_index
@@ -179,6 +186,7 @@ class DeepCheck:
         buf = self.pool.acquire(hi - lo, needs_pinned(flat), self._timeout(None))
         try:
             event = copy_range(flat, lo, hi, buf)
+            agreement.check(self._timeout(None))
         except BaseException:
             self.pool.release(buf)
             raise
@@ -192,7 +200,6 @@ class DeepCheck:
                 flat.total,
                 len(self.world.trainers),
                 len(self.world.holders),
-                flat.layout_crc(),
                 flat.layout() if t == 0 else None,
                 (t, mine),
                 buf,
@@ -224,11 +231,7 @@ class DeepCheck:
 
         def settled() -> bool:
             done = trainer.newest.get(level)
-            return (
-                (done is not None and done.step >= step)
-                or trainer.is_stopped
-                or any(c.step >= step for c in trainer.rejected)
-            )
+            return (done is not None and done.step >= step) or trainer.is_stopped
 
         with trainer.cond:
             if not trainer.cond.wait_for(settled, self._timeout(timeout)):
@@ -238,11 +241,8 @@ class DeepCheck:
             done = trainer.newest.get(level)
             if done is not None and done.step >= step:
                 return done
-            rejected = [r for c, r in trainer.rejected.items() if c.step >= step]
         self.svc.check()
-        raise DeepCheckError(
-            rejected[0] if rejected else f"DeepCheck stopped before step {step} reached {level.name}"
-        )
+        raise DeepCheckError(f"DeepCheck stopped before step {step} reached {level.name}")
 
     # ---- emergency ---------------------------------------------------------------------------------
     def request_flush(self) -> None:
@@ -324,7 +324,7 @@ class DeepCheck:
                     raise CheckpointTimeout(f"pending checkpoints were not delivered within {limit}s")
             self.svc.check()
             bye = trainer.bye()
-            self.svc.inbox.put(lambda: self.svc.outbox.send(bye, self.world.lead))
+            self.svc.post(lambda: self.svc.outbox.send(bye, self.world.lead))
         if not self.svc.done.wait(limit):
             raise CheckpointTimeout(
                 f"DeepCheck did not shut down within {limit}s (are all trainers closing?)"

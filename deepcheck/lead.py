@@ -1,10 +1,12 @@
 """The lead holder: decides when a checkpoint is complete at each level and commits its manifest.
 
-L1: once every holder reports its shards in RAM, the lead assembles the manifest (checking that all
-trainers sent the same layout) and announces L1. L2: one persist round at a time, always of the newest
+L1: once every holder reports its shards in RAM, the lead assembles the manifest (the trainers agreed on
+the layout in save()) and announces L1. L2: one persist round at a time, always of the newest
 L1-complete checkpoint (older pending ones are skipped, so a slow disk lags but never falls further
-behind); only when every holder has fsynced its shard files does the lead write the manifest – last –
-then tell the other holders to write their copies and announce L2. L3 works the same way with S3.
+behind). While the holders write their shard files, the lead writes and fsyncs the manifest under a
+temporary name; only when every holder has fsynced its shards does it rename the manifest into place –
+last, and then only a rename and a directory fsync stand between the shards and L2 – tell the other
+holders to write their copies and announce L2. L3 works the same way with S3.
 Retention runs right after each commit (after the announcement, off the critical path), so the newest
 complete checkpoint is never deleted.
 """
@@ -24,7 +26,6 @@ from .protocol import (
     L1Report,
     Level,
     Persist,
-    Rejected,
     Shutdown,
     Upload,
     Uploaded,
@@ -46,10 +47,9 @@ class LeadPart:
         self.s3 = s3
         self.keep_ram = keep_ram
         self.keep_disk = keep_disk
-        self.worker = Worker("deepcheck-commit", svc.inbox)
+        self.worker = Worker("deepcheck-commit", svc.post)
         self.reports: dict[CheckpointId, dict[int, L1Report]] = {}
         self.l1: dict[CheckpointId, Manifest] = {}
-        self.rejected: set[CheckpointId] = set()
         self.pending: Manifest | None = None  # newest L1-complete checkpoint not yet persisted
         self.persisting: Manifest | None = None
         self.durable: set[int] = set()
@@ -80,17 +80,7 @@ class LeadPart:
         if len(got) < len({s.holder for s in plan}):
             return
         del self.reports[r.ckpt]
-        crcs = set().union(*(x.layout_crcs for x in got.values()))
-        layout = next((x.layout for x in got.values() if x.layout is not None), None)
-        if len(crcs) != 1 or layout is None:
-            reason = (
-                f"trainers disagree on the layout of the state at step {r.ckpt.step}: save() expects the "
-                "same state (same keys, shapes and dtypes) on every trainer, per-rank data in rank_state"
-            )
-            log.error(reason)
-            self.rejected.add(r.ckpt)
-            self._send_all(Rejected(r.ckpt, reason), self.world.trainers)
-            return
+        layout = next(x.layout for x in got.values() if x.layout is not None)  # trainers agreed in save()
         rank_states: dict[int, Any] = {}
         for x in got.values():
             rank_states.update(x.rank_states)
@@ -120,6 +110,8 @@ class LeadPart:
         self.persisting, self.pending = self.pending, None
         self.durable = set()
         self._send_all(Persist(self.persisting.ckpt), self._holders_of(self.persisting))
+        manifest = self.persisting
+        self.worker.submit(lambda: self.disk.stage(manifest), lambda _r, _e: None)  # commit falls back to a write
 
     def _holders_of(self, m: Manifest) -> tuple[int, ...]:
         plan = plan_shards(m.total_bytes, m.n_trainers, len(self.world.holders))
@@ -134,6 +126,7 @@ class LeadPart:
             log.error(
                 "checkpoint %s cannot reach L2: holder %d failed to persist it: %s", ckpt, d.holder, d.error
             )
+            self.worker.submit(lambda: self.disk.unstage(ckpt), lambda _r, _e: None)
             self.persisting = None
             self._next_persist()
             return
@@ -202,7 +195,6 @@ class LeadPart:
         if (
             last is not None
             and last not in self.l1
-            and last not in self.rejected
             and (not self.l1 or max(self.l1) < last)
         ):
             return
@@ -214,6 +206,9 @@ class LeadPart:
     def poll(self) -> bool:
         self._maybe_shutdown()  # checked every round: byes, commits and uploads can finish in any order
         return False
+
+    def busy(self) -> bool:
+        return bool(self.reports)
 
     def idle(self) -> bool:
         return self.worker.idle

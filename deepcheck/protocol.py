@@ -34,7 +34,6 @@ class ShardHeader:
     total: int  # stream size
     n_trainers: int
     n_holders: int
-    layout_crc: int  # fingerprint of the sender's layout; all trainers must agree
     chunk: int  # bytes per buffer message
     layout: dict[str, Any] | None = None  # skeleton + leaves, sent with trainer 0's first shard
     rank_state: tuple[int, Any] | None = (
@@ -63,7 +62,6 @@ class L1Report:
     total: int
     n_trainers: int
     shards: list[ShardInfo]
-    layout_crcs: set[int]
     layout: dict[str, Any] | None
     rank_states: dict[int, Any] = field(default_factory=dict)
 
@@ -72,12 +70,6 @@ class L1Report:
 class Complete:
     ckpt: CheckpointId
     level: Level
-
-
-@dataclass
-class Rejected:
-    ckpt: CheckpointId
-    reason: str
 
 
 @dataclass

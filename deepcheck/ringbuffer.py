@@ -26,16 +26,22 @@ class Slot:
     reqs: list[MPI.Request]
     received: bool = False
 
-    def try_finish(self) -> bool:
-        """True when this call completed the slot (all bytes in and CRC known)."""
-        if self.received:
+    def advance(self) -> bool:
+        """Test the outstanding receives (with shared memory this is where the copy happens); True if any
+        completed. Completion needs the CRC trailer too: see `finish()`."""
+        if not self.reqs:
             return False
-        if self.reqs and MPI.Request.Testall(self.reqs):
-            self.reqs = []
-        if not self.reqs and self.info.crc32 >= 0:
-            self.received = True
-            return True
-        return False
+        if not MPI.Request.Testsome(self.reqs):
+            return False
+        self.reqs = [r for r in self.reqs if r]  # completed requests became MPI.REQUEST_NULL
+        return True
+
+    def finish(self) -> bool:
+        """True when this call completed the slot (all bytes in and CRC known)."""
+        if self.received or self.reqs or self.info.crc32 < 0:
+            return False
+        self.received = True
+        return True
 
 
 @dataclass
@@ -46,7 +52,6 @@ class Entry:
     n_trainers: int
     expected: frozenset[int]  # shard indices this holder keeps
     slots: dict[int, Slot] = field(default_factory=dict)
-    layout_crcs: set[int] = field(default_factory=set)
     layout: dict[str, Any] | None = None
     rank_states: dict[int, Any] = field(default_factory=dict)
     reported: bool = False

@@ -1,10 +1,13 @@
 """The one background thread per rank that drives DeepCheck's MPI traffic.
 
 Parts (trainer, holder, lead) register handlers for control messages and a `poll()` that makes progress
-on their transfers; the loop receives messages, runs callbacks from the I/O workers, polls every part and
-sleeps briefly when nothing moved. All protocol state is owned by this thread; the training thread only
-hands over save jobs and waits on conditions. An exception here is kept and re-raised to the user on the
-next API call instead of dying silently.
+on their transfers; the loop receives messages, runs callbacks posted by other threads, polls every part
+and sleeps briefly when nothing moved: up to 2 ms when idle, 0.2 ms while some part expects the message
+that ends a transfer (a CRC trailer, acks, Complete, L1 reports: each hop of the L1 handshake costs well
+under a millisecond, while long waits cost little CPU), and a callback posted by another thread (a save
+job, a finished disk write) wakes it at once. All protocol state is owned by this thread; the training
+thread only hands over save jobs and waits on conditions. An exception here is kept and re-raised to the
+user on the next API call instead of dying silently.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from mpi4py import MPI
 
 from .errors import DeepCheckError
 from .protocol import Shutdown
-from .transport import TAG_CTRL, TAG_REQ, Backoff, Outbox, poll_message
+from .transport import BUSY_CAP, IDLE_CAP, TAG_CTRL, TAG_REQ, Backoff, Bell, Outbox, poll_message
 from .world import World
 
 log = logging.getLogger("deepcheck")
@@ -29,6 +32,7 @@ Handler = Callable[[Any, int], None]
 class Part(Protocol):
     def handlers(self) -> dict[type, Handler]: ...
     def poll(self) -> bool: ...
+    def busy(self) -> bool: ...  # a message that completes a transfer is due soon: poll often
     def idle(self) -> bool: ...
     def stopped(self) -> None: ...
 
@@ -41,6 +45,7 @@ class Service:
         self.outbox = Outbox(comm)
         self.replies = Outbox(rcomm)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.bell = Bell()
         self.parts: list[Part] = []
         self.handlers: dict[type, list[Handler]] = {Shutdown: [self._on_shutdown]}
         self.requests: dict[type, Handler] = {}
@@ -54,6 +59,11 @@ class Service:
         for kind, handler in part.handlers().items():
             self.handlers.setdefault(kind, []).append(handler)
         self.requests.update(requests or {})
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` on the service thread soon (thread-safe); wakes the loop if it is sleeping."""
+        self.inbox.put(fn)
+        self.bell.ring()
 
     def start(self) -> None:
         self.thread.start()
@@ -84,7 +94,7 @@ class Service:
         return moved
 
     def _loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(self.bell)
         while True:
             moved = self._dispatch(self.comm, TAG_CTRL, self.handlers)
             if self.requests:
@@ -98,7 +108,7 @@ class Service:
             moved |= self.replies.poll()
             if self.stopping and self.outbox.idle and self.replies.idle and all(p.idle() for p in self.parts):
                 return
-            backoff.pause(moved)
+            backoff.pause(moved, BUSY_CAP if any(p.busy() for p in self.parts) else IDLE_CAP)
 
     def _run(self) -> None:
         try:
@@ -110,3 +120,4 @@ class Service:
             for part in self.parts:
                 part.stopped()
             self.done.set()
+

@@ -35,8 +35,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: Any) -> None:
-    """Write `data` (any buffer) to `path` so that `path` is never seen half-written, even after a crash."""
+def _write_temp(path: Path, data: Any) -> Path:
+    """Write and fsync `data` (any buffer) under a unique temporary name next to `path`; return that name."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     view = memoryview(data).cast("B")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -50,8 +50,21 @@ def atomic_write(path: Path, data: Any) -> None:
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    return tmp
+
+
+def _publish(directory: Path, renames: list[tuple[Path, Path]]) -> None:
+    """Rename fsynced temporary files into place; one fsync of the directory makes all renames durable."""
+    for tmp, path in renames:
+        os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def atomic_write_all(directory: Path, files: list[tuple[str, Any]]) -> None:
+    """Write (name, buffer) pairs into `directory` so that no name is ever seen half-written, even after a
+    crash: every file is written and fsynced under a temporary name, then all are renamed into place with
+    one fsync of the directory (per batch rather than per file)."""
+    _publish(directory, [(_write_temp(directory / name, data), directory / name) for name, data in files])
 
 
 class DiskStore:
@@ -60,6 +73,7 @@ class DiskStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.staged: dict[CheckpointId, Path] = {}  # manifests written ahead under a temporary name
 
     def ckpt_dir(self, ckpt: CheckpointId) -> Path:
         return self.root / ckpt.name
@@ -68,18 +82,33 @@ class DiskStore:
         return self.ckpt_dir(ckpt) / shard_name(index)
 
     def _make_dir(self, ckpt: CheckpointId) -> Path:
+        """The checkpoint's directory, created durably if new."""
         d = self.ckpt_dir(ckpt)
         if not d.is_dir():
             d.mkdir(exist_ok=True)
             fsync_dir(self.root)
         return d
 
-    def write_shard(self, ckpt: CheckpointId, index: int, data: Any) -> None:
-        atomic_write(self._make_dir(ckpt) / shard_name(index), data)
+    def write_shards(self, ckpt: CheckpointId, shards: list[tuple[int, Any]]) -> None:
+        """Persist (index, bytes) shards of one checkpoint; they are all durable when this returns."""
+        atomic_write_all(self._make_dir(ckpt), [(shard_name(i), data) for i, data in shards])
+
+    def stage(self, manifest: Manifest) -> None:
+        """Write and fsync the manifest under a temporary name while the shards are still being persisted, so
+        that `commit` is only a rename and a directory fsync. A staged manifest commits nothing by itself."""
+        self.staged[manifest.ckpt] = _write_temp(self._make_dir(manifest.ckpt) / MANIFEST, manifest.to_bytes())
+
+    def unstage(self, ckpt: CheckpointId) -> None:
+        """Drop a staged manifest whose checkpoint will not be committed."""
+        tmp = self.staged.pop(ckpt, None)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
     def commit(self, manifest: Manifest) -> None:
         """Make the checkpoint complete at L2. Call only once every shard of it is durable on every holder."""
-        atomic_write(self._make_dir(manifest.ckpt) / MANIFEST, manifest.to_bytes())
+        d = self._make_dir(manifest.ckpt)
+        tmp = self.staged.pop(manifest.ckpt, None) or _write_temp(d / MANIFEST, manifest.to_bytes())
+        _publish(d, [(tmp, d / MANIFEST)])
 
     def _ckpt_dirs(self) -> list[tuple[CheckpointId, Path]]:
         out = []

@@ -1,26 +1,30 @@
 """Trainer side of L1: ship this trainer's shards of each snapshot to holders, track completion notices.
 
-Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. Each
-chunk is Isend'ed first and then checksummed, so the CRC-32 overlaps the holder pulling the same bytes
-(both only read the L0 buffer); the CRC goes in a trailer after the last chunk. The L0 buffer returns
-to the pool when its sends complete; the job counts as delivered when every holder acknowledged it.
+Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. All of a
+shard's chunks are Isend'ed at once, right after its header, so the holder can pull the bytes back to back.
+The CRC-32 of the (read-only) L0 buffer keeps pace with the holder: chunk k is summed once the send of
+chunk k-1 has completed, i.e. while the holder pulls chunk k, and the CRC goes in a trailer after the last
+chunk. So the checksum never holds up the transfer and ends with it; and where trainers share cores with
+the holder (one node), this thread sleeps while the holder serves other trainers instead of competing with
+the copy that is the critical path. The L0 buffer returns to the pool when its sends complete and every
+shard is summed; the job counts as delivered when every holder acknowledged it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mpi4py import MPI
 
 from .manifest import CheckpointId, crc32
-from .protocol import Bye, Complete, Level, Rejected, ShardAck, ShardHeader, ShardTrailer
+from .protocol import Bye, Complete, Level, ShardAck, ShardHeader, ShardTrailer
 from .service import Handler, Service
 from .sharding import Shard
 from .snapshot import BufferPool, HostBuffer
-from .transport import TAG_DATA, spans
+from .transport import TAG_DATA, post_chunks, spans
 
 
 @dataclass
@@ -32,7 +36,6 @@ class SaveJob:
     total: int
     n_trainers: int
     n_holders: int
-    layout_crc: int
     layout: dict[str, Any] | None  # trainer 0 only
     rank_state: tuple[int, Any]
     buf: HostBuffer
@@ -46,20 +49,25 @@ class _ShardSend:
     dest: int  # holder rank
     view: memoryview
     spans: list[tuple[int, int]]
-    posted: int = 0
+    reqs: list[MPI.Request]  # every chunk, posted up front
+    summed: int = 0  # chunks checksummed so far
     crc: int = 0
-    reqs: list[MPI.Request] = field(default_factory=list)
     trailed: bool = False
 
-    def step(self, comm: MPI.Comm) -> bool:
-        """Checksum and post the next chunk; False once all chunks are posted."""
-        if self.posted == len(self.spans):
+    def checksum_next(self) -> bool:
+        """Fold the next chunk into the CRC once the holder has pulled the one before it (so, while it pulls
+        this one); False if there is none to sum yet."""
+        k = self.summed
+        if k == len(self.spans) or (k > 0 and not self.reqs[k - 1].Test()):
             return False
-        a, b = self.spans[self.posted]
-        self.reqs.append(comm.Isend([self.view[a:b], MPI.BYTE], self.dest, TAG_DATA))
+        a, b = self.spans[k]
         self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
-        self.posted += 1
+        self.summed += 1
         return True
+
+    @property
+    def summed_all(self) -> bool:
+        return self.summed == len(self.spans)
 
 
 class TrainerPart:
@@ -71,25 +79,27 @@ class TrainerPart:
         self.job: SaveJob | None = None
         self.sends: list[_ShardSend] = []
         self.unacked: dict[CheckpointId, set[int]] = {}
+        self.l1_due: set[CheckpointId] = set()  # sent, not yet announced complete at L1
         self.undelivered = 0  # jobs submitted and not yet acknowledged by all holders
         self.last_sent: CheckpointId | None = None
         self.newest: dict[Level, CheckpointId] = {}
-        self.rejected: dict[CheckpointId, str] = {}
         self.is_stopped = False
 
     def handlers(self) -> dict[type, Handler]:
-        return {ShardAck: self._on_ack, Complete: self._on_complete, Rejected: self._on_rejected}
+        return {ShardAck: self._on_ack, Complete: self._on_complete}
 
     def submit(self, job: SaveJob) -> None:
         with self.cond:
             self.queue.append(job)
             self.undelivered += 1
+        self.svc.bell.ring()
 
     def _start(self, job: SaveJob) -> None:
         if job.event is not None:
             job.event.synchronize()
         self.job = job
         self.unacked[job.ckpt] = {s.index for s in job.shards}
+        self.l1_due.add(job.ckpt)
         holders = self.svc.world.holders
         for i, shard in enumerate(job.shards):
             dest = holders[shard.holder]
@@ -102,14 +112,14 @@ class TrainerPart:
                     job.total,
                     job.n_trainers,
                     job.n_holders,
-                    job.layout_crc,
                     job.chunk,
                     job.layout if shard.index == 0 else None,
                     job.rank_state if i == 0 else None,
                 ),
                 dest,
             )
-            self.sends.append(_ShardSend(shard, dest, view, spans(shard.length, job.chunk)))
+            reqs = post_chunks(self.svc.comm, view, dest, TAG_DATA, job.chunk, send=True)
+            self.sends.append(_ShardSend(shard, dest, view, spans(shard.length, job.chunk), reqs))
 
     def poll(self) -> bool:
         if self.job is None:
@@ -121,9 +131,9 @@ class TrainerPart:
         job = self.job
         moved = False
         for send in self.sends:
-            if send.step(self.svc.comm):
+            if send.checksum_next():
                 moved = True
-            elif not send.trailed:
+            elif send.summed_all and not send.trailed:
                 self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.crc), send.dest)
                 send.trailed = moved = True
         if not all(s.trailed for s in self.sends) or not MPI.Request.Testall(
@@ -147,18 +157,19 @@ class TrainerPart:
             self.cond.notify_all()
 
     def _on_complete(self, msg: Complete, src: int) -> None:
+        if msg.level == Level.L1:
+            self.l1_due = {c for c in self.l1_due if c > msg.ckpt}
         with self.cond:
             if msg.ckpt > self.newest.get(msg.level, CheckpointId(-1, "")):
                 self.newest[msg.level] = msg.ckpt
             self.cond.notify_all()
 
-    def _on_rejected(self, msg: Rejected, src: int) -> None:
-        with self.cond:
-            self.rejected[msg.ckpt] = msg.reason
-            self.cond.notify_all()
-
     def bye(self) -> Bye:
         return Bye(self.svc.world.trainer_index, self.last_sent)
+
+    def busy(self) -> bool:
+        """Every trailer is out and the acks / Complete(L1) are due (not while holders are still pulling)."""
+        return bool(self.l1_due) and all(s.trailed for s in self.sends)
 
     def idle(self) -> bool:
         return self.job is None and not self.queue and not self.unacked

@@ -10,6 +10,8 @@ training loop's CPU while it is idle.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import Any
 
@@ -48,28 +50,54 @@ def poll_message(comm: MPI.Comm, tag: int, source: int = MPI.ANY_SOURCE) -> tupl
     return msg.recv(), status.Get_source()
 
 
-class Backoff:
-    """Sleep a little longer each idle round (up to `cap` seconds) and not at all after progress."""
+IDLE_CAP = 0.002  # longest sleep between polls when nothing is expected
+BUSY_CAP = 0.0002  # ... and while a message that ends a transfer is due (a CRC trailer, an ack, Complete)
 
-    def __init__(self, cap: float = 0.002):
-        self.cap = cap
+
+class Bell:
+    """A sleep that another thread can cut short with `ring()`; a ring while nobody sleeps ends the next sleep.
+
+    A bare lock rather than threading.Event: acquiring with a timeout costs no more than time.sleep, and the
+    service loop sleeps hundreds of times a second.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()  # held = not rung
+
+    def ring(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already rung
+            self._lock.release()
+
+    def sleep(self, seconds: float) -> None:
+        self._lock.acquire(timeout=seconds)
+
+
+class Backoff:
+    """Sleep a little longer each idle round (up to a cap) and not at all after progress."""
+
+    def __init__(self, bell: Bell | None = None):
+        self.sleep = time.sleep if bell is None else bell.sleep
         self.idle = 0
 
-    def pause(self, progressed: bool) -> None:
+    def pause(self, progressed: bool, cap: float = IDLE_CAP) -> None:
         self.idle = 0 if progressed else min(self.idle + 1, 12)
-        time.sleep(0 if progressed else min(self.cap, 1e-6 * (1 << self.idle)))
+        if progressed:
+            time.sleep(0)  # let other threads have the GIL
+        else:
+            self.sleep(min(cap, 1e-6 * (1 << self.idle)))
 
 
 def _deadline(timeout: float | None) -> float:
     return float("inf") if timeout is None else time.monotonic() + timeout
 
 
-def wait_requests(reqs: list[MPI.Request], timeout: float | None, what: str) -> None:
+def wait_requests(reqs: list[MPI.Request], timeout: float | None, what: str, cap: float = IDLE_CAP) -> None:
     deadline, backoff = _deadline(timeout), Backoff()
     while not MPI.Request.Testall(reqs):
         if time.monotonic() > deadline:
             raise CheckpointTimeout(f"timed out after {timeout}s waiting for {what}")
-        backoff.pause(False)
+        backoff.pause(False, cap)
 
 
 def wait_message(comm: MPI.Comm, source: int, tag: int, timeout: float | None, what: str) -> Any:

@@ -1,6 +1,6 @@
 """A thread for blocking I/O (disk writes with fsync, S3 uploads) that must not stall the MPI loop.
 
-Results come back as callbacks run on the service thread (through `inbox`), so all protocol state is
+Results come back as callbacks run on the service thread (through `post`, which also wakes it), so all protocol state is
 touched by one thread only and needs no locks. Workers never call MPI.
 """
 
@@ -17,8 +17,8 @@ Done = Callable[[Any, BaseException | None], None]
 
 
 class Worker:
-    def __init__(self, name: str, inbox: queue.SimpleQueue):
-        self.inbox = inbox
+    def __init__(self, name: str, post: Callable[[Callable[[], Any]], None]):
+        self.post = post
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.pending = 0  # touched by the service thread only
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -40,7 +40,7 @@ class Worker:
             except Exception as exc:
                 log.exception("background %s job failed", self.thread.name)
                 result, error = None, exc
-            self.inbox.put(lambda d=done, r=result, e=error: self._finish(d, r, e))
+            self.post(lambda d=done, r=result, e=error: self._finish(d, r, e))
 
     @property
     def idle(self) -> bool:

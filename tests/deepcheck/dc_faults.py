@@ -74,7 +74,8 @@ class Chain:
     def _check_ready(self, proc: subprocess.Popen, readies: int) -> None:
         ok = _wait_for(lambda: sum(w == "ready" for w, _ in _parse(self.log)) > readies, 90, proc)
         if not ok:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the job may have died on its own: show why
+                os.killpg(proc.pid, signal.SIGKILL)
             raise AssertionError(f"job never restored (exit {proc.poll()}):\n{proc.communicate()[0][-3000:]}")
         events = _parse(self.log)
         restored = [n for w, n in events if w == "ready"][-1]

@@ -10,8 +10,7 @@ from deepcheck.storage_disk import MANIFEST, DiskStore
 
 def _save(store: DiskStore, step: int, commit: bool = True):
     m, data = make_checkpoint(step)
-    for info, d in zip(m.shards, data, strict=True):
-        store.write_shard(m.ckpt, info.index, d)
+    store.write_shards(m.ckpt, [(info.index, d) for info, d in zip(m.shards, data, strict=True)])
     if commit:
         store.commit(m)
     return m, data

@@ -18,8 +18,8 @@ comm = MPI.COMM_WORLD
 mode, roles, directory, out = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
 s3 = deepcheck.S3Config(bucket=sys.argv[6], endpoint_url=sys.argv[5]) if len(sys.argv) > 5 else None
 role = {"T": "trainer", "H": "holder", "B": "both"}[roles[comm.rank]]
-ck = deepcheck.init(
-    comm, role, directory=directory if "HB".count(roles[comm.rank]) else None, s3=s3, timeout=60
+ck = deepcheck.init(  # small chunks: every shard crosses MPI as several messages
+    comm, role, directory=directory if "HB".count(roles[comm.rank]) else None, s3=s3, chunk_bytes=4096, timeout=60
 )
 result: dict = {"rank": comm.rank}
 
