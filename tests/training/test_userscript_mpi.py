@@ -88,5 +88,7 @@ def test_an_exception_in_the_script_ends_every_rank_with_its_traceback(tmp_path)
         proc = launch_ranks(job, "trainer,trainer,holder", url)
         _, stderr = proc.communicate(timeout=180)
     assert proc.returncode != 0
-    assert "MPI_ABORT was invoked on rank 1" in stderr and "ValueError: my script broke" in stderr
+    # every rank ended (communicate returned) with the script's error; Open MPI's own "MPI_ABORT was invoked"
+    # text is not asserted: its help printer can fail under load ("Out of resource" in show_help.c)
+    assert "ValueError: my script broke" in stderr
     assert 'File "' + str(tmp_path / "broken.py") + '", line 7' in stderr
