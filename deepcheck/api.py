@@ -8,7 +8,6 @@ service thread per rank; the training thread calls MPI only inside the collectiv
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -21,8 +20,8 @@ from typing import Any
 from mpi4py import MPI
 
 from . import codec
-from .agree import Agreement
-from .errors import CheckpointTimeout, ConfigError, DeepCheckError, StateError
+from .agree import check_agreement, check_failed
+from .errors import CheckpointTimeout, ConfigError, DeepCheckError
 from .holder import HolderPart
 from .lead import LeadPart
 from .manifest import CheckpointId, new_run_id
@@ -175,10 +174,9 @@ class DeepCheck:
                 raise ConfigError(f"step {step} is not after the previous save ({self.last_step}); steps must increase")
             flat = codec.flatten(state)
         except DeepCheckError:
-            with contextlib.suppress(StateError):  # take part in the exchange, so the others raise too
-                Agreement.failed(self.tcomm).check(self._timeout(None))
+            check_failed(self.tcomm, self._timeout(None))  # take part in the exchange, so the others raise too
             raise
-        agreement = Agreement(self.tcomm, step, flat.total, flat.layout_crc())
+        check_agreement(self.tcomm, step, flat.total, flat.layout_crc(), self._timeout(None))
         mine = codec.flatten({"rng": capture_rng(), "user": rank_state}, inline=True).skeleton
         shards = plan_shards(flat.total, len(self.world.trainers), len(self.world.holders))
         t = self.world.trainer_index
@@ -186,7 +184,6 @@ class DeepCheck:
         buf = self.pool.acquire(hi - lo, needs_pinned(flat), self._timeout(None))
         try:
             event = copy_range(flat, lo, hi, buf)
-            agreement.check(self._timeout(None))
         except BaseException:
             self.pool.release(buf)
             raise
