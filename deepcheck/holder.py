@@ -2,7 +2,7 @@
 them (L3), and serve inventories and verified shard bytes to restoring trainers.
 
 Disk and S3 work runs on worker threads; a ring entry is pinned while a worker reads its buffers. Every
-shard handed to a restoring trainer is first checked against the manifest's size and CRC-32, whatever
+shard handed to a restoring trainer is first checked against the manifest's size and digest, whatever
 level it comes from.
 """
 
@@ -94,7 +94,7 @@ class HolderPart:
 
     def _on_trailer(self, t: ShardTrailer, src: int) -> None:
         slot = self.incoming[(t.ckpt, t.index)]
-        slot.info = dataclasses.replace(slot.info, crc32=t.crc32)
+        slot.info = dataclasses.replace(slot.info, digest=t.digest)
 
     def poll(self) -> bool:
         moved = False
@@ -215,7 +215,7 @@ class HolderPart:
         self.svc.replies.add(post_chunks(self.svc.rcomm, view, src, TAG_FETCH, req.chunk, send=True))
 
     def busy(self) -> bool:
-        """Some shard has all its bytes and only its CRC trailer is due."""
+        """Some shard has all its bytes and only its digest trailer is due."""
         return any(not slot.reqs for slot in self.incoming.values())
 
     def idle(self) -> bool:

@@ -2,7 +2,7 @@
 
 A checkpoint is complete at a level only once its manifest is stored there, and the manifest is always
 written last. The manifest carries everything needed to rebuild the state besides the shard bytes: the
-shard table with sizes and CRC-32s, the tensor layout, the JSON skeleton, the per-rank states and the
+shard table with sizes and digests (see checksum), the tensor layout, the JSON skeleton, the per-rank states and the
 world it was saved from. The manifest protects itself with its own CRC-32 so a torn or bit-flipped
 manifest is rejected instead of trusted.
 """
@@ -16,10 +16,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checksum import digest
 from .codec import Leaf
 from .errors import CorruptCheckpointError
 
-FORMAT = 1
+FORMAT = 2  # 2: shard digests (checksum.py) instead of zlib CRC-32s
 _NAME = re.compile(r"^ckpt-(\d{12})-([0-9a-f]{20})$")
 
 
@@ -51,11 +52,7 @@ class ShardInfo:
     index: int  # position in the stream
     offset: int  # first byte
     length: int  # bytes
-    crc32: int  # CRC-32 of the bytes, computed by the trainer from its L0 snapshot
-
-
-def crc32(data: Any, value: int = 0) -> int:
-    return zlib.crc32(data, value)
+    digest: int  # checksum.digest of the bytes, computed by the trainer from its L0 snapshot
 
 
 def verify_shard(data: Any, info: ShardInfo, where: str) -> None:
@@ -65,10 +62,10 @@ def verify_shard(data: Any, info: ShardInfo, where: str) -> None:
         raise CorruptCheckpointError(
             f"{where}: shard {info.index} has {size} bytes, expected {info.length} (truncated?)"
         )
-    got = crc32(data)
-    if got != info.crc32:
+    got = digest(data)
+    if got != info.digest:
         raise CorruptCheckpointError(
-            f"{where}: shard {info.index} checksum {got:08x} != {info.crc32:08x} in the manifest (corrupt)"
+            f"{where}: shard {info.index} checksum {got:08x} != {info.digest:08x} in the manifest (corrupt)"
         )
 
 
@@ -92,7 +89,7 @@ class Manifest:
             "epoch": self.epoch,
             "total_bytes": self.total_bytes,
             "world": {"trainers": self.n_trainers, "holders": self.n_holders},
-            "shards": [[s.index, s.offset, s.length, s.crc32] for s in self.shards],
+            "shards": [[s.index, s.offset, s.length, s.digest] for s in self.shards],
             "leaves": [leaf.to_json() for leaf in self.leaves],
             "skeleton": self.skeleton,
             "rank_states": list(self.rank_states),

@@ -1,7 +1,7 @@
 """The small control messages ranks exchange (pickled by mpi4py; bulk bytes never travel in them).
 
 Flow of one checkpoint (T = trainer, H = holder, L = lead holder, the lowest-ranked holder):
-  T->H ShardHeader, then the shard's bytes as buffer sends, then ShardTrailer (CRC-32)
+  T->H ShardHeader, then the shard's bytes as buffer sends, then ShardTrailer (digest)
   H->T ShardAck            H->L L1Report (all of H's shards of the checkpoint are in RAM)
   L->T,H Complete(L1)      L->H Persist        H->L Durable (shard files fsynced)
   L writes the manifest    L->H Commit (others write it too)     L->T Complete(L2)
@@ -45,7 +45,7 @@ class ShardHeader:
 class ShardTrailer:
     ckpt: CheckpointId
     index: int
-    crc32: int
+    digest: int  # checksum.digest of the shard's bytes
 
 
 @dataclass

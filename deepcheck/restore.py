@@ -3,7 +3,7 @@
 Trainer 0 asks every holder for an inventory and ranks the complete checkpoints newest first (a
 checkpoint is a candidate when some level has its manifest and every shard has at least one copy
 somewhere); the trainers then try them in order. Each trainer fetches only its 1/n of the stream, for
-the current n, which need not be the n at save time; holders verify every shard's size and CRC-32
+the current n, which need not be the n at save time; holders verify every shard's size and digest
 before sending any byte of it. A corrupt copy makes the trainer try the next copy (RAM, disk, S3); when
 no copy of some shard is good, all trainers agree to fall back to the previous checkpoint and log why.
 Finally the trainers exchange their pieces (chunked broadcasts) so each holds the whole state.

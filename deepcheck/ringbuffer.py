@@ -20,7 +20,7 @@ POOL_LIMIT = 8  # spare buffers kept for reuse
 
 @dataclass
 class Slot:
-    info: ShardInfo  # crc32 is -1 until the trailer arrives
+    info: ShardInfo  # digest is -1 until the trailer arrives
     trainer_rank: int  # where the bytes come from (for the ack)
     buf: bytearray
     reqs: list[MPI.Request]
@@ -28,7 +28,7 @@ class Slot:
 
     def advance(self) -> bool:
         """Test the outstanding receives (with shared memory this is where the copy happens); True if any
-        completed. Completion needs the CRC trailer too: see `finish()`."""
+        completed. Completion needs the digest trailer too: see `finish()`."""
         if not self.reqs:
             return False
         if not MPI.Request.Testsome(self.reqs):
@@ -37,8 +37,8 @@ class Slot:
         return True
 
     def finish(self) -> bool:
-        """True when this call completed the slot (all bytes in and CRC known)."""
-        if self.received or self.reqs or self.info.crc32 < 0:
+        """True when this call completed the slot (all bytes in and digest known)."""
+        if self.received or self.reqs or self.info.digest < 0:
             return False
         self.received = True
         return True

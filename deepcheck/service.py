@@ -3,7 +3,7 @@
 Parts (trainer, holder, lead) register handlers for control messages and a `poll()` that makes progress
 on their transfers; the loop receives messages, runs callbacks posted by other threads, polls every part
 and sleeps briefly when nothing moved: up to 2 ms when idle, 0.2 ms while some part expects the message
-that ends a transfer (a CRC trailer, acks, Complete, L1 reports: each hop of the L1 handshake costs well
+that ends a transfer (a digest trailer, acks, Complete, L1 reports: each hop of the L1 handshake costs well
 under a millisecond, while long waits cost little CPU), and a callback posted by another thread (a save
 job, a finished disk write) wakes it at once. All protocol state is owned by this thread; the training
 thread only hands over save jobs and waits on conditions. An exception here is kept and re-raised to the

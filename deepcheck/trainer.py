@@ -2,9 +2,9 @@
 
 Jobs are handed over by `save()` after the L0 copy and sent one checkpoint at a time, in order. All of a
 shard's chunks are Isend'ed at once, right after its header, so the holder can pull the bytes back to back.
-The CRC-32 of the (read-only) L0 buffer keeps pace with the holder: chunk k is summed once the send of
-chunk k-1 has completed, i.e. while the holder pulls chunk k, and the CRC goes in a trailer after the last
-chunk. So the checksum never holds up the transfer and ends with it; and where trainers share cores with
+The digest (checksum.py) of the read-only L0 buffer keeps pace with the holder: chunk k is summed once
+the send of chunk k-1 has completed, i.e. while the holder pulls chunk k, and the digest goes in a trailer
+after the last chunk. So the checksum never holds up the transfer and ends with it; and where trainers share cores with
 the holder (one node), this thread sleeps while the holder serves other trainers instead of competing with
 the copy that is the critical path. The L0 buffer returns to the pool when its sends complete and every
 shard is summed; the job counts as delivered when every holder acknowledged it.
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpi4py import MPI
 
-from .manifest import CheckpointId, crc32
+from .checksum import Digest
+from .manifest import CheckpointId
 from .protocol import Bye, Complete, Level, ShardAck, ShardHeader, ShardTrailer
 from .service import Handler, Service
 from .sharding import Shard
@@ -51,17 +52,17 @@ class _ShardSend:
     spans: list[tuple[int, int]]
     reqs: list[MPI.Request]  # every chunk, posted up front
     summed: int = 0  # chunks checksummed so far
-    crc: int = 0
+    digest: Digest = field(default_factory=Digest)
     trailed: bool = False
 
     def checksum_next(self) -> bool:
-        """Fold the next chunk into the CRC once the holder has pulled the one before it (so, while it pulls
+        """Fold the next chunk into the digest once the holder has pulled the one before it (so, while it pulls
         this one); False if there is none to sum yet."""
         k = self.summed
         if k == len(self.spans) or (k > 0 and not self.reqs[k - 1].Test()):
             return False
         a, b = self.spans[k]
-        self.crc = crc32(self.view[a:b], self.crc)  # reads only, while the holder pulls the same bytes
+        self.digest.update(self.view[a:b])  # reads only, while the holder pulls the same bytes
         self.summed += 1
         return True
 
@@ -134,7 +135,7 @@ class TrainerPart:
             if send.checksum_next():
                 moved = True
             elif send.summed_all and not send.trailed:
-                self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.crc), send.dest)
+                self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.digest.value()), send.dest)
                 send.trailed = moved = True
         if not all(s.trailed for s in self.sends) or not MPI.Request.Testall(
             [r for s in self.sends for r in s.reqs]

@@ -51,7 +51,7 @@ def poll_message(comm: MPI.Comm, tag: int, source: int = MPI.ANY_SOURCE) -> tupl
 
 
 IDLE_CAP = 0.002  # longest sleep between polls when nothing is expected
-BUSY_CAP = 0.0002  # ... and while a message that ends a transfer is due (a CRC trailer, an ack, Complete)
+BUSY_CAP = 0.0002  # ... and while a message that ends a transfer is due (a digest trailer, an ack, Complete)
 
 
 class Bell:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -54,6 +55,10 @@ class Chain:
         self.rng = random.Random(seed)
         self.ckdir, self.log, self.pids = root / "ck", root / "log", root / "pids"
         self.pids.mkdir(parents=True, exist_ok=True)
+        # mpirun killed with SIGKILL leaves its session directory (8 MB of shared-memory files) behind:
+        # keep them in this chain's directory, not in /tmp, where hundreds of cycles used to pile up.
+        self.session_dir = root / "ompi"
+        self.session_dir.mkdir(exist_ok=True)
         self.log.touch()
         self.result = ChainResult()
         self.floor = -1  # newest step reported durable (or restored) so far
@@ -64,7 +69,7 @@ class Chain:
         cmd = mpirun_cmd(4, "fault_worker.py", str(self.ckdir), str(self.log), str(self.pids), str(steps))
         return subprocess.Popen(
             cmd,
-            env=mpi_env(),
+            env=mpi_env(OMPI_MCA_orte_tmpdir_base=str(self.session_dir)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -109,6 +114,8 @@ class Chain:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+            shutil.rmtree(self.session_dir, ignore_errors=True)  # nothing of this chain runs any more
+            self.session_dir.mkdir()
         self.floor = max([self.floor, *(n for w, n in _parse(self.log) if w in ("complete", "ready"))])
 
     def _kill_during_saves(self, proc: subprocess.Popen, kind: str, readies: int) -> None:

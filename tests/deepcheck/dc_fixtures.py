@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 
+from deepcheck.checksum import digest
 from deepcheck.codec import Leaf
-from deepcheck.manifest import CheckpointId, Manifest, ShardInfo, crc32
+from deepcheck.manifest import CheckpointId, Manifest, ShardInfo
 
 
 def make_checkpoint(step: int, nshards: int = 2, size: int = 1000) -> tuple[Manifest, list[bytes]]:
     data = [os.urandom(size) for _ in range(nshards)]
-    shards = tuple(ShardInfo(i, i * size, size, crc32(d)) for i, d in enumerate(data))
+    shards = tuple(ShardInfo(i, i * size, size, digest(d)) for i, d in enumerate(data))
     manifest = Manifest(
         ckpt=CheckpointId(step, f"{step:016x}abcd"),
         epoch=step // 10,

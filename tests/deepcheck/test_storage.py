@@ -63,7 +63,7 @@ def test_corrupt_manifest_is_skipped(tmp_path, caplog):
     store = DiskStore(tmp_path)
     old, _ = _save(store, 1)
     new, _ = _save(store, 2)
-    (store.ckpt_dir(new.ckpt) / MANIFEST).write_bytes(b'{"format": 1, "crc32": 0, "body": "{}"}')
+    (store.ckpt_dir(new.ckpt) / MANIFEST).write_bytes(b'{"format": 2, "crc32": 0, "body": "{}"}')
     assert [m.ckpt for m in store.manifests()] == [old.ckpt]
     assert "skipping checkpoint step 2" in caplog.text
 
