@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import sys
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 BLOCK = 4096  # bytes per row
 WORDS = BLOCK // 8  # int64 words per row (= lanes)
@@ -34,8 +35,16 @@ if sys.byteorder != "little":  # digests are compared across machines: keep one 
     raise ImportError("deepcheck checksums assume a little-endian host")
 
 
+def _torch():
+    """torch, imported on first use: reading manifests (the CLI's --resume) must not pay for, or print, its import."""
+    import torch
+
+    return torch
+
+
 def _as_bytes(t: torch.Tensor) -> bytearray:
     """The int64 values of `t` as little-endian bytes (torch without numpy has no direct bytes view)."""
+    torch = _torch()
     out = bytearray(t.numel() * 8)
     torch.frombuffer(out, dtype=torch.int64).copy_(t.reshape(-1))
     return out
@@ -46,6 +55,7 @@ class Digest:
 
     def __init__(self) -> None:
         self.crc = 0  # running CRC-32 over the row sums
+        torch = _torch()
         self.lanes = torch.zeros(WORDS, dtype=torch.int64)
         self.length = 0
         self.tail = b""  # a last partial block, padded in value()
@@ -59,6 +69,7 @@ class Digest:
         self.length += len(view)
         whole = len(view) - len(view) % BLOCK
         if whole:
+            torch = _torch()
             self._fold(torch.frombuffer(view[:whole], dtype=torch.int64).view(-1, WORDS))
         self.tail = bytes(view[whole:])
         return self
@@ -76,6 +87,7 @@ class Digest:
         if self.tail:
             block = bytearray(BLOCK)
             block[: len(self.tail)] = self.tail
+            torch = _torch()
             self._fold(torch.frombuffer(block, dtype=torch.int64).view(1, WORDS))
             self.tail = b""
         return zlib.crc32(self.length.to_bytes(8, "little"), zlib.crc32(_as_bytes(self.lanes), self.crc))
