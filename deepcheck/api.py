@@ -140,10 +140,6 @@ class DeepCheck:
         self.last_step = -1
         self.flush_flag = threading.Event()
         self.closed = False
-        # The digest needs torch: import it before the service thread starts. Imported there first, it was
-        # half-initialized in sys.modules while save() looked it up (AttributeError: no torch.Tensor).
-        import torch  # noqa: F401
-
         self.svc.start()
 
     # ---- helpers ---------------------------------------------------------------------------------

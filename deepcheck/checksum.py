@@ -16,13 +16,20 @@ length makes padding visible. As with any 32-bit check, other corruption passes 
 
 Integer sums are associative, so the digest does not depend on how many threads torch uses or on how
 the shard is split into chunks (every chunk but the last must be whole blocks; 8 MiB chunks are).
+The same associativity lets small shards be summed in plain Python (~60 MB/s): a process that has not
+imported torch (a holder, a job saving small byte states) does not import it (~2 s of CPU) for a
+shard it can sum in a few milliseconds; a shard bigger than SMALL, in any size of pieces, is summed
+with torch from there on. Both ways give the same digest; the tests hold them to it.
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 import zlib
 from typing import TYPE_CHECKING, Any
+
+from . import lazytorch
 
 if TYPE_CHECKING:
     import torch
@@ -30,24 +37,16 @@ if TYPE_CHECKING:
 BLOCK = 4096  # bytes per row
 WORDS = BLOCK // 8  # int64 words per row (= lanes)
 GROUP = 64  # rows summed per lane partial: a 3-D reduction is ~2x faster than summing the column at once
+SMALL = 1 << 20  # without torch loaded, a shard's first MiB is summed in Python (<= ~15 ms), the rest with torch
+MASK = (1 << 64) - 1
 
 if sys.byteorder != "little":  # digests are compared across machines: keep one byte order
     raise ImportError("deepcheck checksums assume a little-endian host")
 
 
-def _torch():
-    """torch, imported on first use: reading manifests (the CLI's --resume) must not pay for, or print, its import."""
-    import torch
-
-    return torch
-
-
-def _as_bytes(t: torch.Tensor) -> bytearray:
-    """The int64 values of `t` as little-endian bytes (torch without numpy has no direct bytes view)."""
-    torch = _torch()
-    out = bytearray(t.numel() * 8)
-    torch.frombuffer(out, dtype=torch.int64).copy_(t.reshape(-1))
-    return out
+def _pack(sums: list[int]) -> bytes:
+    """Sums mod 2^64 as little-endian 64-bit words (the bytes torch's wrapping int64 sums have)."""
+    return struct.pack(f"<{len(sums)}Q", *(x & MASK for x in sums))
 
 
 class Digest:
@@ -55,8 +54,7 @@ class Digest:
 
     def __init__(self) -> None:
         self.crc = 0  # running CRC-32 over the row sums
-        torch = _torch()
-        self.lanes = torch.zeros(WORDS, dtype=torch.int64)
+        self.lanes = [0] * WORDS  # lane sums, reduced mod 2^64 in value()
         self.length = 0
         self.tail = b""  # a last partial block, padded in value()
 
@@ -64,33 +62,47 @@ class Digest:
         if self.tail:
             raise ValueError("only the last piece of a shard may end inside a 4 KiB block")
         view = memoryview(data).cast("B")
-        if view.readonly:  # torch wraps only writable buffers; DeepCheck's own are (this copy is for callers')
-            view = memoryview(bytearray(view))
         self.length += len(view)
         whole = len(view) - len(view) % BLOCK
         if whole:
-            torch = _torch()
-            self._fold(torch.frombuffer(view[:whole], dtype=torch.int64).view(-1, WORDS))
+            self._fold(view[:whole])
         self.tail = bytes(view[whole:])
         return self
 
-    def _fold(self, rows: torch.Tensor) -> None:
-        self.crc = zlib.crc32(_as_bytes(rows.sum(1)), self.crc)
+    def _fold(self, blocks: memoryview) -> None:
+        torch = lazytorch.loaded()
+        if torch is None and self.length <= SMALL:  # self.length counts this piece already
+            self._fold_python(blocks.cast("q"))
+            return
+        if torch is None:
+            import torch
+        if blocks.readonly:  # torch wraps only writable buffers; DeepCheck's own are (this copy is for callers')
+            blocks = memoryview(bytearray(blocks))
+        self._fold_torch(torch, torch.frombuffer(blocks, dtype=torch.int64).view(-1, WORDS))
+
+    def _fold_python(self, words: memoryview) -> None:
+        rows = range(0, len(words), WORDS)
+        self.crc = zlib.crc32(_pack([sum(words[r : r + WORDS]) for r in rows]), self.crc)
+        self.lanes = [acc + sum(words[lane::WORDS]) for lane, acc in enumerate(self.lanes)]
+
+    def _fold_torch(self, torch: Any, rows: torch.Tensor) -> None:
+        row_sums = bytearray(len(rows) * 8)  # torch without numpy has no direct bytes view
+        torch.frombuffer(row_sums, dtype=torch.int64).copy_(rows.sum(1))
+        self.crc = zlib.crc32(row_sums, self.crc)
         grouped = len(rows) - len(rows) % GROUP
+        lanes = rows[grouped:].sum(0)
         if grouped:
-            self.lanes += rows[:grouped].view(-1, GROUP, WORDS).sum(1).sum(0)
-        if grouped < len(rows):
-            self.lanes += rows[grouped:].sum(0)
+            lanes += rows[:grouped].view(-1, GROUP, WORDS).sum(1).sum(0)
+        self.lanes = [acc + part for acc, part in zip(self.lanes, lanes.tolist(), strict=True)]
 
     def value(self) -> int:
         """The digest (an unsigned 32-bit int). Call once, after the last update()."""
         if self.tail:
             block = bytearray(BLOCK)
             block[: len(self.tail)] = self.tail
-            torch = _torch()
-            self._fold(torch.frombuffer(block, dtype=torch.int64).view(1, WORDS))
+            self._fold(memoryview(block))
             self.tail = b""
-        return zlib.crc32(self.length.to_bytes(8, "little"), zlib.crc32(_as_bytes(self.lanes), self.crc))
+        return zlib.crc32(self.length.to_bytes(8, "little"), zlib.crc32(_pack(self.lanes), self.crc))
 
 
 def digest(data: Any) -> int:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
-import sys
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import lazytorch
 from .errors import StateError
 
 ALIGN = 64
@@ -59,17 +59,13 @@ class Flattened:
         return zlib.crc32(json.dumps(self.layout(), sort_keys=True).encode())
 
 
-def _torch():
-    return sys.modules.get("torch")
-
-
 def _is_tensor(obj: Any) -> bool:
-    torch = _torch()
+    torch = lazytorch.loaded()
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
 def _is_dtype(obj: Any) -> bool:
-    torch = _torch()
+    torch = lazytorch.loaded()
     return torch is not None and isinstance(obj, torch.dtype)
 
 

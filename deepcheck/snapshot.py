@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import ctypes
 import random
-import sys
 import threading
 from typing import Any
 
+from . import lazytorch
 from .codec import Flattened
 from .errors import CheckpointTimeout
-
-
-def _torch():
-    return sys.modules.get("torch")
 
 
 class HostBuffer:
@@ -89,7 +85,7 @@ def _host_view(t: Any, nbytes: int) -> memoryview:
 
 
 def needs_pinned(flat: Flattened) -> bool:
-    torch = _torch()
+    torch = lazytorch.loaded()
     return bool(
         torch is not None
         and torch.cuda.is_available()
@@ -111,7 +107,7 @@ def copy_range(flat: Flattened, lo: int, hi: int, buf: HostBuffer) -> Any:
         if a > cursor:
             buf.view[cursor - lo : a - lo] = bytes(a - cursor)
         if leaf.kind == "tensor" and src.is_cuda:
-            u8 = src.reshape(-1).view(_torch().uint8)[a - start : b - start]
+            u8 = src.reshape(-1).view(lazytorch.loaded().uint8)[a - start : b - start]
             buf.tensor()[a - lo : b - lo].copy_(u8, non_blocking=buf.pinned)
             cuda_copy |= buf.pinned
         elif leaf.kind == "tensor":  # a plain memcpy: 2-3x faster than Tensor.copy_ for bytes on the CPU
@@ -123,7 +119,7 @@ def copy_range(flat: Flattened, lo: int, hi: int, buf: HostBuffer) -> Any:
         buf.view[cursor - lo : hi - lo] = bytes(hi - cursor)
     if not cuda_copy:
         return None
-    event = _torch().cuda.Event()
+    event = lazytorch.loaded().cuda.Event()
     event.record()
     return event
 
@@ -131,7 +127,7 @@ def copy_range(flat: Flattened, lo: int, hi: int, buf: HostBuffer) -> Any:
 def capture_rng() -> dict[str, Any]:
     """This rank's random number generator states (Python, and torch CPU/CUDA when torch is in use)."""
     out: dict[str, Any] = {"python": random.getstate()}
-    torch = _torch()
+    torch = lazytorch.loaded()
     if torch is not None:
         out["torch"] = torch.get_rng_state()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -141,7 +137,7 @@ def capture_rng() -> dict[str, Any]:
 
 def restore_rng(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
-    torch = _torch()
+    torch = lazytorch.loaded()
     if torch is not None and "torch" in states:
         torch.set_rng_state(states["torch"])
     if torch is not None and "cuda" in states and torch.cuda.is_available():

@@ -9,7 +9,8 @@ import zlib
 import pytest
 import torch
 
-from deepcheck.checksum import BLOCK, Digest, digest
+from deepcheck import checksum, lazytorch
+from deepcheck.checksum import BLOCK, SMALL, Digest, digest
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +102,23 @@ def test_digest_matches_its_definition(shard):
     # Digests are compared across machines and versions: the torch code must compute exactly this.
     for data in (b"", b"\0", bytes(shard[: 3 * BLOCK]), bytes(shard)):
         assert digest(data) == _reference(data)
+
+
+def test_without_torch_small_pieces_are_summed_in_python_to_the_same_digest(shard, monkeypatch):
+    # A holder or a byte-only job never imports torch for small shards; the digests must not differ.
+    big = bytearray(random.Random(3).randbytes(SMALL + 5 * BLOCK))
+    with_torch = [digest(shard), digest(big)]
+    folds = []
+    monkeypatch.setattr(lazytorch, "loaded", lambda: None)  # as in a process that never imported torch
+    real_fold = checksum.Digest._fold_torch
+
+    def counted_fold(self, torch, rows):
+        folds.append(len(rows))
+        real_fold(self, torch, rows)
+
+    monkeypatch.setattr(checksum.Digest, "_fold_torch", counted_fold)
+    assert digest(shard) == with_torch[0] == _reference(bytes(shard))
+    assert folds == []  # no torch for a piece of 820 KB
+    mixed = Digest().update(memoryview(big)[: 2 * BLOCK]).update(memoryview(big)[2 * BLOCK :])
+    assert mixed.value() == with_torch[1]  # a small piece in Python, then a big one with torch
+    assert folds == [(len(big) - 2 * BLOCK) // BLOCK]

@@ -39,15 +39,16 @@ def test_save_then_restore_in_other_worlds(tmp_path):
     assert restored[2]["rank_state"] is None
 
 
-def test_a_job_that_never_imports_torch_saves_and_restores(tmp_path):
-    # fault_worker.py saves plain bytes and never imports torch itself; DeepCheck's digest does. Imported
-    # lazily on the service thread, torch was half-initialized while save() looked it up, and the first
-    # save failed with an AttributeError.
+@pytest.mark.parametrize(("scale", "loads_torch"), [(1, "0"), (8, "1")])
+def test_a_job_that_never_imports_torch_saves_and_restores(tmp_path, scale, loads_torch):
+    # fault_worker.py saves plain bytes and never imports torch itself. Its small shards are summed without
+    # torch; 8x bigger ones make the service thread import it while save() keeps looking for tensors. A
+    # bare sys.modules lookup found torch half-initialized then, and the first save died (AttributeError).
     log, pids = tmp_path / "log", tmp_path / "pids"
     pids.mkdir()
     log.touch()
     for _ in range(2):  # the second job restores what the first saved
-        run_mpi(4, "fault_worker.py", str(tmp_path / "ck"), str(log), str(pids), "20")
+        run_mpi(4, "fault_worker.py", str(tmp_path / "ck"), str(log), str(pids), "20", str(scale))
     lines = log.read_text().split()
-    assert lines[:2] == ["ready", "-1"] and lines[-2:] == ["closed", "39"]
+    assert lines[:2] == ["ready", "-1"] and lines[-4:] == ["torch", loads_torch, "closed", "39"]
     assert "ready" in lines[2:] and int(lines[lines.index("ready", 2) + 1]) >= 0

@@ -23,9 +23,9 @@ def content(step: int, i: int, n: int) -> bytes:
     return (block * (n // len(block) + 1))[:n]
 
 
-def state(step: int) -> dict:
+def state(step: int, scale: int = 1) -> dict:
     return {
-        "blobs": [content(step, i, n) for i, n in enumerate(SIZES)],
+        "blobs": [content(step, i, n * scale) for i, n in enumerate(SIZES)],
         "meta": {"step": step, "pos": (step, 7)},
     }
 
@@ -37,6 +37,7 @@ def main() -> None:
         Path(sys.argv[3]),
         int(sys.argv[4]),
     )
+    scale = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # blobs this many times bigger
     comm = MPI.COMM_WORLD
     role = "trainer" if comm.rank < 2 else "holder"
     (pids / f"{role}-{comm.rank}").write_text(str(os.getpid()))
@@ -54,20 +55,21 @@ def main() -> None:
     start = 0
     if restored is not None:
         got = restored.state
-        assert got == state(restored.info.step), (
+        assert got == state(restored.info.step, scale), (
             f"restored step {restored.info.step} differs from what was saved"
         )
         start = restored.info.step + 1
     note(f"ready {-1 if restored is None else restored.info.step}")
     reported = None
     for step in range(start, start + steps):
-        ck.save(state(step), step)
+        ck.save(state(step, scale), step)
         time.sleep(0.002)
         done = ck.completed(deepcheck.Level.L2)
         if done is not None and done != reported:
             reported = done
             note(f"complete {done.step}")
     ck.close()
+    note(f"torch {int('torch' in sys.modules)}")  # small byte states never need it
     note(f"closed {ck.last_step}")
 
 
