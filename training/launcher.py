@@ -132,6 +132,21 @@ def split_batch(global_batch: int, speeds: Sequence[float]) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def mpi_network(addresses: Sequence[str]) -> str:
+    """Where Open MPI may open TCP connections: `lo` when every node is on this host (the sandbox), else
+    the smallest network that holds every node's private address.
+
+    Left to itself, Open MPI tries every interface whose subnet two nodes share. AWS's Deep Learning AMIs
+    run Docker, so every node has docker0 at 172.17.0.1/16: the same subnet everywhere, an address that
+    leads back to the node itself, and a job that hangs at its first message."""
+    ips = [ipaddress.ip_address(a) for a in addresses]
+    if all(ip.is_loopback for ip in ips):
+        return "lo"
+    first = int(ips[0])
+    spread = max(int(ip) ^ first for ip in ips).bit_length()
+    return str(ipaddress.ip_network((first >> spread << spread, ips[0].max_prefixlen - spread)))
+
+
 def mpirun_command(launch: Launch) -> list[str]:
     """The mpirun argv, for the head node: the hostfile (head_files: slots per node, in rank order), the internal key
     and the known_hosts file are where head_files and staging.prepare_head put them."""
@@ -167,8 +182,8 @@ def mpirun_command(launch: Launch) -> list[str]:
         "-wdir", paths.job,
         "-x", f"PYTHONPATH={paths.runtime}",
     ]  # fmt: skip
-    if all(ipaddress.ip_address(n.private_address).is_loopback for n in launch.nodes):
-        argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+    network = mpi_network([n.private_address for n in launch.nodes])
+    argv += ["--mca", "btl_tcp_if_include", network, "--mca", "oob_tcp_if_include", network]
     for name, value in launch.env.items():
         argv += ["-x", f"{name}={value}"]
     argv += [

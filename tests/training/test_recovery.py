@@ -10,7 +10,16 @@ import pytest
 
 from provisioning.catalog import Market
 from provisioning.errors import InputError
-from training.launcher import Launch, Node, arrange, head_files, headrun_command, mpirun_command, split_batch
+from training.launcher import (
+    Launch,
+    Node,
+    arrange,
+    head_files,
+    headrun_command,
+    mpi_network,
+    mpirun_command,
+    split_batch,
+)
 from training.recovery import RecoveryLog
 from training.staging import JobPaths
 from training.transport import HostSpec, TransportError
@@ -113,11 +122,26 @@ def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_priv
     assert command[7:] == argv
 
 
-def test_mpirun_command_leaves_real_networks_alone():
+def test_mpirun_command_keeps_open_mpi_on_the_network_of_the_nodes():
     nodes = (_node(1, "both", "10.0.0.5"), _node(2, "trainer", "10.0.0.6"))
     argv = mpirun_command(_launch(nodes))
-    assert "btl_tcp_if_include" not in argv and argv[argv.index("--roles") + 1] == "both,trainer"
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "10.0.0.4/30"  # not docker0's 172.17.0.0/16
+    assert argv[argv.index("oob_tcp_if_include") + 1] == "10.0.0.4/30"
+    assert argv[argv.index("--roles") + 1] == "both,trainer"
     assert argv[argv.index("--master-addr") + 1] == "10.0.0.5"
+
+
+@pytest.mark.parametrize(
+    ("addresses", "network"),
+    [
+        (["10.0.0.5"], "10.0.0.5/32"),
+        (["10.0.1.200", "10.0.2.7", "10.0.1.9"], "10.0.0.0/22"),
+        (["172.31.255.254", "172.31.0.1"], "172.31.0.0/16"),
+        (["127.77.0.3", "127.77.0.4"], "lo"),
+    ],
+)
+def test_mpi_network_is_the_smallest_that_holds_every_node(addresses, network):
+    assert mpi_network(addresses) == network
 
 
 def test_mpirun_command_needs_one_login_for_all_nodes():
