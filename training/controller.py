@@ -303,8 +303,8 @@ class Controller:
             env=self.env,
             rank_batches=batches,
         )
-        prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
-        return launch
+        home = prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
+        return replace(launch, open_mpi_home=home)
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, buy what is missing and wait for the next event.

@@ -93,6 +93,7 @@ class Launch:
     master_port: int
     env: dict[str, str]  # exported on every rank (the job's env)
     rank_batches: tuple[int, ...] | None = None  # per trainer, when nodes differ in speed
+    open_mpi_home: str | None = None  # where Open MPI is installed when it is not on the head's PATH
 
     @property
     def trainers(self) -> tuple[Node, ...]:
@@ -170,8 +171,9 @@ def mpirun_command(launch: Launch) -> list[str]:
         ]
     )  # fmt: skip
     roles = ",".join(role for n in launch.nodes for role in n.rank_roles())
-    argv = [
-        "mpirun",
+    home = launch.open_mpi_home
+    argv = [f"{home}/bin/mpirun", "--prefix", home] if home else ["mpirun"]  # --prefix: for remote daemons too
+    argv += [
         "--hostfile", paths.hostfile,
         "-np", str(len(launch.rank_nodes)),
         "--map-by", "slot",

@@ -221,15 +221,32 @@ def prepare_nodes(
     return states
 
 
-def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str]) -> None:
+MPIRUN = "mpirun"
+# Open MPI installs that a non-interactive SSH command has no PATH to: AWS's Deep Learning AMIs and the EFA
+# installer put Open MPI here and add it to PATH only for login shells.
+OPEN_MPI_HOMES = ("/opt/amazon/openmpi",)
+_HOME_MARK = "open-mpi-home="
+
+
+def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str]) -> str | None:
     """Make `head` ready to run mpirun for a launch: the cluster-internal private key (0600; no other node
-    gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself."""
+    gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself.
+
+    Returns None when mpirun is on the head's PATH, else the Open MPI installation it was found in
+    (OPEN_MPI_HOMES), which mpirun must then be given as --prefix so that its daemons on the other nodes
+    find their programs and libraries too."""
     write_files(head, {paths.internal_key: internal_key.read_bytes(), **{p: t.encode() for p, t in files.items()}})
-    if run_command(head, "command -v mpirun", lambda line: None) != 0:
+    probe = [f"command -v {MPIRUN} >/dev/null && exit 0"]
+    for home in map(shlex.quote, OPEN_MPI_HOMES):
+        probe.append(f"if [ -x {home}/bin/{MPIRUN} ]; then echo {_HOME_MARK}{home}; exit 0; fi")
+    said: list[str] = []
+    if run_command(head, "\n".join([*probe, "exit 1"]), lambda line: said.append(line.text.strip())) != 0:
         raise InputError(
-            f"the head node {head.where} has no `mpirun` on its PATH: mpirun runs there, so the nodes need "
-            "Open MPI (e.g. `apt-get install -y openmpi-bin` in the job's setup, or an image that has it)"
+            f"the head node {head.where} has no `mpirun` on its PATH or in {', '.join(OPEN_MPI_HOMES)}: mpirun "
+            "runs there, so the nodes need Open MPI (e.g. `apt-get install -y openmpi-bin` in the job's setup, "
+            "or an image that has it)"
         )
+    return next((line.removeprefix(_HOME_MARK) for line in said if line.startswith(_HOME_MARK)), None)
 
 
 def read_notices(

@@ -1,5 +1,5 @@
 """staging.prepare_head against a real sshd on 127.0.0.1: the internal key and the launch's files land on
-the head, private; a head without mpirun is one clear error."""
+the head, private; mpirun is found on the PATH or in a known Open MPI home; a head without it is one clear error."""
 
 from __future__ import annotations
 
@@ -41,10 +41,25 @@ def test_the_head_gets_the_internal_key_and_the_launch_files(server, head, tmp_p
 
 
 def test_a_head_without_mpirun_is_one_clear_error(head, tmp_path, monkeypatch):
-    checked = []
-    monkeypatch.setattr(training.staging, "run_command", lambda host, command, on_line: checked.append(command) or 127)
+    monkeypatch.setattr(training.staging, "MPIRUN", "deepvm-test-no-such-mpirun")
+    monkeypatch.setattr(training.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"),))
     internal = tmp_path / "internal_ed25519"
     internal.write_text("key\n")
-    with pytest.raises(InputError, match=r"^the head node holder-1 \(.*\) has no `mpirun` on its PATH") as info:
+    with pytest.raises(InputError, match=r"^the head node holder-1 \(.*\) has no `mpirun` on its PATH or in ") as info:
         prepare_head(head, JobPaths(str(tmp_path / "home"), "job-1"), internal, {})
-    assert checked == ["command -v mpirun"] and "\n" not in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_mpirun_on_the_path_needs_no_prefix_and_one_outside_it_names_its_home(head, tmp_path, monkeypatch):
+    internal = tmp_path / "internal_ed25519"
+    internal.write_text("key\n")
+    paths = JobPaths(str(tmp_path / "home"), "job-1")
+    assert prepare_head(head, paths, internal, {}) is None  # Debian's /usr/bin/mpirun
+    # As on AWS's Deep Learning AMIs: Open MPI in /opt/amazon/openmpi, on the PATH of login shells only.
+    home = tmp_path / "opt amazon" / "openmpi"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "deepvm-test-mpirun").write_text("#!/bin/sh\n")
+    (home / "bin" / "deepvm-test-mpirun").chmod(0o755)
+    monkeypatch.setattr(training.staging, "MPIRUN", "deepvm-test-mpirun")
+    monkeypatch.setattr(training.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"), str(home)))
+    assert prepare_head(head, paths, internal, {}) == str(home)

@@ -131,6 +131,13 @@ def test_mpirun_command_keeps_open_mpi_on_the_network_of_the_nodes():
     assert argv[argv.index("--master-addr") + 1] == "10.0.0.5"
 
 
+def test_open_mpi_outside_the_path_is_run_with_its_prefix():
+    nodes = (_node(1, "both", "10.0.0.5"), _node(2, "trainer", "10.0.0.6"))
+    argv = mpirun_command(replace(_launch(nodes), open_mpi_home="/opt/amazon/openmpi"))
+    assert argv[:3] == ["/opt/amazon/openmpi/bin/mpirun", "--prefix", "/opt/amazon/openmpi"]
+    assert mpirun_command(_launch(nodes))[:2] == ["mpirun", "--hostfile"]
+
+
 @pytest.mark.parametrize(
     ("addresses", "network"),
     [
