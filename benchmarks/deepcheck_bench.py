@@ -33,7 +33,6 @@ Measured numbers, with the machine's load: deepcheck/README.md.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
@@ -50,6 +49,7 @@ from mpi4py import MPI
 
 import deepcheck
 from deepcheck.sharding import even_split
+from deepcheck.snapshot import host_view
 from deepcheck.storage_disk import atomic_write_all
 from deepcheck.transport import DEFAULT_CHUNK, spans
 
@@ -95,8 +95,7 @@ def bench_copy(tcomm: MPI.Comm, state, buf: bytearray, reps: int) -> tuple[float
         for i, t in enumerate(tensors):
             a, b = max(lo, i * size), min(hi, (i + 1) * size)
             if a < b:
-                src = (ctypes.c_ubyte * size).from_address(t.data_ptr())
-                out[a - lo : b - lo] = memoryview(src).cast("B")[a - i * size : b - i * size]
+                out[a - lo : b - lo] = host_view(t, size)[a - i * size : b - i * size]
         elapsed = time.perf_counter() - t0
         mine.append(elapsed)
         slowest.append(tcomm.allreduce(elapsed, op=MPI.MAX))
@@ -237,6 +236,7 @@ def run(comm: MPI.Comm, role: str, tcomm: MPI.Comm, base: Path, sizes: list[int]
         row["stall_pct_of_sync"] = 100 * row["stall_s"] / row["sync_save_s"]
         row["stall_max_pct_of_sync"] = 100 * row["stall_max_s"] / row["sync_save_s"]
         row["copy_pct_of_sync"] = 100 * row["copy_s"] / row["sync_save_s"]
+        row["copy_max_pct_of_sync"] = 100 * row["copy_max_s"] / row["sync_save_s"]
         row["l1_pct_of_loopback"] = 100 * row["loopback_s"] / row["l1_stage_s"]
         row["l2_pct_of_disk"] = 100 * row["disk_s"] / row["l2_stage_s"]
         results.append(row)
@@ -257,6 +257,7 @@ def show(report: dict, as_json: bool, reps: int) -> None:
         "stall_pct_of_sync",
         "stall_max_pct_of_sync",
         "copy_pct_of_sync",
+        "copy_max_pct_of_sync",
         "loopback_s",
         "l1_stage_s",
         "l1_pct_of_loopback",
