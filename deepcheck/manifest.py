@@ -106,7 +106,10 @@ class Manifest:
             outer = json.loads(data)
             body = outer["body"]
             if outer["format"] != FORMAT:
-                raise CorruptCheckpointError(f"{where}: manifest format {outer['format']} is not {FORMAT}")
+                raise CorruptCheckpointError(
+                    f"{where}: manifest format {outer['format']}, written by another version of DeepCheck "
+                    f"(this one reads format {FORMAT}); restore it with that version"
+                )
             if zlib.crc32(body.encode()) != outer["crc32"]:
                 raise CorruptCheckpointError(f"{where}: manifest checksum mismatch (torn or corrupt)")
             b = json.loads(body)

@@ -59,6 +59,15 @@ def test_truncated_and_corrupted_shards_are_detected(tmp_path):
         store.read_shard(m.ckpt, m.shards[1])
 
 
+def test_a_manifest_of_another_format_is_skipped_and_says_so(tmp_path, caplog):
+    store = DiskStore(tmp_path)
+    old, _ = _save(store, 1)
+    new, _ = _save(store, 2)
+    (store.ckpt_dir(new.ckpt) / MANIFEST).write_bytes(b'{"format": 1, "crc32": 0, "body": "{}"}')
+    assert [m.ckpt for m in store.manifests()] == [old.ckpt]
+    assert "manifest format 1, written by another version of DeepCheck (this one reads format 2)" in caplog.text
+
+
 def test_corrupt_manifest_is_skipped(tmp_path, caplog):
     store = DiskStore(tmp_path)
     old, _ = _save(store, 1)
