@@ -24,6 +24,7 @@ def _register_commands() -> None:
     from deepvm_cli import (
         down_cmd,
         interrupt_cmd,
+        jobs_cmd,
         market_cmd,
         plan_cmd,
         sandbox_cmd,
@@ -32,7 +33,9 @@ def _register_commands() -> None:
         up_cmd,
     )
 
-    for module in (plan_cmd, market_cmd, up_cmd, train_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd):
+    for module in (
+        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd
+    ):
         module.register(app)
 
 

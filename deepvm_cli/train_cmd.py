@@ -1,5 +1,10 @@
 """`deepvm train`: run a job on a cluster made by `deepvm up`, through Spot interruptions.
 
+By default the job's controller runs on the cluster's on-demand head node (training.managed): this
+command stages the job there, starts it and follows its log; Ctrl-C only detaches, and `--detach` returns
+once the job runs. `--controller local` runs the controller in this process instead, as before: the job
+then stops when this process does.
+
 Rendering only: a rich progress bar (step, epoch, loss, samples/s, trainers, $ spent) with controller
 events and the ranks' own output printed above it; plain lines when stderr is not a terminal. With
 --json the result is one JSON document on stdout (progress still goes to stderr, as plain lines).
@@ -7,7 +12,6 @@ events and the ranks' own output printed above it; plain lines when stderr is no
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,17 +20,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from deepvm_cli import console
+from deepvm_cli.job_render import describe_progress, progress_line, result_lines
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
+from provisioning.errors import InputError
 from training.progress import JobReporter
 from training.progress import Progress as JobProgress
 
-
-def _describe(p: JobProgress) -> str:
-    data = " · synthetic data" if p.synthetic else ""
-    return (
-        f"epoch {p.epoch} · loss {p.loss:.4f} · {p.samples_per_s:,.1f} samples/s · "
-        f"{p.world_size} trainers · ${p.cost_usd:.4f}{data}"
-    )
+CONTROLLERS = ("head", "local")
 
 
 @contextmanager
@@ -41,7 +41,7 @@ def _plain_reporter() -> Iterator[JobReporter]:
     yield JobReporter(
         note=console.plain,
         log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
-        progress=lambda p: console.plain(f"step {p.step}/{p.total_steps} · {_describe(p)}"),
+        progress=lambda p: console.plain(progress_line(p)),
         push=push,
     )
 
@@ -67,7 +67,7 @@ def _live_reporter() -> Iterator[JobReporter]:
         bars.update(task(f"push {host}", total), completed=done, total=total)
 
     def progress(p: JobProgress) -> None:
-        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps, info=_describe(p))
+        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps, info=describe_progress(p))
 
     with bars:
         yield JobReporter(
@@ -102,15 +102,31 @@ def train_command(
         help="Seconds without progress after which the job counts as hung and is restarted without the node "
         "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
     ),
+    controller: str = typer.Option(
+        "head",
+        "--controller",
+        help="head: the job's controller runs on the cluster's on-demand head node, and the job outlives this "
+        "machine; local: it runs in this process, and the job stops when this process does.",
+    ),
+    detach: bool = typer.Option(False, "--detach", help="Return as soon as the job runs (managed jobs)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
     from provisioning.state import Store
     from training.controller import TrainRequest, train
 
+    if controller not in CONTROLLERS:
+        raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
+    if controller == "head" and resume:
+        raise InputError("--resume is for --controller local: a managed job's controller resumes it by itself "
+                         "(`deepvm jobs` shows it)")  # fmt: skip
+    if controller == "local" and detach:
+        raise InputError("--detach needs the controller on the head (--controller head)")
+    from deepvm_cli.jobs_cmd import default_python
+
     row = Store().cluster(cluster)
     if python is None:
-        python = sys.executable if row is not None and row.cloud == "sandbox" else "python3"
+        python = default_python(cluster)
     if row is not None and row.cloud == "sandbox":
         from provisioning.sandbox.control import BANNER
 
@@ -126,23 +142,21 @@ def train_command(
     )
     live = console.err.is_terminal and not as_json
     with _live_reporter() if live else _plain_reporter() as report:
-        result = train(request, report)
-    if as_json:
-        console.print_json(result.to_dict())
+        if controller == "head":
+            from deepvm_cli.jobs_cmd import run_managed
+
+            result = run_managed(request, report, detach=detach)
+        else:
+            console.warning("--controller local: the job's controller runs in this process; the job stops "
+                            "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
+            result = train(request, report).to_dict()
+    if result is None:  # detached
         return
-    console.out.print(
-        f"[bold]{result.job_id}[/] completed: step {result.steps}/{result.total_steps}, "
-        f"final loss {result.final_loss:.4f}{' (synthetic data)' if result.synthetic else ''}, "
-        f"{result.restarts} restarts, {result.lost_steps} steps lost, ${result.cost_usd:.4f}, "
-        f"{result.wall_s:.0f}s"
-    )
-    for r in result.recoveries:
-        resumed = "-" if r.detect_to_resumed_s is None else f"{r.detect_to_resumed_s:.1f}s"
-        console.out.print(
-            f"  {r.reason}: {r.world_before} -> {r.world_after} trainers, resumed at step {r.resumed_step} "
-            f"({r.lost_steps} steps lost), {resumed} from detection to training again"
-        )
-    console.out.print(f"model and metrics: {result.out_dir}")
+    if as_json:
+        console.print_json(result)
+        return
+    for line in result_lines(result):
+        console.out.print(line, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -85,6 +85,12 @@ class TrainingStopped(DeepvmError):
     exit_code = 130
 
 
+class TrainingCancelled(DeepvmError):
+    """`deepvm cancel` stopped the job; it is final (a cancelled job is not resumed by its supervisor)."""
+
+    exit_code = 0
+
+
 class TrainingFailed(DeepvmError):
     """The job cannot continue (no holder left, repeated failures without progress)."""
 
@@ -103,6 +109,11 @@ class TrainRequest:
     replace_nodes: bool = True  # buy a spot node for each one lost, within the plan's count
     max_failures: int = 3  # consecutive attempts that fail without progress before giving up
     stall_timeout_s: float | None = None  # silence after which a running job counts as hung; None: adaptive
+    # set when the controller runs on the cluster's head node (training.managed.service):
+    job_id: str | None = None  # the job's id, chosen by the client; a stored job of this id is resumed
+    node_env: dict[str, str] | None = None  # the ranks' AWS settings, as the user's machine computed them
+    cancel_file: Path | None = None  # once it exists, the job is cancelled ("now" in it: without a checkpoint)
+    inside_cluster: bool = False  # reach nodes at their private addresses (the head is inside the VPC)
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,9 @@ class Controller:
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
         self.stall = StallWatch(fixed_s=request.stall_timeout_s)
-        self.env = {**lifecycle.node_env(cluster), **spec.env}  # the job's own settings win
+        node_env = request.node_env if request.node_env is not None else lifecycle.node_env(cluster)
+        self.env = {**node_env, **spec.env}  # the job's own settings win
+        self.cancel_mode: str | None = None  # "checkpoint" | "now" once `deepvm cancel` asked
         self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
@@ -183,6 +196,13 @@ class Controller:
     # --- the job row ------------------------------------------------------------------------------
     def _begin(self) -> JobRow:
         spec, request = self.spec, self.request
+        if request.job_id is not None and (known := self.jobs.get(request.job_id)) is not None:
+            # the head's controller restarted (crash, reboot): carry on from the newest checkpoint
+            self.recovery.trouble("controller-restart", (), 0, known.world_size, time.monotonic(), known.step)
+            self.report.note(f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
+                             f"(last at step {known.step})")  # fmt: skip
+            return self.jobs.put(replace(known, status=ACTIVE, restarts=known.restarts + 1,
+                                         message="resumed after a controller restart"))  # fmt: skip
         previous = [j for j in self.jobs.for_cluster(self.cluster) if j.name == spec.name]
         unfinished = [j for j in previous if j.status in (ACTIVE, "stopped", "failed")]
         if request.resume:
@@ -202,7 +222,7 @@ class Controller:
                 f"an earlier run of {spec.name} ({unfinished[0].job_id}) ended at step {unfinished[0].step}; "
                 "starting afresh (`--resume` would continue it)"
             )
-        job_id = f"{spec.name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+        job_id = request.job_id or new_job_id(spec.name)
         out = request.out_dir or deepvm_home() / "jobs" / job_id
         return self.jobs.put(
             JobRow(job_id=job_id, cluster=self.cluster, name=spec.name,
@@ -226,6 +246,7 @@ class Controller:
         failures = 0
         try:
             while True:
+                self._check_cancel(None)
                 launch = self._next_launch()
                 self.fold_waiting = False  # whatever was ready is in this launch
                 run = _Run(Attempt(len(self.attempts) + 1, launch, self.events.put), launch.trainer_ranks)
@@ -245,11 +266,16 @@ class Controller:
                 )  # fmt: skip
                 if outcome == "completed":
                     return self._finish(run)
+                if outcome == "interrupted" and self.cancel_mode is not None:
+                    self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+                    raise TrainingCancelled(f"cancelled at step {self.job.step} "
+                                            f"(checkpoint at step {self.job.checkpoint_step})")  # fmt: skip
                 if outcome == "interrupted":
                     self._save(status="stopped", message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
-                        f"`deepvm train {self.request.job_path} --resume` continues"
+                        f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local --resume` "
+                        "continues"
                     )
                 progressed = run.last_step > run.first_step >= 0
                 failures = 0 if progressed or outcome == "stopped" else failures + 1
@@ -405,6 +431,7 @@ class Controller:
         """Handle events until the attempt's mpirun exits; its outcome."""
         while True:
             self._check_stall(run)
+            self._check_cancel(run)
             try:
                 item = self.events.get(timeout=1.0)
             except queue.Empty:
@@ -420,6 +447,22 @@ class Controller:
                 self._handle(item, run)
             except KeyboardInterrupt:
                 self._user_stop(run)
+
+    def _check_cancel(self, run: _Run | None) -> None:
+        """`deepvm cancel` leaves a file: stop as on Ctrl-C (checkpoint, then leave), or at once with "now"."""
+        cancel_file = self.request.cancel_file
+        if self.cancel_mode is not None or cancel_file is None or not cancel_file.exists():
+            return
+        self.cancel_mode = "now" if cancel_file.read_text().strip() == "now" else "checkpoint"
+        self.report.note(f"cancel requested ({self.cancel_mode})")
+        if run is None:  # between attempts: nothing runs that could checkpoint
+            self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+            raise TrainingCancelled(f"cancelled at step {self.job.step}")
+        if self.cancel_mode == "now":
+            self.user_stop = 1
+            threading.Thread(target=run.attempt.kill, kwargs={"grace_s": 5.0}, daemon=True).start()
+        else:
+            self._user_stop(run)
 
     def _check_stall(self, run: _Run) -> None:
         """Kill an attempt that stopped making progress (see training/stall.py); the failure path then
@@ -609,7 +652,8 @@ class Controller:
                 self.events.put(_Note(text))
 
             try:
-                added = lifecycle.add_nodes(self.cluster, role, missing, Reporter(step=note))
+                added = lifecycle.add_nodes(self.cluster, role, missing, Reporter(step=note),
+                                            inside_cluster=self.request.inside_cluster)  # fmt: skip
                 ids = {n.instance_id for n in added}
                 found = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.instance_id in ids]
                 states = self._stage(found, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
@@ -680,6 +724,11 @@ class Controller:
             attempts=self.attempts,
             recoveries=self.recovery.closed,
         )
+
+
+def new_job_id(name: str) -> str:
+    """A job's id: its name and the UTC time it was started."""
+    return f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
 
 
 def _host(e: SshEndpoint) -> HostSpec:

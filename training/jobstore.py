@@ -11,6 +11,7 @@ when the process dies however it dies), so "is a controller running" is a lock t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import sqlite3
 from collections.abc import Iterator
@@ -42,12 +43,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     cost_usd REAL NOT NULL,           -- what the cluster cost while the job ran
     out_dir TEXT NOT NULL,            -- where the final model and metrics are fetched to
     python TEXT NOT NULL,             -- the nodes' interpreter
-    message TEXT NOT NULL
+    message TEXT NOT NULL,
+    controller TEXT NOT NULL DEFAULT 'local' -- where the controller runs: local, or the head's instance id
 );
 CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster);
 """
 
 ACTIVE = "running"
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class JobRow:
     out_dir: str
     python: str
     message: str
+    controller: str = LOCAL  # "local" (this machine), or the instance id of the head that runs the job
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -90,6 +94,10 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        if "controller" not in columns:  # a state.db from before managed training
+            with contextlib.suppress(sqlite3.OperationalError):  # another process added it meanwhile
+                self._db.execute("ALTER TABLE jobs ADD COLUMN controller TEXT NOT NULL DEFAULT 'local'")
 
     def put(self, row: JobRow) -> JobRow:
         """Insert or replace the row (updated_at set now); returns it as stored."""
@@ -108,6 +116,11 @@ class JobStore:
     def get(self, job_id: str) -> JobRow | None:
         found = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if found is None else JobRow(**{c: found[c] for c in _COLUMNS})
+
+    def all(self) -> list[JobRow]:
+        """Every job, newest first."""
+        rows = self._db.execute("SELECT * FROM jobs ORDER BY started_at DESC, rowid DESC")
+        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
 
     def for_cluster(self, cluster: str) -> list[JobRow]:
         """The cluster's jobs, newest first."""

@@ -2,7 +2,7 @@
 
 Layout on every node, relative to the login user's home (where SFTP starts):
 
-    deepvm/runtime/               training/, deepcheck/ and provisioning/errors.py: what ranks import
+    deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
     deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import deepcheck
+import provisioning
 import training
 from provisioning.errors import InputError
 from training.transport import (
@@ -49,9 +50,9 @@ from training.transport import (
 
 RUNTIME_DIR = "deepvm/runtime"
 INTERNAL_KEY = "deepvm/ssh/id_ed25519"
-_PACKAGES = (Path(training.__file__).parent, Path(deepcheck.__file__).parent)
-_MODULES = ("provisioning/__init__.py", "provisioning/errors.py")  # the only provisioning code ranks use
-_REPO = Path(training.__file__).resolve().parents[1]
+# ranks import training and deepcheck; the managed controller on the head also runs provisioning (its
+# state store, the cloud provider), so the runtime carries all three
+_PACKAGES = tuple(Path(p.__file__).parent for p in (training, deepcheck, provisioning))
 _MARK = "@@deepvm "
 _NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
 
@@ -105,16 +106,13 @@ class NodeState:
 
 
 def stage_runtime(target: Path) -> Path:
-    """Copy the code ranks import into `target` (emptied first), ready to push."""
+    """Copy deepvm's code for the nodes into `target` (emptied first), ready to push."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for package in _PACKAGES:
         shutil.copytree(package, target / package.name, ignore=ignore)
-    for module in _MODULES:
-        (target / module).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(_REPO / module, target / module)
     return target
 
 
@@ -135,12 +133,10 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
     """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
     run setup once, check the Python, report home (and notice)."""
     root = f"deepvm/jobs/{job_id}"
-    key = shlex.quote(authorize)
     lines = [
         "set -e",
         f"mkdir -p {root}/out {root}/checkpoints deepvm/setup",
-        'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
-        f'grep -qxF {key} "$HOME/.ssh/authorized_keys" 2>/dev/null || echo {key} >> "$HOME/.ssh/authorized_keys"',
+        *authorize_lines(authorize),
         f'echo "{_MARK}home $HOME"',
     ]
     if setup:
@@ -153,6 +149,15 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
     if check_notice:
         lines += _notice_lines(python)
     return "\n".join(lines)
+
+
+def authorize_lines(public_key: str) -> list[str]:
+    """Shell lines that authorise `public_key` for the login user, once (running them again adds nothing)."""
+    key = shlex.quote(public_key)
+    return [
+        'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
+        f'grep -qxF {key} "$HOME/.ssh/authorized_keys" 2>/dev/null || echo {key} >> "$HOME/.ssh/authorized_keys"',
+    ]
 
 
 def _run_marked(

@@ -287,11 +287,17 @@ def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port:
 
 
 def add_nodes(
-    name: str, role: Role = Role.TRAINER, count: int = 1, report: Reporter = Reporter(), timeout_s: float = 900.0
+    name: str,
+    role: Role = Role.TRAINER,
+    count: int = 1,
+    report: Reporter = Reporter(),
+    timeout_s: float = 900.0,
+    inside_cluster: bool = False,
 ) -> list[NodeRecord]:
     """Buy `count` more nodes like the plan's nodes of `role`, in their market (a spot trainer after an
     interruption, an on-demand holder that died), from the cluster's own launch template; return them
-    once they answer over SSH."""
+    once they answer over SSH. `inside_cluster`: the caller runs on a node of the cluster (the managed
+    controller on the head), which reaches the others at their private addresses, not the public ones."""
     name = check_cluster_name(name)
     with cluster_lock(name):
         store = Store()
@@ -319,6 +325,8 @@ def add_nodes(
         )
         wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
         added = assign_roles(wanted, infos, row.ssh_user, target.ssh_port)
+        if inside_cluster:
+            added = [private_only(n) for n in added]
         store.put_nodes(name, added)
         store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
         keys = ensure_cluster_keys(name)
@@ -328,6 +336,11 @@ def add_nodes(
             _endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t)
         )
         return added
+
+
+def private_only(node: NodeRecord) -> NodeRecord:
+    """The node as a machine inside its cluster's network sees it: reached at its private address."""
+    return replace(node, public_ip=None)
 
 
 def retire_nodes(name: str, instance_ids: list[str], why: str) -> None:
@@ -361,6 +374,14 @@ def node_env(name: str) -> dict[str, str]:
     if row is None:
         raise NotFoundError(f"no cluster named {name!r}")
     return target_for(row.cloud).node_env(row.region)
+
+
+def controller_env(name: str) -> dict[str, str]:
+    """What the managed controller's AWS clients on the head need (see CloudTarget.controller_env)."""
+    row = Store().cluster(check_cluster_name(name))
+    if row is None:
+        raise NotFoundError(f"no cluster named {name!r}")
+    return target_for(row.cloud).controller_env(row.region)
 
 
 # status

@@ -45,6 +45,10 @@ class CloudTarget(Protocol):
     def node_env(self, region: str) -> dict[str, str]:
         """Environment for AWS clients on the nodes (DeepCheck's L3, datasets on S3)."""
 
+    def controller_env(self, region: str) -> dict[str, str]:
+        """Environment for the managed controller's AWS clients on the head: where the API is, never keys
+        (they come from the head's instance profile, through its instance metadata)."""
+
 
 class AwsTarget:
     kind = "aws"
@@ -82,6 +86,9 @@ class AwsTarget:
     def node_env(self, region: str) -> dict[str, str]:
         # credentials come from the instance profile (`deepvm up --instance-profile`); boto3 does not
         # take the region from the instance metadata, so say it
+        return {"AWS_DEFAULT_REGION": region}
+
+    def controller_env(self, region: str) -> dict[str, str]:
         return {"AWS_DEFAULT_REGION": region}
 
 

@@ -75,3 +75,8 @@ class SandboxTarget:
             "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_DEFAULT_REGION": region,
         }
+
+    def controller_env(self, region: str) -> dict[str, str]:
+        # the sandbox's EC2 API is its moto server; the head's credentials come from its metadata endpoint
+        info = load_info()
+        return {"AWS_DEFAULT_REGION": region, **({"AWS_ENDPOINT_URL": info.endpoint} if info else {})}

@@ -1,0 +1,51 @@
+"""How a training job's events read on screen: shared by `deepvm train` (live) and `deepvm logs`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from training.managed.records import LogRecord
+from training.progress import Progress
+
+
+def describe_progress(p: Progress) -> str:
+    data = " · synthetic data" if p.synthetic else ""
+    return (
+        f"epoch {p.epoch} · loss {p.loss:.4f} · {p.samples_per_s:,.1f} samples/s · "
+        f"{p.world_size} trainers · ${p.cost_usd:.4f}{data}"
+    )
+
+
+def progress_line(p: Progress) -> str:
+    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}"
+
+
+def record_line(record: LogRecord) -> str:
+    """One log record as one line of text."""
+    if record.kind == "log":
+        return f"[{record.source}] {record.text}"
+    if record.kind == "progress" and record.progress is not None:
+        return progress_line(record.progress)
+    if record.kind == "push":
+        return f"pushed {record.total:,} bytes to {record.source}"
+    if record.kind == "state":
+        return f"job {record.status}: {record.text}"
+    return record.text
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """A completed job's summary (a TrainResult as a dict), as `deepvm train` prints it."""
+    synthetic = " (synthetic data)" if result["synthetic"] else ""
+    lines = [
+        f"{result['job_id']} completed: step {result['steps']}/{result['total_steps']}, "
+        f"final loss {result['final_loss']:.4f}{synthetic}, {result['restarts']} restarts, "
+        f"{result['lost_steps']} steps lost, ${result['cost_usd']:.4f}, {result['wall_s']:.0f}s"
+    ]
+    for r in result["recoveries"]:
+        resumed = "-" if r["detect_to_resumed_s"] is None else f"{r['detect_to_resumed_s']:.1f}s"
+        lines.append(
+            f"  {r['reason']}: {r['world_before']} -> {r['world_after']} trainers, resumed at step "
+            f"{r['resumed_step']} ({r['lost_steps']} steps lost), {resumed} from detection to training again"
+        )
+    lines.append(f"model and metrics: {result['out_dir']}")
+    return lines
