@@ -274,8 +274,8 @@ class Controller:
                     self._save(status="stopped", message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
-                        f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local --resume` "
-                        "continues"
+                        f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local "
+                        "--resume` continues"
                     )
                 progressed = run.last_step > run.first_step >= 0
                 failures = 0 if progressed or outcome == "stopped" else failures + 1

@@ -75,8 +75,8 @@ def cluster(tmp_path_factory):
 
 def start_train(env: dict[str, str], job: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "e2e", "--json", "--controller", "local",
-         *args],  # fmt: skip
+        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "e2e", "--json",
+         "--controller", "local", *args],
         cwd=REPO,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
