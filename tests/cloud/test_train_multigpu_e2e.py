@@ -67,7 +67,8 @@ def test_a_four_gpu_node_runs_four_trainer_ranks(tmp_path):
     assert up.returncode == 0, up.stderr
     try:
         train = subprocess.run(
-            [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg", "--json", "--controller", "local"],
+            [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg", "--json",
+             "--controller", "local"],
             cwd=REPO,
             env={**os.environ, **env},
             capture_output=True,
