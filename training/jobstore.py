@@ -130,6 +130,10 @@ class JobStore:
         return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
 
 
+class ControllerBusy(CloudError):
+    """Another controller holds the cluster's training lock."""
+
+
 def _lock_path(cluster: str) -> Path:
     locks = deepvm_home() / "locks"
     locks.mkdir(exist_ok=True, mode=0o700)
@@ -143,7 +147,7 @@ def train_lock(cluster: str) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise CloudError(
+            raise ControllerBusy(
                 f"a `deepvm train` controller is already running on cluster {cluster}; "
                 "wait for it, or stop it with Ctrl-C"
             ) from None

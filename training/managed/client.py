@@ -87,6 +87,10 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     store = Store()
     row = store.cluster(head.cluster)
     assert row is not None  # find_head checked that it is up
+    busy = [j for j in jobs_on(head) if j.status == RUNNING and j.controller_alive]
+    if busy:
+        raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
+                         f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
     keys = ensure_cluster_keys(head.cluster)
     job_id = new_job_id(spec.name)
     files = JobFiles(job_id)
@@ -161,11 +165,16 @@ def _start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> 
         "set -e",
         _ENV + (f" {exports}" if exports else ""),
         "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
-        f'  exec sudo -n systemd-run --quiet --collect --unit={unit} --uid="$(id -u)" --gid="$(id -g)" '
+        f'  sudo -n systemd-run --quiet --collect --unit={unit} --uid="$(id -u)" --gid="$(id -g)" '
         '-p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" '
         f'--setenv=DEEPVM_HOME="$DEEPVM_HOME" --setenv=PYTHONPATH="$PYTHONPATH" {setenv} {supervisor}',
+        "else",
+        f"  setsid nohup {supervisor} </dev/null >>{root}/supervisor.out 2>&1 &",
         "fi",
-        f"setsid nohup {supervisor} </dev/null >>{root}/supervisor.out 2>&1 &",
+        # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
+        # job whose supervisor is still starting for one that is over
+        f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
+        f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
     ])  # fmt: skip
 
 

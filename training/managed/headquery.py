@@ -21,7 +21,7 @@ from pathlib import Path
 
 from provisioning.home import deepvm_home
 from training.jobstore import JobRow, JobStore
-from training.managed.records import FINAL_STATES, RUNNING, JobSummary
+from training.managed.records import FAILED, FINAL_STATES, RUNNING, JobSummary, LogRecord
 
 _POLL_S = 0.2
 
@@ -53,10 +53,23 @@ def summaries() -> list[JobSummary]:
     known = {s.job_id for s in found}
     jobs_dir = deepvm_home() / "jobs"
     for root in sorted(jobs_dir.iterdir()) if jobs_dir.is_dir() else []:
-        if root.name not in known:  # submitted, and its controller has not written its row yet
-            found.append(JobSummary(root.name, "", root.name, RUNNING, 0, 0, 0, 0, 0.0, "", "", "starting",
-                                    supervisor_alive(root)))  # fmt: skip
+        if root.name not in known:  # its controller has not written its row (yet, or ever)
+            alive = supervisor_alive(root)
+            status, text = (RUNNING, "starting") if alive else _last_state(root)
+            found.append(JobSummary(root.name, "", root.name, status, 0, 0, 0, 0, 0.0, "", "", text, alive))
     return found
+
+
+def _last_state(root: Path) -> tuple[str, str]:
+    """The last state the job's log records (FAILED when it records none: nothing runs it any more)."""
+    status, text = FAILED, "its controller stopped before it started"
+    with contextlib.suppress(OSError), open(root / "log.jsonl") as log:
+        for line in log:
+            with contextlib.suppress(ValueError, TypeError):
+                record = LogRecord.from_json(line)
+                if record.kind == "state":
+                    status, text = record.status, record.text
+    return status, text
 
 
 def _job_rows() -> list[JobRow]:

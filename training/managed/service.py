@@ -27,6 +27,7 @@ from provisioning.cloud.lifecycle import private_only
 from provisioning.errors import InputError
 from provisioning.state import Store
 from training.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
+from training.jobstore import ControllerBusy
 from training.managed.joblog import JobLog
 from training.managed.records import CANCELLED, COMPLETED, FAILED, HeadJob
 
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> int:
     except TrainingCancelled as exc:
         log.state(CANCELLED, str(exc))
         return 0
-    except (TrainingFailed, InputError) as exc:
+    except (TrainingFailed, InputError, ControllerBusy) as exc:
         log.state(FAILED, str(exc))
         return FINAL
     except BaseException as exc:  # a crash: the supervisor restarts the service, which resumes the job
