@@ -60,6 +60,16 @@ from provisioning.errors import DeepvmError, InputError
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
 from provisioning.state import Store, utc_now
+from training.attempts import (
+    Action,
+    Outcome,
+    can_continue_without_holders,
+    classify,
+    decide,
+    fold_in_now,
+    nodes_to_buy,
+    progressed,
+)
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
@@ -261,28 +271,29 @@ class Controller:
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
                 self.attempts.append(
                     AttemptRecord(run.attempt.number, tuple(n.instance_id for n in launch.nodes), run.trainers,
-                                  run.first_step, run.last_step, outcome, run.attempt.returncode or 0,
+                                  run.first_step, run.last_step, outcome.value, run.attempt.returncode or 0,
                                   run.startup_s)
                 )  # fmt: skip
-                if outcome == "completed":
+                decision = decide(outcome, progressed(run.first_step, run.last_step), failures,
+                                  self.request.max_failures, cancelling=self.cancel_mode is not None)  # fmt: skip
+                failures = decision.failures
+                if decision.action is Action.FINISH:
                     return self._finish(run)
-                if outcome == "interrupted" and self.cancel_mode is not None:
+                if decision.action is Action.CANCEL:
                     self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
                     raise TrainingCancelled(f"cancelled at step {self.job.step} "
                                             f"(checkpoint at step {self.job.checkpoint_step})")  # fmt: skip
-                if outcome == "interrupted":
+                if decision.action is Action.STOP:
                     self._save(status="stopped", message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
                         f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local "
                         "--resume` continues"
                     )
-                progressed = run.last_step > run.first_step >= 0
-                failures = 0 if progressed or outcome == "stopped" else failures + 1
-                if failures >= self.request.max_failures:
+                if decision.action is Action.GIVE_UP:
                     errors = " | ".join(run.errors) or "no error output"
                     raise TrainingFailed(f"{failures} attempts in a row failed without progress: {errors}")
-                if outcome == "failed":
+                if decision.action is Action.RECOVER:
                     self._after_failure(run)
                 elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
                     self.recovery.trouble("restart", (), run.attempt.number, run.trainers, time.monotonic())
@@ -337,7 +348,7 @@ class Controller:
 
         Checkpoints live on the holders (RAM and disk), so a new holder can only continue the job when
         they were also uploaded to S3 (level l3): its DeepCheck then finds them there."""
-        if holders_lost and "l3" not in self.spec.checkpoint.levels:
+        if holders_lost and not can_continue_without_holders(self.spec.checkpoint.levels):
             raise TrainingFailed(
                 "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
                 f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.excluded}"
@@ -427,7 +438,7 @@ class Controller:
         self.report.log(line.host, line.text)
 
     # --- watching an attempt ----------------------------------------------------------------------
-    def _watch(self, run: _Run) -> str:
+    def _watch(self, run: _Run) -> Outcome:
         """Handle events until the attempt's mpirun exits; its outcome."""
         while True:
             self._check_stall(run)
@@ -477,15 +488,11 @@ class Controller:
         self.recovery.trouble("stall", (), run.attempt.number, run.trainers, time.monotonic(), run.last_step)
         threading.Thread(target=run.attempt.kill, name="kill-hung", daemon=True).start()
 
-    def _outcome(self, run: _Run, done: AttemptExit) -> str:
-        if done.returncode == 0 and run.status == "completed":
-            return "completed"
-        if self.user_stop:
-            return "interrupted"
-        if done.returncode == 0 and run.status == "stopped":
-            return "stopped"
-        self.report.note(f"attempt {run.attempt.number} failed (mpirun exit {done.returncode})")
-        return "failed"
+    def _outcome(self, run: _Run, done: AttemptExit) -> Outcome:
+        outcome = classify(done.returncode, run.status, user_stopped=bool(self.user_stop))
+        if outcome is Outcome.FAILED:
+            self.report.note(f"attempt {run.attempt.number} failed (mpirun exit {done.returncode})")
+        return outcome
 
     def _user_stop(self, run: _Run) -> None:
         self.user_stop += 1
@@ -641,7 +648,7 @@ class Controller:
         if not self.request.replace_nodes or not self.planned[role]:
             return
         usable = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.role is role and self._usable(e.instance_id)]
-        missing = self.planned[role] - len(usable) - self.replacing[role]
+        missing = nodes_to_buy(self.planned[role], len(usable), self.replacing[role])
         if missing <= 0:
             return
         self.replacing[role] += missing
@@ -681,7 +688,7 @@ class Controller:
             return  # the next launch uses it
         self.report.note(f"replacement {', '.join(e.instance_id for e in ready)} ready: folding it in")
         self.fold_waiting = True  # at the attempt's next step: stopping one still starting wastes its start
-        if run.last_step > run.first_step >= 0 and self.recovery.open is None:
+        if fold_in_now(run.first_step, run.last_step, recovery_in_flight=self.recovery.open is not None):
             self._fold_in(run)
 
     def _fold_in(self, run: _Run) -> None:
