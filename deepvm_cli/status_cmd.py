@@ -20,19 +20,36 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _jobs(cluster: str) -> list[JobRow]:
-    from training.jobstore import JobStore
+def _jobs(cluster: str, up: bool) -> list[JobRow]:
+    """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
+    cluster is up and its head answers), else as last heard."""
+    from deepvm_cli.jobs_cmd import default_python
+    from provisioning.errors import DeepvmError
+    from training.jobstore import ACTIVE, LOCAL, JobStore
+    from training.managed.client import find_head, jobs_on
 
-    return JobStore().for_cluster(cluster)
+    rows = JobStore().for_cluster(cluster)
+    if up and any(r.controller != LOCAL and r.status == ACTIVE for r in rows):
+        try:
+            jobs_on(find_head(cluster, default_python(cluster)))  # brings this machine's rows up to date
+        except DeepvmError as exc:
+            console.warning(f"{cluster}: managed jobs as last heard (the head node could not be asked: {exc})")
+        rows = JobStore().for_cluster(cluster)
+    return rows
 
 
 def _job_state(job: JobRow) -> str:
     """The stored status, except that a "running" job whose controller is gone says so."""
-    from training.jobstore import ACTIVE, controller_running
+    from training.jobstore import ACTIVE, LOCAL, controller_running
 
-    if job.status == ACTIVE and not controller_running(job.cluster):
-        return "interrupted (controller gone: `deepvm train --resume` continues)"
+    if job.status == ACTIVE and job.controller == LOCAL and not controller_running(job.cluster):
+        return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
+                "--controller local --resume` continues)")  # fmt: skip
     return job.status
+
+
+def up(view: ClusterView) -> bool:
+    return view.cluster.status == "up"
 
 
 def render_jobs(jobs: list[JobRow]) -> None:
@@ -88,7 +105,7 @@ def status_command(
         console.info(BANNER)
     if as_json:
         docs = [
-            {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name)]}
+            {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name, up(v))]}
             for v in views
         ]
         console.print_json(docs[0] if name else {"clusters": docs})
@@ -101,7 +118,7 @@ def status_command(
                 f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
             )
         render_cluster(view)
-        render_jobs(_jobs(view.cluster.name))
+        render_jobs(_jobs(view.cluster.name, up(view)))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, rehearsed end to end in the sandbox (no AWS account, no charges):
-#   deepvm plan -> deepvm up -> deepvm train configs/resnet.yaml, with one spot trainer interrupted
-#   mid-run -> training completes -> deepvm status -> deepvm down.
+#   deepvm plan -> deepvm up -> deepvm train configs/resnet.yaml --detach (the job's controller runs on
+#   the cluster's on-demand head node) -> one spot trainer interrupted mid-run -> deepvm logs -f
+#   reattaches and follows it to completion -> deepvm fetch -> deepvm status -> deepvm down.
 # The plan is DeepVM's decision for a $0.70/h cap with at most 3 nodes per type: Tiering, 3 spot
 # g4dn.xlarge trainers + 1 on-demand holder. In the sandbox every node is a local host (own PID and
 # mount namespace, own sshd on a 127.x address, own instance metadata), so on a 2-core machine this
@@ -45,7 +46,11 @@ started=$(date +%s)
 "$DEEPVM" up --cloud sandbox --name "$CLUSTER"
 interrupt_mid_run &
 interrupter=$!
-"$DEEPVM" train configs/resnet.yaml --cluster "$CLUSTER"
+"$DEEPVM" train configs/resnet.yaml --cluster "$CLUSTER" --detach
+job=$("$DEEPVM" jobs "$CLUSTER" --json | "$PY" -c "import json, sys; print(json.load(sys.stdin)[0]['job_id'])")
+echo "demo: this machine runs nothing of job $job now; reattaching to it" >&2
+"$DEEPVM" logs "$job" -f
+"$DEEPVM" fetch "$job"
 "$DEEPVM" status "$CLUSTER"
 "$DEEPVM" down "$CLUSTER" --yes
 "$DEEPVM" sandbox stop

@@ -440,6 +440,7 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
     try:
         with cloud_errors("reading node states"):
             seen = {i.instance_id: i for i in describe(ctx, [n.instance_id for n in nodes])}
+            tagged = query_instances(ctx, row.name)
     except CloudError:
         return False
     store.put_nodes(
@@ -449,7 +450,26 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
             for n in nodes
         ],
     )
+    known = {n.instance_id for n in nodes}
+    store.put_nodes(row.name, adopt(row, [i for i in tagged if i.instance_id not in known]))
     return True
+
+
+def adopt(row: ClusterRow, infos: list[InstanceInfo]) -> list[NodeRecord]:
+    """Records for instances of the cluster that this store did not buy (the managed controller on the
+    head bought them as replacements): each takes the role and price of the plan group of its type and
+    market. Instances that fit no group are not the cluster's nodes and are left out (`down` sweeps them
+    by tag all the same)."""
+    groups = {(g.instance_type, g.market): g for g in row.plan.nodes}
+    adopted = []
+    for info in infos:
+        group = groups.get((info.instance_type, info.market))
+        if group is not None:
+            adopted.append(NodeRecord(info.instance_id, info.instance_type, info.market, group.role,
+                                      info.availability_zone, info.state, info.private_ip, info.public_ip,
+                                      group.usd_per_hour, info.launched_at, row.ssh_user,
+                                      target_for(row.cloud).ssh_port))  # fmt: skip
+    return adopted
 
 
 # down
