@@ -1,0 +1,269 @@
+"""Managed training end to end in the sandbox: the job's controller runs on the Tiering cluster's
+on-demand head (the holder), under its supervisor, and the user's machine only submits, follows, cancels
+and fetches. Real sshd hosts, real mpirun, real training; the "laptop" is this test's CLI processes.
+
+One cluster serves the module. The user's environment carries canary AWS credentials: the sandbox never
+uses them, and no node may ever see them (no file, no environment, no command line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.cloud.plans import make_tiering_plan
+from tests.conftest import REPO, run_cli
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
+]
+
+EVERY = 5  # checkpoint interval, steps
+CANARY = f"canary-secret-{uuid.uuid4().hex}"  # the user's AWS secret, as far as deepvm can tell
+NAME = f"mg-{uuid.uuid4().hex[:8]}"
+
+
+def job_yaml(steps: int, name: str) -> str:
+    return f"""\
+name: {name}
+seed: 0
+model: {{name: resnet18, num_classes: 10}}
+dataset: {{kind: synthetic, samples: 512, image_shape: [3, 16, 16], classes: 10, seed: 0}}
+steps: {steps}
+batch_size: 8
+log_every: 1
+optimizer: {{name: sgd, lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}}
+checkpoint: {{every_steps: {EVERY}, levels: [l1, l2], buffer_slots: 2}}
+shrink: {{keep_global_batch_by: per_trainer_batch}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(env, job directory); the cluster is deleted afterwards and nothing of it may run."""
+    root = tmp_path_factory.mktemp("managed-e2e")
+    env = {"DEEPVM_HOME": str(root / "home"), "AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": CANARY}
+    (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
+    jobs = root / "jobs"
+    jobs.mkdir()
+    up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox",
+                 "--json", env=env, timeout=180)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    try:
+        yield env, jobs
+    finally:
+        run_cli("down", "mg", "--yes", "--cancel-jobs", env=env, timeout=300)
+        run_cli("sandbox", "stop", env=env, timeout=120)
+
+
+def write_job(jobs: Path, steps: int, tag: str) -> Path:
+    path = jobs / tag / "job.yaml"
+    path.parent.mkdir()
+    path.write_text(job_yaml(steps, f"{NAME}-{tag}"))
+    return path
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    result = run_cli(*args, env=env, timeout=timeout)
+    assert result.returncode == 0, f"deepvm {' '.join(args)}: {result.stderr[-3000:]}"
+    return result
+
+
+def job_state(env: dict[str, str], job_id: str) -> dict:
+    (found,) = [j for j in json.loads(cli(env, "jobs", "mg", "--json").stdout) if j["job_id"] == job_id]
+    return found
+
+
+def wait_for(env: dict[str, str], job_id: str, step: int, timeout_s: float = 240) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = job_state(env, job_id)
+        if state["step"] >= step or state["status"] != "running":
+            return state
+        time.sleep(2)
+    raise AssertionError(f"{job_id} did not reach step {step} in {timeout_s:.0f}s")
+
+
+def newest_job(env: dict[str, str]) -> str:
+    return json.loads(cli(env, "jobs", "mg", "--json").stdout)[0]["job_id"]
+
+
+def spot_trainer(env: dict[str, str]) -> str:
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)
+    return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["state"] == "running")
+
+
+def run_on_head(env: dict[str, str], script: str) -> str:
+    """Run a shell script on the head as the cluster's login user (the way an operator would)."""
+    code = (
+        "import sys; from training.managed.client import find_head; from training.transport import run_command\n"
+        "out = []; h = find_head('mg', sys.executable)\n"
+        "sys.exit(run_command(h.host, sys.argv[1], lambda line: print(line.text)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code, script], cwd=REPO, env={**os.environ, **env},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _processes() -> dict[int, str]:
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return found
+
+
+def node_processes(env: dict[str, str]) -> dict[int, str]:
+    """Processes on the cluster's nodes (below any of the module's sandbox hosts), by pid."""
+    processes = _processes()
+    parents: dict[int, int] = {}
+    for pid in processes:
+        try:
+            parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    hosts = {pid for pid, line in processes.items()
+             if "provisioning.sandbox.hostinit" in line and env["DEEPVM_HOME"] in line}  # fmt: skip
+
+    def on_node(pid: int) -> bool:
+        seen = set()
+        while pid in parents and pid not in seen:
+            if pid in hosts:
+                return True
+            seen.add(pid)
+            pid = parents[pid]
+        return False
+
+    return {pid: line for pid, line in processes.items() if on_node(pid)}
+
+
+def job_processes(env: dict[str, str]) -> dict[int, str]:
+    return {pid: line for pid, line in node_processes(env).items()
+            if "training." in line or "mpirun" in line or "orted" in line or "prted" in line}  # fmt: skip
+
+
+def local_deepvm(env: dict[str, str]) -> list[str]:
+    """deepvm processes on the user's side (not on a node) working for this module's home."""
+    nodes = node_processes(env)
+    found = []
+    for pid, line in _processes().items():
+        if pid in nodes or pid == os.getpid() or "deepvm_cli" not in line:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if env["DEEPVM_HOME"].encode() in environ:
+            found.append(line)
+    return found
+
+
+def assert_no_user_credentials(env: dict[str, str]) -> None:
+    """The canary secret is in no node process's environment or command line, and in no node's files."""
+    for pid, line in node_processes(env).items():
+        assert CANARY not in line
+        try:
+            assert CANARY.encode() not in Path(f"/proc/{pid}/environ").read_bytes(), line
+        except OSError:
+            continue
+    hosts = Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts"
+    hits = subprocess.run(["grep", "-rlF", CANARY, str(hosts)], capture_output=True, text=True)
+    assert hits.stdout == "", hits.stdout
+
+
+def test_detached_job_survives_a_notice_and_a_controller_crash(cluster):
+    env, jobs = cluster
+    job = write_job(jobs, 60, "detach")
+    started = time.monotonic()
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    assert time.monotonic() - started < 120  # returns once the job runs, not when it ends
+    assert local_deepvm(env) == []  # nothing of the job runs on the user's side
+    job_id = newest_job(env)
+    assert job_state(env, job_id)["controller_alive"]
+    wait_for(env, job_id, 12)
+    cli(env, "interrupt", spot_trainer(env), "--after", "30")
+    deadline = time.monotonic() + 240  # the notice's relaunch, then the replacement folded in
+    while "recovered (fold-in)" not in cli(env, "logs", job_id).stdout and time.monotonic() < deadline:
+        time.sleep(2)
+    pid = run_on_head(env, f"cat deepvm/managed/jobs/{job_id}/service.pid").strip()
+    run_on_head(env, f"kill -9 {pid}")
+    killed = time.monotonic()
+    log = cli(env, "logs", job_id, "-f", timeout=400).stdout
+    state = job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == 60, state
+    assert "recovered (notice): 3 -> 2 trainers" in log and "0 steps lost" in log.split("recovered (notice)")[1]
+    assert "recovered (fold-in): 2 -> 3 trainers" in log
+    restarted = [line for line in log.splitlines() if line.startswith("recovered (controller-restart)")]
+    assert restarted, log[-3000:]
+    assert state["lost_steps"] <= EVERY  # the notice lost nothing; the crash at most one interval
+    assert time.monotonic() - killed < 300
+    out = Path(env["DEEPVM_HOME"]) / "fetched"
+    cli(env, "fetch", job_id, "--out", str(out))
+    assert (out / "model.pt").stat().st_size > 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 60
+    assert_no_user_credentials(env)
+
+
+def test_job_outlives_the_laptop(cluster):
+    env, jobs = cluster
+    job = write_job(jobs, 420, "laptop")
+    train = subprocess.Popen(
+        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg"],
+        cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert train.stderr is not None
+    for line in train.stderr:
+        if line.startswith("step 10/"):
+            break
+    train.send_signal(signal.SIGKILL)  # the laptop is gone, and with it every deepvm process of the user
+    train.wait()
+    gone = time.monotonic()
+    job_id = newest_job(env)
+    time.sleep(10)
+    cli(env, "interrupt", spot_trainer(env), "--after", "30")
+    time.sleep(max(0.0, 125 - (time.monotonic() - gone)))  # more than two minutes away
+    state = job_state(env, job_id)
+    assert state["status"] == "running" and state["step"] > 10, state
+    tail = cli(env, "logs", job_id, "-f", "--tail", "5", timeout=600).stdout
+    assert "job completed" in tail
+    state = job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == 420
+    assert "Spot interruption notice" in cli(env, "logs", job_id).stdout
+
+
+def test_cancel_stops_after_a_checkpoint_and_down_guards_running_jobs(cluster):
+    env, jobs = cluster
+    job = write_job(jobs, 400, "cancel")
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    job_id = newest_job(env)
+    wait_for(env, job_id, 8)
+    refused = run_cli("down", "mg", "--yes", env=env, timeout=120)
+    assert refused.returncode != 0 and "running job" in refused.stderr and "--cancel-jobs" in refused.stderr
+    cli(env, "cancel", job_id)
+    state = job_state(env, job_id)
+    assert state["status"] == "cancelled" and not state["controller_alive"], state
+    log = cli(env, "logs", job_id).stdout
+    assert "cancel requested (checkpoint)" in log and "safe at" in log.split("cancel requested")[1]
+    deadline = time.monotonic() + 30
+    while job_processes(env) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert job_processes(env) == {}
+
+
+def test_zz_down_leaves_nothing_running(cluster):
+    env, _ = cluster
+    cli(env, "down", "mg", "--yes", timeout=300)
+    assert node_processes(env) == {}
