@@ -9,10 +9,15 @@ same job runs once per scenario, as a user runs it (`deepvm train --json`):
   is terminated through the EC2 API at the same step; mpirun aborts and the job restarts from the
   newest complete checkpoint.
 
+The notice scenario runs twice: with the job's controller on the cluster's head node (managed, the
+default) and in the `train` process (`--controller local`, the attached mode), so that what moving the
+controller costs (or saves) in recovery time is measured in the same run, on the same cluster.
+
 For each it reports, from the run's own result: detection -> checkpoint safe (notice only), detection ->
 training again (the first step after the relaunch), steps lost, and the relaunch's start-up time
 (mpirun -> first step, mostly Python and torch imports on a busy 2-core machine); then the ratios of
-the notice run to the baseline. Run as root: `python benchmarks/train_recovery_bench.py [--json]`.
+the notice run to the baseline, and of the managed notice run to the attached one. Run as root:
+`python benchmarks/train_recovery_bench.py [--json]`.
 """
 
 from __future__ import annotations
@@ -64,9 +69,10 @@ def trainer_in_job(env: dict[str, str], attempt_line: str) -> str:
     return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names)
 
 
-def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
+def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controller: str) -> dict:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "bench", "--json"],
+        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "bench", "--json",
+         "--controller", controller],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -94,7 +100,7 @@ def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool) -> dict:
     first = next(r for r in result["recoveries"] if r["reason"] == reason)
     relaunch = next(a for a in result["attempts"] if a["first_step"] == first["resumed_step"] and a["number"] > 1)
     return {
-        "scenario": "notice" if notice else "no notice",
+        "scenario": f"{'notice' if notice else 'no notice'} ({controller})",
         "event_to_detect_s": round(first["detected_wall"] - posted, 3),
         "detect_to_checkpoint_s": first["detect_to_checkpoint_s"],
         "detect_to_resumed_s": first["detect_to_resumed_s"],
@@ -126,24 +132,27 @@ def main() -> int:
         job.write_text(JOB.format(steps=args.steps, every=args.every))
         try:
             deepvm(env, "up", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
-            rows = [run_scenario(env, job, args.at, notice) for notice in (True, False)]
+            scenarios = ((True, "head"), (True, "local"), (False, "local"))
+            rows = [run_scenario(env, job, args.at, notice, controller) for notice, controller in scenarios]
         finally:
             subprocess.run([sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env,
                            capture_output=True)  # fmt: skip
             subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env,
                            capture_output=True)  # fmt: skip
-    notice, baseline = rows
+    managed, notice, baseline = rows
     ratios = {
         "steps_lost": f"{notice['steps_lost']} vs {baseline['steps_lost']}",
         "detect_to_resumed": round(notice["detect_to_resumed_s"] / baseline["detect_to_resumed_s"], 2),
     }
+    head_vs_local = round(managed["detect_to_resumed_s"] / notice["detect_to_resumed_s"], 2)
     if args.json:
-        print(json.dumps({"rows": rows, "notice_vs_no_notice": ratios}, indent=1))
+        document = {"rows": rows, "notice_vs_no_notice": ratios, "head_vs_local_detect_to_resumed": head_vs_local}
+        print(json.dumps(document, indent=1))
         return 0
     print(f"job: {args.steps} steps, checkpoint every {args.every}, interrupted at step {args.at}")
     print("event: notice posted / instance terminated; detect: the controller learns of it")
     header = ("scenario", "event->detect s", "detect->ckpt s", "detect->resumed s", "lost", "startup s", "wall s")
-    widths = [max(10, len(h)) for h in header]
+    widths = [max(19, len(header[0])), *(max(10, len(h)) for h in header[1:])]
     print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for r in rows:
         ckpt = "-" if r["detect_to_checkpoint_s"] is None else f"{r['detect_to_checkpoint_s']:.2f}"
@@ -151,6 +160,7 @@ def main() -> int:
                  str(r["steps_lost"]), f"{r['relaunch_startup_s']:.1f}", f"{r['wall_s']:.1f}")  # fmt: skip
         print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     print(f"notice vs no notice: steps lost {ratios['steps_lost']}, time to resume x{ratios['detect_to_resumed']}")
+    print(f"controller on the head vs attached: time to resume x{head_vs_local}")
     return 0
 
 
