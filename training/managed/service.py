@@ -27,8 +27,10 @@ from provisioning.cloud.lifecycle import private_only
 from provisioning.errors import InputError
 from provisioning.state import Store
 from training.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
+from training.jobspec import load_job_spec
 from training.jobstore import ControllerBusy
 from training.managed.joblog import JobLog
+from training.managed.mirror import LogMirror
 from training.managed.records import CANCELLED, COMPLETED, FAILED, HeadJob
 
 FINAL = 3  # the job failed for good: the supervisor does not restart it
@@ -52,7 +54,11 @@ def main(argv: list[str]) -> int:
     job = HeadJob.from_json((root / "job.json").read_text())
     log = JobLog(root / "log.jsonl")
     (root / "service.pid").write_text(str(os.getpid()))
+    mirror = None
     try:
+        checkpoint = load_job_spec(root / "job" / job.job_file).checkpoint
+        if "l3" in checkpoint.levels and checkpoint.s3_prefix:
+            mirror = LogMirror(checkpoint.s3_prefix, job.job_id, root, log.note).start()
         seed_store(job)
         request = TrainRequest(
             job_path=root / "job" / job.job_file,
@@ -81,6 +87,8 @@ def main(argv: list[str]) -> int:
         log.note(f"controller error: {type(exc).__name__}: {exc}")
         raise
     finally:
+        if mirror is not None:
+            mirror.close()
         log.close()
 
 
