@@ -13,6 +13,7 @@ from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.cloud.plan_input import load_plans, plans_for_price
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
+from provisioning.planner.plan import Plan
 
 
 def up_command(
@@ -57,11 +58,7 @@ def up_command(
     target = resolve_target(cloud)
     if target.banner:
         console.info(target.banner)
-    plans = (
-        plans_for_price(max_price, region, offline=target.kind == "sandbox")
-        if max_price
-        else load_plans(plan)
-    )
+    plans = _plans(plan, max_price, region, offline=target.kind == "sandbox")
     if region and plans[0].region != region:
         raise InputError(
             f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"
@@ -90,6 +87,16 @@ def up_command(
     render_cluster(result.view)
     if result.created:
         console.info(f"next: `deepvm status {name}`, and `deepvm down {name}` when done")
+
+
+def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:
+    """The plans to launch, best first: planned now for --max-price, else read (and checked) from a file."""
+    if max_price:
+        return plans_for_price(max_price, region, offline=offline)
+    loaded = load_plans(path)
+    for message in loaded.warnings:
+        console.warning(message)
+    return loaded.plans
 
 
 def register(app: typer.Typer) -> None:

@@ -46,7 +46,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert status.returncode == 0, status.stderr
     view = json.loads(status.stdout)
     assert view["name"] == "c1" and view["refreshed"] is True
-    assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.2104)) < 1e-9
+    assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.1578)) < 1e-9  # the snapshot's prices in us-east-1a
     assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
     assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
 
@@ -129,7 +129,7 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
         (
             ("up", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
             2,
-            "deepvm: error: plan file '/nonexistent/plan.json' not found",
+            "deepvm: error: plan file not found: /nonexistent/plan.json",
         ),
         (
             ("status", "ghost"),
