@@ -125,7 +125,7 @@ def main() -> int:
         job.parent.mkdir()
         job.write_text(JOB.format(steps=args.steps, every=args.every))
         try:
-            deepvm(env, "up", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
+            deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
             rows = [run_scenario(env, job, args.at, notice) for notice in (True, False)]
         finally:
             subprocess.run([sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env,

@@ -45,6 +45,9 @@ class CloudTarget(Protocol):
     def node_env(self, region: str) -> dict[str, str]:
         """Environment for AWS clients on the nodes (DeepCheck's L3, datasets on S3)."""
 
+    def check_capacity(self, nodes: int) -> str | None:
+        """Before anything boots: a warning when `nodes` strain this cloud, an InputError when they cannot fit."""
+
 
 class AwsTarget:
     kind = "aws"
@@ -83,6 +86,9 @@ class AwsTarget:
         # credentials come from the instance profile (`deepvm up --instance-profile`); boto3 does not
         # take the region from the instance metadata, so say it
         return {"AWS_DEFAULT_REGION": region}
+
+    def check_capacity(self, nodes: int) -> str | None:
+        return None  # EC2 answers a shortage itself, and the plan was held to its quotas (plan_check.py)
 
 
 def resolve_target(cloud: str) -> CloudTarget:

@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 
 
 def _up(plan_file, ami, *extra):
-    return run_cli("up", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
+    return run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
 
 
 def _live_instances(ctx, name="c1"):
@@ -127,7 +127,7 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
     ("args", "code", "message"),
     [
         (
-            ("up", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
+            ("up", "--yes", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
             2,
             "deepvm: error: plan file not found: /nonexistent/plan.json",
         ),
@@ -139,7 +139,7 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
         (("down", "ghost", "--yes", "--cloud", "aws"), 5, "deepvm: error: no cluster named 'ghost'"),
         (("status", "bad name!"), 2, "deepvm: error: cluster name 'bad name!' is not allowed"),
         (("interrupt", "i-0123456789"), 5, "deepvm: error: no node 'i-0123456789' in any cluster"),
-        (("up", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
+        (("up", "--yes", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
         (("down", "c1"), 2, "deepvm: error: `deepvm down c1` deletes the cluster; confirm with --yes"),
     ],
 )
@@ -160,7 +160,7 @@ def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path):
 
 def test_missing_deep_learning_ami_says_to_pass_ami(moto, tmp_path):
     plan = write_plans(tmp_path / "plan.json", make_plan())
-    result = run_cli("up", "--cloud", "aws", "--plan", str(plan), "--no-wait")
+    result = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
     assert "could not find the Deep Learning AMI" in result.stderr and "pass --ami" in result.stderr
 

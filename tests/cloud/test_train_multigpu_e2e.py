@@ -62,7 +62,7 @@ def test_a_four_gpu_node_runs_four_trainer_ranks(tmp_path):
     job = tmp_path / "job" / "multigpu.yaml"
     job.parent.mkdir()
     job.write_text(JOB)
-    up = run_cli("up", "--plan", str(tmp_path / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--json",
+    up = run_cli("up", "--yes", "--plan", str(tmp_path / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--json",
                  env=env, timeout=180)
     assert up.returncode == 0, up.stderr
     try:
