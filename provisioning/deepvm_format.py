@@ -16,6 +16,7 @@ file's units, and a/b/c become measured scaling parameters.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,12 @@ MAX_CATALOG_BYTES = 64 * MIB  # the built-in snapshot of four regions is 47 KiB;
 def load_catalog_file(path: Path) -> Catalog:
     """Read a catalog file in either format. Every problem a user can cause is one InputError line."""
     data = read_json_file(path, "catalog file", MAX_CATALOG_BYTES)
+    source = os.path.abspath(path)  # plans name their catalog by it, and `up` may run in another directory
     try:
         if isinstance(data, dict) and "instances" in data:
-            catalog = from_deepvm_dict(data, source=str(path), as_of=_modified_date(path))
+            catalog = from_deepvm_dict(data, source=source, as_of=_modified_date(path))
         elif isinstance(data, dict) and "types" in data:
-            catalog = catalog_from_dict(data, source=str(path))
+            catalog = catalog_from_dict(data, source=source)
         else:
             raise InputError(
                 f"{path} is not a catalog: expected DeepVM's format (\"instances\", \"available_vcpus\") "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from provisioning.catalog import Catalog
 from provisioning.errors import InputError
@@ -45,7 +46,12 @@ def load_plans(path: Path | None) -> LoadedPlans:
     chosen = path or saved_plan_path()
     if path is None and not chosen.exists():
         raise InputError("no saved plan: run `deepvm plan --max-price X` first, or pass --plan FILE")
-    data = read_json_file(chosen, "plan file", MAX_PLAN_BYTES)
+    return checked_plans(read_json_file(chosen, "plan file", MAX_PLAN_BYTES), str(chosen))
+
+
+def checked_plans(data: Any, name: str) -> LoadedPlans:
+    """The plans of a parsed plan document (`name` is its file in messages), each checked against the
+    catalog it names; anything wrong is one InputError line naming the file and the field."""
     catalogs = _Catalogs()
     plans: list[Plan] = []
     warnings: list[str] = []
@@ -55,9 +61,9 @@ def load_plans(path: Path | None) -> LoadedPlans:
             warnings.extend(catalog.warnings)
             checked = check_plan(entry, catalog, label)
             plans.append(checked.plan)
-            warnings.extend(f"{chosen}: {w}" for w in checked.warnings)
+            warnings.extend(f"{name}: {w}" for w in checked.warnings)
     except PlanDocumentError as exc:
-        raise InputError(f"{chosen}: {exc}") from None
+        raise InputError(f"{name}: {exc}") from None
     return LoadedPlans(tuple(plans), tuple(dict.fromkeys(warnings)))
 
 

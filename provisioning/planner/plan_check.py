@@ -146,15 +146,17 @@ def _check_size(plan: Plan, catalog: Catalog, where: str) -> None:
 
 def _repriced(plan: Plan, priced: tuple[NodeGroup, ...], label: str, where: str) -> CheckedPlan:
     total = sum(g.count * g.usd_per_hour for g in priced)
-    same = all(
-        math.isclose(old.usd_per_hour, new.usd_per_hour, rel_tol=PRICE_TOLERANCE, abs_tol=PRICE_TOLERANCE)
-        for old, new in zip(plan.nodes, priced)
-    ) and math.isclose(plan.price_per_hour, total, rel_tol=PRICE_TOLERANCE, abs_tol=PRICE_TOLERANCE)
-    if same:
+    nodes_total = sum(g.count * g.usd_per_hour for g in plan.nodes)
+    if all(_same(old.usd_per_hour, new.usd_per_hour) for old, new in zip(plan.nodes, priced)) and _same(
+        plan.price_per_hour, total
+    ):
         return CheckedPlan(plan, ())
+    # the file's figure that is off: its total, or else what its node prices add up to
+    said = nodes_total if _same(plan.price_per_hour, total) else plan.price_per_hour
     name = f"{where}: " if where else ""
-    warning = (
-        f"{name}its prices are not those of {label}; re-priced from ${plan.price_per_hour:.4f}/h "
-        f"to ${total:.4f}/h"
-    )
+    warning = f"{name}its prices are not those of {label}; re-priced from ${said:.4f}/h to ${total:.4f}/h"
     return CheckedPlan(replace(plan, nodes=priced, price_per_hour=total), (warning,))
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=PRICE_TOLERANCE, abs_tol=PRICE_TOLERANCE)
