@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from provisioning.catalog import Catalog, InstanceType, Market
@@ -58,11 +59,12 @@ def check_plan(entry: PlanEntry, catalog: Catalog, label: str) -> CheckedPlan:
     return _repriced(plan, tuple(priced), label, entry.where)
 
 
-def _path(where: str):
+def _path(where: str) -> Callable[[str], str]:
+    """Paths of a plan's fields below `where` ("plans[0]" -> "plans[0].region"; "" -> "region")."""
     return lambda field: f"{where}.{field}" if where else field
 
 
-def _check_place(plan: Plan, catalog: Catalog, label: str, at) -> None:
+def _check_place(plan: Plan, catalog: Catalog, label: str, at: Callable[[str], str]) -> None:
     if plan.region not in catalog.regions:
         raise PlanDocumentError(
             at("region"), f"unknown region {plan.region!r}; {label} has {', '.join(catalog.regions)}"
@@ -113,7 +115,7 @@ def _place(group: NodeGroup, plan: Plan) -> str:
 
 
 def _check_architecture(plan: Plan, where: str) -> None:
-    nodes = defaultdict(int)
+    nodes: dict[Role, int] = defaultdict(int)
     for group in plan.nodes:
         nodes[group.role] += group.count
     anchors, holders, trainers = nodes[Role.ANCHOR], nodes[Role.HOLDER], nodes[Role.TRAINER]

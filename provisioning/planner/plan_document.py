@@ -41,11 +41,9 @@ class PlanDocumentError(ValueError):
 
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"{path}: {problem}" if path else problem)
-        self.path = path
-        self.problem = problem
 
 
-def show(value: Any) -> str:
+def _show(value: Any) -> str:
     """A value as its JSON text, cut short: error lines stay one line and never carry raw control bytes."""
     try:
         text = json.dumps(value)
@@ -57,14 +55,14 @@ def show(value: Any) -> str:
 def _count(value: Any) -> int:
     if type(value) is not int or not 1 <= value <= MAX_NODES:
         raise PydanticCustomError(
-            "count", "must be an integer from 1 to {limit}, got {got}", {"limit": MAX_NODES, "got": show(value)}
+            "count", "must be an integer from 1 to {limit}, got {got}", {"limit": MAX_NODES, "got": _show(value)}
         )
     return value
 
 
 def _amount(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise PydanticCustomError("amount", "must be a finite number >= 0, got {got}", {"got": show(value)})
+        raise PydanticCustomError("amount", "must be a finite number >= 0, got {got}", {"got": _show(value)})
     return float(value)
 
 
@@ -74,7 +72,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # instance types, regi
 def _name(value: Any) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise PydanticCustomError(
-            "name", "must be a name of at most 64 letters, digits, '.', '_' or '-', got {got}", {"got": show(value)}
+            "name", "must be a name of at most 64 letters, digits, '.', '_' or '-', got {got}", {"got": _show(value)}
         )
     return value
 
@@ -84,7 +82,7 @@ def _text(limit: int) -> Any:
         if not isinstance(value, str) or len(value) > limit or not value.isprintable():
             raise PydanticCustomError(
                 "text", "must be a string of at most {limit} printable characters, got {got}",
-                {"limit": limit, "got": show(value)},
+                {"limit": limit, "got": _show(value)},
             )
         return value
 
@@ -171,7 +169,7 @@ class PlanEntry:
 def read_plan_document(data: Any) -> tuple[PlanEntry, ...]:
     """The plans of a plan file: one plan (`Plan.to_dict()`) or ranked plans (`{"plans": [...], ...}`)."""
     if not isinstance(data, dict):
-        raise PlanDocumentError("", f"expected a JSON object (one plan, or {{\"plans\": [...]}}), got {show(data)}")
+        raise PlanDocumentError("", f"expected a JSON object (one plan, or {{\"plans\": [...]}}), got {_show(data)}")
     if "plans" in data:
         ranked = _validate(RankedPlansDocument, data)
         return tuple(PlanEntry(f"plans[{i}]", p.to_plan()) for i, p in enumerate(ranked.plans))
@@ -190,10 +188,10 @@ def _validate(model: type[_Strict], data: Any) -> Any:
         errors = exc.errors(include_url=False)
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise PlanDocumentError(field_path(first["loc"]), _problem(first) + more) from None
+        raise PlanDocumentError(_field_path(first["loc"]), _problem(first) + more) from None
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
+def _field_path(loc: tuple[int | str, ...]) -> str:
     """("plans", 0, "nodes", 1, "count") -> "plans[0].nodes[1].count"."""
     path = ""
     for part in loc:
@@ -208,11 +206,11 @@ def _problem(err: Any) -> str:
     if kind == "extra_forbidden":
         return "unknown field"
     if kind == "enum":
-        return f"must be one of {err['ctx']['expected']}, got {show(err['input'])}"
+        return f"must be one of {err['ctx']['expected']}, got {_show(err['input'])}"
     if kind in ("list_type", "tuple_type"):
-        return f"must be a list, got {show(err['input'])}"
+        return f"must be a list, got {_show(err['input'])}"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"must be an object, got {show(err['input'])}"
+        return f"must be an object, got {_show(err['input'])}"
     if kind == "too_short":
         return f"must hold at least {err['ctx']['min_length']} entries"
     if kind == "too_long":
