@@ -131,7 +131,7 @@ def main() -> int:
         job.parent.mkdir()
         job.write_text(JOB.format(steps=args.steps, every=args.every))
         try:
-            deepvm(env, "up", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
+            deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
             scenarios = ((True, "head"), (True, "local"), (False, "local"))
             rows = [run_scenario(env, job, args.at, notice, controller) for notice, controller in scenarios]
         finally:

@@ -1,6 +1,6 @@
 """Time from `deepvm up` to every node reachable over SSH in the sandbox, for growing cluster sizes.
 
-Each size runs `deepvm up --cloud sandbox` (1 on-demand anchor + N-1 spot trainers) as a user would, in
+Each size runs `deepvm up --yes --cloud sandbox` (1 on-demand anchor + N-1 spot trainers) as a user would, in
 a fresh DEEPVM_HOME, and measures the command's wall time: it returns only once every node has answered
 an SSH login checked against its pinned host key. "cold" includes starting the sandbox's moto server and
 supervisor; "warm" reuses them. Run as root: `python benchmarks/up_bench.py [--sizes 4 16]`.
@@ -40,9 +40,9 @@ def measure(size: int, home: Path) -> dict[str, float]:
     env = {**os.environ, "DEEPVM_HOME": str(home), "NO_COLOR": "1"}
     plan = write_plans(home.parent / f"plan-{size}.json", make_plan(spot=size - 1, on_demand=1))
     try:
-        cold = deepvm(env, "up", "--cloud", "sandbox", "--plan", str(plan), "--name", "cold", "--json")
+        cold = deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(plan), "--name", "cold", "--json")
         deepvm(env, "down", "cold", "--yes")
-        warm = deepvm(env, "up", "--cloud", "sandbox", "--plan", str(plan), "--name", "warm", "--json")
+        warm = deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(plan), "--name", "warm", "--json")
         deepvm(env, "down", "warm", "--yes")
     finally:
         subprocess.run(

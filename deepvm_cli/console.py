@@ -35,6 +35,21 @@ def error_line(message: str) -> None:
     sys.stderr.flush()
 
 
+def interactive() -> bool:
+    """Whether a person can answer a question: stdin is a terminal (not a pipe, a file or CI)."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str) -> bool:
+    """Ask a yes/no question on stderr and read the answer from stdin; no (or end of input) is the default.
+
+    Not click's prompt: it writes the last space of the prompt to stdout, which must stay for data.
+    """
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()

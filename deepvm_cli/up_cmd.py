@@ -1,4 +1,11 @@
-"""`deepvm up`: launch the saved plan (or a given one, or a fresh one for a price) as a cluster."""
+"""`deepvm up`: launch the saved plan (or a given one, or a fresh one for a price) as a cluster.
+
+`up` spends the user's money, so it never launches without a yes: it shows the nodes, their $/h, the
+region and zone and the cloud, then asks on a terminal. `--yes` answers for scripts; without a terminal
+and without `--yes` it refuses, before anything is created (CI and cron have no one to ask). `--dry-run`
+shows what would be created and creates nothing. A plan file is validated before all of this
+(provisioning/cloud/plan_input.py).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,13 @@ import typer
 
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
+from deepvm_cli.render_up import node_count, render_dry_run, render_launch
 from deepvm_cli.status_cmd import render_cluster
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
+from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
 from provisioning.cloud.plan_input import load_plans, plans_for_price
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
+from provisioning.planner.plan import Plan
 
 
 def up_command(
@@ -46,6 +55,8 @@ def up_command(
     timeout: float = typer.Option(
         900.0, "--timeout", help="Seconds to wait for running and reachable nodes."
     ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking (scripts must pass it)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be created; create nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
 ) -> None:
     """Launch a cluster: key pair, security group, launch template, EC2 Fleet; wait for SSH."""
@@ -54,18 +65,29 @@ def up_command(
 
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
+    check_cluster_name(name)
     target = resolve_target(cloud)
     if target.banner:
         console.info(target.banner)
-    plans = (
-        plans_for_price(max_price, region, offline=target.kind == "sandbox")
-        if max_price
-        else load_plans(plan)
-    )
+    plans = _plans(plan, max_price, region, offline=target.kind == "sandbox")
     if region and plans[0].region != region:
         raise InputError(
             f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"
         )
+    launchable = plans if on_shortage is ShortagePolicy.NEXT_PLAN else plans[:1]
+    crowded = target.check_capacity(max(node_count(p) for p in launchable))
+    if crowded:
+        console.warning(crowded)
+    asking = not (yes or dry_run)
+    if asking or not as_json:
+        render_launch(launchable, target.kind)
+    if dry_run:
+        from provisioning.cloud.aws.provider import planned_resources
+
+        render_dry_run(target.kind, name, launchable, planned_resources(name, plans[0]), as_json)
+        return
+    if asking:
+        _confirm(plans[0])
     request = UpRequest(
         name=name,
         plans=plans,
@@ -90,6 +112,26 @@ def up_command(
     render_cluster(result.view)
     if result.created:
         console.info(f"next: `deepvm status {name}`, and `deepvm down {name}` when done")
+
+
+def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:
+    """The plans to launch, best first: planned now for --max-price, else read (and checked) from a file."""
+    if max_price:
+        return plans_for_price(max_price, region, offline=offline)
+    loaded = load_plans(path)
+    for message in loaded.warnings:
+        console.warning(message)
+    return loaded.plans
+
+
+def _confirm(plan: Plan) -> None:
+    """Ask before spending; refuse where no one can answer."""
+    what = f"launch {node_count(plan)} nodes for ${plan.price_per_hour:.4f}/h"
+    if not console.interactive():
+        raise InputError(f"up would {what}; pass --yes to confirm (no terminal to ask on)")
+    if not console.confirm(f"{what[0].upper()}{what[1:]}?"):
+        console.info("nothing launched")
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

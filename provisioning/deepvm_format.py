@@ -16,57 +16,43 @@ file's units, and a/b/c become measured scaling parameters.
 
 from __future__ import annotations
 
-import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams
-from provisioning.catalog_json import CatalogFormatError, catalog_from_dict
+from provisioning.catalog_json import CatalogFormatError, FieldReader, catalog_from_dict
 from provisioning.errors import InputError
+from provisioning.jsonfile import MIB, read_json_file
 
 DEEPVM_REGION = "deepvm"
 DEEPVM_ZONE = "deepvm-a"
 GPU_LETTERS = frozenset({"G", "P"})
 
 
+MAX_CATALOG_BYTES = 64 * MIB  # the built-in snapshot of four regions is 47 KiB; every AWS region is a few MiB
+
+
 def load_catalog_file(path: Path) -> Catalog:
     """Read a catalog file in either format. Every problem a user can cause is one InputError line."""
-    data = _read_json(path)
-    if isinstance(data, dict) and "instances" in data:
-        catalog = from_deepvm_dict(data, source=str(path), as_of=_modified_date(path), where=str(path))
-    elif isinstance(data, dict) and "types" in data:
-        try:
-            catalog = catalog_from_dict(data, source=str(path))
-        except CatalogFormatError as exc:
-            raise InputError(f"{path}: {exc}") from None
-    else:
-        raise InputError(
-            f"{path} is not a catalog: expected DeepVM's format (\"instances\", \"available_vcpus\") "
-            "or deepvm's (\"types\", \"prices\")"
-        )
+    data = read_json_file(path, "catalog file", MAX_CATALOG_BYTES)
+    source = os.path.abspath(path)  # plans name their catalog by it, and `up` may run in another directory
+    try:
+        if isinstance(data, dict) and "instances" in data:
+            catalog = from_deepvm_dict(data, source=source, as_of=_modified_date(path))
+        elif isinstance(data, dict) and "types" in data:
+            catalog = catalog_from_dict(data, source=source)
+        else:
+            raise InputError(
+                f"{path} is not a catalog: expected DeepVM's format (\"instances\", \"available_vcpus\") "
+                "or deepvm's (\"types\", \"prices\")"
+            )
+    except CatalogFormatError as exc:
+        raise InputError(f"{path}: {exc}") from None
     if not catalog.gpu_types():
         raise InputError(f"{path} has no GPU instance types (DeepVM's format marks them with type G or P)")
     return catalog
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"catalog file not found: {path}") from None
-    except IsADirectoryError:
-        raise InputError(f"catalog file is a directory: {path}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text; expected a JSON catalog") from None
-    except OSError as exc:
-        raise InputError(f"cannot read catalog file {path}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
 
 
 def _modified_date(path: Path) -> str:
@@ -74,30 +60,28 @@ def _modified_date(path: Path) -> str:
     return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).date().isoformat()
 
 
-def from_deepvm_dict(
-    data: dict[str, Any], *, source: str, as_of: str = "", where: str = "catalog"
-) -> Catalog:
-    """A Catalog from DeepVM's format. `where` names the data in error messages."""
+def from_deepvm_dict(data: dict[str, Any], *, source: str, as_of: str = "") -> Catalog:
+    """A Catalog from DeepVM's format; a problem is a CatalogFormatError naming the entry and field."""
     instances = data.get("instances")
     if not isinstance(instances, list):
-        raise InputError(f"{where}: \"instances\" must be a list of instance types")
+        raise CatalogFormatError("\"instances\" must be a list of instance types")
     types: dict[str, InstanceType] = {}
     prices: list[Price] = []
     for index, raw in enumerate(instances):
-        field = _FieldReader(raw, f"{where}: instances[{index}]")
+        field = FieldReader(raw, f"instances[{index}]")
         instance = _instance_type(field)
         if instance.name in types:
-            raise InputError(f"{where}: instances[{index}]: instance type {instance.name!r} is listed twice")
+            raise CatalogFormatError(f"instances[{index}]: instance type {instance.name!r} is listed twice")
         types[instance.name] = instance
         on_demand, spot = field.number("ondemand_price"), field.number("spot_price")
         prices.append(Price(instance.name, DEEPVM_REGION, None, Market.ON_DEMAND, on_demand))
         prices.append(Price(instance.name, DEEPVM_REGION, DEEPVM_ZONE, Market.SPOT, spot))
-    return Catalog(types=types, prices=prices, quotas=_quotas(data.get("available_vcpus", {}), where),
+    return Catalog(types=types, prices=prices, quotas=_quotas(data.get("available_vcpus", {})),
                    source=source, as_of=as_of)
 
 
-def _instance_type(field: _FieldReader) -> InstanceType:
-    name = field.text("name")
+def _instance_type(field: FieldReader) -> InstanceType:
+    name = field.name("name")
     letter = field.text("type").upper()
     is_gpu = letter in GPU_LETTERS
     scaling = None
@@ -106,8 +90,8 @@ def _instance_type(field: _FieldReader) -> InstanceType:
     return InstanceType(
         name=name,
         quota_group=letter,
-        vcpus=int(field.number("vCPU")),
-        memory_gib=field.number("memory") if "memory" in field.raw else None,
+        vcpus=field.whole("vCPU"),
+        memory_gib=field.number("memory", default=None),
         network_gbps=field.number("network_bandwidth"),
         gpu_model=None,
         gpu_count=1 if is_gpu else 0,
@@ -116,40 +100,13 @@ def _instance_type(field: _FieldReader) -> InstanceType:
     )
 
 
-def _quotas(available: Any, where: str) -> list[Quota]:
+def _quotas(available: Any) -> list[Quota]:
     if not isinstance(available, dict):
-        raise InputError(f"{where}: \"available_vcpus\" must map type letters to {{\"ondemand\", \"spot\"}}")
+        raise CatalogFormatError("\"available_vcpus\" must map type letters to {\"ondemand\", \"spot\"}")
     quotas = []
     for letter, by_market in available.items():
-        field = _FieldReader(by_market, f"{where}: available_vcpus.{letter}")
+        field = FieldReader(by_market, f"available_vcpus.{letter}")
         for key, market in (("ondemand", Market.ON_DEMAND), ("spot", Market.SPOT)):
             if key in field.raw:
                 quotas.append(Quota(DEEPVM_REGION, str(letter).upper(), market, field.number(key)))
     return quotas
-
-
-class _FieldReader:
-    """Reads typed fields of one JSON object and names the exact field when one is missing or wrong."""
-
-    def __init__(self, raw: Any, where: str) -> None:
-        if not isinstance(raw, dict):
-            raise InputError(f"{where} must be an object")
-        self.raw: dict[str, Any] = raw
-        self.where = where
-
-    def _get(self, key: str) -> Any:
-        if key not in self.raw:
-            raise InputError(f"{self.where}: missing field {key!r}")
-        return self.raw[key]
-
-    def number(self, key: str) -> float:
-        value = self._get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise InputError(f"{self.where}.{key} must be a non-negative number, not {value!r}")
-        return float(value)
-
-    def text(self, key: str) -> str:
-        value = self._get(key)
-        if not isinstance(value, str) or not value:
-            raise InputError(f"{self.where}.{key} must be a non-empty string, not {value!r}")
-        return value

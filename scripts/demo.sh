@@ -43,7 +43,7 @@ print(spot[-1] if jobs and jobs[0]['step'] >= $INTERRUPT_AT_STEP and spot else '
 
 started=$(date +%s)
 "$DEEPVM" plan --offline --max-price 0.7 --node-limit 3 --region us-east-1
-"$DEEPVM" up --cloud sandbox --name "$CLUSTER"
+"$DEEPVM" up --yes --cloud sandbox --name "$CLUSTER"
 interrupt_mid_run &
 interrupter=$!
 "$DEEPVM" train configs/resnet.yaml --cluster "$CLUSTER" --detach

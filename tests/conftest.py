@@ -31,13 +31,15 @@ def isolated_env(tmp_path, monkeypatch):
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run `deepvm ARGS` as a separate process, the way a user does."""
+    """Run `deepvm ARGS` as a separate process, the way a script does: no terminal on stdin, as in CI
+    (a developer's terminal must not make `up` stop to ask)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "deepvm_cli", *args],
         cwd=REPO,
         env=full_env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,

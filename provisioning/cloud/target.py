@@ -49,6 +49,9 @@ class CloudTarget(Protocol):
         """Environment for the managed controller's AWS clients on the head: where the API is, never keys
         (they come from the head's instance profile, through its instance metadata)."""
 
+    def check_capacity(self, nodes: int) -> str | None:
+        """Before anything boots: a warning when `nodes` strain this cloud, an InputError when they cannot fit."""
+
 
 class AwsTarget:
     kind = "aws"
@@ -90,6 +93,9 @@ class AwsTarget:
 
     def controller_env(self, region: str) -> dict[str, str]:
         return {"AWS_DEFAULT_REGION": region}
+
+    def check_capacity(self, nodes: int) -> str | None:
+        return None  # EC2 answers a shortage itself, and the plan was held to its quotas (plan_check.py)
 
 
 def resolve_target(cloud: str) -> CloudTarget:

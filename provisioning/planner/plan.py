@@ -98,27 +98,8 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        return cls(
-            architecture=Architecture(data["architecture"]),
-            region=data["region"],
-            availability_zone=data["availability_zone"],
-            nodes=tuple(
-                NodeGroup(
-                    instance_type=g["instance_type"],
-                    market=Market(g["market"]),
-                    count=int(g["count"]),
-                    role=Role(g["role"]),
-                    usd_per_hour=float(g.get("usd_per_hour", 0.0)),
-                )
-                for g in data["nodes"]
-            ),
-            price_per_hour=float(data["price_per_hour"]),
-            effective_flops=float(data["effective_flops"]),
-            objective_value=float(data["objective_value"]),
-            objective=Objective(data.get("objective", "deepvm")),
-            catalog_source=data.get("catalog_source", ""),
-            prices_as_of=data.get("prices_as_of", ""),
-            notes=tuple(data.get("notes", ())),
-        )
+    def from_dict(cls, data: Any) -> Plan:
+        """The plan `to_dict()` wrote, strictly validated (plan_document.py); PlanDocumentError otherwise."""
+        from provisioning.planner.plan_document import plan_from_dict  # pydantic loads only to read plans back
 
+        return plan_from_dict(data)

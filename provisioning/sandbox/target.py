@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.errors import CloudError, InputError
+from provisioning.sandbox.capacity import check_fits, measure
 from provisioning.sandbox.control import BANNER, CREDENTIALS, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
 from provisioning.sandbox.metadata import post_interruption
@@ -80,3 +81,7 @@ class SandboxTarget:
         # the sandbox's EC2 API is its moto server; the head's credentials come from its metadata endpoint
         info = load_info()
         return {"AWS_DEFAULT_REGION": region, **({"AWS_ENDPOINT_URL": info.endpoint} if info else {})}
+
+    def check_capacity(self, nodes: int) -> str | None:
+        # every node is processes on this machine: measure what it can take (provisioning/sandbox/capacity.py)
+        return check_fits(nodes, measure())

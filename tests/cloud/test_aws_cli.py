@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 
 
 def _up(plan_file, ami, *extra):
-    return run_cli("up", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
+    return run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
 
 
 def _live_instances(ctx, name="c1"):
@@ -46,7 +46,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert status.returncode == 0, status.stderr
     view = json.loads(status.stdout)
     assert view["name"] == "c1" and view["refreshed"] is True
-    assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.2104)) < 1e-9
+    assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.1578)) < 1e-9  # the snapshot's prices in us-east-1a
     assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
     assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
 
@@ -127,9 +127,9 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
     ("args", "code", "message"),
     [
         (
-            ("up", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
+            ("up", "--yes", "--cloud", "aws", "--plan", "/nonexistent/plan.json"),
             2,
-            "deepvm: error: plan file '/nonexistent/plan.json' not found",
+            "deepvm: error: plan file not found: /nonexistent/plan.json",
         ),
         (
             ("status", "ghost"),
@@ -139,7 +139,7 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
         (("down", "ghost", "--yes", "--cloud", "aws"), 5, "deepvm: error: no cluster named 'ghost'"),
         (("status", "bad name!"), 2, "deepvm: error: cluster name 'bad name!' is not allowed"),
         (("interrupt", "i-0123456789"), 5, "deepvm: error: no node 'i-0123456789' in any cluster"),
-        (("up", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
+        (("up", "--yes", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
         (("down", "c1"), 2, "deepvm: error: `deepvm down c1` deletes the cluster; confirm with --yes"),
     ],
 )
@@ -160,7 +160,7 @@ def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path):
 
 def test_missing_deep_learning_ami_says_to_pass_ami(moto, tmp_path):
     plan = write_plans(tmp_path / "plan.json", make_plan())
-    result = run_cli("up", "--cloud", "aws", "--plan", str(plan), "--no-wait")
+    result = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
     assert "could not find the Deep Learning AMI" in result.stderr and "pass --ami" in result.stderr
 

@@ -75,7 +75,7 @@ def _status(name: str) -> dict:
 
 def test_up_ssh_interrupt_down(tmp_path, sandbox):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
-    result = run_cli("up", "--cloud", "sandbox", "--plan", str(plan), "--name", "e2e", "--json", timeout=180)
+    result = run_cli("up", "--yes", "--cloud", "sandbox", "--plan", str(plan), "--name", "e2e", "--json", timeout=180)
     assert result.returncode == 0, result.stderr
     assert "sandbox: local emulation, no AWS charges" in result.stderr
     nodes = json.loads(result.stdout)["nodes"]

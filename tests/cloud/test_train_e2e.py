@@ -64,7 +64,7 @@ def cluster(tmp_path_factory):
     job = root / "job" / "e2e.yaml"
     job.parent.mkdir()
     job.write_text(JOB)
-    result = run_cli("up", "--plan", str(root / "plan.json"), "--name", "e2e", "--json", env=env, timeout=180)
+    result = run_cli("up", "--yes", "--plan", str(root / "plan.json"), "--name", "e2e", "--json", env=env, timeout=180)
     assert result.returncode == 0, result.stderr
     try:
         yield env, job

@@ -17,7 +17,7 @@ import pytest
 
 from provisioning.catalog import Market
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
-from tests.cloud.plans import AZ
+from tests.cloud.plans import AZ, snapshot_price
 from tests.conftest import REPO, run_cli
 
 pytestmark = [
@@ -40,18 +40,18 @@ env: {{OMP_NUM_THREADS: "1"}}
 
 def _plan() -> Plan:
     groups = (
-        NodeGroup("g4dn.12xlarge", Market.SPOT, 1, Role.TRAINER, 1.17),
-        NodeGroup("c5.xlarge", Market.ON_DEMAND, 1, Role.HOLDER, 0.17),
+        NodeGroup("g4dn.12xlarge", Market.SPOT, 1, Role.TRAINER, snapshot_price("g4dn.12xlarge", Market.SPOT)),
+        NodeGroup("c5.xlarge", Market.ON_DEMAND, 1, Role.HOLDER, snapshot_price("c5.xlarge", Market.ON_DEMAND)),
     )
     return Plan(
         architecture=Architecture.TIERING,
         region=AZ[:-1],
         availability_zone=AZ,
         nodes=groups,
-        price_per_hour=1.34,
+        price_per_hour=sum(g.count * g.usd_per_hour for g in groups),
         effective_flops=260.0,
         objective_value=1.0,
-        catalog_source="test",
+        catalog_source="snapshot",
         prices_as_of="2026-11-01T00:00:00Z",
     )
 
@@ -62,8 +62,8 @@ def test_a_four_gpu_node_runs_four_trainer_ranks(tmp_path):
     job = tmp_path / "job" / "multigpu.yaml"
     job.parent.mkdir()
     job.write_text(JOB)
-    up = run_cli("up", "--plan", str(tmp_path / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--json", env=env,
-                 timeout=180)
+    up = run_cli("up", "--yes", "--plan", str(tmp_path / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--json",
+                 env=env, timeout=180)
     assert up.returncode == 0, up.stderr
     try:
         train = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
@@ -9,10 +10,32 @@ from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
 from provisioning.cloud.aws.teardown import terminate_cluster
 from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_template
-from provisioning.cloud.types import CloudResources, ClusterSpec, LaunchOutcome
-from provisioning.planner.plan import NodeGroup
+from provisioning.cloud.names import resource_name
+from provisioning.cloud.types import CloudResources, ClusterSpec, LaunchOutcome, groups_by_type
+from provisioning.planner.plan import NodeGroup, Plan
 
-__all__ = ["add_instances", "query_instances", "run_instances", "terminate_cluster", "wait_instances"]
+__all__ = [
+    "add_instances",
+    "planned_resources",
+    "query_instances",
+    "run_instances",
+    "terminate_cluster",
+    "wait_instances",
+]
+
+
+def planned_resources(cluster: str, plan: Plan) -> list[str]:
+    """What `run_instances` creates for `plan`, in its order, described for a person (`up --dry-run`)."""
+    name = resource_name(cluster)
+    fleets = []
+    for instance_type, groups in groups_by_type(plan.nodes).items():
+        markets = " + ".join(
+            f"{sum(g.count for g in groups if g.market is market)} {market.value}"
+            for market in Market
+            if any(g.market is market for g in groups)
+        )
+        fleets.append(f"EC2 Fleet (instant) of {instance_type}: {markets} in {plan.availability_zone}")
+    return [f"key pair {name}", f"security group {name}", f"launch template {name}", *fleets]
 
 
 def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> LaunchOutcome:
