@@ -188,6 +188,7 @@ def _launch(
         image_id=target.image(ctx, request.image_id),
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
+        internal_public_key=keys.internal_public,
         host_key_private=keys.host_key_private,
         host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
