@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
 from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Plan, Role
@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS clusters (
     plan_json TEXT NOT NULL,          -- the Plan, with its prices
     prices_as_of TEXT NOT NULL,       -- when those prices were observed
     launch_token TEXT NOT NULL,       -- client tokens derive from it
-    resources_json TEXT NOT NULL,     -- CloudResources: key pair, security group, launch template, fleets
+    resources_json TEXT NOT NULL,     -- CloudResources: key pair, security group, launch template, fleets,
+                                      -- the head's instance profile
     ssh_user TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
@@ -306,6 +307,11 @@ def _resources_json(resources: CloudResources) -> str:
             "launch_template_id": resources.launch_template_id,
             "fleet_ids": list(resources.fleet_ids),
             "subnet_id": resources.subnet_id,
+            "controller": {
+                "profile": resources.controller.profile,
+                "role": resources.controller.role,
+                "owned": resources.controller.owned,
+            },
         }
     )
 
@@ -324,6 +330,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             launch_template_id=res["launch_template_id"],
             fleet_ids=tuple(res["fleet_ids"]),
             subnet_id=res.get("subnet_id", ""),
+            controller=ControllerAccess(**res.get("controller", {})),  # absent in rows of older versions
         ),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],

@@ -63,6 +63,17 @@ class Shortfall:
 
 
 @dataclass(frozen=True)
+class ControllerAccess:
+    """The IAM instance profile that gives the cluster's head node, and no other, the controller's cloud
+    rights: one deepvm made for the cluster (role and profile `deepvm-CLUSTER-controller`, deleted by
+    `down`), or one the user named with `--controller-profile` (never deleted)."""
+
+    profile: str = ""  # instance profile name or ARN; "" when none was set up
+    role: str = ""  # the role deepvm created for it; "" for a user's profile
+    owned: bool = False  # deepvm created role and profile, so `down` deletes them
+
+
+@dataclass(frozen=True)
 class CloudResources:
     """Ids of what a provider created (and the subnet it used) for one cluster, so `down` can delete
     exactly these first and a replacement node launches where the others did."""
@@ -72,6 +83,7 @@ class CloudResources:
     launch_template_id: str = ""
     fleet_ids: tuple[str, ...] = ()
     subnet_id: str = ""
+    controller: ControllerAccess = ControllerAccess()  # the head node's instance profile
 
     def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))

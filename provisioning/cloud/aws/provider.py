@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
+from provisioning.cloud.aws.iam import attach_to_head, ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
@@ -12,7 +13,15 @@ from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_templ
 from provisioning.cloud.types import CloudResources, ClusterSpec, LaunchOutcome
 from provisioning.planner.plan import NodeGroup
 
-__all__ = ["add_instances", "query_instances", "run_instances", "terminate_cluster", "wait_instances"]
+__all__ = [
+    "add_instances",
+    "attach_to_head",
+    "ensure_controller",
+    "query_instances",
+    "run_instances",
+    "terminate_cluster",
+    "wait_instances",
+]
 
 
 def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> LaunchOutcome:
