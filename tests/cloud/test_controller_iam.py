@@ -285,3 +285,11 @@ def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx):
     assert leftovers(ctx, "c1") == []
     assert run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION).returncode == 5
     assert ctx.client("iam").get_role(RoleName=ROLE)
+
+
+def test_up_never_takes_over_a_role_of_that_name_deepvm_did_not_make(ctx, ami, monkeypatch):
+    ctx.client("iam").create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")
+    with pytest.raises(CloudError, match=f"an IAM role named {ROLE} exists that deepvm did not make"):
+        _in_process_up(ctx, monkeypatch, ami)
+    assert ctx.client("iam").list_role_policies(RoleName=ROLE)["PolicyNames"] == []
+    assert ctx.client("ec2").describe_instances()["Reservations"] == []

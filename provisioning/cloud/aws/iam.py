@@ -31,7 +31,7 @@ from provisioning.errors import CloudError
 
 POLICY_NAME = "deepvm-controller"
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
-README_SECTION = "README §“The head node's cloud rights”"
+README_SECTION = 'README §"The head node\'s cloud rights"'
 _PROPAGATION_S = 60.0  # IAM is eventually consistent: EC2 may not know a new profile for a few seconds
 
 # Describe* actions support neither resource ARNs nor tag conditions on AWS, so they cannot be limited
@@ -157,12 +157,21 @@ def ensure_controller(
                 Tags=tags,
             )
         )
+        _create_if_missing(lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags))
+        for kind, get in (
+            ("role", lambda: iam.get_role(RoleName=name)["Role"]),
+            ("instance profile", lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]),
+        ):
+            if _tagged(cluster, get) is None:  # someone else's of that name: never take it over
+                raise CloudError(
+                    f"an IAM {kind} named {name} exists that deepvm did not make for cluster {cluster}; "
+                    "delete it, or pass it as --controller-profile NAME"
+                )
         iam.put_role_policy(
             RoleName=name,
             PolicyName=POLICY_NAME,
             PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role)),
         )
-        _create_if_missing(lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags))
         roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
         if name not in {r["RoleName"] for r in roles}:
             iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
@@ -215,8 +224,8 @@ def attach_to_head(ctx: AwsContext, access: ControllerAccess, instance_id: str) 
 def delete_controller(ctx: AwsContext, cluster: str, known: ControllerAccess = ControllerAccess()) -> list[str]:
     """Delete the cluster's controller role and profile, found by name and checked by tag (a role of that
     name deepvm did not tag is left alone); already gone is success. A user's --controller-profile is
-    never touched. Without IAM rights (such a user), nothing of deepvm's can exist: nothing to do, unless
-    the record says deepvm made them."""
+    never touched. When IAM may not even be read, deepvm could not have made them either: nothing to do,
+    unless the record says deepvm did."""
     name = controller_name(cluster)
     iam = ctx.client("iam")
     deleted: list[str] = []
