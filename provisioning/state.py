@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
+from provisioning.cloud.types import CloudResources, NodeRecord
 from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Plan, Role
@@ -307,11 +307,9 @@ def _resources_json(resources: CloudResources) -> str:
             "launch_template_id": resources.launch_template_id,
             "fleet_ids": list(resources.fleet_ids),
             "subnet_id": resources.subnet_id,
-            "controller": {
-                "profile": resources.controller.profile,
-                "role": resources.controller.role,
-                "owned": resources.controller.owned,
-            },
+            "controller_profile": resources.controller_profile,
+            "controller_role": resources.controller_role,
+            "controller_owned": resources.controller_owned,
         }
     )
 
@@ -330,7 +328,10 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             launch_template_id=res["launch_template_id"],
             fleet_ids=tuple(res["fleet_ids"]),
             subnet_id=res.get("subnet_id", ""),
-            controller=ControllerAccess(**res.get("controller", {})),  # absent in rows of older versions
+            # absent in rows of older versions: no controller profile
+            controller_profile=res.get("controller_profile", ""),
+            controller_role=res.get("controller_role", ""),
+            controller_owned=res.get("controller_owned", False),
         ),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],

@@ -215,12 +215,12 @@ def _launch(
         # IAM first: a refusal costs nothing yet, and the role is recorded before any instance exists
         report.step("preparing the head node's IAM role and instance profile")
         controller = ensure_controller(ctx, name, request.controller_profile, request.instance_profile)
-        resources = CloudResources(controller=controller)
+        resources = CloudResources().with_controller(controller)
         store.set_resources(name, resources)
         total = sum(g.count for g in plan.nodes)
         report.step(f"launching {total} nodes ({_summary(plan)}) in {plan.availability_zone}")
         outcome = run_instances(ctx, spec, all_or_nothing=request.on_shortage is not ShortagePolicy.ACCEPT)
-        resources = replace(outcome.resources, controller=controller)
+        resources = outcome.resources.with_controller(controller)
         store.set_resources(name, resources)
         if outcome.shortfalls:
             text = "; ".join(s.describe() for s in outcome.shortfalls)

@@ -83,10 +83,23 @@ class CloudResources:
     launch_template_id: str = ""
     fleet_ids: tuple[str, ...] = ()
     subnet_id: str = ""
-    controller: ControllerAccess = ControllerAccess()  # the head node's instance profile
+    # The head node's instance profile (ControllerAccess), in scalar fields so that every reader of these
+    # records as flat JSON (the state store, the job handed to the head) keeps them without knowing them.
+    controller_profile: str = ""
+    controller_role: str = ""
+    controller_owned: bool = False
 
     def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))
+
+    @property
+    def controller(self) -> ControllerAccess:
+        return ControllerAccess(self.controller_profile, self.controller_role, self.controller_owned)
+
+    def with_controller(self, access: ControllerAccess) -> CloudResources:
+        return replace(
+            self, controller_profile=access.profile, controller_role=access.role, controller_owned=access.owned
+        )
 
 
 @dataclass(frozen=True)

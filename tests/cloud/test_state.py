@@ -53,7 +53,7 @@ def test_the_head_s_instance_profile_is_kept_and_older_rows_read_without_one():
     store = Store()
     store.put_cluster(_row())
     controller = ControllerAccess(profile="deepvm-c1-controller", role="deepvm-c1-controller", owned=True)
-    store.set_resources("c1", CloudResources("k", controller=controller))
+    store.set_resources("c1", CloudResources("k").with_controller(controller))
     assert store.cluster("c1").resources.controller == controller
     older = json.dumps({"key_name": "k", "security_group_id": "sg-1", "launch_template_id": "lt-1",
                         "fleet_ids": ["fleet-1"]})  # fmt: skip
