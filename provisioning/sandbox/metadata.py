@@ -134,8 +134,10 @@ class MetadataServer(ThreadingHTTPServer):
 
     def iam(self, key: str) -> str | None:
         """iam/info, iam/security-credentials/ (the role's name) and .../ROLE (its credentials)."""
-        profile = self.credentials.profile() if self.credentials else None
-        if profile is None or self.credentials is None:
+        if self.credentials is None:
+            return None
+        profile = self.credentials.profile()
+        if profile is None:
             return None
         if key == "info":
             return json.dumps(
