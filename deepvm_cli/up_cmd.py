@@ -51,6 +51,12 @@ def up_command(
         help="IAM instance profile (name or ARN) for the nodes: their AWS credentials, e.g. for checkpoints "
         "(DeepCheck L3) or data on S3.",
     ),
+    controller_profile: str | None = typer.Option(
+        None,
+        "--controller-profile",
+        help="Existing IAM instance profile (name or ARN) for the head node: the job controller's cloud "
+        "rights. Default: deepvm creates a role and profile for the cluster, limited by its tag.",
+    ),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node answers over SSH."),
     timeout: float = typer.Option(
         900.0, "--timeout", help="Seconds to wait for running and reachable nodes."
@@ -97,6 +103,7 @@ def up_command(
         subnet_id=subnet,
         ssh_user=ssh_user,
         instance_profile=instance_profile,
+        controller_profile=controller_profile,
         wait_ssh=wait,
         timeout_s=timeout,
     )

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS clusters (
     plan_json TEXT NOT NULL,          -- the Plan, with its prices
     prices_as_of TEXT NOT NULL,       -- when those prices were observed
     launch_token TEXT NOT NULL,       -- client tokens derive from it
-    resources_json TEXT NOT NULL,     -- CloudResources: key pair, security group, launch template, fleets
+    resources_json TEXT NOT NULL,     -- CloudResources: key pair, security group, launch template, fleets,
+                                      -- the head's instance profile
     ssh_user TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
@@ -306,6 +307,9 @@ def _resources_json(resources: CloudResources) -> str:
             "launch_template_id": resources.launch_template_id,
             "fleet_ids": list(resources.fleet_ids),
             "subnet_id": resources.subnet_id,
+            "controller_profile": resources.controller_profile,
+            "controller_role": resources.controller_role,
+            "controller_owned": resources.controller_owned,
         }
     )
 
@@ -324,6 +328,10 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             launch_template_id=res["launch_template_id"],
             fleet_ids=tuple(res["fleet_ids"]),
             subnet_id=res.get("subnet_id", ""),
+            # absent in rows of older versions: no controller profile
+            controller_profile=res.get("controller_profile", ""),
+            controller_role=res.get("controller_role", ""),
+            controller_owned=res.get("controller_owned", False),
         ),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],

@@ -11,8 +11,13 @@ and the sandbox reuses that implementation against its moto server. The contract
 - `wait_instances(ctx, ids, timeout) -> list[InstanceInfo]` polls until all run. EC2 is eventually
   consistent: ids that are not visible yet are retried within the time budget.
 - `query_instances(ctx, cluster) -> list[InstanceInfo]` finds a cluster's live instances by tag alone.
+- `ensure_controller(ctx, cluster, user_profile, node_profile) -> ControllerAccess` makes the IAM role
+  and instance profile `deepvm-CLUSTER-controller` with the controller's tag-scoped policy (or takes the
+  user's profile as given); `attach_to_head(ctx, access, instance_id)` associates it with the head node
+  only, once it runs. A refusal by IAM says to pass `--controller-profile`.
 - `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, first by the recorded ids,
-  then by sweeping the cluster tag. Safe to call twice, or with no record at all.
+  then by sweeping the cluster tag (and the controller role's fixed name). Safe to call twice, or with no
+  record at all.
 
 Above it, `provisioning.cloud.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
 """

@@ -4,8 +4,9 @@
 - the host key pair: installed on every node through user-data and written to a known_hosts file here, so
   every SSH connection is checked against a key deepvm chose itself — nothing is accepted on first use;
 - the internal key pair: how the nodes log in to each other (mpirun on the head node starts Open MPI's
-  daemons over SSH). `deepvm train` authorises its public key on every node and puts its private key on
-  the head node only, so that the login key never has to leave this machine.
+  daemons over SSH). Every node authorises its public key at boot, through user-data (replacements too,
+  so the head reaches them without this machine); `deepvm train` puts its private key on the head node
+  only, so that the login key never has to leave this machine.
 """
 
 from __future__ import annotations

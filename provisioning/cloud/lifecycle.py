@@ -19,12 +19,15 @@ from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.aws.instances import describe
 from provisioning.cloud.aws.provider import (
     add_instances,
+    attach_to_head,
+    ensure_controller,
     query_instances,
     run_instances,
     terminate_cluster,
     wait_instances,
 )
 from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.progress import Reporter
@@ -62,6 +65,7 @@ class UpRequest:
     subnet_id: str | None = None
     ssh_user: str | None = None
     instance_profile: str | None = None  # IAM instance profile (name or ARN): the nodes' AWS credentials
+    controller_profile: str | None = None  # the head's profile, made elsewhere; None: deepvm makes one
     wait_ssh: bool = True  # wait until every node answers over SSH
     timeout_s: float = 900.0
 
@@ -188,6 +192,7 @@ def _launch(
         image_id=target.image(ctx, request.image_id),
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
+        internal_public_key=keys.internal_public,
         host_key_private=keys.host_key_private,
         host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
@@ -207,10 +212,15 @@ def _launch(
     )
     resources = CloudResources()
     try:
+        # IAM first: a refusal costs nothing yet, and the role is recorded before any instance exists
+        report.step("preparing the head node's IAM role and instance profile")
+        controller = ensure_controller(ctx, name, request.controller_profile, request.instance_profile)
+        resources = CloudResources().with_controller(controller)
+        store.set_resources(name, resources)
         total = sum(g.count for g in plan.nodes)
         report.step(f"launching {total} nodes ({_summary(plan)}) in {plan.availability_zone}")
         outcome = run_instances(ctx, spec, all_or_nothing=request.on_shortage is not ShortagePolicy.ACCEPT)
-        resources = outcome.resources
+        resources = outcome.resources.with_controller(controller)
         store.set_resources(name, resources)
         if outcome.shortfalls:
             text = "; ".join(s.describe() for s in outcome.shortfalls)
@@ -226,6 +236,10 @@ def _launch(
         )
         nodes = assign_roles(plan, infos, spec.ssh_user, target.ssh_port)
         store.put_nodes(name, nodes)
+        head = head_node(nodes)
+        if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
+            attach_to_head(ctx, controller, head.instance_id)
+            store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
         write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in nodes])
         if request.wait_ssh:
             wait_reachable(

@@ -6,6 +6,7 @@ is checked once, here, against the characters all of those accept.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from provisioning.errors import InputError
@@ -30,6 +31,17 @@ def check_cluster_name(name: str) -> str:
 def resource_name(cluster: str) -> str:
     """The name of the cluster's key pair, security group and launch template."""
     return f"deepvm-{cluster}"
+
+
+def controller_name(cluster: str) -> str:
+    """The name of the IAM role and instance profile `up` makes for the cluster's controller:
+    `deepvm-CLUSTER-controller`. IAM role names stop at 64 characters, so a long cluster name is cut and
+    a hash of it added: still one fixed name per cluster, which the sweep finds with no local state."""
+    name = f"deepvm-{cluster}-controller"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(cluster.encode()).hexdigest()[:8]
+    return f"deepvm-{cluster[:37]}-{digest}-controller"
 
 
 def cluster_tags(cluster: str, **extra: str) -> list[dict[str, str]]:

@@ -32,6 +32,7 @@ class ClusterSpec:
     image_id: str  # AMI
     ssh_user: str  # login user of the image ("ubuntu" on the Deep Learning AMI)
     ssh_public_key: str  # OpenSSH public key line authorised for ssh_user
+    internal_public_key: str  # the cluster's internal key, also authorised: how the head logs in to nodes
     host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
     host_key_public: str
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
@@ -62,6 +63,17 @@ class Shortfall:
 
 
 @dataclass(frozen=True)
+class ControllerAccess:
+    """The IAM instance profile that gives the cluster's head node, and no other, the controller's cloud
+    rights: one deepvm made for the cluster (role and profile `deepvm-CLUSTER-controller`, deleted by
+    `down`), or one the user named with `--controller-profile` (never deleted)."""
+
+    profile: str = ""  # instance profile name or ARN; "" when none was set up
+    role: str = ""  # the role deepvm created for it; "" for a user's profile
+    owned: bool = False  # deepvm created role and profile, so `down` deletes them
+
+
+@dataclass(frozen=True)
 class CloudResources:
     """Ids of what a provider created (and the subnet it used) for one cluster, so `down` can delete
     exactly these first and a replacement node launches where the others did."""
@@ -71,9 +83,23 @@ class CloudResources:
     launch_template_id: str = ""
     fleet_ids: tuple[str, ...] = ()
     subnet_id: str = ""
+    # The head node's instance profile (ControllerAccess), in scalar fields so that every reader of these
+    # records as flat JSON (the state store, the job handed to the head) keeps them without knowing them.
+    controller_profile: str = ""
+    controller_role: str = ""
+    controller_owned: bool = False
 
     def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))
+
+    @property
+    def controller(self) -> ControllerAccess:
+        return ControllerAccess(self.controller_profile, self.controller_role, self.controller_owned)
+
+    def with_controller(self, access: ControllerAccess) -> CloudResources:
+        return replace(
+            self, controller_profile=access.profile, controller_role=access.role, controller_owned=access.owned
+        )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""PID 1 of a sandbox host's namespace: mount the host's own files, serve metadata, run sshd, reap.
+"""PID 1 of a sandbox host's namespace: mount the host's own files, serve metadata (with the credentials of
+the instance profile the instance holds, looked up in the sandbox's moto server), run sshd, reap.
 
 Started by hosts.boot_host inside `unshare --pid --mount`. It exits (and so the kernel kills the whole
 namespace) when sshd dies; the rig kills it to terminate the instance.
@@ -15,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from provisioning.sandbox.credentials import InstanceCredentials
 from provisioning.sandbox.hosts import SSHD, HostFacts
 from provisioning.sandbox.metadata import NOTICES, MetadataServer
 
@@ -56,9 +58,9 @@ def main(root: Path) -> int:
         _bind(fd, path)
         os.close(fd)
     home = pwd.getpwuid(os.geteuid()).pw_dir  # read after the mounts: the host's own passwd
-    server = MetadataServer(
-        facts["local_ipv4"], HostFacts(**facts).metadata(), config["user_data"], notices_fd
-    )
+    host = HostFacts(**facts)
+    credentials = InstanceCredentials(config["control_endpoint"], host.region, host.instance_id)
+    server = MetadataServer(host.local_ipv4, host.metadata(), config["user_data"], notices_fd, credentials)
     threading.Thread(target=server.serve_forever, name="imds", daemon=True).start()
     os.chdir(home)
     sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", "/etc/ssh/sshd_config"], stdout=log, stderr=log)

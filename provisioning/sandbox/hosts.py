@@ -70,8 +70,10 @@ def ssh_user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-def boot_host(facts: HostFacts, user_data: str) -> int:
-    """Prepare the host's files from its user-data and start it; return the unshare process's pid."""
+def boot_host(facts: HostFacts, user_data: str, control_endpoint: str) -> int:
+    """Prepare the host's files from its user-data and start it; return the unshare process's pid.
+    `control_endpoint` is the sandbox's moto server, where the host's metadata endpoint looks up the
+    instance profile it holds."""
     boot = parse_user_data(user_data)
     root = host_dir(facts.instance_id)
     if root.exists():
@@ -98,7 +100,8 @@ def boot_host(facts: HostFacts, user_data: str) -> int:
             shutil.copyfile(Path("/etc/ssh", name), etc / name)
     _write(home / ".ssh" / "authorized_keys", "".join(k + "\n" for k in boot.authorized_keys), 0o600)
     _write(root / "passwd", _passwd_with_home(user, f"/home/{user}"), 0o644)
-    _write(root / "host.json", json.dumps({"facts": asdict(facts), "user_data": user_data}), 0o600)
+    config = {"facts": asdict(facts), "user_data": user_data, "control_endpoint": control_endpoint}
+    _write(root / "host.json", json.dumps(config), 0o600)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     argv = [
         "unshare",

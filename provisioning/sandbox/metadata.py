@@ -5,6 +5,10 @@ session token, then GETs with that token. A Spot interruption is two files in th
 directory, written by `deepvm interrupt`: `spot/instance-action` and `events/recommendations/rebalance`
 answer 404 until those exist, exactly as on EC2. Training processes on the host find the endpoint through
 AWS_EC2_METADATA_SERVICE_ENDPOINT, which the host's sshd sets for every session.
+
+An instance that holds an instance profile (the cluster's head) gets its role's credentials under
+iam/security-credentials/ and iam/info, as on EC2 (`provisioning.sandbox.credentials`), so botocore's
+default chain finds them there; the others answer 404.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from provisioning.sandbox.credentials import InstanceCredentials
 
 METADATA_PORT = 8775  # on the host's own IP; EC2 uses 169.254.169.254:80
 NOTICES = "notices"
@@ -31,7 +38,8 @@ def endpoint_url(ip: str) -> str:
     return f"http://{ip}:{METADATA_PORT}/"
 
 
-def _iso(ts: datetime) -> str:
+def iso_time(ts: datetime) -> str:
+    """A UTC timestamp as EC2's metadata writes it."""
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -39,8 +47,8 @@ def post_interruption(host_dir: Path, deadline: datetime, now: datetime | None =
     """Post a rebalance recommendation and a Spot interruption notice ("terminate" at `deadline`)."""
     notices = host_dir / NOTICES
     notices.mkdir(exist_ok=True)
-    _write_atomic(notices / REBALANCE, {"noticeTime": _iso(now or datetime.now(timezone.utc))})
-    _write_atomic(notices / INSTANCE_ACTION, {"action": "terminate", "time": _iso(deadline)})
+    _write_atomic(notices / REBALANCE, {"noticeTime": iso_time(now or datetime.now(timezone.utc))})
+    _write_atomic(notices / INSTANCE_ACTION, {"action": "terminate", "time": iso_time(deadline)})
 
 
 def interruption_deadline(host_dir: Path) -> datetime | None:
@@ -64,10 +72,18 @@ class MetadataServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, ip: str, facts: dict[str, str], user_data: str, notices_fd: int) -> None:
+    def __init__(
+        self,
+        ip: str,
+        facts: dict[str, str],
+        user_data: str,
+        notices_fd: int,
+        credentials: InstanceCredentials | None = None,  # None: the host never holds a profile
+    ) -> None:
         self.facts = facts
         self.user_data = user_data
         self.notices_fd = notices_fd
+        self.credentials = credentials
         self.tokens: dict[str, float] = {}
         self.lock = threading.Lock()
         super().__init__((ip, METADATA_PORT), _Handler)
@@ -109,9 +125,36 @@ class MetadataServer(ThreadingHTTPServer):
         if key == "spot/termination-time":
             action = self.notice(INSTANCE_ACTION)
             return None if action is None else json.loads(action)["time"]
+        if key.startswith("iam/"):
+            return self.iam(key[len("iam/") :])
         if key == "":
-            return "\n".join(sorted({*self.facts, *notices})) + "\n"
+            iam = ["iam/"] if self.iam("info") is not None else []
+            return "\n".join(sorted({*self.facts, *notices, *iam})) + "\n"
         return self.facts.get(key)
+
+    def iam(self, key: str) -> str | None:
+        """iam/info, iam/security-credentials/ (the role's name) and .../ROLE (its credentials)."""
+        if self.credentials is None:
+            return None
+        profile = self.credentials.profile()
+        if profile is None:
+            return None
+        if key == "info":
+            return json.dumps(
+                {
+                    "Code": "Success",
+                    "LastUpdated": iso_time(datetime.now(timezone.utc)),
+                    "InstanceProfileArn": profile.arn,
+                    "InstanceProfileId": profile.profile_id,
+                }
+            )
+        if key == "security-credentials":
+            return profile.role_name  # no newline: botocore puts the answer into the next path as it is
+        prefix = "security-credentials/"
+        if key.startswith(prefix):
+            found = self.credentials.credentials(key[len(prefix) :])
+            return None if found is None else json.dumps(found.document())
+        return None
 
 
 class _Handler(BaseHTTPRequestHandler):

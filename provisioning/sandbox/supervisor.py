@@ -103,7 +103,7 @@ def _boot(info: SandboxInfo, facts: HostFacts) -> bool:
     ec2 = _ec2(info, facts.region)
     user_data = ec2.describe_instance_attribute(InstanceId=facts.instance_id, Attribute="userData")
     try:
-        boot_host(facts, user_data.get("UserData", {}).get("Value", ""))
+        boot_host(facts, user_data.get("UserData", {}).get("Value", ""), info.endpoint)
     except ValueError as exc:
         log(f"instance {facts.instance_id} has no deepvm user-data ({exc}); it gets no host")
         return False

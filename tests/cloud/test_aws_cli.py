@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 
 import pytest
 
 from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import CLUSTER_TAG
 from tests.cloud.plans import make_plan, write_plans
 from tests.conftest import run_cli
@@ -84,7 +86,10 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     boot = parse_user_data(data["UserData"])
     host_pub = (isolated_env / "clusters" / "c1" / "ssh_host_ed25519_key").read_text()
     assert boot.host_key_private == host_pub
-    assert boot.authorized_keys[0].startswith("ssh-ed25519 ")
+    keys = ensure_cluster_keys("c1")
+    assert boot.authorized_keys == (keys.login_public, keys.internal_public)  # the head reaches every node
+    internal_private = keys.internal_key_path.read_text().splitlines()[4]  # a line of its secret part
+    assert internal_private not in base64.b64decode(data["UserData"]).decode()
     known = (isolated_env / "clusters" / "c1" / "known_hosts").read_text().splitlines()
     assert len(known) == 4 and all(line.split()[1] == "ssh-ed25519" for line in known)
 

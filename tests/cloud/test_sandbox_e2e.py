@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import replace
 
@@ -35,8 +36,8 @@ def sandbox():
     assert result.returncode == 0, result.stderr
 
 
-def _run(client, command: str) -> tuple[int, str]:
-    _, stdout, _ = client.exec_command(command, timeout=20)
+def _run(client, command: str, timeout: float = 20) -> tuple[int, str]:
+    _, stdout, _ = client.exec_command(command, timeout=timeout)
     out = stdout.read().decode()
     return stdout.channel.recv_exit_status(), out
 
@@ -57,6 +58,23 @@ def _imds(client, path: str, token: bool = True) -> tuple[str, str]:
     _, out = _run(client, command)
     code, _, body = out.partition("\n")
     return code, body
+
+
+def _boto3_on(client, endpoint: str) -> list[str]:
+    """What boto3 finds on the node with no credentials in its environment (how the head's controller
+    runs): the credentials' method, and whether DescribeInstances works with them."""
+    code = (
+        "import boto3; c = boto3.Session().get_credentials(); print(c.method if c else 'none'); "
+        "print('described' if c and boto3.client('ec2').describe_instances()['Reservations'] else '-')"
+    )
+    status, out = _run(
+        client,
+        f"env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN AWS_ENDPOINT_URL={endpoint} "
+        f'AWS_DEFAULT_REGION=us-east-1 {sys.executable} -c "{code}"',
+        timeout=60,
+    )
+    assert status == 0, out
+    return out.split()
 
 
 def _refused(address: str, port: int) -> bool:
@@ -104,6 +122,18 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     for iid in ids[1:]:
         assert _run(clients[iid], "test ! -e ~/only-here && test ! -e /tmp/only-here")[0] == 0
 
+    # the head alone holds the controller's instance profile: boto3 there finds its role's credentials in
+    # the instance metadata and may describe the cluster; a trainer finds none. No user credential (this
+    # test runs with AWS_ACCESS_KEY_ID=testing) reaches any node, in a session or in the host's init.
+    head = next(n["instance_id"] for n in nodes if n["role"] == "anchor")
+    trainer = next(n["instance_id"] for n in nodes if n["role"] == "trainer")
+    endpoint = load_info().endpoint
+    assert _boto3_on(clients[head], endpoint) == ["iam-role", "described"]
+    assert _boto3_on(clients[trainer], endpoint) == ["none", "-"]
+    for client in clients.values():
+        code, out = _run(client, "env; tr '\\0' '\\n' < /proc/1/environ")
+        assert code == 0 and "AWS_ACCESS_KEY_ID" not in out and "AWS_SECRET_ACCESS_KEY" not in out
+
     # instance metadata: IMDSv2 only, no notice yet
     spot = next(n["instance_id"] for n in nodes if n["market"] == "spot")
     assert _imds(clients[spot], "latest/meta-data/instance-id") == ("200", spot)
@@ -142,6 +172,9 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert added.market.value == "spot" and added.role.value == "trainer"
     replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
     assert answers(replacement)
+    internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
+    with connect(replace(replacement, key_path=internal)) as client:  # authorised at boot, no staging
+        assert _run(client, "true")[0] == 0
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 
     # down: no instance, no sshd, no namespace, no metadata endpoint left
@@ -158,4 +191,6 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     ec2 = info.context("us-east-1").client("ec2")
     live = ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
     assert live["Reservations"] == []
+    iam = info.context("us-east-1").client("iam")  # the head's role and profile went with the cluster
+    assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
     assert _status("e2e")["status"] == "terminated"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
 from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
 from provisioning.planner.plan import Role
 from provisioning.state import ClusterRow, Store
 from tests.cloud.plans import make_plan
@@ -46,6 +47,19 @@ def test_cluster_round_trip_keeps_plan_prices_and_resources():
     assert row.plan.prices_as_of == "2026-11-01T00:00:00Z"
     assert row.resources.fleet_ids == ("fleet-1",)
     assert [e.kind for e in store.events("c1")] == ["created"]
+
+
+def test_the_head_s_instance_profile_is_kept_and_older_rows_read_without_one():
+    store = Store()
+    store.put_cluster(_row())
+    controller = ControllerAccess(profile="deepvm-c1-controller", role="deepvm-c1-controller", owned=True)
+    store.set_resources("c1", CloudResources("k").with_controller(controller))
+    assert store.cluster("c1").resources.controller == controller
+    older = json.dumps({"key_name": "k", "security_group_id": "sg-1", "launch_template_id": "lt-1",
+                        "fleet_ids": ["fleet-1"]})  # fmt: skip
+    with sqlite3.connect(store.path) as db:  # a row as an older deepvm wrote it
+        db.execute("UPDATE clusters SET resources_json = ? WHERE name = 'c1'", (older,))
+    assert store.cluster("c1").resources == CloudResources("k", "sg-1", "lt-1", ("fleet-1",))
 
 
 def test_cost_is_the_sum_of_segments_at_planned_prices():

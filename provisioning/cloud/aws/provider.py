@@ -5,6 +5,7 @@ from __future__ import annotations
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
+from provisioning.cloud.aws.iam import attach_to_head, ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
@@ -16,6 +17,8 @@ from provisioning.planner.plan import NodeGroup, Plan
 
 __all__ = [
     "add_instances",
+    "attach_to_head",
+    "ensure_controller",
     "planned_resources",
     "query_instances",
     "run_instances",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
+from provisioning.cloud.aws.iam import controller_leftovers, delete_controller
 from provisioning.cloud.aws.instances import cluster_instances, describe
 from provisioning.cloud.aws.network import cluster_security_groups
 from provisioning.cloud.names import CLUSTER_TAG, cluster_filter
@@ -49,6 +50,9 @@ def terminate_cluster(
 
     on_step("waiting for instances to terminate")
     _wait_terminated(ctx, instance_ids, deadline)
+
+    on_step("deleting the controller's IAM role and instance profile")  # the head that held it is gone
+    deleted += delete_controller(ctx, cluster, known.controller)
 
     on_step("deleting launch template")
     with cloud_errors("listing launch templates"):
@@ -92,7 +96,8 @@ def terminate_cluster(
 
 
 def leftovers(ctx: AwsContext, cluster: str) -> list[str]:
-    """Everything still tagged with the cluster that costs money or blocks a new cluster of that name."""
+    """Everything still tagged with the cluster that costs money, blocks a new cluster of that name, or
+    grants rights (the controller's IAM role and profile)."""
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
         found = [f"instance {i.instance_id}" for i in cluster_instances(ctx, cluster)]
@@ -106,7 +111,7 @@ def leftovers(ctx: AwsContext, cluster: str) -> list[str]:
             f"key pair {k['KeyName']}"
             for k in ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
         ]
-    return found
+    return found + controller_leftovers(ctx, cluster)
 
 
 def _live_fleets(ctx: AwsContext, cluster: str, known_ids: tuple[str, ...] = ()) -> list[str]:

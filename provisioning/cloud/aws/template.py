@@ -57,7 +57,9 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
     """A fresh launch template for this launch attempt (an older one of the same name is replaced)."""
     ec2 = ctx.client("ec2")
     name = resource_name(spec.name)
-    boot = NodeBoot(spec.host_key_private, spec.host_key_public, (spec.ssh_public_key,))
+    # The internal key is authorised at boot, so the head reaches every node, replacements included, without
+    # a staging step; only public keys go into user data (anyone on the instance can read it from IMDS).
+    boot = NodeBoot(spec.host_key_private, spec.host_key_public, (spec.ssh_public_key, spec.internal_public_key))
     data = {
         "ImageId": spec.image_id,
         "KeyName": key_name,

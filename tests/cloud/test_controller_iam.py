@@ -1,0 +1,295 @@
+"""The head node's cloud rights: the controller's tag-scoped policy, its role and instance profile made by
+`up` against a moto server and attached to the head only, `--controller-profile`, refusals, and teardown
+after a crash."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from botocore.exceptions import ClientError
+
+from provisioning.cloud import lifecycle
+from provisioning.cloud.aws.iam import attach_to_head, controller_policy
+from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.lifecycle import UpRequest
+from provisioning.cloud.names import CLUSTER_TAG, controller_name
+from provisioning.cloud.target import AwsTarget
+from provisioning.cloud.types import ControllerAccess
+from provisioning.errors import CloudError
+from provisioning.state import Store
+from tests.cloud.plans import REGION, make_plan, write_plans
+from tests.conftest import run_cli
+
+ROLE = "deepvm-c1-controller"
+
+
+def _statements(policy: dict) -> list[dict]:
+    return policy["Statement"]
+
+
+def _actions(statement: dict) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else action
+
+
+# the policy, as a pure function
+
+
+def test_the_policy_grants_no_wildcard_action_and_nothing_of_iam_or_s3():
+    policy = controller_policy("c1", REGION)
+    actions = [a for s in _statements(policy) for a in _actions(s)]
+    assert all("*" not in a for a in actions)
+    assert all(a.startswith("ec2:") for a in actions)
+    assert all(s["Effect"] == "Allow" for s in _statements(policy))
+
+
+def test_only_describe_is_unscoped_and_every_change_is_limited_to_the_cluster():
+    policy = controller_policy("c1", REGION)
+    for statement in _statements(policy):
+        if statement["Resource"] == "*":
+            assert all(a.startswith("ec2:Describe") for a in _actions(statement))
+            assert "Condition" not in statement
+        else:
+            assert statement["Condition"], statement["Sid"]
+            resources = statement["Resource"]
+            resources = [resources] if isinstance(resources, str) else resources
+            assert all(r.startswith(f"arn:aws:ec2:{REGION}:") for r in resources)
+
+
+def test_terminate_and_fleet_deletion_need_the_cluster_tag_on_the_resource():
+    by_action = {a: s for s in _statements(controller_policy("c1", REGION)) for a in _actions(s)}
+    for action in ("ec2:TerminateInstances", "ec2:DeleteFleets"):
+        assert by_action[action]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": "c1"}}
+
+
+def test_launching_needs_the_cluster_template_and_tags_what_it_creates():
+    statements = {s["Sid"]: s for s in _statements(controller_policy("c1", REGION))}
+    template = statements["LaunchFromTheClusterTemplate"]
+    assert set(_actions(template)) == {"ec2:CreateFleet", "ec2:RunInstances"}
+    assert template["Resource"] == f"arn:aws:ec2:{REGION}:*:launch-template/*"
+    assert template["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": "c1"}}
+    created = statements["LaunchClusterTaggedResources"]
+    assert {r.rsplit(":", 1)[1] for r in created["Resource"]} == {
+        "fleet/*", "instance/*", "volume/*", "network-interface/*"
+    }  # fmt: skip
+    assert created["Condition"] == {"StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": "c1"}}
+    parts = statements["LaunchWithTheTemplatesParts"]
+    assert parts["Condition"] == {"ArnLike": {"ec2:LaunchTemplate": f"arn:aws:ec2:{REGION}:*:launch-template/*"}}
+    tags = statements["TagOnlyWhileLaunching"]["Condition"]["StringEquals"]
+    assert tags == {f"aws:RequestTag/{CLUSTER_TAG}": "c1", "ec2:CreateAction": ["ec2:CreateFleet", "ec2:RunInstances"]}
+
+
+def test_the_nodes_role_may_be_passed_to_ec2_and_no_other():
+    arn = "arn:aws:iam::123456789012:role/nodes"
+    extra = [s for s in _statements(controller_policy("c1", REGION, arn)) if _actions(s) == ["iam:PassRole"]]
+    assert extra == [
+        {
+            "Sid": "PassTheNodesRoleToEc2",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": arn,
+            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        }
+    ]
+
+
+def test_the_role_name_is_fixed_per_cluster_and_fits_iam():
+    assert controller_name("c1") == ROLE
+    long_a, long_b = "a" * 63, "a" * 62 + "b"
+    assert len(controller_name(long_a)) == 64 and controller_name(long_a) != controller_name(long_b)
+    assert controller_name(long_a) == controller_name(long_a)
+
+
+# `up` and `down` against the moto server
+
+
+def _up(plan_file, ami, *extra):
+    return run_cli("up", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", "--name", "c1", *extra)
+
+
+def _associations(ctx) -> dict[str, str]:
+    """instance id -> instance profile ARN of every live association."""
+    answer = ctx.client("ec2").describe_iam_instance_profile_associations()["IamInstanceProfileAssociations"]
+    return {a["InstanceId"]: a["IamInstanceProfile"]["Arn"] for a in answer if a["State"] != "disassociated"}
+
+
+def _exists(call) -> bool:
+    try:
+        call()
+        return True
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "NoSuchEntity"
+        return False
+
+
+def _iam_gone(ctx, name: str = ROLE) -> bool:
+    iam = ctx.client("iam")
+    return not _exists(lambda: iam.get_role(RoleName=name)) and not _exists(
+        lambda: iam.get_instance_profile(InstanceProfileName=name)
+    )
+
+
+def _head_id(nodes: list[dict]) -> str:
+    (head,) = [n["instance_id"] for n in nodes if n["role"] == "anchor"]
+    return head
+
+
+def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
+    result = _up(plan, ami, "--json")
+    assert result.returncode == 0, result.stderr
+    head = _head_id(json.loads(result.stdout)["nodes"])
+
+    iam = ctx.client("iam")
+    role = iam.get_role(RoleName=ROLE)["Role"]
+    assert {"Key": CLUSTER_TAG, "Value": "c1"} in role["Tags"]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    (policy_name,) = iam.list_role_policies(RoleName=ROLE)["PolicyNames"]
+    document = iam.get_role_policy(RoleName=ROLE, PolicyName=policy_name)["PolicyDocument"]
+    assert document == controller_policy("c1", REGION)
+    profile = iam.get_instance_profile(InstanceProfileName=ROLE)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [ROLE]
+    assert {"Key": CLUSTER_TAG, "Value": "c1"} in profile["Tags"]
+
+    assert _associations(ctx) == {head: profile["Arn"]}  # the head only: trainers get no EC2 rights
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName="deepvm-c1")[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    assert "IamInstanceProfile" not in data
+    row = Store().cluster("c1")
+    assert row.resources.controller == ControllerAccess(profile=ROLE, role=ROLE, owned=True)
+
+    down = run_cli("down", "c1", "--yes", "--json")
+    assert down.returncode == 0, down.stderr
+    assert {f"IAM role {ROLE}", f"IAM instance profile {ROLE}"} <= set(json.loads(down.stdout)["deleted"])
+    assert _iam_gone(ctx) and _associations(ctx) == {} and leftovers(ctx, "c1") == []
+
+
+def test_controller_profile_is_used_as_given_and_kept_at_down(ctx, ami, tmp_path):
+    iam = ctx.client("iam")
+    iam.create_role(RoleName="ops-controller", AssumeRolePolicyDocument="{}")
+    arn = iam.create_instance_profile(InstanceProfileName="ops-controller")["InstanceProfile"]["Arn"]
+    iam.add_role_to_instance_profile(InstanceProfileName="ops-controller", RoleName="ops-controller")
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--json", "--controller-profile", "ops-controller")
+    assert result.returncode == 0, result.stderr
+    assert _associations(ctx) == {_head_id(json.loads(result.stdout)["nodes"]): arn}
+    assert _iam_gone(ctx)  # deepvm made no role of its own
+    assert Store().cluster("c1").resources.controller == ControllerAccess(profile="ops-controller")
+    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert iam.get_instance_profile(InstanceProfileName="ops-controller")["InstanceProfile"]["Roles"]
+    assert iam.get_role(RoleName="ops-controller")
+
+
+def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(ctx, ami, tmp_path):
+    iam = ctx.client("iam")
+    node_role = iam.create_role(RoleName="nodes", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    iam.create_instance_profile(InstanceProfileName="nodes")
+    iam.add_role_to_instance_profile(InstanceProfileName="nodes", RoleName="nodes")
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--json", "--instance-profile", "nodes")
+    assert result.returncode == 0, result.stderr
+    document = iam.get_role_policy(RoleName=ROLE, PolicyName="deepvm-controller")["PolicyDocument"]
+    assert document == controller_policy("c1", REGION, node_role)
+    head = _head_id(json.loads(result.stdout)["nodes"])
+    assert _associations(ctx)[head].endswith(f"instance-profile/{ROLE}")
+    assert run_cli("down", "c1", "--yes").returncode == 0
+
+
+def test_attach_replaces_a_profile_the_head_already_holds(ctx, ami):
+    ec2, iam = ctx.client("ec2"), ctx.client("iam")
+    for name in ("nodes", "ops"):
+        iam.create_instance_profile(InstanceProfileName=name)
+    instance = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ec2.associate_iam_instance_profile(IamInstanceProfile={"Name": "nodes"}, InstanceId=instance)
+    attach_to_head(ctx, ControllerAccess(profile="ops"), instance)
+    assert _associations(ctx) == {instance: "arn:aws:iam::123456789012:instance-profile/ops"}
+
+
+# refusals and crashes, in process so that a botocore event hook can inject them
+
+
+class _Crash(BaseException):
+    """The process dies here: nothing of `up`'s own clean-up runs."""
+
+
+def _in_process_up(ctx, monkeypatch, ami) -> None:
+    monkeypatch.setattr(AwsTarget, "context", lambda self, region, start=True: ctx)
+    request = UpRequest(
+        name="c1",
+        plans=(make_plan(spot=2, on_demand=1),),
+        ssh_cidr="198.51.100.7/32",
+        image_id=ami,
+        wait_ssh=False,
+    )
+    lifecycle.up(AwsTarget(), request)
+
+
+def _fail(ctx, service: str, operation: str, error: BaseException) -> None:
+    def hook(**kwargs):
+        raise error
+
+    ctx.client(service).meta.events.register(f"before-call.{service}.{operation}", hook)
+
+
+def _denied(code: str, operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "not allowed"}}, operation)
+
+
+@pytest.mark.parametrize(
+    ("operation", "code"), [("CreateRole", "AccessDenied"), ("PutRolePolicy", "UnauthorizedOperation")]
+)
+def test_a_refused_iam_role_says_what_to_pass_and_leaves_nothing(ctx, ami, monkeypatch, operation, code):
+    _fail(ctx, "iam", operation, _denied(code, operation))
+    with pytest.raises(CloudError) as caught:
+        _in_process_up(ctx, monkeypatch, ami)
+    message = str(caught.value)
+    assert message.startswith(f"cannot create the controller's IAM role ({code}); ask for an instance profile")
+    assert message.endswith("and pass --controller-profile NAME") and "\n" not in message
+    assert leftovers(ctx, "c1") == [] and _iam_gone(ctx)
+    assert ctx.client("ec2").describe_instances()["Reservations"] == []
+    assert Store().cluster("c1").status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("operation", "service", "state_lost"),
+    [
+        ("AddRoleToInstanceProfile", "iam", True),  # in the middle of making the role
+        ("CreateFleet", "ec2", True),  # role made, no instance yet
+        ("AssociateIamInstanceProfile", "ec2", False),  # instances run, the head has no profile yet
+    ],
+)
+def test_a_crash_in_the_middle_of_up_leaves_nothing_down_does_not_sweep(
+    ctx, ami, monkeypatch, isolated_env, operation, service, state_lost
+):
+    monkeypatch.setattr(lifecycle, "_destroy", lambda *args, **kwargs: [])  # a dead process cleans nothing
+    _fail(ctx, service, operation, _Crash())
+    with pytest.raises(_Crash):
+        _in_process_up(ctx, monkeypatch, ami)
+    assert leftovers(ctx, "c1")  # something was left behind...
+    if state_lost:
+        shutil.rmtree(isolated_env)
+    result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION)
+    assert result.returncode == 0, result.stderr
+    assert leftovers(ctx, "c1") == [] and _iam_gone(ctx) and _associations(ctx) == {}  # ...and swept
+    live = ctx.client("ec2").describe_instances(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )["Reservations"]
+    assert live == []
+
+
+def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx):
+    ctx.client("iam").create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")
+    assert leftovers(ctx, "c1") == []
+    assert run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION).returncode == 5
+    assert ctx.client("iam").get_role(RoleName=ROLE)
+
+
+def test_up_never_takes_over_a_role_of_that_name_deepvm_did_not_make(ctx, ami, monkeypatch):
+    ctx.client("iam").create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")
+    with pytest.raises(CloudError, match=f"an IAM role named {ROLE} exists that deepvm did not make"):
+        _in_process_up(ctx, monkeypatch, ami)
+    assert ctx.client("iam").list_role_policies(RoleName=ROLE)["PolicyNames"] == []
+    assert ctx.client("ec2").describe_instances()["Reservations"] == []
