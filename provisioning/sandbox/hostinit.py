@@ -59,7 +59,9 @@ def main(root: Path) -> int:
         os.close(fd)
     home = pwd.getpwuid(os.geteuid()).pw_dir  # read after the mounts: the host's own passwd
     host = HostFacts(**facts)
-    credentials = InstanceCredentials(config["control_endpoint"], host.region, host.instance_id)
+    # a host booted by a supervisor from before instance profiles has no endpoint: it serves no credentials
+    endpoint = config.get("control_endpoint")
+    credentials = InstanceCredentials(endpoint, host.region, host.instance_id) if endpoint else None
     server = MetadataServer(host.local_ipv4, host.metadata(), config["user_data"], notices_fd, credentials)
     threading.Thread(target=server.serve_forever, name="imds", daemon=True).start()
     os.chdir(home)
