@@ -378,14 +378,14 @@ class Controller:
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
         facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, _host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
+        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
                     facts.gpus)  # fmt: skip
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
         has run, a node that does not answer is dropped (it died meanwhile) instead of failing the job."""
         if self.attempts:
-            answers = _answer([_host(e) for e in endpoints])
+            answers = _answer([node_host(e) for e in endpoints])
             for e, ok in zip(endpoints, answers):
                 if not ok:
                     self._exclude(e.instance_id, "unreachable")
@@ -402,8 +402,8 @@ class Controller:
             self.prepared.update(states)
             notices.update({i: state.notice for i, state in states.items()})
         if known_spot:
-            found = read_notices([_host(e) for e in known_spot], self.request.python, self._node_line)
-            notices.update({e.instance_id: found[_host(e).name] for e in known_spot})
+            found = read_notices([node_host(e) for e in known_spot], self.request.python, self._node_line)
+            notices.update({e.instance_id: found[node_host(e).name] for e in known_spot})
         for instance_id, notice in notices.items():
             if notice is not None:
                 self._exclude(instance_id, f"interruption notice ({notice['kind']})")
@@ -418,7 +418,7 @@ class Controller:
         on_line: Callable[[OutputLine], None],
     ) -> dict[str, NodeState]:
         """Push, set up and check fresh nodes; {instance id: NodeState}. Safe from any thread."""
-        hosts = [_host(e) for e in endpoints]
+        hosts = [node_host(e) for e in endpoints]
         states = prepare_nodes(
             hosts,
             {h.name for h, e in zip(hosts, endpoints) if e.market is Market.SPOT},
@@ -738,7 +738,8 @@ def new_job_id(name: str) -> str:
     return f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
 
 
-def _host(e: SshEndpoint) -> HostSpec:
+def node_host(e: SshEndpoint) -> HostSpec:
+    """How to log in to a node, named by role and instance id (as log prefixes show it)."""
     return HostSpec(
         name=f"{_ROLES[e.role] if e.role is not Role.ANCHOR else 'anchor'}-{e.instance_id[2:10]}",
         address=e.address,

@@ -20,11 +20,10 @@ from provisioning.cloud import lifecycle
 from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
-from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import InputError, NotFoundError
 from provisioning.home import deepvm_home
 from provisioning.state import Store, utc_now
-from training.controller import TrainRequest, new_job_id
+from training.controller import TrainRequest, new_job_id, node_host
 from training.jobspec import load_job_spec
 from training.jobstore import JobRow, JobStore
 from training.managed.layout import MANAGED_HOME, JobFiles
@@ -74,10 +73,7 @@ def find_head(cluster: str, python: str) -> Head:
             f"cluster {name} has no running on-demand node to run the job's controller on; "
             "train with --controller local"
         )
-    e = endpoints[node.instance_id]
-    host = HostSpec(f"head-{node.instance_id[2:10]}", e.address, Path(e.key_path), Path(e.known_hosts_path),
-                    e.port, e.user)  # fmt: skip
-    return Head(name, node.instance_id, host, python)
+    return Head(name, node.instance_id, node_host(endpoints[node.instance_id]), python)
 
 
 def submit(request: TrainRequest, report: JobReporter) -> JobRow:
@@ -140,16 +136,12 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
 def _authorize_internal_key(cluster: str, public: str, report: JobReporter) -> None:
     """Let the head log in to every node with the cluster-internal key (nodes bought later get it at boot
     from their user data)."""
-    hosts = [_host(e) for e in lifecycle.ssh_endpoints(cluster)]
+    hosts = [node_host(e) for e in lifecycle.ssh_endpoints(cluster)]
     script = "set -e\n" + "\n".join(authorize_lines(public))
     codes = run_on_hosts(hosts, script, lambda line: report.log(line.host, line.text))
     failed = [name for name, code in codes.items() if code != 0]
     if failed:
         raise TransportError(f"could not authorise the cluster's internal key on {', '.join(failed)}")
-
-
-def _host(e: SshEndpoint) -> HostSpec:
-    return HostSpec(e.instance_id, e.address, Path(e.key_path), Path(e.known_hosts_path), e.port, e.user)
 
 
 def _start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> str:
