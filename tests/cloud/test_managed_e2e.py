@@ -235,9 +235,13 @@ def test_job_outlives_the_laptop(cluster):
         cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert train.stderr is not None
+    seen = []
     for line in train.stderr:
+        seen.append(line)
         if line.startswith("step 10/"):
             break
+    else:
+        raise AssertionError("train ended before step 10:\n" + "".join(seen[-30:]))
     train.send_signal(signal.SIGKILL)  # the laptop is gone, and with it every deepvm process of the user
     train.wait()
     gone = time.monotonic()

@@ -79,6 +79,7 @@ def find_head(cluster: str, python: str) -> Head:
 def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     """Stage the job on the cluster's head and start its supervised controller there; the job's row."""
     spec = load_job_spec(request.job_path)
+    lifecycle.status(check_cluster_name(request.cluster))  # node states from the cloud now: skip the dead
     head = find_head(request.cluster, request.python)
     store = Store()
     row = store.cluster(head.cluster)
