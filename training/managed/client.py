@@ -79,8 +79,8 @@ def find_head(cluster: str, python: str) -> Head:
 def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     """Stage the job on the cluster's head and start its supervised controller there; the job's row."""
     spec = load_job_spec(request.job_path)
-    lifecycle.status(check_cluster_name(request.cluster))  # node states from the cloud now: skip the dead
     head = find_head(request.cluster, request.python)
+    lifecycle.status(head.cluster)  # node states from the cloud now: a node interrupted since is skipped
     store = Store()
     row = store.cluster(head.cluster)
     assert row is not None  # find_head checked that it is up
