@@ -8,18 +8,9 @@ import shutil
 import boto3
 import pytest
 from dc_mpi import ROOT, run_mpi
-from moto.server import ThreadedMotoServer
 
 pytestmark = pytest.mark.mpi
 
-
-@pytest.fixture
-def s3_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 def test_l3_upload_and_restore_without_local_disk(tmp_path, s3_endpoint):

@@ -5,19 +5,9 @@ from __future__ import annotations
 import boto3
 import pytest
 from dc_fixtures import make_checkpoint
-from moto.server import ThreadedMotoServer
 
 from deepcheck import ConfigError, CorruptCheckpointError, S3Config
 from deepcheck.storage_s3 import S3Store
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

@@ -3,19 +3,8 @@
 from __future__ import annotations
 
 import boto3
-import pytest
-from moto.server import ThreadedMotoServer
 
 from training.managed.mirror import LogMirror, mirror_key
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 def test_mirror_key():
