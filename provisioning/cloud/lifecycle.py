@@ -465,7 +465,11 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
         ],
     )
     known = {n.instance_id for n in nodes}
-    store.put_nodes(row.name, adopt(row, [i for i in tagged if i.instance_id not in known]))
+    adopted = adopt(row, [i for i in tagged if i.instance_id not in known])
+    if adopted:
+        store.put_nodes(row.name, adopted)
+        running = [n for n in store.nodes(row.name) if n.state == _RUNNING]  # pin their host keys here too
+        write_known_hosts(ensure_cluster_keys(row.name), [(n.address or "", n.ssh_port) for n in running])
     return True
 
 

@@ -193,9 +193,9 @@ def assert_no_user_credentials(env: dict[str, str]) -> None:
     assert hits.stdout == "", hits.stdout
 
 
-def test_detached_job_survives_a_notice_and_a_controller_crash(cluster):
+def test_detached_job_survives_a_controller_crash_and_a_notice(cluster):
     env, jobs = cluster
-    job = write_job(jobs, 60, "detach")
+    job = write_job(jobs, 80, "detach")
     started = time.monotonic()
     cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
     assert time.monotonic() - started < 120  # returns once the job runs, not when it ends
@@ -203,27 +203,26 @@ def test_detached_job_survives_a_notice_and_a_controller_crash(cluster):
     job_id = newest_job(env)
     assert job_state(env, job_id)["controller_alive"]
     wait_for(env, job_id, 12)
-    cli(env, "interrupt", spot_trainer(env), "--after", "30")
-    deadline = time.monotonic() + 240  # the notice's relaunch, and the replacement the head bought joins
-    while not replaced(cli(env, "logs", job_id).stdout) and time.monotonic() < deadline:
-        time.sleep(2)
     pid = run_on_head(env, f"cat deepvm/managed/jobs/{job_id}/service.pid").strip()
-    run_on_head(env, f"kill -9 {pid}")
+    run_on_head(env, f"kill -9 {pid}")  # the controller on the head dies mid-run
     killed = time.monotonic()
+    while "recovered (controller-restart)" not in cli(env, "logs", job_id).stdout:
+        assert time.monotonic() - killed < 120, "the controller did not come back"
+        time.sleep(1)
+    assert job_state(env, job_id)["controller_alive"]
+    wait_for(env, job_id, 30)
+    cli(env, "interrupt", spot_trainer(env), "--after", "30")
     log = cli(env, "logs", job_id, "-f", timeout=400).stdout
     state = job_state(env, job_id)
-    assert state["status"] == "completed" and state["step"] == 60, state
+    assert state["status"] == "completed" and state["step"] == 80, state
     assert replaced(log), log[-3000:]
     (notice,) = [line for line in log.splitlines() if line.startswith("recovered (notice)")]
     assert ", 0 steps lost" in notice  # the notice's checkpoint was flushed at the step it came
-    restarted = [line for line in log.splitlines() if line.startswith("recovered (controller-restart)")]
-    assert restarted, log[-3000:]
-    assert state["lost_steps"] <= EVERY  # the notice lost nothing; the crash at most one interval
-    assert time.monotonic() - killed < 300
+    assert state["lost_steps"] <= EVERY  # the crash cost at most one checkpoint interval
     out = Path(env["DEEPVM_HOME"]) / "fetched"
     cli(env, "fetch", job_id, "--out", str(out))
     assert (out / "model.pt").stat().st_size > 0
-    assert json.loads((out / "metrics.json").read_text())["steps"] == 60
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 80
     assert_no_user_credentials(env)
 
 
