@@ -41,6 +41,7 @@ from training.transport import (
     write_files,
 )
 
+_CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
 _ENV = f'export DEEPVM_HOME="$HOME/{MANAGED_HOME}" PYTHONPATH="$HOME/{RUNTIME_DIR}"'
 
 
@@ -154,9 +155,13 @@ def _start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> 
     supervisor = f"{py} -m training.managed.supervisor {root}"
     setenv = " ".join(f"--setenv={k}={shlex.quote(v)}" for k, v in service_env.items())
     unit = shlex.quote(f"deepvm-job-{files.job_id}")
+    needs = f"import importlib.util as u; [u.find_spec(m) or exit(m) for m in {list(_CONTROLLER_NEEDS)!r}]"
+    lacking = ("the head's Python lacks $missing, which the job's controller needs there: install it in the "
+               "image, or train with --controller local")  # fmt: skip
     return "\n".join([
         "set -e",
         _ENV + (f" {exports}" if exports else ""),
+        f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
         "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
         f'  sudo -n systemd-run --quiet --collect --unit={unit} --uid="$(id -u)" --gid="$(id -g)" '
         '-p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" '
