@@ -193,6 +193,7 @@ def assert_no_user_credentials(env: dict[str, str]) -> None:
     assert hits.stdout == "", hits.stdout
 
 
+@pytest.mark.timeout(600)
 def test_detached_job_survives_a_controller_crash_and_a_notice(cluster):
     env, jobs = cluster
     job = write_job(jobs, 80, "detach")
@@ -226,6 +227,7 @@ def test_detached_job_survives_a_controller_crash_and_a_notice(cluster):
     assert_no_user_credentials(env)
 
 
+@pytest.mark.timeout(900)  # it must train on for over two minutes after the laptop is gone
 def test_job_outlives_the_laptop(cluster):
     env, jobs = cluster
     job = write_job(jobs, 420, "laptop")
