@@ -13,7 +13,7 @@ restore by the same rules:
   saved already, so a clean stop never loses a step.
 
 The state tree is asked for only when a checkpoint is taken (a callable), so a step without one costs
-two tiny collectives. Progress goes out as JSON lines from trainer 0: "restored", "saved", "flush".
+two tiny collectives. Progress goes out from trainer 0 as training.events: Restored, Saved, Flush.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 import torch
 
 import deepcheck
+from training.events import Event, Flush, Restored, Saved, emit
 from training.hooks import TrainState
 from training.jobspec import CheckpointSpec
 from training.trainercomm import TrainerComm
 
-Emit = Callable[..., None]  # worker.emit(event, rank, **fields)
 Tree = Callable[[], Any]  # builds the state tree to save, called only when one is saved
 
 
@@ -42,10 +42,9 @@ class Checkpointer:
         ck: deepcheck.DeepCheck,
         policy: CheckpointSpec,
         trainers: TrainerComm,
-        emit: Emit,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.ck, self.policy, self.trainers, self.emit, self.clock = ck, policy, trainers, emit, clock
+        self.ck, self.policy, self.trainers, self.clock = ck, policy, trainers, clock
         self.saved_step = -1  # newest step saved or flushed by this run (or restored from)
         self.last_save_at = clock()
 
@@ -57,12 +56,14 @@ class Checkpointer:
             return None
         self.saved_step = restored.info.step
         self._report(
-            "restored",
-            step=restored.info.step,
-            checkpoint=restored.info.ckpt.name,
-            levels=[level.name for level in restored.info.levels],
-            seconds=round(time.perf_counter() - started, 3),
-            fallbacks=restored.fallbacks,
+            Restored(
+                rank=self.trainers.rank,
+                step=restored.info.step,
+                checkpoint=restored.info.ckpt.name,
+                levels=tuple(level.name for level in restored.info.levels),
+                seconds=round(time.perf_counter() - started, 3),
+                fallbacks=tuple(restored.fallbacks),
+            )
         )
         return restored
 
@@ -74,7 +75,9 @@ class Checkpointer:
         if self._due(step):
             handle = self.ck.save(tree(), step, epoch=epoch)
             self.saved_step, self.last_save_at = step, self.clock()
-            self._report("saved", step=step, stall_s=round(handle.stall_s, 4), bytes=handle.nbytes)
+            self._report(
+                Saved(rank=self.trainers.rank, step=step, stall_s=round(handle.stall_s, 4), bytes=handle.nbytes)
+            )
         return False
 
     def stopped(self, step: int, tree: Tree, epoch: int | None) -> None:
@@ -86,12 +89,14 @@ class Checkpointer:
         report = self.ck.flush_now(tree(), step, epoch=epoch)
         self.saved_step, self.last_save_at = step, self.clock()
         self._report(
-            "flush",
-            step=step,
-            reason=reason,
-            level=report.level.name,
-            seconds=round(report.seconds, 3),
-            stall_s=round(report.stall_s, 4),
+            Flush(
+                rank=self.trainers.rank,
+                step=step,
+                reason=reason,
+                level=report.level.name,
+                seconds=round(report.seconds, 3),
+                stall_s=round(report.stall_s, 4),
+            )
         )
 
     def _due(self, step: int) -> bool:
@@ -103,9 +108,9 @@ class Checkpointer:
         # trainers' clocks differ: save when any of them says it is time, so all save the same step
         return self.trainers.any(self.clock() - self.last_save_at >= every_seconds)
 
-    def _report(self, event: str, **fields: Any) -> None:
+    def _report(self, event: Event) -> None:
         if self.trainers.rank == 0:
-            self.emit(event, self.trainers.rank, **fields)
+            emit(event)
 
 
 class DeepCheckHook:

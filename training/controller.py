@@ -70,6 +70,7 @@ from training.attempts import (
     nodes_to_buy,
     progressed,
 )
+from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
@@ -78,6 +79,7 @@ from training.recovery import RecoveryLog
 from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
+from training.watcher import Notice
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
 _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
@@ -394,7 +396,7 @@ class Controller:
             endpoints = [e for e, ok in zip(endpoints, answers) if ok]
         fresh = [e for e in endpoints if e.instance_id not in self.prepared]
         known_spot = [e for e in endpoints if e.instance_id in self.prepared and e.market is Market.SPOT]
-        notices: dict[str, dict | None] = {}
+        notices: dict[str, Notice | None] = {}
         if fresh:
             self.report.note(f"preparing {len(fresh)} node(s): push runtime and job, setup, checks")
             states = self._stage(fresh, lambda p: self.report.push(p.host, p.bytes_done, p.bytes_total),
@@ -406,7 +408,7 @@ class Controller:
             notices.update({e.instance_id: found[node_host(e).name] for e in known_spot})
         for instance_id, notice in notices.items():
             if notice is not None:
-                self._exclude(instance_id, f"interruption notice ({notice['kind']})")
+                self._exclude(instance_id, f"interruption notice ({notice.kind})")
                 self.report.note(f"{instance_id} has an interruption notice: not using it")
         if any(n is not None for n in notices.values()):
             self._ensure_replacements()
@@ -516,50 +518,47 @@ class Controller:
 
     def _on_line(self, line: RankLine, run: _Run) -> None:
         node = run.attempt.node_of(line.rank)
-        if line.stream == "stdout" and line.text.startswith("{"):
-            try:
-                event = json.loads(line.text)
-            except ValueError:
-                event = None
-            if isinstance(event, dict) and "event" in event:
-                self._on_event(event, node, line.at, run)
-                return
+        event = parse(line.text) if line.stream == "stdout" else None
+        if event is not None:
+            self._on_event(event, node, line.at, run)
+            return
         prefix = f"{node.name} r{line.rank}" if node else "mpirun"
         if line.stream == "stderr" and line.text.strip():
             run.errors.append(f"[{prefix}] {line.text.strip()}")
         self.report.log(prefix, line.text)
 
-    def _on_event(self, event: dict[str, Any], node: Node | None, at: float, run: _Run) -> None:
-        kind, rank = event["event"], event.get("rank")
-        if kind == "start":
-            run.started += 1
-            if rank == 0:
-                run.first_step = run.last_step = int(event["first_step"])
-                self._save(total_steps=int(event["total_steps"]))
-                if event.get("synthetic"):
-                    self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
-        elif kind == "restored":
-            self.report.note(f"restored step {event['step']} from {'/'.join(event['levels'])} "
-                             f"in {event['seconds']:.2f}s")  # fmt: skip
-        elif kind == "step" and rank == 0:
-            self.stall.progressed(at)
-            self._on_step(event, at, run)
-        elif kind in ("saved", "flush"):
-            self.stall.progressed(at)
-            self._save(checkpoint_step=int(event["step"]))
-            if kind == "flush":
-                self.report.note(f"checkpoint of step {event['step']} safe at {event['level']} "
-                                 f"in {event['seconds']:.2f}s ({event['reason']})")  # fmt: skip
-                self.recovery.checkpointed(at)
-        elif kind == "notice" and node is not None:
-            self._on_notice(node, event, at, run)
-        elif kind == "end" and rank == 0:
-            run.status = event["status"]
-        elif kind == "watcher_off" and rank == 0 and run.attempt.number == 1:
-            self.report.note(f"not watching for Spot notices: {event['reason']}")
+    def _on_event(self, event: Event, node: Node | None, at: float, run: _Run) -> None:
+        """Act on one rank's event; `node` is the node mpirun says the line came from (None: unknown)."""
+        match event:
+            case Start():
+                run.started += 1
+                if event.rank == 0:
+                    run.first_step = run.last_step = event.first_step
+                    self._save(total_steps=event.total_steps)
+                    if event.synthetic:
+                        self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
+            case Restored():
+                self.report.note(f"restored step {event.step} from {'/'.join(event.levels)} "
+                                 f"in {event.seconds:.2f}s")  # fmt: skip
+            case Step(rank=0):
+                self.stall.progressed(at)
+                self._on_step(event, at, run)
+            case Saved() | Flush():
+                self.stall.progressed(at)
+                self._save(checkpoint_step=event.step)
+                if isinstance(event, Flush):
+                    self.report.note(f"checkpoint of step {event.step} safe at {event.level} "
+                                     f"in {event.seconds:.2f}s ({event.reason})")  # fmt: skip
+                    self.recovery.checkpointed(at)
+            case NoticeSeen() if node is not None:
+                self._on_notice(node, event.notice, at, run)
+            case End(rank=0):
+                run.status = event.status
+            case WatcherOff(rank=0) if run.attempt.number == 1:
+                self.report.note(f"not watching for Spot notices: {event.reason}")
 
-    def _on_step(self, event: dict[str, Any], at: float, run: _Run) -> None:
-        step = int(event["step"])
+    def _on_step(self, event: Step, at: float, run: _Run) -> None:
+        step = event.step
         run.last_step = step
         if run.startup_s is None:
             run.startup_s = round(at - run.attempt.started_at, 3)
@@ -572,12 +571,12 @@ class Controller:
         progress = Progress(
             step=step,
             total_steps=self.job.total_steps,
-            epoch=int(event["epoch"]),
-            loss=float(event["global_loss"]),
-            samples_per_s=float(event["samples_per_s"]) * share,
+            epoch=event.epoch,
+            loss=event.global_loss,
+            samples_per_s=event.samples_per_s * share,
             world_size=run.trainers,
             cost_usd=self.job.cost_usd,
-            synthetic=bool(event.get("synthetic")),
+            synthetic=event.synthetic,
         )
         self.last_progress = progress
         changes: dict[str, Any] = {"step": max(step, self.job.step), "loss": progress.loss}
@@ -598,12 +597,12 @@ class Controller:
         self.report.note(text)
         self._event("recovered", text)
 
-    def _on_notice(self, node: Node, event: dict[str, Any], at: float, run: _Run) -> None:
+    def _on_notice(self, node: Node, notice: Notice, at: float, run: _Run) -> None:
         if node.instance_id in self.excluded:
             return
-        self._exclude(node.instance_id, f"interruption notice ({event['kind']})")
+        self._exclude(node.instance_id, f"interruption notice ({notice.kind})")
         self.recovery.trouble("notice", (node.instance_id,), run.attempt.number, run.trainers, at)
-        text = f"Spot interruption notice on {node.name} ({event['kind']}): checkpointing, then without it"
+        text = f"Spot interruption notice on {node.name} ({notice.kind}): checkpointing, then without it"
         self.report.note(text)
         self._event("notice", text)
         self._ensure_replacements()
@@ -682,7 +681,7 @@ class Controller:
         self.prepared.update(done.states)
         for instance_id, state in done.states.items():
             if state.notice is not None:  # it can happen, and then it is of no use
-                self._exclude(instance_id, f"interruption notice ({state.notice['kind']})")
+                self._exclude(instance_id, f"interruption notice ({state.notice.kind})")
         ready = [e for e in done.added if self._usable(e.instance_id)]
         if not ready or run is None or not run.attempt.running:
             return  # the next launch uses it

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from training.worker import emit
+from training.events import End, Start, Step, emit
 
 if TYPE_CHECKING:  # only deepvm's runner builds a context: a script importing this module needs no MPI
     from training.checkpointing import Checkpointer
@@ -171,11 +171,11 @@ class JobContext:
         return leave
 
     def finish(self) -> dict[str, Any]:
-        """For deepvm's runner, once the script returned: the "end" event; the run's metrics."""
+        """For deepvm's runner, once the script returned: the End event; the run's metrics."""
         status = "stopped" if self._leaving else "completed"
         steps = max(self._last_step, self.start_step)
         final_loss = self._curve[-1][1] if self._curve else float("nan")
-        emit("end", self.rank, status=status, steps=steps, final_loss=final_loss)
+        emit(End(rank=self.rank, status=status, steps=steps, final_loss=final_loss))
         return {
             "job": self._spec.name,
             "status": status,
@@ -193,17 +193,18 @@ class JobContext:
     def _begin(self, first_step: int) -> None:
         self._started, self.start_step, self._started_at = True, first_step, time.perf_counter()
         emit(
-            "start",
-            self.rank,
-            job=self._spec.name,
-            script=self._script,
-            synthetic=False,
-            world_size=self.world_size,
-            planned_world_size=self.planned_world_size,
-            total_steps=self.total_steps,
-            first_step=first_step,
-            device=str(self.device),
-            pid=os.getpid(),
+            Start(
+                rank=self.rank,
+                job=self._spec.name,
+                script=self._script,
+                synthetic=False,
+                world_size=self.world_size,
+                planned_world_size=self.planned_world_size,
+                total_steps=self.total_steps,
+                first_step=first_step,
+                device=str(self.device),
+                pid=os.getpid(),
+            )
         )
         self._window_start = time.perf_counter()
 
@@ -212,6 +213,6 @@ class JobContext:
         self._curve.append((step, global_loss))
         now = time.perf_counter()
         rate = self._window_samples / max(now - self._window_start, 1e-9)
-        emit("step", self.rank, step=step, epoch=epoch, loss=round(loss, 6), global_loss=round(global_loss, 6),
-             samples_per_s=round(rate, 2), synthetic=False)  # fmt: skip
+        emit(Step(rank=self.rank, step=step, epoch=epoch, loss=round(loss, 6), global_loss=round(global_loss, 6),
+                  samples_per_s=round(rate, 2), synthetic=False))  # fmt: skip
         self._window_samples, self._window_start = 0, now

@@ -11,7 +11,7 @@ Trainers then run deepvm's worker, or the job's own script (`run:`, training.use
 the job's checkpoint policy is applied by one Checkpointer (training.checkpointing), which agrees
 among trainers over their own MPI group (training.trainercomm).
 
-A trainer on a node with instance metadata runs the Spot watcher: a notice prints a "notice" event and
+A trainer on a node with instance metadata runs the Spot watcher: a notice prints a NoticeSeen event and
 asks DeepCheck to flush; the Checkpointer then flushes at the next step on every trainer and the run
 ends cleanly. Holders ignore SIGUSR1 and SIGTERM (which mpirun forwards to every rank when the
 controller asks the job to stop): they must stay to receive the trainers' last flush, and leave when
@@ -38,11 +38,12 @@ import deepcheck
 from provisioning.errors import DeepvmError, InputError
 from training.checkpointing import Checkpointer, DeepCheckHook
 from training.distenv import DistEnv
+from training.events import Holder, NoticeSeen, WatcherOff, emit
 from training.jobspec import CheckpointSpec, JobSpec, load_job_spec
 from training.trainercomm import TrainerComm
 from training.userscript import run_script
 from training.watcher import Notice, Watcher
-from training.worker import WorkerOptions, emit, run_training
+from training.worker import WorkerOptions, run_training
 
 ROLES = ("trainer", "holder", "both")
 
@@ -141,20 +142,20 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         s3=_s3(spec.checkpoint),
     )
     if not ck.world.is_trainer:
-        emit("holder", comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir))
+        emit(Holder(rank=comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir)))
         ck.serve(timeout=None)
         return
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
-    checkpointer = Checkpointer(ck, spec.checkpoint, trainers, emit)
+    checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
     watcher = None
     if opts.watch:
 
         def on_notice(notice: Notice) -> None:
             ck.request_flush()
-            emit("notice", env.rank, **notice.to_dict())
+            emit(NoticeSeen(rank=env.rank, notice=notice))
 
-        watcher = Watcher(on_notice, lambda why: emit("watcher_off", env.rank, reason=why))
+        watcher = Watcher(on_notice, lambda why: emit(WatcherOff(rank=env.rank, reason=why)))
         watcher.start()
     try:
         if spec.run is not None:

@@ -47,6 +47,7 @@ from training.transport import (
     run_on_hosts,
     write_files,
 )
+from training.watcher import Notice
 
 RUNTIME_DIR = "deepvm/runtime"
 INTERNAL_KEY = "deepvm/ssh/id_ed25519"
@@ -102,7 +103,7 @@ class NodeState:
     """What preparing one node found."""
 
     home: str  # the login user's home directory
-    notice: dict | None  # the interruption notice posted to the node, if any (training.watcher.Notice)
+    notice: Notice | None  # the interruption notice posted to the node, if any
 
 
 def stage_runtime(target: Path) -> Path:
@@ -256,7 +257,7 @@ def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Map
 
 def read_notices(
     hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
-) -> dict[str, dict | None]:
+) -> dict[str, Notice | None]:
     """The interruption notice posted to each (already prepared) host, or None."""
     codes, found = _run_marked(hosts, lambda h: "set -e\n" + "\n".join(_notice_lines(python)), on_line)
     bad = [h.where for h in hosts if codes[h.name] != 0]
@@ -265,6 +266,8 @@ def read_notices(
     return {h.name: _notice(found[h.name]) for h in hosts}
 
 
-def _notice(values: dict[str, str]) -> dict | None:
+def _notice(values: dict[str, str]) -> Notice | None:
+    """The notice `python -m training.watcher --once` printed (its fields as JSON, or null), if any."""
     text = values.get("notice", "")
-    return json.loads(text) if text else None
+    fields = json.loads(text) if text else None
+    return None if fields is None else Notice(**fields)

@@ -1,7 +1,7 @@
 """The program every rank runs: `python -m training.worker JOB.yaml --out DIR` under mpirun.
 
 It trains the job's model with DDP on its slice of each global batch and prints one JSON object per
-line on stdout (events "start", "step" every log_every steps and at the last, "end"), every line
+line on stdout (training.events: Start, Step every log_every steps and at the last, End), every line
 tagged with the rank, so the launcher can parse progress from mpirun's merged output. Rank 0 writes
 model.pt (weights), state.pt (a TrainState to resume from) and metrics.json into --out.
 
@@ -33,6 +33,7 @@ from provisioning.errors import DeepvmError, InputError
 from training.batchplan import BatchPlan, plan_batches
 from training.data import ImageDataset, build_dataset
 from training.distenv import DistEnv, from_environment, init_process_group, pick_device
+from training.events import End, Start, Step, emit
 from training.hooks import CheckpointHook, TrainState
 from training.jobspec import JobSpec, load_job_spec
 from training.models import build_model
@@ -90,12 +91,6 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
         device=args.device,
         threads=args.threads,
     )
-
-
-def emit(event: str, rank: int, **fields: Any) -> None:
-    """One machine-parsable progress line on stdout, written in one piece so ranks' lines never mix."""
-    sys.stdout.write(json.dumps({"event": event, "rank": rank, **fields}) + "\n")
-    sys.stdout.flush()
 
 
 class StopRequest:
@@ -195,21 +190,22 @@ class Run:
         for hook in self.hooks:
             hook.on_start(state)  # first: a hook may restore a checkpoint, and "start" reports from where
         emit(
-            "start",
-            rank,
-            job=spec.name,
-            model=spec.model.name,
-            dataset=spec.dataset.kind,
-            synthetic=spec.is_synthetic,
-            world_size=self.env.world_size,
-            local_rank=self.env.local_rank,
-            batch=self.plan.per_rank[rank],
-            global_batch=self.plan.global_batch,
-            lr=self.base_lr,
-            total_steps=self.total_steps,
-            first_step=state.step,
-            device=str(self.device),
-            pid=os.getpid(),
+            Start(
+                rank=rank,
+                job=spec.name,
+                model=spec.model.name,
+                dataset=spec.dataset.kind,
+                synthetic=spec.is_synthetic,
+                world_size=self.env.world_size,
+                local_rank=self.env.local_rank,
+                batch=self.plan.per_rank[rank],
+                global_batch=self.plan.global_batch,
+                lr=self.base_lr,
+                total_steps=self.total_steps,
+                first_step=state.step,
+                device=str(self.device),
+                pid=os.getpid(),
+            )
         )
         first_step, status, final_loss = state.step, "completed", float("nan")
         started = window_start = time.perf_counter()
@@ -226,15 +222,16 @@ class Run:
                 self.curve.append((state.step, final_loss))
                 rate = window_steps * self.plan.per_rank[rank] / max(now - window_start, 1e-9)
                 emit(
-                    "step",
-                    rank,
-                    step=state.step,
-                    epoch=epoch,
-                    loss=round(loss, 6),
-                    global_loss=round(final_loss, 6),
-                    lr=state.optimizer.param_groups[0]["lr"],
-                    samples_per_s=round(rate, 2),
-                    synthetic=spec.is_synthetic,
+                    Step(
+                        rank=rank,
+                        step=state.step,
+                        epoch=epoch,
+                        loss=round(loss, 6),
+                        global_loss=round(final_loss, 6),
+                        lr=state.optimizer.param_groups[0]["lr"],
+                        samples_per_s=round(rate, 2),
+                        synthetic=spec.is_synthetic,
+                    )
                 )
                 window_start, window_steps = now, 0
             if stopping:
@@ -264,7 +261,7 @@ class Run:
             "samples_per_s": trained / wall if wall > 0 else 0.0,
             "wall_s": wall,
         }
-        emit("end", rank, status=status, steps=state.step, final_loss=final_loss, wall_s=round(wall, 3))
+        emit(End(rank=rank, status=status, steps=state.step, final_loss=final_loss, wall_s=round(wall, 3)))
         return metrics
 
     def save(self, metrics: dict[str, Any]) -> None:

@@ -18,7 +18,6 @@ from training.distenv import DistEnv
 from training.jobspec import load_job_spec
 from training.trainercomm import TrainerComm
 from training.userscript import ScriptExited, run_script
-from training.worker import emit
 
 pytestmark = pytest.mark.filterwarnings("error:Converting a tensor with requires_grad")  # a loss tensor is read quietly
 
@@ -63,7 +62,7 @@ class Rank:
         job_file.write_text(f"steps: {steps}\nlog_every: 2\ncheckpoint: {{every_steps: 4}}\n"
                             f"run: {{script: train.py, args: {args}}}\n")  # fmt: skip
         spec = load_job_spec(job_file)
-        checkpointer = Checkpointer(self.ck, spec.checkpoint, self.trainers, emit)
+        checkpointer = Checkpointer(self.ck, spec.checkpoint, self.trainers)
         run_script(spec, job_file, self.env, "cpu", 1, self.out, checkpointer, self.trainers)
 
     def close(self) -> None:

@@ -1,0 +1,100 @@
+"""The rank -> controller events: every kind survives emit -> parse, and its wire keys are pinned.
+
+The keys below are the wire format that ranks of this release print and the controller and the MPI
+tests read: a change here must be deliberate, never a side effect of editing a record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from training import events
+from training.events import End, Event, Flush, Holder, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
+from training.watcher import Notice
+
+WORKER_START = Start(rank=0, job="tiny", model="mlp", dataset="synthetic", synthetic=True, world_size=2, local_rank=0,
+                     batch=8, global_batch=16, lr=0.1, total_steps=20, first_step=4, device="cpu", pid=123)  # fmt: skip
+SCRIPT_START = Start(rank=1, job="own", script="train.py", synthetic=False, world_size=2, planned_world_size=3,
+                     total_steps=200, first_step=0, device="cuda:0", pid=456)  # fmt: skip
+WORKER_STEP = Step(rank=0, step=4, epoch=1, loss=2.1, global_loss=2.05, lr=0.1, samples_per_s=812.5, synthetic=True)
+SCRIPT_STEP = Step(rank=0, step=4, epoch=0, loss=2.1, global_loss=2.05, samples_per_s=40.0, synthetic=False)
+NOTICE = Notice("instance-action", '{"action": "terminate", "time": "2026-11-23T10:00:00Z"}', 1_800_000_000.5)
+
+# (record, its keys on the wire in order): one line per kind and per sender that fills different fields
+WIRE = [
+    (WORKER_START, ["event", "rank", "job", "model", "dataset", "synthetic", "world_size", "local_rank", "batch",
+                    "global_batch", "lr", "total_steps", "first_step", "device", "pid"]),
+    (SCRIPT_START, ["event", "rank", "job", "script", "synthetic", "world_size", "planned_world_size", "total_steps",
+                    "first_step", "device", "pid"]),
+    (Restored(rank=0, step=8, checkpoint="ckpt-8", levels=("L1", "L2"), seconds=0.25, fallbacks=("ckpt-10: bad",)),
+     ["event", "rank", "step", "checkpoint", "levels", "seconds", "fallbacks"]),
+    (WORKER_STEP, ["event", "rank", "step", "epoch", "loss", "global_loss", "lr", "samples_per_s", "synthetic"]),
+    (SCRIPT_STEP, ["event", "rank", "step", "epoch", "loss", "global_loss", "samples_per_s", "synthetic"]),
+    (Saved(rank=0, step=8, stall_s=0.0123, bytes=4096), ["event", "rank", "step", "stall_s", "bytes"]),
+    (Flush(rank=0, step=9, reason="notice", level="L1", seconds=0.5, stall_s=0.01),
+     ["event", "rank", "step", "reason", "level", "seconds", "stall_s"]),
+    (NoticeSeen(rank=1, notice=NOTICE), ["event", "rank", "kind", "body", "seen_at"]),
+    (End(rank=0, status="completed", steps=20, final_loss=1.5, wall_s=12.5),
+     ["event", "rank", "status", "steps", "final_loss", "wall_s"]),
+    (End(rank=0, status="stopped", steps=9, final_loss=1.5), ["event", "rank", "status", "steps", "final_loss"]),
+    (WatcherOff(rank=0, reason="no instance metadata at http://169.254.169.254/"), ["event", "rank", "reason"]),
+    (Holder(rank=2, pid=789, directory="/home/u/deepvm/jobs/j/checkpoints"), ["event", "rank", "pid", "directory"]),
+]  # fmt: skip
+
+
+def emitted(event: Event, capsys: pytest.CaptureFixture[str]) -> str:
+    events.emit(event)
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1  # one line, so ranks' lines never mix
+    return out.removesuffix("\n")
+
+
+def test_every_kind_is_pinned():
+    assert {type(event) for event, _ in WIRE} == set(Event.__subclasses__())
+
+
+@pytest.mark.parametrize(("event", "keys"), WIRE, ids=[f"{e.EVENT}-{len(k)}" for e, k in WIRE])
+def test_round_trip_and_wire_keys(event, keys, capsys):
+    line = emitted(event, capsys)
+    wire = json.loads(line)
+    assert list(wire) == keys
+    assert wire["event"] == event.EVENT and wire["rank"] == event.rank
+    assert events.parse(line) == event
+
+
+def test_a_notice_is_a_notice_on_the_wire_and_back(capsys):
+    wire = json.loads(emitted(NoticeSeen(rank=1, notice=NOTICE), capsys))
+    assert {k: wire[k] for k in ("kind", "body", "seen_at")} == NOTICE.to_dict()
+    parsed = events.parse(json.dumps(wire))
+    assert isinstance(parsed, NoticeSeen) and parsed.notice == NOTICE
+
+
+def test_nan_loss_round_trips(capsys):
+    # a run that stopped before reporting any step ends with final_loss NaN, which JSON writes bare
+    parsed = events.parse(emitted(End(rank=0, status="stopped", steps=0, final_loss=math.nan), capsys))
+    assert isinstance(parsed, End) and math.isnan(parsed.final_loss)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "epoch 1: loss 2.3",  # a script's own print
+        "[rank 0] {not json",
+        "{not json",
+        "[1, 2]",
+        '{"loss": 2.3}',  # JSON of a script's own, no "event"
+        '{"event": "checkpointed", "rank": 0}',  # an unknown kind
+        '{"event": ["step"], "rank": 0}',
+        '{"event": "watcher_off", "reason": "x"}',  # no rank
+        '{"event": "watcher_off", "rank": 0}',  # a field missing
+        '{"event": "watcher_off", "rank": 0, "reason": "x", "extra": 1}',  # a field not its own
+        '{"event": "notice", "kind": "rebalance", "body": "{}", "seen_at": 1.0}',  # a notice without a rank
+        '{"event": "notice", "rank": 0, "kind": "rebalance"}',  # a notice without all of its fields
+    ],
+)
+def test_a_line_that_is_not_one_of_our_events_is_none(line):
+    assert events.parse(line) is None
