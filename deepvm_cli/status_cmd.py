@@ -23,13 +23,14 @@ def _duration(seconds: float) -> str:
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
     """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
     cluster is up and its head answers), else as last heard."""
-    from deepvm_cli.jobs_cmd import default_python
-    from provisioning.errors import DeepvmError
     from training.jobstore import ACTIVE, LOCAL, JobStore
-    from training.managed.client import find_head, jobs_on
 
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status == ACTIVE for r in rows):
+        from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
+        from provisioning.errors import DeepvmError
+        from training.managed.client import find_head, jobs_on
+
         try:
             jobs_on(find_head(cluster, default_python(cluster)))  # brings this machine's rows up to date
         except DeepvmError as exc:

@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 EVERY = 5  # checkpoint interval, steps
-STEPS = 24
+STEPS = 40  # long enough that a notice posted at step 6 by three CLI calls lands before the end
 NAME = f"e2e-{uuid.uuid4().hex[:8]}"  # in every rank's command line: tells our processes from others'
 JOB = f"""\
 name: {NAME}
