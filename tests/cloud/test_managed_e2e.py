@@ -256,7 +256,9 @@ def test_detached_job_cancelled_after_a_checkpoint_and_down_guards_it(cluster):
     state = job_state(env, job_id)
     assert state["status"] == "cancelled" and not state["controller_alive"], state
     log = cli(env, "logs", job_id).stdout
-    assert "cancel requested (checkpoint)" in log and "safe at" in log.split("cancel requested")[1]
+    assert "cancel requested (checkpoint)" in log
+    stopped = re.search(r"^job cancelled: cancelled at step (\d+) \(checkpoint at step (\d+)\)$", log, re.MULTILINE)
+    assert stopped and stopped[1] == stopped[2] and int(stopped[1]) >= 8, log[-2000:]  # checkpointed where it stopped
     deadline = time.monotonic() + 30
     while job_processes(env) and time.monotonic() < deadline:
         time.sleep(0.5)
