@@ -106,7 +106,9 @@ def test_the_role_name_is_fixed_per_cluster_and_fits_iam():
 
 
 def _up(plan_file, ami, *extra):
-    return run_cli("up", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", "--name", "c1", *extra)
+    return run_cli(
+        "up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", "--name", "c1", *extra
+    )
 
 
 def _associations(ctx) -> dict[str, str]:
