@@ -233,7 +233,9 @@ def _no_such_job(head: Head, job_id: str) -> NotFoundError:
 
 def jobs_on(head: Head) -> list[JobSummary]:
     """The jobs the head knows, newest first; this machine's rows are brought up to date with them."""
-    summaries = [JobSummary.from_json(text) for text in _run(head, _query(head, "jobs"), lambda _: None) if text]
+    # a head that never ran a managed job has no jobs, and maybe no deepvm runtime to ask with yet
+    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{_query(head, "jobs")}'
+    summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
 
@@ -243,7 +245,8 @@ def _remember(summaries: list[JobSummary]) -> None:
     for s in summaries:
         mine = jobs.get(s.job_id)
         if mine is not None and s.cluster:
-            jobs.put(replace(mine, status=s.status, step=s.step, total_steps=s.total_steps, restarts=s.restarts,
+            jobs.put(replace(mine, status=s.status, step=s.step, total_steps=s.total_steps, loss=s.loss,
+                             world_size=s.world_size, checkpoint_step=s.checkpoint_step, restarts=s.restarts,
                              lost_steps=s.lost_steps, cost_usd=s.cost_usd, message=s.message))  # fmt: skip
 
 

@@ -46,7 +46,8 @@ def summaries() -> list[JobSummary]:
         root = job_root(row.job_id)
         found.append(JobSummary(
             job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
-            total_steps=row.total_steps, restarts=row.restarts, lost_steps=row.lost_steps,
+            total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
+            checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
             cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
             message=row.message, controller_alive=supervisor_alive(root),
         ))  # fmt: skip
@@ -56,7 +57,8 @@ def summaries() -> list[JobSummary]:
         if root.name not in known:  # its controller has not written its row (yet, or ever)
             alive = supervisor_alive(root)
             status, text = (RUNNING, "starting") if alive else _last_state(root)
-            found.append(JobSummary(root.name, "", root.name, status, 0, 0, 0, 0, 0.0, "", "", text, alive))
+            found.append(JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text,
+                                    alive))  # fmt: skip
     return found
 
 

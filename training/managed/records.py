@@ -102,6 +102,9 @@ class JobSummary:
     status: str
     step: int
     total_steps: int
+    loss: float | None  # at the newest step
+    world_size: int  # trainers in the current (or last) attempt
+    checkpoint_step: int  # newest step checkpointed (-1: none yet)
     restarts: int
     lost_steps: int
     cost_usd: float
