@@ -115,7 +115,7 @@ def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controll
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=80)  # the notice must land well before the end
     parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
     parser.add_argument("--at", type=int, default=14, help="interrupt at this step")
     parser.add_argument("--json", action="store_true")
