@@ -10,6 +10,9 @@ there, and so does SFTP):
     deepvm/managed/jobs/JOB_ID/result.json  the TrainResult of a completed job
     deepvm/managed/jobs/JOB_ID/cancel       written by `deepvm cancel`: "checkpoint" or "now"
     deepvm/managed/jobs/JOB_ID/supervisor.pid, service.pid   the running processes
+
+The head's programs (service, supervisor, headquery) run in a job's root and name these files directly;
+the client reaches them through JobFiles.
 """
 
 from __future__ import annotations
@@ -21,18 +24,13 @@ MANAGED_HOME = "deepvm/managed"
 
 @dataclass(frozen=True)
 class JobFiles:
-    """The paths of one managed job, relative to the head's home (or absolute, given `home`)."""
+    """The paths of one managed job on the head, relative to the login user's home."""
 
     job_id: str
-    home: str = ""  # "" for paths relative to the home directory
-
-    @property
-    def managed_home(self) -> str:
-        return f"{self.home}/{MANAGED_HOME}" if self.home else MANAGED_HOME
 
     @property
     def root(self) -> str:
-        return f"{self.managed_home}/jobs/{self.job_id}"
+        return f"{MANAGED_HOME}/jobs/{self.job_id}"
 
     @property
     def record(self) -> str:
@@ -43,28 +41,8 @@ class JobFiles:
         return f"{self.root}/job"
 
     @property
-    def log(self) -> str:
-        return f"{self.root}/log.jsonl"
-
-    @property
     def out(self) -> str:
         return f"{self.root}/out"
 
-    @property
-    def result(self) -> str:
-        return f"{self.root}/result.json"
-
-    @property
-    def cancel(self) -> str:
-        return f"{self.root}/cancel"
-
-    @property
-    def supervisor_pid(self) -> str:
-        return f"{self.root}/supervisor.pid"
-
-    @property
-    def service_pid(self) -> str:
-        return f"{self.root}/service.pid"
-
     def cluster_dir(self, cluster: str) -> str:
-        return f"{self.managed_home}/clusters/{cluster}"
+        return f"{MANAGED_HOME}/clusters/{cluster}"
