@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,6 +19,10 @@ from deepvm_cli.job_render import record_line
 from provisioning.errors import CloudError
 from training.managed.records import CANCELLED, COMPLETED, FAILED, RUNNING, LogRecord
 from training.progress import JobReporter
+
+if TYPE_CHECKING:
+    from training.controller import TrainRequest
+    from training.managed.client import Head
 
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
 
@@ -53,7 +57,7 @@ def _hints(job_id: str) -> None:
     console.info(f"  stop it:   deepvm cancel {job_id}")
 
 
-def run_managed(request: Any, report: JobReporter, detach: bool) -> dict[str, Any] | None:
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
     """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
     Ctrl-C detaches: the job goes on."""
     from training.controller import TrainingFailed
@@ -86,7 +90,7 @@ def run_managed(request: Any, report: JobReporter, detach: bool) -> dict[str, An
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
 
 
-def _wait_running(head: Any, job_id: str, show: Callable[[LogRecord], None]) -> None:
+def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
     """Show the job's log until its first attempt starts (or it is over already)."""
     from training.managed.client import follow, is_final
 
