@@ -59,7 +59,8 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
-    result = plan_cluster(catalog, request)
+    with console.stages("planning") as stage:
+        result = plan_cluster(catalog, request, progress=stage)
     saved = save_plans(result.plans, request)
     if as_json:
         from deepvm_cli.render_plan import plan_result_json

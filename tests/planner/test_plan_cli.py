@@ -160,3 +160,15 @@ def test_mix_is_never_worse_than_one_gpu_type():
 def test_mix_rejects_ratio_objectives():
     result = run_cli("plan", "--offline", "--max-price", "5", "--mix", "--objective", "cost")
     assert result.returncode == 2 and "--mix plans for --objective deepvm or throughput" in result.stderr
+
+
+def test_stages_show_on_a_terminal_and_never_in_a_script():
+    """A person sees what the planner is waiting on (the mix's solves included); a script's stderr stays empty."""
+    args = ("plan", "--offline", "--max-price", "3", "--mix", "--json")
+    terminal = run_cli(*args, env={"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"})
+    assert terminal.returncode == 0, terminal.stderr
+    assert "mixed clusters: the largest effective throughput" in terminal.stderr
+    assert "mixed clusters: the cheapest at that throughput" in terminal.stderr
+    assert json.loads(terminal.stdout)["plans"]  # stdout is still exactly one JSON document
+    script = run_cli(*args)
+    assert script.returncode == 0 and script.stderr == ""
