@@ -19,13 +19,13 @@ Notation (a: AZ, v: GPU type offered in a, w: holder type of a's region, c: a sc
              reach the floor (below)
     F_dc     sum of f_v (n_av + anc_av) over the types v of curve c when y_d = 1, else 0 (continuous)
     l_as     Tiering in a at saturation level s (binary)  h_as  the holder count when l_as = 1, else 0
-    f_v is scaled so the best type weighs 1; fmax_d is the largest f_v of a type of a that d admits
-    (K_c(v)(k) >= kappa).
+    f_v is scaled so the best type weighs 1. d admits type v if K_c(v)(k) >= kappa. W_d bounds the weight
+    of k trainers of the types d admits within the price cap (heaviest(): a Lagrangian bound).
 Objective: max E = sum_d kappa_d sum_c F_dc, then (second solve, E fixed at its optimum) min price.
 Constraints (numbered in the code):
     (1) sum_a z_a = 1,  sa_a + tier_a = z_a,  sum_v anc_av = sa_a,  sum_w u_aw = tier_a,  sum_v n_av >= z_a
     (2) n_av <= cap_v used_av,  anc_av <= used_av <= n_av + anc_av
-    (3) sum_{d in a} y_d = z_a,  sum_{d in a} k_d y_d = sum_v (n_av + anc_av),  sum_c F_dc <= k_d fmax_d y_d
+    (3) sum_{d in a} y_d = z_a,  sum_{d in a} k_d y_d = sum_v (n_av + anc_av),  sum_c F_dc <= W_d y_d
     (4) the factor is no larger than any used type's: used_av <= sum of y_d over the d in a that admit v;
         sum_{d in a} F_dc <= sum_{v of curve c} f_v (n_av + anc_av), with F_dc only where d admits curve c
         (max E fills it; as an equality, CBC 2.10's presolve cut off feasible plans: tests/planner/
@@ -40,10 +40,11 @@ with bandwidth, so that is min(n_sat(v), n_sat(w)): one level s per cluster, bou
 every trainer's, replaces a big-M row per trainer and holder type. Choosing (k, kappa) per AZ, with the
 weight of each curve's trainers split over the shapes that admit it, keeps the LP relaxation from
 crediting one type's nodes with another's scaling factor or from pooling nodes of several AZs into one
-size; its bound is within about 1% of the optimum, where big-M rows on K left it twice too high.
+size; W_d keeps it from crediting a few heavy nodes with the factor of many light ones. On the built-in
+catalog at $12/h its bound is 27.74 for an optimum of 27.72, where big-M rows on K left it at 54.
 
 Floor. A plan already known (the best single-type plan) has some value E_0; the optimum is at least
-E_0, so a shape with kappa k fmax_d < E_0 (1 - FLOOR_SLACK) cannot be optimal and is not built. If the
+E_0, so a shape with kappa W_d < E_0 (1 - FLOOR_SLACK) cannot be optimal and is not built. If the
 optimum found turns out below that level (the known plan was no mixed plan, e.g. other limits), the
 model is solved again without a floor, so the answer is exact either way.
 """
@@ -110,18 +111,48 @@ def _node_cap(itype: InstanceType, region: str, market: Market, limits: Limits) 
     return cap if limits.node_limit is None else min(cap, limits.node_limit)
 
 
+@dataclass(frozen=True)
+class NodeBound:
+    """A node type as the weight bound sees it: weight f, price p, at most `cap` nodes."""
+
+    weight: float
+    price: float
+    cap: int
+
+
+def heaviest(nodes: Sequence[NodeBound], budget: float | None, most: int) -> list[float]:
+    """W(k), k = 0..most: an upper bound on the weight of exactly k nodes costing at most `budget` in all.
+
+    Lagrangian relaxation of the budget B: for any lam >= 0, k nodes costing at most B weigh at most
+    lam B + the k largest (f - lam p), each type up to its cap. lam = 0 is the k heaviest nodes; the least
+    over lam in {0} and the types' f / p is taken. -inf where the caps allow fewer than k nodes.
+    """
+    lams = [0.0] if budget is None else sorted({0.0} | {n.weight / n.price for n in nodes if n.price > 0})
+    bound = [math.inf] * (most + 1)
+    for lam in lams:
+        total, k = (budget or 0.0) * lam, 0
+        for value, cap in sorted(((n.weight - lam * n.price, n.cap) for n in nodes), reverse=True):
+            for _ in range(min(cap, most - k)):
+                total += value
+                k += 1
+                bound[k] = min(bound[k], total)
+        for short in range(k + 1, most + 1):
+            bound[short] = -math.inf
+    return bound
+
+
 class _BelowFloor(Exception):
     """The optimum of the pruned model is below its floor: the pruning may have cut the true optimum."""
 
 
 @dataclass(frozen=True)
 class _Shape:
-    """d = (a, k, kappa): AZ a, k trainers, scaling factor kappa; fmax the heaviest weight it admits."""
+    """d = (a, k, kappa): AZ a, k trainers, scaling factor kappa; W_d a bound on its trainers' weight."""
 
     az: AZ
     k: int
     kappa: float
-    fmax: float
+    most_weight: float
 
     def admits(self, curve: ScalingParams) -> bool:
         return self.kappa <= scaling_factor(curve, self.k)
@@ -157,7 +188,7 @@ class _MixModel:
             for shape in self._shapes(a):
                 name = f"{i}_{shape.k}_{len(self.y)}"
                 self.y[shape] = add(f"y_{name}", cat=pulp.LpBinary)
-                self.f[shape] = {curve: add(f"F_{name}_{c}", 0, shape.k * shape.fmax)
+                self.f[shape] = {curve: add(f"F_{name}_{c}", 0, shape.most_weight)
                                  for c, curve in enumerate(curves) if shape.admits(curve)}
         self.effective = pulp.LpAffineExpression(
             [(f, shape.kappa) for shape, split in self.f.items() for f in split.values()])
@@ -174,15 +205,31 @@ class _MixModel:
                 for s in levels}
 
     def _shapes(self, az: AZ) -> list[_Shape]:
-        """Every (k, kappa) of an AZ whose best case, kappa k fmax, reaches the floor."""
+        """Every (k, kappa) of an AZ whose best case, kappa W_d, reaches the floor."""
         shapes = []
         offers = [self.offers[j] for j in self.here[az]]
-        for k in range(1, self._most_trainers(az) + 1):
+        most = self._most_trainers(az)
+        bounds: dict[frozenset[ScalingParams], list[float]] = {}
+        for k in range(1, most + 1):
             for kappa in sorted({scaling_factor(o.scaling, k) for o in offers}):
-                fmax = max(self._weight(o) for o in offers if kappa <= scaling_factor(o.scaling, k))
-                if kappa * k * fmax >= self.floor:
-                    shapes.append(_Shape(az, k, kappa, fmax))
+                admitted = frozenset(o.scaling for o in offers if kappa <= scaling_factor(o.scaling, k))
+                if admitted not in bounds:
+                    bounds[admitted] = self._heaviest([o for o in offers if o.scaling in admitted], most)
+                weight = bounds[admitted][k]
+                if kappa * weight >= self.floor and weight > 0:
+                    shapes.append(_Shape(az, k, kappa, weight))
         return shapes
+
+    def _heaviest(self, offers: list[TrainerOption], most: int) -> list[float]:
+        """W(k), k = 0..most, for trainers of these types: each at its cheaper price (spot, or on demand
+        as the anchor), up to its spot cap plus the anchor."""
+        nodes = []
+        for o in offers:
+            anchor = self._anchor_ok(o)
+            price = min(o.spot_price, o.on_demand_price or 0.0) if anchor else o.spot_price
+            nodes.append(NodeBound(self._weight(o), price, self._spot_cap(o) + (1 if anchor else 0)))
+        budget = None if self.limits.max_price is None else self.limits.max_price + PRICE_TOLERANCE
+        return heaviest(nodes, budget, most)
 
     def _value_per_node(self, offer: TrainerOption) -> float:
         return offer.itype.flops / offer.spot_price * 3600 if self.objective is Objective.DEEPVM else offer.itype.flops
@@ -277,7 +324,7 @@ class _MixModel:
         p += pulp.lpSum(shape.k * self.y[shape] for shape in shapes) == trainers, f"c3_size_{i}"
         for shape in shapes:
             split = pulp.lpSum(self.f[shape].values())
-            p += split <= shape.k * shape.fmax * self.y[shape], f"c3_weight_{self.y[shape].name}"
+            p += split <= shape.most_weight * self.y[shape], f"c3_weight_{self.y[shape].name}"
         for c, curve in enumerate(sorted({self.offers[j].scaling for j in here}, key=repr)):
             weight = pulp.lpSum(self._weight(self.offers[j]) * (self.n[j] + self.anchor[j])
                                 for j in here if self.offers[j].scaling == curve)
@@ -335,7 +382,7 @@ class _MixModel:
         if tie < self.floor:
             raise _BelowFloor()
         for shape, y in self.y.items():
-            if shape.kappa * shape.k * shape.fmax < tie:  # cannot tie with the optimum: out of the second solve
+            if shape.kappa * shape.most_weight < tie:  # cannot tie with the optimum: out of the second solve
                 y.upBound = 0
         self.problem += self.effective >= tie, "lex_effective"
         progress("mixed clusters: the cheapest at that throughput")

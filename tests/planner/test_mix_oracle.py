@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams
 from provisioning.errors import InfeasibleError
 from provisioning.planner import Objective, Plan, PlanRequest, Role, plan_cluster
-from provisioning.planner.mix import plan_mix
+from provisioning.planner.mix import NodeBound, heaviest, plan_mix
 from provisioning.planner.options import Limits, holder_options
 from provisioning.scaling import saturation_point, scaling_factor
 
@@ -148,3 +148,27 @@ def test_saturation_point_never_decreases_with_bandwidth():
     bandwidths = [0.0, 0.1, 0.3, 1.0, 1.7, 3.0, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0, 50.0, 100.0, 400.0]
     points = [saturation_point(bw) for bw in bandwidths]
     assert points == sorted(points)
+
+
+@settings(max_examples=100, deadline=None)
+@given(nodes=st.lists(st.builds(NodeBound, st.floats(0.01, 1.0), st.floats(0.05, 2.0), st.integers(0, 3)),
+                      min_size=1, max_size=3),
+       budget=st.floats(0.1, 6.0))
+def test_weight_bound_is_never_below_the_heaviest_affordable_nodes(nodes, budget):
+    """W(k) bounds the weight of any k nodes within the budget, equals it without a budget, -inf past the caps."""
+    most = 10
+    bound, free = heaviest(nodes, budget, most), heaviest(nodes, None, most)
+    best: dict[int, float] = {}
+    unbounded: dict[int, float] = {}
+    for counts in itertools.product(*(range(n.cap + 1) for n in nodes)):
+        k = sum(counts)
+        weight = sum(c * n.weight for c, n in zip(counts, nodes))
+        unbounded[k] = max(unbounded.get(k, 0.0), weight)
+        if sum(c * n.price for c, n in zip(counts, nodes)) <= budget:
+            best[k] = max(best.get(k, 0.0), weight)
+    for k in range(1, most + 1):
+        assert bound[k] >= best.get(k, -math.inf) - 1e-12
+        if k in unbounded:
+            assert math.isclose(free[k], unbounded[k], rel_tol=1e-12)
+        else:
+            assert bound[k] == free[k] == -math.inf
