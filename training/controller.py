@@ -54,7 +54,6 @@ from provisioning.catalog import Market
 from provisioning.cloud import lifecycle
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
-from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import DeepvmError, InputError
 from provisioning.home import deepvm_home
@@ -67,7 +66,6 @@ from training.attempts import (
     classify,
     decide,
     fold_in_now,
-    nodes_to_buy,
     progressed,
 )
 from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
@@ -76,6 +74,7 @@ from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
+from training.replacements import ReplacementNote, ReplacementReady, Replacements, cloud_buyer
 from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
@@ -128,22 +127,6 @@ class TrainRequest:
     inside_cluster: bool = False  # reach nodes at their private addresses (the head is inside the VPC)
 
 
-@dataclass(frozen=True)
-class _ReplacementDone:
-    """A replacement bought and prepared (in the background), or why not."""
-
-    role: Role
-    requested: int
-    added: tuple[SshEndpoint, ...]
-    states: dict[str, NodeState]  # instance id -> what preparing it found
-    error: str | None
-
-
-@dataclass(frozen=True)
-class _Note:
-    text: str
-
-
 @dataclass
 class _Run:
     """What the controller knows of the current attempt."""
@@ -181,16 +164,16 @@ class Controller:
         self.plan = row.plan
         self.planned_trainers = sum(g.count * max(1, _type_facts(g.instance_type).gpus)
                                     for g in self.plan.nodes if g.role in (Role.TRAINER, Role.ANCHOR))  # fmt: skip
-        self.planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
+        planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
         for group in self.plan.nodes:
-            self.planned[group.role] += group.count
+            planned[group.role] += group.count
         self.events: queue.Queue[object] = queue.Queue()
+        self.replacements = Replacements(planned, cloud_buyer(cluster, request.inside_cluster),
+                                         self._stage_replacement, self.events.put)  # fmt: skip
         self.runtime = stage_runtime(work / "runtime")
         self.keys = ensure_cluster_keys(cluster)  # its internal key: how the head logs in to the nodes
         self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
         self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
-        self.replacing: Counter[Role] = Counter()  # nodes being bought, per role
-        self.replacement_threads: list[threading.Thread] = []
         self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
@@ -358,7 +341,7 @@ class Controller:
         roles = _HOLDING if holders_lost else (Role.TRAINER,)
         for role in roles:
             self._ensure_replacements(role)
-        if not any(self.replacing[role] for role in roles):
+        if not any(self.replacements.on_their_way(role) for role in roles):
             what = "checkpoint holder" if holders_lost else "trainer"
             raise TrainingFailed(f"no {what} node is left and no replacement could be bought")
         waiting = ("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
@@ -509,9 +492,9 @@ class Controller:
             run.attempt.kill(grace_s=5.0)
 
     def _handle(self, item: object, run: _Run | None) -> None:
-        if isinstance(item, _Note):
+        if isinstance(item, ReplacementNote):
             self.report.note(item.text)
-        elif isinstance(item, _ReplacementDone):
+        elif isinstance(item, ReplacementReady):
             self._on_replacement(item, run)
         elif isinstance(item, RankLine) and run is not None and item.attempt == run.attempt.number:
             self._on_line(item, run)
@@ -640,39 +623,22 @@ class Controller:
             return
         self.report.note(f"terminated {', '.join(instance_ids)}: {why}")
 
-    # --- replacements -----------------------------------------------------------------------------
+    # --- replacements (bought in the background: training/replacements.py) ------------------------
     def _ensure_replacements(self, role: Role = Role.TRAINER) -> None:
         """Buy nodes of `role` (spot trainers unless said otherwise) until the plan's count is met again,
         counting those on their way."""
-        if not self.request.replace_nodes or not self.planned[role]:
+        if not self.request.replace_nodes or not self.replacements.planned[role]:
             return
         usable = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.role is role and self._usable(e.instance_id)]
-        missing = nodes_to_buy(self.planned[role], len(usable), self.replacing[role])
-        if missing <= 0:
-            return
-        self.replacing[role] += missing
-        self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
+        missing = self.replacements.request(role, len(usable))
+        if missing:
+            self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
 
-        def buy() -> None:  # in its own thread: talks to the main thread only through the queue
-            def note(text: str) -> None:
-                self.events.put(_Note(text))
+    def _stage_replacement(self, nodes: list[SshEndpoint], note: Callable[[str], None]) -> dict[str, NodeState]:
+        return self._stage(nodes, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
 
-            try:
-                added = lifecycle.add_nodes(self.cluster, role, missing, Reporter(step=note),
-                                            inside_cluster=self.request.inside_cluster)  # fmt: skip
-                ids = {n.instance_id for n in added}
-                found = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.instance_id in ids]
-                states = self._stage(found, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
-                self.events.put(_ReplacementDone(role, missing, tuple(found), states, None))
-            except DeepvmError as exc:
-                self.events.put(_ReplacementDone(role, missing, (), {}, str(exc)))
-
-        thread = threading.Thread(target=buy, name="replacement", daemon=True)
-        self.replacement_threads.append(thread)
-        thread.start()
-
-    def _on_replacement(self, done: _ReplacementDone, run: _Run | None) -> None:
-        self.replacing[done.role] -= done.requested
+    def _on_replacement(self, done: ReplacementReady, run: _Run | None) -> None:
+        self.replacements.settled(done)
         if done.error is not None:
             self.report.note(f"no replacement node: {done.error}; continuing with what is left")
             return
@@ -709,8 +675,7 @@ class Controller:
         else:
             fetch_tree(trainer0.host, run.attempt.launch.paths.out, out)
         metrics = json.loads((out / "metrics.json").read_text())
-        for thread in self.replacement_threads:
-            thread.join(timeout=300)  # so a node being bought is recorded (and `down` finds it)
+        self.replacements.wait(timeout_s=300)
         self._save(status="completed", step=int(metrics["steps"]), loss=metrics["final_loss"],
                    message=f"completed; model and metrics in {out}")  # fmt: skip
         self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
