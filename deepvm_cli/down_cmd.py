@@ -27,11 +27,10 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
-    from provisioning.cloud.lifecycle import down
+    from provisioning.cloud.lifecycle import down, recorded_cluster
     from provisioning.sandbox.control import BANNER
-    from provisioning.state import Store
 
-    row = Store().cluster(name)
+    row = recorded_cluster(name)
     if (row is not None and row.cloud == "sandbox") or (row is None and cloud == "sandbox"):
         console.info(BANNER)
     if not yes:
@@ -43,6 +42,9 @@ def down_command(
         _stop_running_jobs(name, cancel_jobs)
     with progress_reporter(quiet=as_json) as report:
         result = down(name, cloud=cloud, region=region, report=report)
+    if result.unreadable_state:
+        console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
+                        "aside (with its -wal and -shm files) before the next command")  # fmt: skip
     if as_json:
         console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record})
         return

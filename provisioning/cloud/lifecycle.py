@@ -42,6 +42,7 @@ from provisioning.cloud.types import (
     Shortfall,
     SshEndpoint,
 )
+from provisioning.db import StateFileError
 from provisioning.errors import CloudError, InputError, NotFoundError
 from provisioning.planner.plan import Plan, Role
 from provisioning.state import ClusterRow, Store, cluster_lock, utc_now
@@ -130,6 +131,7 @@ class DownResult:
     name: str
     deleted: list[str]
     had_record: bool
+    unreadable_state: str = ""  # what is wrong with the state file, when it could not be read
 
 
 def target_for(cloud: str) -> CloudTarget:
@@ -496,11 +498,12 @@ def adopt(row: ClusterRow, infos: list[InstanceInfo]) -> list[NodeRecord]:
 def down(
     name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter()
 ) -> DownResult:
-    """Delete everything of the cluster, recorded or only tagged; safe to run again."""
+    """Delete everything of the cluster, recorded or only tagged; safe to run again. A state file that
+    cannot be read is passed over: the cluster is then found by its tags, as when the file is gone."""
     name = check_cluster_name(name)
     with cluster_lock(name):
-        store = Store()
-        row = store.cluster(name)
+        store, unreadable = _readable_store(name)
+        row = store.cluster(name) if store is not None else None
         if row is not None:
             target, regions, known = target_for(row.cloud), [row.region], row.resources
         else:
@@ -510,10 +513,28 @@ def down(
                 where = ", ".join(regions) or "the sandbox"
                 raise NotFoundError(
                     f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
-                    f"in {where}"
+                    f"in {where}" + (f" ({unreadable})" if unreadable else "")
                 )
         deleted = _destroy(store, name, target, regions, known, report)
-    return DownResult(name=name, deleted=deleted, had_record=row is not None)
+    return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable)
+
+
+def recorded_cluster(name: str) -> ClusterRow | None:
+    """The cluster's record, or None when there is none or the state file cannot be read (`down` then
+    finds the cluster by its tags)."""
+    store, _ = _readable_store(check_cluster_name(name))
+    return store.cluster(name) if store is not None else None
+
+
+def _readable_store(name: str) -> tuple[Store | None, str]:
+    """The store with the cluster's record and nodes readable, or None and what is wrong with the file."""
+    try:
+        store = Store()
+        store.cluster(name)
+        store.nodes(name)
+    except StateFileError as exc:
+        return None, exc.problem
+    return store, ""
 
 
 def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
@@ -522,7 +543,7 @@ def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
 
 
 def _destroy(
-    store: Store,
+    store: Store | None,
     name: str,
     target: CloudTarget,
     regions: list[str],
@@ -531,22 +552,23 @@ def _destroy(
     final_status: str = "terminated",
     reason: str = "",
 ) -> list[str]:
-    """Terminate and delete everything of the cluster in the regions; mark the record, forget its keys."""
-    recorded = store.cluster(name) is not None
-    if recorded:
-        store.set_status(name, "terminating", "tearing down")
+    """Terminate and delete everything of the cluster in the regions; mark the record (if there is a
+    readable one), forget its keys."""
+    record = store if store is not None and store.cluster(name) is not None else None
+    if record is not None:
+        record.set_status(name, "terminating", "tearing down")
     deleted: list[str] = []
     for region in regions:
         ctx = target.context(region, start=False)
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
         instance_ids = {i.instance_id for i in query_instances(ctx, name)}
-        instance_ids |= {n.instance_id for n in store.nodes(name)}
+        instance_ids |= {n.instance_id for n in record.nodes(name)} if record is not None else set()
         deleted += terminate_cluster(ctx, name, known, on_step=report.step)
         target.after_terminate(sorted(instance_ids))
-    if recorded:
-        store.close_costs(name)
-        store.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
+    if record is not None:
+        record.close_costs(name)
+        record.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
     forget_cluster_keys(name)
     return deleted
 
