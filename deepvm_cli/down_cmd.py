@@ -29,6 +29,7 @@ def down_command(
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
     from provisioning.cloud.lifecycle import down, recorded_cluster
     from provisioning.sandbox.control import BANNER
+    from provisioning.state import ClusterStatus
 
     row = recorded_cluster(name)
     if (row is not None and row.cloud == "sandbox") or (row is None and cloud == "sandbox"):
@@ -38,7 +39,7 @@ def down_command(
             raise InputError(f"`deepvm down {name}` deletes the cluster; confirm with --yes")
         if not typer.confirm(f"Delete cluster {name} and everything tagged with it?"):
             raise typer.Exit(1)
-    if row is not None and row.status == "up":
+    if row is not None and row.status is ClusterStatus.UP:
         _stop_running_jobs(name, cancel_jobs)
     with progress_reporter(quiet=as_json) as report:
         result = down(name, cloud=cloud, region=region, report=report)
@@ -58,11 +59,12 @@ def _stop_running_jobs(name: str, cancel_jobs: bool) -> None:
     that cannot be asked (it died, or the job never started) holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
+    from training.jobstore import JobStatus
     from training.managed.client import cancel, find_head, follow, jobs_on
 
     try:
         head = find_head(name, default_python(name))
-        running = [s for s in jobs_on(head) if s.status == "running" and s.controller_alive]
+        running = [s for s in jobs_on(head) if s.status is JobStatus.RUNNING and s.controller_alive]
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
         return

@@ -23,10 +23,10 @@ def _duration(seconds: float) -> str:
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
     """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
     cluster is up and its head answers), else as last heard."""
-    from training.jobstore import ACTIVE, LOCAL, JobStore
+    from training.jobstore import LOCAL, JobStatus, JobStore
 
     rows = JobStore().for_cluster(cluster)
-    if up and any(r.controller != LOCAL and r.status == ACTIVE for r in rows):
+    if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
         from provisioning.errors import DeepvmError
         from training.managed.client import find_head, jobs_on
@@ -41,16 +41,18 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
 
 def _job_state(job: JobRow) -> str:
     """The stored status, except that a "running" job whose controller is gone says so."""
-    from training.jobstore import ACTIVE, LOCAL, controller_running
+    from training.jobstore import LOCAL, JobStatus, controller_running
 
-    if job.status == ACTIVE and job.controller == LOCAL and not controller_running(job.cluster):
+    if job.status is JobStatus.RUNNING and job.controller == LOCAL and not controller_running(job.cluster):
         return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
                 "--controller local --resume` continues)")  # fmt: skip
-    return job.status
+    return job.status.value
 
 
 def up(view: ClusterView) -> bool:
-    return view.cluster.status == "up"
+    from provisioning.state import ClusterStatus
+
+    return view.cluster.status is ClusterStatus.UP
 
 
 def render_jobs(jobs: list[JobRow]) -> None:
@@ -67,7 +69,7 @@ def render_jobs(jobs: list[JobRow]) -> None:
 def render_cluster(view: ClusterView) -> None:
     c = view.cluster
     console.out.print(
-        f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
+        f"[bold]{c.name}[/]  {c.status.value}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
         f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
     )
     table = Table(show_edge=False, pad_edge=False)
@@ -114,7 +116,7 @@ def status_command(
     if not views:
         console.info("no clusters; start one with `deepvm up`")
     for view in views:
-        if not view.refreshed and view.cluster.status == "up":
+        if not view.refreshed and up(view):
             console.warning(
                 f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
             )

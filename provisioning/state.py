@@ -13,6 +13,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 
 from provisioning.catalog import Market
@@ -88,6 +89,19 @@ SCHEMA = Schema(
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
 
 
+class ClusterStatus(str, Enum):
+    """Where a cluster is in its life (the clusters table's status; `status --json` shows the value)."""
+
+    PROVISIONING = "provisioning"  # `up` is creating it, or died doing so (the next `up` or `down` cleans up)
+    UP = "up"
+    FAILED = "failed"  # `up` failed and deleted what it had made
+    TERMINATING = "terminating"  # `down` is deleting it
+    TERMINATED = "terminated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -102,7 +116,7 @@ class ClusterRow:
 
     name: str
     cloud: str
-    status: str
+    status: ClusterStatus
     plan: Plan
     launch_token: str
     resources: CloudResources
@@ -148,7 +162,7 @@ class Store:
                     row.cloud,
                     row.region,
                     row.availability_zone,
-                    row.status,
+                    row.status.value,
                     json.dumps(row.plan.to_dict()),
                     row.plan.prices_as_of,
                     row.launch_token,
@@ -167,12 +181,12 @@ class Store:
     def clusters(self) -> list[ClusterRow]:
         return [_cluster_row(r) for r in self._db.read("SELECT * FROM clusters ORDER BY created_at")]
 
-    def set_status(self, name: str, status: str, message: str = "") -> None:
+    def set_status(self, name: str, status: ClusterStatus, message: str = "") -> None:
         with self._db.transaction() as db:
             db.execute(
-                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status, utc_now(), name)
+                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status.value, utc_now(), name)
             )
-            _event(db, name, status, message or f"status {status}")
+            _event(db, name, status.value, message or f"status {status.value}")
 
     def set_resources(self, name: str, resources: CloudResources) -> None:
         """Record created resources at once, so an interrupted `up` can still be torn down precisely."""
@@ -300,7 +314,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
     return ClusterRow(
         name=row["name"],
         cloud=row["cloud"],
-        status=row["status"],
+        status=ClusterStatus(row["status"]),
         plan=Plan.from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
         resources=CloudResources(

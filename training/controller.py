@@ -70,7 +70,7 @@ from training.attempts import (
 )
 from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
 from training.jobspec import JobSpec, load_job_spec
-from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
+from training.jobstore import JobRow, JobStatus, JobStore, train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
@@ -196,10 +196,10 @@ class Controller:
             self.recovery.trouble("controller-restart", (), 0, known.world_size, time.monotonic(), known.step)
             self.report.note(f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
                              f"(last at step {known.step})")  # fmt: skip
-            return self.jobs.put(replace(known, status=ACTIVE, restarts=known.restarts + 1,
+            return self.jobs.put(replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
                                          message="resumed after a controller restart"))  # fmt: skip
         previous = [j for j in self.jobs.for_cluster(self.cluster) if j.name == spec.name]
-        unfinished = [j for j in previous if j.status in (ACTIVE, "stopped", "failed")]
+        unfinished = [j for j in previous if j.status in (JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED)]
         if request.resume:
             if not unfinished:
                 raise InputError(
@@ -209,7 +209,7 @@ class Controller:
             job = unfinished[0]
             self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
-            return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
+            return self.jobs.put(replace(job, status=JobStatus.RUNNING, spec_path=str(request.job_path.resolve()),
                                          python=request.python, restarts=job.restarts + 1,
                                          message="resumed"))  # fmt: skip
         if unfinished:
@@ -220,9 +220,9 @@ class Controller:
         job_id = request.job_id or new_job_id(spec.name)
         out = request.out_dir or deepvm_home() / "jobs" / job_id
         return self.jobs.put(
-            JobRow(job_id=job_id, cluster=self.cluster, name=spec.name,
-                   spec_path=str(request.job_path.resolve()), status=ACTIVE, started_at=utc_now(), updated_at="",
-                   step=0, total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
+            JobRow(job_id=job_id, cluster=self.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
+                   status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0,
+                   total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
                    checkpoint_step=-1, cost_base_usd=self.store.cost_so_far(self.cluster), cost_usd=0.0,
                    out_dir=str(out), python=request.python, message="starting")
         )  # fmt: skip
@@ -265,11 +265,11 @@ class Controller:
                 if decision.action is Action.FINISH:
                     return self._finish(run)
                 if decision.action is Action.CANCEL:
-                    self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+                    self._save(status=JobStatus.CANCELLED, message=f"cancelled ({self.cancel_mode})")
                     raise TrainingCancelled(f"cancelled at step {self.job.step} "
                                             f"(checkpoint at step {self.job.checkpoint_step})")  # fmt: skip
                 if decision.action is Action.STOP:
-                    self._save(status="stopped", message="stopped by the user")
+                    self._save(status=JobStatus.STOPPED, message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
                         f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local "
@@ -286,9 +286,10 @@ class Controller:
         except BaseException as exc:
             if run is not None and run.attempt.running:
                 run.attempt.kill()
-            if self.job.status == ACTIVE:
+            if self.job.status is JobStatus.RUNNING:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
-                self._save(status="stopped" if stopped else "failed", message=str(exc) or type(exc).__name__)
+                self._save(status=JobStatus.STOPPED if stopped else JobStatus.FAILED,
+                           message=str(exc) or type(exc).__name__)  # fmt: skip
             raise
 
     # --- launching --------------------------------------------------------------------------------
@@ -452,7 +453,7 @@ class Controller:
         self.cancel_mode = "now" if cancel_file.read_text().strip() == "now" else "checkpoint"
         self.report.note(f"cancel requested ({self.cancel_mode})")
         if run is None:  # between attempts: nothing runs that could checkpoint
-            self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+            self._save(status=JobStatus.CANCELLED, message=f"cancelled ({self.cancel_mode})")
             raise TrainingCancelled(f"cancelled at step {self.job.step}")
         if self.cancel_mode == "now":
             self.user_stop = 1
@@ -676,7 +677,7 @@ class Controller:
             fetch_tree(trainer0.host, run.attempt.launch.paths.out, out)
         metrics = json.loads((out / "metrics.json").read_text())
         self.replacements.wait(timeout_s=300)
-        self._save(status="completed", step=int(metrics["steps"]), loss=metrics["final_loss"],
+        self._save(status=JobStatus.COMPLETED, step=int(metrics["steps"]), loss=metrics["final_loss"],
                    message=f"completed; model and metrics in {out}")  # fmt: skip
         self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
         return TrainResult(

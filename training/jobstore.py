@@ -12,8 +12,10 @@ so "is a controller running" is a lock test, not a pid guess.
 
 from __future__ import annotations
 
+import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 
 from provisioning.db import AddedColumn, Database, Schema, exclusive_lock, lock_held
@@ -26,7 +28,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     cluster TEXT NOT NULL,
     name TEXT NOT NULL,
     spec_path TEXT NOT NULL,          -- the job YAML on the controller's machine
-    status TEXT NOT NULL,             -- running | completed | stopped | failed
+    status TEXT NOT NULL,             -- JobStatus
     started_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     step INTEGER NOT NULL,            -- newest step reached
@@ -51,8 +53,25 @@ SCHEMA = Schema(
     added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),),
 )
 
-ACTIVE = "running"
 LOCAL = "local"
+
+
+class JobStatus(str, Enum):
+    """A job's state, as its controller keeps it (the jobs table; `status --json` and `jobs --json` show
+    the value). RUNNING is the only state that is not final."""
+
+    RUNNING = "running"  # a controller runs it (or ran it and died: `deepvm status` says so)
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"  # `deepvm cancel`: final, not resumed
+    STOPPED = "stopped"  # the user stopped it (Ctrl-C with --controller local): `train --resume` continues it
+    FAILED = "failed"  # it cannot go on (no holder left, repeated failures); `train --resume` may retry it
+
+    @property
+    def final(self) -> bool:
+        return self is not JobStatus.RUNNING
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -63,7 +82,7 @@ class JobRow:
     cluster: str
     name: str
     spec_path: str
-    status: str
+    status: JobStatus
     started_at: str
     updated_at: str
     step: int
@@ -99,22 +118,26 @@ class JobStore:
         marks = ",".join("?" for _ in _COLUMNS)
         with self._db.transaction() as db:
             db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
-                       [getattr(row, c) for c in _COLUMNS])  # fmt: skip
+                       [row.status.value if c == "status" else getattr(row, c) for c in _COLUMNS])  # fmt: skip
         return row
 
     def get(self, job_id: str) -> JobRow | None:
         found = self._db.read_one("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
-        return None if found is None else JobRow(**{c: found[c] for c in _COLUMNS})
+        return None if found is None else _job_row(found)
 
     def all(self) -> list[JobRow]:
         """Every job, newest first."""
         rows = self._db.read("SELECT * FROM jobs ORDER BY started_at DESC, rowid DESC")
-        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
+        return [_job_row(r) for r in rows]
 
     def for_cluster(self, cluster: str) -> list[JobRow]:
         """The cluster's jobs, newest first."""
         rows = self._db.read("SELECT * FROM jobs WHERE cluster = ? ORDER BY started_at DESC, rowid DESC", (cluster,))
-        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
+        return [_job_row(r) for r in rows]
+
+
+def _job_row(row: sqlite3.Row) -> JobRow:
+    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"])})
 
 
 class ControllerBusy(CloudError):

@@ -45,7 +45,7 @@ from provisioning.cloud.types import (
 from provisioning.db import StateFileError
 from provisioning.errors import CloudError, InputError, NotFoundError
 from provisioning.planner.plan import Plan, Role
-from provisioning.state import ClusterRow, Store, cluster_lock, utc_now
+from provisioning.state import ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
 
 _RUNNING = "running"
 
@@ -87,7 +87,7 @@ class ClusterView:
         return {
             "name": c.name,
             "cloud": c.cloud,
-            "status": c.status,
+            "status": c.status.value,
             "region": c.region,
             "availability_zone": c.availability_zone,
             "architecture": c.plan.architecture.value,
@@ -150,9 +150,9 @@ def up(target: CloudTarget, request: UpRequest, report: Reporter = Reporter()) -
     with cluster_lock(name):
         store = Store()
         existing = store.cluster(name)
-        if existing and existing.status == "up":
+        if existing and existing.status is ClusterStatus.UP:
             return UpResult(view=_view(store, existing, refresh=True), created=False)
-        if existing and existing.status not in ("failed", "terminated"):
+        if existing and existing.status not in (ClusterStatus.FAILED, ClusterStatus.TERMINATED):
             report.step(f"cleaning up an interrupted earlier attempt of {name}")
             _destroy(
                 store,
@@ -204,7 +204,7 @@ def _launch(
         ClusterRow(
             name,
             target.kind,
-            "provisioning",
+            ClusterStatus.PROVISIONING,
             plan,
             spec.launch_token,
             CloudResources(),
@@ -249,12 +249,13 @@ def _launch(
                 request.timeout_s,
                 lambda n, t: report.count("reachable over SSH", n, t),
             )
-        store.set_status(name, "up", f"{len(nodes)} nodes up")
+        store.set_status(name, ClusterStatus.UP, f"{len(nodes)} nodes up")
     except BaseException as exc:
         report.step(f"cleaning up after: {exc or type(exc).__name__}")
         try:
             _destroy(
-                store, name, target, [plan.region], resources, report, final_status="failed", reason=str(exc)
+                store, name, target, [plan.region], resources, report, final_status=ClusterStatus.FAILED,
+                reason=str(exc),
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
             raise CloudError(f"{exc}; cleaning up failed too ({cleanup}); run `deepvm down {name}`") from exc
@@ -318,7 +319,7 @@ def add_nodes(
     with cluster_lock(name):
         store = Store()
         row = store.cluster(name)
-        if row is None or row.status != "up":
+        if row is None or row.status is not ClusterStatus.UP:
             raise NotFoundError(f"no running cluster named {name!r}")
         group = next((g for g in row.plan.nodes if g.role is role), None)
         if group is None:
@@ -368,7 +369,7 @@ def retire_nodes(name: str, instance_ids: list[str], why: str) -> None:
         return
     store = Store()
     row = store.cluster(check_cluster_name(name))
-    if row is None or row.status != "up":
+    if row is None or row.status is not ClusterStatus.UP:
         return  # torn down meanwhile: nothing of it runs any more
     target = target_for(row.cloud)
     ctx = target.context(row.region, start=False)
@@ -412,15 +413,15 @@ def status(name: str | None = None, refresh: bool = True) -> list[ClusterView]:
             raise NotFoundError(f"no cluster named {name!r}; `deepvm status` lists the clusters")
         rows = [row]
     else:
-        rows = [r for r in store.clusters() if r.status != "terminated"]
-    return [_view(store, r, refresh=refresh and r.status == "up") for r in rows]
+        rows = [r for r in store.clusters() if r.status is not ClusterStatus.TERMINATED]
+    return [_view(store, r, refresh=refresh and r.status is ClusterStatus.UP) for r in rows]
 
 
 def ssh_endpoints(name: str) -> list[SshEndpoint]:
     """How to log in to each running node of a cluster (for the training launcher)."""
     store = Store()
     row = store.cluster(check_cluster_name(name))
-    if row is None or row.status != "up":
+    if row is None or row.status is not ClusterStatus.UP:
         raise NotFoundError(f"no running cluster named {name!r}; start one with `deepvm up --name {name}`")
     nodes = [n for n in store.nodes(name) if n.state == _RUNNING]
     return _endpoints(ensure_cluster_keys(name), nodes)
@@ -440,7 +441,7 @@ def _view(store: Store, row: ClusterRow, refresh: bool) -> ClusterView:
         nodes=nodes,
         usd_per_hour=sum(n.usd_per_hour for n in running),
         cost_so_far=store.cost_so_far(row.name, now),
-        uptime_s=(now - started).total_seconds() if row.status == "up" else 0.0,
+        uptime_s=(now - started).total_seconds() if row.status is ClusterStatus.UP else 0.0,
         refreshed=refreshed,
     )
 
@@ -450,7 +451,7 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
     ctx = target_for(row.cloud).context(row.region, start=False)
     if ctx is None:  # a sandbox whose control plane is gone: so are its instances
         store.close_costs(row.name)
-        store.set_status(row.name, "terminated", "the sandbox was stopped")
+        store.set_status(row.name, ClusterStatus.TERMINATED, "the sandbox was stopped")
         return True
     nodes = store.nodes(row.name)
     try:
@@ -549,14 +550,14 @@ def _destroy(
     regions: list[str],
     known: CloudResources,
     report: Reporter,
-    final_status: str = "terminated",
+    final_status: ClusterStatus = ClusterStatus.TERMINATED,
     reason: str = "",
 ) -> list[str]:
     """Terminate and delete everything of the cluster in the regions; mark the record (if there is a
     readable one), forget its keys."""
     record = store if store is not None and store.cluster(name) is not None else None
     if record is not None:
-        record.set_status(name, "terminating", "tearing down")
+        record.set_status(name, ClusterStatus.TERMINATING, "tearing down")
     deleted: list[str] = []
     for region in regions:
         ctx = target.context(region, start=False)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.types import CloudResources
 from provisioning.db import StateFileError
-from provisioning.state import Store
+from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.cloud_state import created_resources
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli
@@ -42,11 +43,8 @@ def _directory(path: Path) -> None:
     path.mkdir()
 
 
-def _any_row():
-    from provisioning.cloud.types import CloudResources
-    from provisioning.state import ClusterRow
-
-    return ClusterRow("other", "aws", "up", make_plan(), "tok", CloudResources(), "root", "")
+def _any_row() -> ClusterRow:
+    return ClusterRow("other", "aws", ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", "")
 
 
 BREAKS = {"truncated": _truncate, "garbage": _garbage, "directory": _directory}

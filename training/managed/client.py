@@ -25,9 +25,9 @@ from provisioning.home import deepvm_home
 from provisioning.state import Store, utc_now
 from training.controller import TrainRequest, new_job_id, node_host
 from training.jobspec import load_job_spec
-from training.jobstore import JobRow, JobStore
+from training.jobstore import JobRow, JobStatus, JobStore
 from training.managed.layout import MANAGED_HOME, JobFiles
-from training.managed.records import FINAL_STATES, RUNNING, HeadJob, JobSummary, LogRecord
+from training.managed.records import HeadJob, JobSummary, LogRecord
 from training.progress import JobReporter
 from training.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.transport import (
@@ -59,7 +59,7 @@ class Head:
 class FollowEnd:
     """How following a job's log ended."""
 
-    status: str  # the job's final state (records.FINAL_STATES), or RUNNING when only its log ended
+    status: JobStatus  # the job's final state, or RUNNING when only its log ended
     text: str  # why, as the head said it
     next_line: int  # where a later follow starts
 
@@ -85,7 +85,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     store = Store()
     row = store.cluster(head.cluster)
     assert row is not None  # find_head checked that it is up
-    busy = [j for j in jobs_on(head) if j.status == RUNNING and j.controller_alive]
+    busy = [j for j in jobs_on(head) if j.status is JobStatus.RUNNING and j.controller_alive]
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
                          f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
@@ -125,8 +125,8 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     out = request.out_dir or deepvm_home() / "jobs" / job_id
     job = JobStore().put(JobRow(
         job_id=job_id, cluster=head.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
-        status=RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0, world_size=0,
-        loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
+        status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0,
+        world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
         out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
         controller=head.instance_id,
     ))  # fmt: skip
@@ -201,7 +201,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
     """Hand each record of the job's log to on_record, from line `start` (or the last `tail` lines), until
     the job is over (or the log's current end, without keep_following)."""
     flags = f"--from {start}" + (f" --tail {tail}" if tail is not None else "") + (" --follow" * keep_following)
-    state = FollowEnd(RUNNING, "", start)
+    state = FollowEnd(JobStatus.RUNNING, "", start)
     errors: list[str] = []
 
     def line(item: OutputLine) -> None:
@@ -214,7 +214,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
         except (ValueError, TypeError):
             return  # a line the head's service did not write as a record (cannot happen unless edited)
         state = replace(state, next_line=state.next_line + 1)
-        if record.kind == "state":
+        if record.kind == "state" and record.status is not None:
             state = replace(state, status=record.status, text=record.text)
         on_record(record)
 
@@ -285,7 +285,3 @@ def managed_job(job_id: str) -> JobRow:
     if row.controller == "local":
         raise InputError(f"job {job_id} ran with --controller local: its log was printed by `deepvm train`")
     return row
-
-
-def is_final(status: str) -> bool:
-    return status in FINAL_STATES
