@@ -36,7 +36,6 @@ newest complete checkpoint.
 
 from __future__ import annotations
 
-import functools
 import json
 import queue
 import random
@@ -72,6 +71,7 @@ from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Star
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import JobRow, JobStatus, JobStore, train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
+from training.plan_facts import TypeFacts, planned_trainer_ranks, type_facts
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
 from training.replacements import ReplacementNote, ReplacementReady, Replacements, cloud_buyer
@@ -162,8 +162,8 @@ class Controller:
         row = self.store.cluster(cluster)
         assert row is not None  # checked by train()
         self.plan = row.plan
-        self.planned_trainers = sum(g.count * max(1, _type_facts(g.instance_type).gpus)
-                                    for g in self.plan.nodes if g.role in (Role.TRAINER, Role.ANCHOR))  # fmt: skip
+        self.facts = type_facts(self.plan)
+        self.planned_trainers = planned_trainer_ranks(self.plan)
         planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
         for group in self.plan.nodes:
             planned[group.role] += group.count
@@ -363,8 +363,8 @@ class Controller:
 
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
-        facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
+        facts = self.facts.get(types.get(e.instance_id, ""), TypeFacts(0.0, 0))
+        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
                     facts.gpus)  # fmt: skip
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
@@ -732,18 +732,3 @@ def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:
     for t in threads:
         t.join()
     return results
-
-
-@dataclass(frozen=True)
-class _TypeFacts:
-    flops: float  # TFLOPS of the whole instance (0 when unknown): relative trainer speed
-    gpus: int  # a training node runs one rank per GPU
-
-
-@functools.cache
-def _type_facts(instance_type: str) -> _TypeFacts:
-    """What the built-in catalog knows of an instance type (nothing for a type it does not list)."""
-    from provisioning.snapshot import load_snapshot
-
-    known = load_snapshot().types.get(instance_type)
-    return _TypeFacts(known.flops, known.gpu_count) if known else _TypeFacts(0.0, 0)

@@ -89,7 +89,19 @@ def _text(limit: int) -> Any:
     return BeforeValidator(check)
 
 
+MAX_GPUS = 64  # GPUs of one instance (EC2's largest have 16)
+
+
+def _gpus(value: Any) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_GPUS:
+        raise PydanticCustomError(
+            "gpus", "must be an integer from 0 to {limit}, got {got}", {"limit": MAX_GPUS, "got": _show(value)}
+        )
+    return value
+
+
 Count = Annotated[int, BeforeValidator(_count)]
+Gpus = Annotated[int, BeforeValidator(_gpus)]
 Amount = Annotated[float, BeforeValidator(_amount)]
 Name = Annotated[str, BeforeValidator(_name)]
 
@@ -106,6 +118,8 @@ class NodeGroupDocument(_Strict):
     count: Count
     role: Role
     usd_per_hour: Amount
+    gpus: Gpus | None = None  # absent in plans of earlier versions
+    tflops: Amount | None = None
 
 
 class PlanDocument(_Strict):
@@ -129,7 +143,8 @@ class PlanDocument(_Strict):
             region=self.region,
             availability_zone=self.availability_zone,
             nodes=tuple(
-                NodeGroup(g.instance_type, g.market, g.count, g.role, g.usd_per_hour) for g in self.nodes
+                NodeGroup(g.instance_type, g.market, g.count, g.role, g.usd_per_hour, g.gpus, g.tflops)
+                for g in self.nodes
             ),
             price_per_hour=self.price_per_hour,
             effective_flops=self.effective_flops,
