@@ -53,6 +53,7 @@ from provisioning.catalog import Market
 from provisioning.cloud import lifecycle
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import DeepvmError, InputError
 from provisioning.home import deepvm_home
@@ -77,10 +78,12 @@ from training.recovery import RecoveryLog
 from training.replacements import ReplacementNote, ReplacementReady, Replacements, cloud_buyer
 from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
-from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
+from training.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 from training.watcher import Notice
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
+# why a node that a probe did not log in to is dropped (one with a host key not pinned is not the node launched)
+_UNUSABLE = {Answer.NO: "does not answer over SSH", Answer.NOT_PINNED: "answers with a host key not pinned for it"}
 _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
@@ -364,20 +367,20 @@ class Controller:
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
         facts = self.facts.get(types.get(e.instance_id, ""), TypeFacts(0.0, 0))
-        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
+        return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
                     facts.gpus)  # fmt: skip
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
         has run, a node that does not answer is dropped (it died meanwhile) instead of failing the job."""
         if self.attempts:
-            answers = _answer([node_host(e) for e in endpoints])
-            for e, ok in zip(endpoints, answers):
-                if not ok:
-                    self._exclude(e.instance_id, "unreachable")
-                    self.report.note(f"{e.instance_id} does not answer over SSH: not using it")
-            self._retire([e.instance_id for e, ok in zip(endpoints, answers) if not ok], "unreachable over SSH")
-            endpoints = [e for e, ok in zip(endpoints, answers) if ok]
+            answers = probe_all([e.host for e in endpoints])
+            lost = [(e, a) for e, a in zip(endpoints, answers) if a is not Answer.YES]
+            for e, answer in lost:
+                self._exclude(e.instance_id, _UNUSABLE[answer])
+                self.report.note(f"{e.instance_id} {_UNUSABLE[answer]}: not using it")
+            self._retire([e.instance_id for e, _ in lost], "unreachable over SSH")
+            endpoints = [e for e, a in zip(endpoints, answers) if a is Answer.YES]
         fresh = [e for e in endpoints if e.instance_id not in self.prepared]
         known_spot = [e for e in endpoints if e.instance_id in self.prepared and e.market is Market.SPOT]
         notices: dict[str, Notice | None] = {}
@@ -388,8 +391,8 @@ class Controller:
             self.prepared.update(states)
             notices.update({i: state.notice for i, state in states.items()})
         if known_spot:
-            found = read_notices([node_host(e) for e in known_spot], self.request.python, self._node_line)
-            notices.update({e.instance_id: found[node_host(e).name] for e in known_spot})
+            found = read_notices([e.host for e in known_spot], self.request.python, self._node_line)
+            notices.update({e.instance_id: found[e.host.name] for e in known_spot})
         for instance_id, notice in notices.items():
             if notice is not None:
                 self._exclude(instance_id, f"interruption notice ({notice.kind})")
@@ -404,7 +407,7 @@ class Controller:
         on_line: Callable[[OutputLine], None],
     ) -> dict[str, NodeState]:
         """Push, set up and check fresh nodes; {instance id: NodeState}. Safe from any thread."""
-        hosts = [node_host(e) for e in endpoints]
+        hosts = [e.host for e in endpoints]
         states = prepare_nodes(
             hosts,
             {h.name for h, e in zip(hosts, endpoints) if e.market is Market.SPOT},
@@ -595,8 +598,8 @@ class Controller:
         """Find the nodes that died (no SSH), drop them and buy replacements."""
         self.report.note("probing the nodes")
         nodes = run.attempt.launch.nodes
-        alive = dict(zip([n.instance_id for n in nodes], _answer([n.host for n in nodes])))
-        dead = tuple(i for i, ok in alive.items() if not ok)
+        answers = probe_all([n.host for n in nodes])
+        dead = tuple(n.instance_id for n, a in zip(nodes, answers) if a is not Answer.YES)
         for instance_id in dead:
             self._exclude(instance_id, "unreachable after the job failed")
         if dead:
@@ -701,34 +704,3 @@ class Controller:
 def new_job_id(name: str) -> str:
     """A job's id: its name and the UTC time it was started."""
     return f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
-
-
-def node_host(e: SshEndpoint) -> HostSpec:
-    """How to log in to a node, named by role and instance id (as log prefixes show it)."""
-    return HostSpec(
-        name=f"{_ROLES[e.role] if e.role is not Role.ANCHOR else 'anchor'}-{e.instance_id[2:10]}",
-        address=e.address,
-        key_path=Path(e.key_path),
-        known_hosts=Path(e.known_hosts_path),
-        port=e.port,
-        user=e.user,
-    )
-
-
-def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:
-    """Whether each host accepts an SSH login now (in parallel)."""
-    results = [False] * len(hosts)
-
-    def probe(i: int) -> None:
-        try:
-            connect(hosts[i], timeout=timeout_s).close()
-            results[i] = True
-        except TransportError:
-            results[i] = False
-
-    threads = [threading.Thread(target=probe, args=(i,)) for i in range(len(hosts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results

@@ -13,8 +13,7 @@ import pytest
 
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.lifecycle import add_nodes, ssh_endpoints
-from provisioning.cloud.reachability import answers, connect
-from provisioning.errors import CloudError
+from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
@@ -102,7 +101,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
 
     # every node answers over SSH, checked against the pinned host key
     endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
-    clients = {iid: connect(e) for iid, e in endpoints.items()}
+    clients = {iid: connect(e.host) for iid, e in endpoints.items()}
     for client in clients.values():
         code, out = _run(client, "tr '\\0' ' ' < /proc/1/cmdline")
         assert code == 0 and "provisioning.sandbox.hostinit" in out  # PID 1 is the host's own init
@@ -112,8 +111,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     other = ensure_cluster_keys("someone-else")
     first = next(iter(endpoints.values()))
     forged.write_text(f"{first.address} {other.host_key_public}\n")
-    with pytest.raises(CloudError, match="not the cluster's pinned key"):
-        answers(replace(first, known_hosts_path=str(forged)))
+    assert probe(replace(first, known_hosts_path=str(forged)).host) is Answer.NOT_PINNED
 
     # each node has its own filesystem: home and /tmp
     ids = list(clients)
@@ -171,9 +169,9 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     (added,) = add_nodes("e2e")
     assert added.market.value == "spot" and added.role.value == "trainer"
     replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
-    assert answers(replacement)
+    assert probe(replacement.host) is Answer.YES
     internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
-    with connect(replace(replacement, key_path=internal)) as client:  # authorised at boot, no staging
+    with connect(replace(replacement, key_path=internal).host) as client:  # authorised at boot, no staging
         assert _run(client, "true")[0] == 0
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 

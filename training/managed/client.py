@@ -20,10 +20,12 @@ from provisioning.cloud import lifecycle
 from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError, NotFoundError
 from provisioning.home import deepvm_home
 from provisioning.state import Store, utc_now
-from training.controller import TrainRequest, new_job_id, node_host
+from training.controller import TrainRequest, new_job_id
 from training.jobspec import load_job_spec
 from training.jobstore import JobRow, JobStatus, JobStore
 from training.managed.layout import MANAGED_HOME, JobFiles
@@ -31,10 +33,8 @@ from training.managed.records import HeadJob, JobSummary, LogRecord
 from training.progress import JobReporter
 from training.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.transport import (
-    HostSpec,
     OutputLine,
     PushProgress,
-    TransportError,
     push_tree,
     run_command,
     run_on_hosts,
@@ -74,7 +74,7 @@ def find_head(cluster: str, python: str) -> Head:
             f"cluster {name} has no running on-demand node to run the job's controller on; "
             "train with --controller local"
         )
-    return Head(name, node.instance_id, node_host(endpoints[node.instance_id]), python)
+    return Head(name, node.instance_id, endpoints[node.instance_id].host, python)
 
 
 def submit(request: TrainRequest, report: JobReporter) -> JobRow:
@@ -138,7 +138,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
 def _authorize_internal_key(cluster: str, public: str, report: JobReporter) -> None:
     """Let the head log in to every node with the cluster-internal key (nodes bought later get it at boot
     from their user data)."""
-    hosts = [node_host(e) for e in lifecycle.ssh_endpoints(cluster)]
+    hosts = [e.host for e in lifecycle.ssh_endpoints(cluster)]
     script = "set -e\n" + "\n".join(authorize_lines(public))
     codes = run_on_hosts(hosts, script, lambda line: report.log(line.host, line.text))
     failed = [name for name, code in codes.items() if code != 0]
