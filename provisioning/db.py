@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from provisioning.home import deepvm_home
 
 _BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's transaction before giving up
 _CHECKED: set[tuple[Path, int, int, int]] = set()  # files (path, inode, size, mtime) read through already
-_MAGIC = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+_HEADER_BYTES = 100  # an SQLite database file starts with a header of this size
 _VERSIONS = "CREATE TABLE IF NOT EXISTS schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
 
@@ -161,18 +162,18 @@ class Database:
 
 def _check_file(path: Path) -> None:
     """Refuse what SQLite would open as a new, empty database and then overwrite: a file too short to
-    be one, or something that is not a file at all. (An empty file is a database not yet written.)"""
-    if not path.exists():
-        return
-    if not path.is_file():
-        raise StateFileError(f"{path} is not a file", _move_aside(path))
+    hold a database header (an empty file is a database not yet written), or something that is not a
+    file at all. Looked at with stat() alone: opening and closing the file here would drop the POSIX
+    locks this process's SQLite connections hold on it, and another process could then checkpoint and
+    delete the WAL under them (sqlite.org/howtocorrupt.html, 2.2)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_MAGIC))
-    except OSError as exc:
-        raise StateFileError(f"cannot read {path} ({exc.strerror})", "check its permissions") from None
-    if head and head != _MAGIC:
-        raise StateFileError(f"{path} is damaged (it does not start as an SQLite database)", _move_aside(path))
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise StateFileError(f"{path} is not a file", _move_aside(path))
+    if 0 < info.st_size < _HEADER_BYTES:
+        raise StateFileError(f"{path} is damaged (only {info.st_size} bytes)", _move_aside(path))
 
 
 def _move_aside(path: Path) -> str:
@@ -181,7 +182,8 @@ def _move_aside(path: Path) -> str:
 
 
 def _file_error(path: Path, exc: sqlite3.DatabaseError) -> StateFileError:
-    reason = str(exc)
+    name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+; which I/O error says what went wrong
+    reason = f"{exc}: {name}" if name.startswith("SQLITE_IOERR") else str(exc)
     if "locked" in reason or "busy" in reason:
         return StateFileError(f"{path} is locked by another deepvm process ({reason})",
                               "run again when it is done")  # fmt: skip
