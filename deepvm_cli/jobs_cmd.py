@@ -22,19 +22,17 @@ from training.managed.records import LogRecord
 from training.progress import JobReporter
 
 if TYPE_CHECKING:
+    from provisioning.cloud.cluster import Cluster
     from training.controller import TrainRequest
     from training.managed.client import Head
 
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
 
 
-def default_python(cluster: str) -> str:
+def default_python(cluster: Cluster | None) -> str:
     """The nodes' Python: this interpreter in the sandbox (its hosts share this machine's files), else
     python3 (the Deep Learning AMI's)."""
-    from provisioning.state import Store
-
-    row = Store().cluster(cluster)
-    return sys.executable if row is not None and row.cloud == "sandbox" else "python3"
+    return sys.executable if cluster is not None and cluster.target.kind == "sandbox" else "python3"
 
 
 def replay(report: JobReporter) -> Callable[[LogRecord], None]:
@@ -116,13 +114,13 @@ def jobs_command(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
 ) -> None:
     """List managed jobs as their clusters' head nodes know them: state, step, restarts, lost steps, cost."""
-    from provisioning.state import ClusterStatus, Store
-    from training.managed.client import find_head, jobs_on
+    from provisioning.cloud.cluster import Cluster, running_clusters
+    from training.managed.client import head_of, jobs_on
 
-    names = [cluster] if cluster else [r.name for r in Store().clusters() if r.status is ClusterStatus.UP]
     found = []
-    for name in names:
-        found += jobs_on(find_head(name, default_python(name)))
+    for name in [cluster] if cluster else running_clusters():
+        handle = Cluster.open_running(name)
+        found += jobs_on(head_of(handle, default_python(handle)))
     if as_json:
         console.print_json([s.to_dict() for s in found])
         return

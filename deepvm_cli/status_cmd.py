@@ -10,7 +10,7 @@ from rich.table import Table
 from deepvm_cli import console
 
 if TYPE_CHECKING:
-    from provisioning.cloud.lifecycle import ClusterView
+    from provisioning.cloud.cluster import ClusterView
     from training.jobstore import JobRow
 
 
@@ -28,11 +28,13 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
+        from provisioning.cloud.cluster import Cluster
         from provisioning.errors import DeepvmError
-        from training.managed.client import find_head, jobs_on
+        from training.managed.client import head_of, jobs_on
 
         try:
-            jobs_on(find_head(cluster, default_python(cluster)))  # brings this machine's rows up to date
+            handle = Cluster.open_running(cluster)
+            jobs_on(head_of(handle, default_python(handle)))  # brings this machine's rows up to date
         except DeepvmError as exc:
             console.warning(f"{cluster}: managed jobs as last heard (the head node could not be asked: {exc})")
         rows = JobStore().for_cluster(cluster)
@@ -101,11 +103,11 @@ def status_command(
 ) -> None:
     """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs."""
     from provisioning.cloud.lifecycle import status
-    from provisioning.sandbox.control import BANNER
 
     views = status(name)
-    if any(v.cluster.cloud == "sandbox" for v in views) and not as_json:
-        console.info(BANNER)
+    if not as_json:
+        for banner in dict.fromkeys(v.banner for v in views if v.banner):
+            console.info(banner)
     if as_json:
         docs = [
             {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name, up(v))]}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,13 +70,16 @@ def state_path() -> Path:
 
 class Database:
     """One connection to the state database, with `schema`'s tables up to date. Reads see the last
-    committed state; every change goes through `transaction()`."""
+    committed state; every change goes through `transaction()`. Threads may share it: one query or
+    transaction at a time."""
 
     def __init__(self, schema: Schema, path: Path | None = None) -> None:
         self.path = path or state_path()
         _check_file(self.path)
         with self._errors():
-            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                                       check_same_thread=False)  # fmt: skip
+            self._lock = threading.RLock()
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -85,19 +89,19 @@ class Database:
 
     def read(self, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
         """Every row the query selects."""
-        with self._errors():
+        with self._lock, self._errors():
             return self._db.execute(sql, params).fetchall()
 
     def read_one(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Row | None:
         """The query's first row, or None."""
-        with self._errors():
+        with self._lock, self._errors():
             return self._db.execute(sql, params).fetchone()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """The connection inside one write transaction (BEGIN IMMEDIATE: it waits for other writers up
         front, never halfway); committed at the end of the block, rolled back if the block raises."""
-        with self._errors():
+        with self._lock, self._errors():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db

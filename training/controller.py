@@ -50,15 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from provisioning.catalog import Market
-from provisioning.cloud import lifecycle
-from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import DeepvmError, InputError
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
-from provisioning.state import Store, utc_now
+from provisioning.state import utc_now
 from training.attempts import (
     Action,
     Outcome,
@@ -148,23 +146,20 @@ class _Run:
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
-    name = check_cluster_name(request.cluster)
-    lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
-    lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used
-    with train_lock(name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
-        controller = Controller(spec, request, name, Path(work), report)
+    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
+    cluster.refresh()  # node states from the cloud now: a node that died meanwhile is not used
+    with train_lock(cluster.name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
+        controller = Controller(spec, request, cluster, Path(work), report)
         return controller.run()
 
 
 class Controller:
     """One `deepvm train` session; see the module docstring."""
 
-    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: str, work: Path, report: JobReporter):
+    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: Cluster, work: Path, report: JobReporter):
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
-        self.store, self.jobs = Store(), JobStore()
-        row = self.store.cluster(cluster)
-        assert row is not None  # checked by train()
-        self.plan = row.plan
+        self.jobs = JobStore()
+        self.plan = cluster.plan
         self.facts = type_facts(self.plan)
         self.planned_trainers = planned_trainer_ranks(self.plan)
         planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
@@ -174,17 +169,16 @@ class Controller:
         self.replacements = Replacements(planned, cloud_buyer(cluster, request.inside_cluster),
                                          self._stage_replacement, self.events.put)  # fmt: skip
         self.runtime = stage_runtime(work / "runtime")
-        self.keys = ensure_cluster_keys(cluster)  # its internal key: how the head logs in to the nodes
         self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
         self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
         self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
         self.stall = StallWatch(fixed_s=request.stall_timeout_s)
-        node_env = request.node_env if request.node_env is not None else lifecycle.node_env(cluster)
+        node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         self.cancel_mode: str | None = None  # "checkpoint" | "now" once `deepvm cancel` asked
-        self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
+        self.members: set[str] = {e.instance_id for e in cluster.endpoints()}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
         self.saved_at = 0.0
@@ -201,12 +195,12 @@ class Controller:
                              f"(last at step {known.step})")  # fmt: skip
             return self.jobs.put(replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
                                          message="resumed after a controller restart"))  # fmt: skip
-        previous = [j for j in self.jobs.for_cluster(self.cluster) if j.name == spec.name]
+        previous = [j for j in self.jobs.for_cluster(self.cluster.name) if j.name == spec.name]
         unfinished = [j for j in previous if j.status in (JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED)]
         if request.resume:
             if not unfinished:
                 raise InputError(
-                    f"nothing to resume: no unfinished job named {spec.name!r} on cluster {self.cluster}; "
+                    f"nothing to resume: no unfinished job named {spec.name!r} on cluster {self.cluster.name}; "
                     "run without --resume to start it"
                 )
             job = unfinished[0]
@@ -223,20 +217,20 @@ class Controller:
         job_id = request.job_id or new_job_id(spec.name)
         out = request.out_dir or deepvm_home() / "jobs" / job_id
         return self.jobs.put(
-            JobRow(job_id=job_id, cluster=self.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
+            JobRow(job_id=job_id, cluster=self.cluster.name, name=spec.name, spec_path=str(request.job_path.resolve()),
                    status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0,
                    total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
-                   checkpoint_step=-1, cost_base_usd=self.store.cost_so_far(self.cluster), cost_usd=0.0,
+                   checkpoint_step=-1, cost_base_usd=self.cluster.cost_so_far(), cost_usd=0.0,
                    out_dir=str(out), python=request.python, message="starting")
         )  # fmt: skip
 
     def _save(self, **changes: Any) -> None:
-        cost = self.store.cost_so_far(self.cluster) - self.job.cost_base_usd
+        cost = self.cluster.cost_so_far() - self.job.cost_base_usd
         self.job = self.jobs.put(replace(self.job, cost_usd=max(cost, 0.0), **changes))
         self.saved_at = time.monotonic()
 
     def _event(self, kind: str, message: str) -> None:
-        self.store.add_event(self.cluster, kind, f"{self.job.job_id}: {message}")
+        self.cluster.event(kind, f"{self.job.job_id}: {message}")
 
     # --- main loop --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -275,7 +269,7 @@ class Controller:
                     self._save(status=JobStatus.STOPPED, message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
-                        f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local "
+                        f"`deepvm train {self.request.job_path} --cluster {self.cluster.name} --controller local "
                         "--resume` continues"
                     )
                 if decision.action is Action.GIVE_UP:
@@ -301,7 +295,7 @@ class Controller:
         when no trainer is left but one is on its way."""
         self._drain()
         while True:
-            endpoints = [e for e in lifecycle.ssh_endpoints(self.cluster) if self._usable(e.instance_id)]
+            endpoints = [e for e in self.cluster.endpoints() if self._usable(e.instance_id)]
             self._prepare(endpoints)
             endpoints = [e for e in endpoints if e.instance_id not in self.excluded]
             holders = [e for e in endpoints if e.role in _HOLDING]
@@ -329,7 +323,7 @@ class Controller:
             env=self.env,
             rank_batches=batches,
         )
-        home = prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
+        home = prepare_head(launch.head.host, launch.paths, self.cluster.keys.internal_key_path, head_files(launch))
         return replace(launch, open_mpi_home=home)
 
     def _await_replacement(self, holders_lost: bool) -> None:
@@ -365,7 +359,7 @@ class Controller:
                 return
 
     def _node(self, e: SshEndpoint) -> Node:
-        types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
+        types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}
         facts = self.facts.get(types.get(e.instance_id, ""), TypeFacts(0.0, 0))
         return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
                     facts.gpus)  # fmt: skip
@@ -417,7 +411,7 @@ class Controller:
             setup=self.spec.setup,
             env=self.env,
             python=self.request.python,
-            authorize=self.keys.internal_public,
+            authorize=self.cluster.keys.internal_public,  # how the head logs in to the nodes
             on_push=on_push,
             on_line=on_line,
         )
@@ -609,7 +603,7 @@ class Controller:
             self._retire(dead, "unreachable over SSH after the job failed")
         reason = "node-lost" if dead else "restart"
         self.recovery.trouble(reason, dead, run.attempt.number, run.trainers, time.monotonic(), run.last_step)
-        lifecycle.status(self.cluster)  # refresh node states (and their costs) from the cloud
+        self.cluster.refresh()  # node states (and their costs) from the cloud
         self._ensure_replacements()
 
     def _exclude(self, instance_id: str, why: str) -> None:
@@ -621,7 +615,7 @@ class Controller:
         if not instance_ids:
             return
         try:
-            lifecycle.retire_nodes(self.cluster, list(instance_ids), why)
+            self.cluster.retire(list(instance_ids), why)
         except DeepvmError as exc:
             self.report.note(f"could not terminate {', '.join(instance_ids)} ({exc}); `deepvm down` will")
             return
@@ -633,7 +627,7 @@ class Controller:
         counting those on their way."""
         if not self.request.replace_nodes or not self.replacements.planned[role]:
             return
-        usable = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.role is role and self._usable(e.instance_id)]
+        usable = [e for e in self.cluster.endpoints() if e.role is role and self._usable(e.instance_id)]
         missing = self.replacements.request(role, len(usable))
         if missing:
             self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
@@ -685,7 +679,7 @@ class Controller:
         self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
         return TrainResult(
             job_id=self.job.job_id,
-            cluster=self.cluster,
+            cluster=self.cluster.name,
             status="completed",
             steps=int(metrics["steps"]),
             total_steps=int(metrics["total_steps"]),

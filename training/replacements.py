@@ -6,8 +6,8 @@ the next launch: training.attempts). This module does the buying in between:
 
 1. `Replacements.request(role, usable)` counts the nodes of the role still usable and those already on
    their way against the plan (training.attempts.nodes_to_buy), and starts one thread for the rest;
-2. that thread buys them with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` is the
-   cloud's), then stages them (push, setup, checks: `NodeStager`), so the next launch can use them at
+2. that thread buys them with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` asks the
+   cluster's handle), then stages them (push, setup, checks: `NodeStager`), so the next launch can use them at
    once;
 3. it posts what happened on the controller's event queue: `ReplacementNote`s while it works and one
    `ReplacementReady` at the end, with the nodes it added or why there are none. The controller hands
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioning.cloud import lifecycle
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import DeepvmError
@@ -115,13 +115,13 @@ class Replacements:
         self._post(ReplacementReady(role, count, tuple(added), states, None))
 
 
-def cloud_buyer(cluster: str, inside_cluster: bool) -> NodeBuyer:
-    """Buy from the cluster's cloud (provisioning's add_nodes: its launch template, its store).
+def cloud_buyer(cluster: Cluster, inside_cluster: bool) -> NodeBuyer:
+    """Buy from the cluster's cloud, with its launch template, recorded in its store (Cluster.add_nodes).
     `inside_cluster`: the buyer runs on the cluster's head, which reaches nodes at private addresses."""
 
     def buy(role: Role, count: int, note: Note) -> list[SshEndpoint]:
-        added = lifecycle.add_nodes(cluster, role, count, Reporter(step=note), inside_cluster=inside_cluster)
+        added = cluster.add_nodes(role, count, Reporter(step=note), inside_cluster=inside_cluster)
         ids = {n.instance_id for n in added}
-        return [e for e in lifecycle.ssh_endpoints(cluster) if e.instance_id in ids]
+        return [e for e in cluster.endpoints() if e.instance_id in ids]
 
     return buy

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.lifecycle import add_nodes, ssh_endpoints
 from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
@@ -100,7 +100,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert all(n["private_ip"].startswith("127.") for n in nodes)
 
     # every node answers over SSH, checked against the pinned host key
-    endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
+    endpoints = {e.instance_id: e for e in Cluster.open_running("e2e").endpoints()}
     clients = {iid: connect(e.host) for iid, e in endpoints.items()}
     for client in clients.values():
         code, out = _run(client, "tr '\\0' ' ' < /proc/1/cmdline")
@@ -166,9 +166,10 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
         client.close()
 
     # a replacement spot node joins, reachable with the same pinned key
-    (added,) = add_nodes("e2e")
+    cluster = Cluster.open_running("e2e")
+    (added,) = cluster.add_nodes()
     assert added.market.value == "spot" and added.role.value == "trainer"
-    replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
+    replacement = next(e for e in cluster.endpoints() if e.instance_id == added.instance_id)
     assert probe(replacement.host) is Answer.YES
     internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
     with connect(replace(replacement, key_path=internal).host) as client:  # authorised at boot, no staging

@@ -22,8 +22,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from provisioning.cloud.cluster import private_only
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
-from provisioning.cloud.lifecycle import private_only
 from provisioning.errors import InputError
 from provisioning.state import ClusterStatus, Store
 from training.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
