@@ -71,7 +71,7 @@ class SpotPool:
 
     mttf_h: float  # m: mean hours between reclaims of one node (math.inf: never reclaimed)
     alive_share: float  # a: share of time a planned spot slot holds a node
-    source: str  # where m and a come from, e.g. "band >20%/month" or "trace gce-v100"
+    source: str  # where m and a come from: the trace's name and source, e.g. "gce-v100: GCE preemptible ..."
 
     @property
     def hazard_per_h(self) -> float:
