@@ -15,12 +15,6 @@ if TYPE_CHECKING:
     from training.jobstore import JobRow
 
 
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
 def _clock(timestamp: str) -> str:
     """"2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
     return timestamp.replace("T", " ")[:16] if timestamp else "-"
@@ -78,7 +72,7 @@ def render_cluster(view: ClusterView) -> None:
     c = view.cluster
     console.out.print(
         f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
-        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
+        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {console.duration(view.uptime_s)}"
     )
     # Fits 80 columns: ids, addresses and prices never wrap or get cut; role, market and type share a cell.
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
