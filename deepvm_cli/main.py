@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
-from provisioning.errors import DeepvmError
+from provisioning.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",
@@ -78,6 +78,9 @@ def run() -> None:
     args = sys.argv[1:] or ["--help"]
     try:
         result = app(args=args, standalone_mode=False)
+    except StoppedByUser as exc:
+        console.plain(f"deepvm: {exc}")
+        sys.exit(exc.exit_code)
     except DeepvmError as exc:
         if debug:
             raise
