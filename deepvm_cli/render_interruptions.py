@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from deepvm_cli import console
-from deepvm_cli.render_plan import OBJECTIVE_LABEL, number
+from deepvm_cli.render_plan import OBJECTIVE_LABEL, node_lines, number
 from provisioning.planner.interruptions import InterruptionReport
 
 
@@ -52,7 +52,7 @@ def render_interruptions(report: InterruptionReport) -> None:
     table.add_column("with interruptions", justify="right")
     old, new = report.without, report.best
     for label, show in (
-        ("nodes", lambda g: g.plan.summary()),
+        ("nodes", lambda g: node_lines(g.plan)),
         ("$/h (all nodes up)", lambda g: f"{g.plan.price_per_hour:.4f}"),
         ("expected $/h", lambda g: f"{g.expected_usd_per_hour:.4f}"),
         ("effective TFLOPS", lambda g: f"{g.plan.effective_flops:,.1f}"),
