@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.render_curves import ProfileUsed
 from provisioning.errors import InputError
+
+if TYPE_CHECKING:
+    from provisioning.catalog import Catalog
 
 
 class ObjectiveChoice(str, Enum):
@@ -33,6 +38,12 @@ def plan(
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
     refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    profile_files: list[Path] = typer.Option(
+        None,
+        "--profile",
+        help="A profile from `deepvm profile`: its fitted curve replaces its instance type's in every objective, "
+        "up to 1.5x the most nodes it measured (repeat for other types).",
+    ),
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
@@ -59,16 +70,32 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
+    catalog, profiles = _profiles(profile_files or [], catalog)
     result = plan_cluster(catalog, request)
     saved = save_plans(result.plans, request)
     if as_json:
         from deepvm_cli.render_plan import plan_result_json
 
-        console.print_json(plan_result_json(result, catalog, saved))
+        console.print_json(plan_result_json(result, catalog, saved, profiles))
         return
     from deepvm_cli.render_plan import render_plan_result
 
-    render_plan_result(result, catalog, saved)
+    render_plan_result(result, catalog, saved, profiles)
+
+
+def _profiles(paths: list[Path], catalog: Catalog) -> tuple[Catalog, list[ProfileUsed]]:
+    """The catalog with the profiles' curves, and the profiles (each read strictly and checked against the
+    catalog); their warnings shown."""
+    if not paths:
+        return catalog, []
+    from provisioning.profile import load_profile, with_profiles
+
+    used = [ProfileUsed(str(path), load_profile(path, catalog)) for path in paths]
+    profiled = with_profiles(catalog, [u.profile for u in used])
+    for profile in used:
+        for message in profile.profile.warnings:
+            console.warning(f"{profile.path} ({profile.profile.instance_type}): {message}")
+    return profiled, used
 
 
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:

@@ -92,3 +92,11 @@ def scaling_of(instance_type: InstanceType) -> ScalingParams:
     if instance_type.scaling is not None:
         return instance_type.scaling
     return MEASURED_SCALING.get(instance_type.name, DEFAULT_SCALING)
+
+
+def curve_source(instance_type: InstanceType) -> str:
+    """Where scaling_of's curve comes from: "catalog" (the catalog's own; a profile's once applied),
+    "deepvm" (DeepVM's measured ResNet-18 fit) or "default"."""
+    if instance_type.scaling is not None:
+        return "catalog"
+    return "deepvm" if instance_type.name in MEASURED_SCALING else "default"
