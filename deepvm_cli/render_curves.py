@@ -71,10 +71,11 @@ def _profile_line(used: ProfileUsed) -> str:
     sizes = [s.nodes for s in profile.sizes]
     return (
         f"{profile.instance_type}: profile {used.path} ({profile.job.name}, {len(sizes)} sizes from 1 to "
-        f"{sizes[-1]} nodes, {profile.measured_at[:10]}): a = {_estimate(fit.a)}, b = {_estimate(fit.b)}, "
-        f"c = {_estimate(fit.c)}, RMSE {fit.rmse:.3g}; at most {profile.node_bound} nodes"
+        f"{sizes[-1]} nodes, {profile.measured_at[:10]}): a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, "
+        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3g}; at most {profile.node_bound} nodes"
     )
 
 
-def _estimate(parameter: Parameter) -> str:
+def estimate_text(parameter: Parameter) -> str:
+    """A fitted parameter as "value ± sd" (the value alone when the points cannot tell its uncertainty)."""
     return f"{parameter.value:.4g}" + ("" if parameter.sd is None else f" ± {parameter.sd:.2g}")

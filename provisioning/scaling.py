@@ -17,7 +17,8 @@ from provisioning.catalog import DEFAULT_SCALING, InstanceType, ScalingParams
 
 
 def speedup(p: ScalingParams, n: float) -> float:
-    return p.c / (1.0 + math.exp(-p.a * (n - p.b)))
+    exponent = -p.a * (n - p.b)
+    return 0.0 if exponent > 700 else p.c / (1.0 + math.exp(exponent))  # exp overflows past 709: S is 0 there
 
 
 def _speedup_slope_at_b(p: ScalingParams) -> float:
