@@ -122,8 +122,7 @@ def _announce(target: ProfileTarget) -> None:
 
 def _render(profile: Profile, out: Path, plot: Path | None, wall_s: float, cost: float) -> None:
     fit = profile.fit
-    table = Table(title=f"{profile.job.name} on {profile.instance_type} (cluster {profile.cluster}, "
-                        f"{profile.measured_at})")  # fmt: skip
+    table = Table(title=f"{profile.job.name} on {profile.instance_type}, cluster {profile.cluster}")
     for column in ("nodes", "samples/s (each repeat)", "mean", "speed-up"):
         table.add_column(column, justify="left" if column.startswith("samples") else "right")
     for size in profile.sizes:
@@ -133,10 +132,11 @@ def _render(profile: Profile, out: Path, plot: Path | None, wall_s: float, cost:
     console.out.print(table)
     console.out.print(
         f"S(n) = c / (1 + exp(-a (n - b))): a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, "
-        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3g}; measured up to {fit.max_nodes_measured} nodes, "
+        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3f}; measured up to {fit.max_nodes_measured} nodes, "
         f"so plans hold at most {profile.node_bound}",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     for message in profile.warnings:
         console.warning(message)

@@ -32,7 +32,7 @@ def plot_profile(profile: Profile, path: Path) -> None:
     inside = [1 + i * (measured - 1) / 200 for i in range(201)]
     beyond = [measured + i * (profile.node_bound - measured) / 50 for i in range(51)]
     axes.plot(inside, [speedup(curve, n) for n in inside], "-", color="C3",
-              label=f"S(n): a={fit.a.value:.3g}, b={fit.b.value:.3g}, c={fit.c.value:.3g} (RMSE {fit.rmse:.2g})")
+              label=f"S(n): a={fit.a.value:.3g}, b={fit.b.value:.3g}, c={fit.c.value:.3g} (RMSE {fit.rmse:.3f})")
     if profile.node_bound > measured:
         axes.plot(beyond, [speedup(curve, n) for n in beyond], "--", color="C3", label="extrapolated, as plans use it")
     axes.plot([1, profile.node_bound], [1, profile.node_bound], ":", color="grey", label="linear")

@@ -72,7 +72,7 @@ def _profile_line(used: ProfileUsed) -> str:
     return (
         f"{profile.instance_type}: profile {used.path} ({profile.job.name}, {len(sizes)} sizes from 1 to "
         f"{sizes[-1]} nodes, {profile.measured_at[:10]}): a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, "
-        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3g}; at most {profile.node_bound} nodes"
+        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3f}; at most {profile.node_bound} nodes"
     )
 
 

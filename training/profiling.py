@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
+import shlex
 import tempfile
 import time
 from collections import deque
@@ -52,7 +53,7 @@ from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arra
 from training.progress import JobReporter, Progress
 from training.staging import JobPaths, NodeState, prepare_nodes, stage_runtime
 from training.stall import StallWatch
-from training.transport import write_files
+from training.transport import run_on_hosts, write_files
 from training.yamlmarks import read_yaml
 
 DERIVED_SPEC = ".deepvm-profile.yaml"  # the measuring spec, beside the job's own file on every node
@@ -256,16 +257,28 @@ class _Profiler:
         nodes = Store().nodes(self.target.cluster)
         trainers = [n for n in _trainer_nodes(nodes) if n.instance_id in endpoints][: self.target.sizes[-1]]
         holders = [n for n in nodes if n.role is Role.HOLDER and n.instance_id in endpoints]
-        states = self._prepare([endpoints[n.instance_id] for n in trainers + holders])
-        measured = []
-        for n in self.target.sizes:
-            began = time.monotonic()
-            chosen = trainers[:n] + holders
-            launch = self._launch([cluster_node(endpoints[c.instance_id], c.instance_type) for c in chosen], states, n)
-            measured.append(Measured(n, self._measure(launch, n)))
-            if n == self.target.sizes[0]:
-                on_estimate(self._remaining(time.monotonic() - began))
-        return measured
+        used = [endpoints[n.instance_id] for n in trainers + holders]
+        try:
+            states = self._prepare(used)
+            measured = []
+            for n in self.target.sizes:
+                began = time.monotonic()
+                chosen = [cluster_node(endpoints[c.instance_id], c.instance_type) for c in trainers[:n] + holders]
+                measured.append(Measured(n, self._measure(self._launch(chosen, states, n), n)))
+                if n == self.target.sizes[0]:
+                    on_estimate(self._remaining(time.monotonic() - began))
+            return measured
+        finally:
+            self._clean_up(used)
+
+    def _clean_up(self, endpoints: list[SshEndpoint]) -> None:
+        """Remove the profile's job directory from the nodes: the model and state trainer 0 saved at each
+        size are of no use, and would fill a node's disk over many profiles."""
+        root = shlex.quote(f"deepvm/jobs/{self.job_id}")  # relative to the login user's home, as staging's
+        try:
+            run_on_hosts([node_host(e) for e in endpoints], f"rm -rf {root}", lambda line: None, timeout=60)
+        except DeepvmError as exc:
+            self.report.note(f"could not remove {root} from every node ({exc})")
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> dict[str, NodeState]:
         """Push the runtime and the job, run setup, check the nodes; write the measuring spec beside it."""
