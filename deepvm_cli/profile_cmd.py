@@ -9,7 +9,7 @@ size is measured how long the rest should take.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -81,11 +81,20 @@ def profile_command(
         plot_profile(profile, plot)
     cost = target.usd_per_hour * wall_s / 3600
     if as_json:
-        console.print_json({"profile": profile.model_dump(mode="json"), "saved_to": str(out),
-                            "plot": None if plot is None else str(plot), "wall_s": round(wall_s, 1),
-                            "cost_usd": round(cost, 6)})  # fmt: skip
+        console.print_json(profile_json(profile, out, plot, wall_s, cost))
         return
     _render(profile, out, plot, wall_s, cost)
+
+
+def profile_json(profile: Profile, out: Path, plot: Path | None, wall_s: float, cost: float) -> dict[str, Any]:
+    """`deepvm profile --json`: the profile as written, where it and its plot went, and what it took."""
+    return {
+        "profile": profile.model_dump(mode="json"),
+        "saved_to": str(out),
+        "plot": None if plot is None else str(plot),
+        "wall_s": round(wall_s, 1),
+        "cost_usd": round(cost, 6),
+    }
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:

@@ -131,6 +131,9 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     if view.cluster.status != "up" or len(running) < sizes[-1]:
         raise NotFoundError(f"cluster {name} is {view.cluster.status} with {len(running)} trainer nodes running; "
                             f"profiling up to {sizes[-1]} needs them running")  # fmt: skip
+    if not any(n.state == "running" and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
+        raise NotFoundError(f"cluster {name} has no on-demand node running (anchor or holder): its jobs, the "
+                            "profile's too, launch from there")  # fmt: skip
     _no_running_job(name, request.python)
     return ProfileTarget(
         cluster=name,

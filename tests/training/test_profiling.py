@@ -3,6 +3,8 @@ refused before anything runs (one line, exit >= 2). The sandbox run is in tests/
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from conftest import REPO, run_cli
@@ -128,3 +130,18 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
     job.write_text("dataset: {kind: synthetic}\nsteps: 10\nmodle: {name: resnet18}\n")
     result = run_cli("profile", str(job), "--cluster", "nope")
     assert (result.returncode, result.stderr) == (2, f"deepvm: error: {job}:3: modle: unknown field\n")
+
+
+def test_json_output_holds_the_profile_as_written(tmp_path):
+    from deepvm_cli.profile_cmd import profile_json
+    from provisioning.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
+
+    setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,
+                         "2026-11-23T13:52:25+00:00")  # fmt: skip
+    profile = make_profile(setup, [Measured(1, (10.0,)), Measured(2, (18.0,)), Measured(3, (24.0,))])
+    save_profile(profile, tmp_path / "p.json")
+    doc = json.loads(json.dumps(profile_json(profile, tmp_path / "p.json", None, 131.94, 0.02358)))
+    assert doc["profile"] == json.loads((tmp_path / "p.json").read_text())
+    assert Profile.model_validate(doc["profile"]) == profile
+    assert (doc["saved_to"], doc["plot"], doc["wall_s"], doc["cost_usd"]) == (str(tmp_path / "p.json"), None, 131.9,
+                                                                              0.02358)
