@@ -56,7 +56,7 @@ def curves_lines(types: Sequence[str], planned: Sequence[str], catalog: Catalog,
     """Lines for the terminal: every profile, the curve of each other type in the plans, and a count of
     the remaining types (all on defaults)."""
     by_type = {used.profile.instance_type: used for used in profiles}
-    lines = [_profile_line(used) for used in profiles]
+    lines = [line for used in profiles for line in _profile_lines(used)]
     others = [name for name in dict.fromkeys(planned) if name not in by_type]
     lines += [f"{name}: {_SOURCE_LABEL[curve_source(catalog.types[name])]}" for name in others]
     rest = len([name for name in types if name not in by_type and name not in others])
@@ -65,15 +65,16 @@ def curves_lines(types: Sequence[str], planned: Sequence[str], catalog: Catalog,
     return lines
 
 
-def _profile_line(used: ProfileUsed) -> str:
+def _profile_lines(used: ProfileUsed) -> list[str]:
     profile = used.profile
     fit = profile.fit
     sizes = [s.nodes for s in profile.sizes]
-    return (
+    return [
         f"{profile.instance_type}: profile {used.path} ({profile.job.name}, {len(sizes)} sizes from 1 to "
-        f"{sizes[-1]} nodes, {profile.measured_at[:10]}): a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, "
-        f"c = {estimate_text(fit.c)}, RMSE {fit.rmse:.3f}; at most {profile.node_bound} nodes"
-    )
+        f"{sizes[-1]} nodes, {profile.measured_at[:10]})",
+        f"  a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, c = {estimate_text(fit.c)}, "
+        f"RMSE {fit.rmse:.3f}; at most {profile.node_bound} nodes",
+    ]
 
 
 def estimate_text(parameter: Parameter) -> str:

@@ -89,11 +89,11 @@ def test_human_output_names_the_profile_and_the_defaults(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     start = lines.index("Scaling curves")
-    assert re.match(rf"  g4dn.xlarge: profile {re.escape(str(path))} \(allreduce-heavy, 5 sizes from 1 to 16 "
-                    r"nodes, 2026-11-24\): a = [\d.]+ ± [\d.]+, b = .*, RMSE [\d.]+; at most 24 nodes$",
-                    lines[start + 1])  # fmt: skip
-    assert lines[start + 2].endswith(": the default curve") or lines[start + 2].endswith("(default)")
-    assert re.match(r"  \d+ other GPU types: defaults$", lines[start + 3])
+    assert lines[start + 1] == f"  g4dn.xlarge: profile {path} (allreduce-heavy, 5 sizes from 1 to 16 nodes, " \
+                               "2026-11-24)"
+    assert re.match(r"    a = [\d.]+ ± [\d.]+, b = .*, RMSE [\d.]+; at most 24 nodes$", lines[start + 2])
+    assert lines[start + 3].endswith(": the default curve") or lines[start + 3].endswith("(default)")
+    assert re.match(r"  \d+ other GPU types: defaults$", lines[start + 4])
 
 
 def test_plan_imports_no_numerics_with_or_without_a_profile(tmp_path):
