@@ -41,6 +41,7 @@ def plan(
     profile_files: list[Path] = typer.Option(
         None,
         "--profile",
+        metavar="FILE",
         help="A profile from `deepvm profile`: its fitted curve replaces its instance type's in every objective, "
         "up to 1.5x the most nodes it measured (repeat for other types).",
     ),
