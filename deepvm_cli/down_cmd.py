@@ -63,13 +63,12 @@ def _stop_running_jobs(cluster: Cluster, cancel_jobs: bool) -> None:
     that cannot be asked (it died, or the job never started) holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.jobstore import JobStatus
-    from training.managed.client import cancel, follow, head_of, jobs_on
+    from training.managed.client import cancel, follow, head_of, running_jobs
 
     name = cluster.name
     try:
         head = head_of(cluster, default_python(cluster))
-        running = [s for s in jobs_on(head) if s.status is JobStatus.RUNNING and s.controller_alive]
+        running = running_jobs(head)
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
         return

@@ -20,6 +20,9 @@ class TypeFacts:
     gpus: int  # of one node; 0 for a CPU node (or when unknown)
 
 
+UNKNOWN = TypeFacts(0.0, 0)  # a type the plan does not have (no node of a cluster is of one)
+
+
 def type_facts(plan: Plan) -> dict[str, TypeFacts]:
     """{instance type: its facts} for every type of the plan."""
     return {g.instance_type: _facts(g) for g in plan.nodes}
@@ -37,4 +40,4 @@ def _facts(group: NodeGroup) -> TypeFacts:
     from provisioning.snapshot import load_snapshot  # a plan of an earlier version
 
     known = load_snapshot().types.get(group.instance_type)
-    return TypeFacts(known.flops, known.gpu_count) if known else TypeFacts(0.0, 0)
+    return TypeFacts(known.flops, known.gpu_count) if known else UNKNOWN

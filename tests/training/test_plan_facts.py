@@ -16,7 +16,7 @@ from provisioning.planner.plan import NodeGroup, Role
 from provisioning.snapshot import load_snapshot
 from tests.cloud.plans import make_plan
 from tests.conftest import run_cli
-from training.plan_facts import TypeFacts, planned_trainer_ranks, type_facts
+from training.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
 
 GPU_TYPE = "g9x.4xlarge"  # a type of the user's own catalog: the built-in snapshot has never heard of it
 
@@ -91,4 +91,4 @@ def test_a_plan_recorded_before_plans_stated_gpus_asks_the_built_in_snapshot():
     assert type_facts(old)["g4dn.xlarge"] == TypeFacts(known.flops, known.gpu_count)
     assert planned_trainer_ranks(old) == 3 * known.gpu_count
     unknown = NodeGroup(GPU_TYPE, Market.SPOT, 2, Role.TRAINER, 0.6)
-    assert type_facts(replace(old, nodes=(unknown,)))[GPU_TYPE] == TypeFacts(0.0, 0)
+    assert type_facts(replace(old, nodes=(unknown,)))[GPU_TYPE] == UNKNOWN

@@ -85,7 +85,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
     head = head_of(cluster, request.python)
-    busy = [j for j in jobs_on(head) if j.status is JobStatus.RUNNING and j.controller_alive]
+    busy = running_jobs(head)
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
                          f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
@@ -238,6 +238,11 @@ def jobs_on(head: Head) -> list[JobSummary]:
     summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
+
+
+def running_jobs(head: Head) -> list[JobSummary]:
+    """The head's jobs whose controller runs now."""
+    return [s for s in jobs_on(head) if s.status is JobStatus.RUNNING and s.controller_alive]
 
 
 def _remember(summaries: list[JobSummary]) -> None:
