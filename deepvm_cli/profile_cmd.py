@@ -46,13 +46,14 @@ def profile_command(
 
     from deepvm_cli.jobs_cmd import default_python
     from deepvm_cli.train_cmd import live_reporter, plain_reporter
+    from provisioning.cloud.cluster import Cluster
     from provisioning.profile import ProfileSetup, make_profile, save_profile
     from training.profiling import ProfileRequest, measure, profile_target
 
     request = ProfileRequest(
         job_path=job,
         cluster=cluster,
-        python=python or default_python(cluster),
+        python=python or default_python(Cluster.find(cluster)),
         sizes=_sizes(sizes),
         steps=steps,
         warmup=warmup,
