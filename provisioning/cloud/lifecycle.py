@@ -30,6 +30,7 @@ from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
@@ -193,8 +194,6 @@ def _launch(
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
         internal_public_key=keys.internal_public,
-        host_key_private=keys.host_key_private,
-        host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
         instance_profile=request.instance_profile,
     )
@@ -240,8 +239,8 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in nodes])
-        if request.wait_ssh:
+        if request.wait_ssh:  # else the first command that needs the nodes pins them (ssh_endpoints)
+            pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
                 _endpoints(keys, nodes),
                 request.timeout_s,
@@ -343,9 +342,8 @@ def add_nodes(
             added = [private_only(n) for n in added]
         store.put_nodes(name, added)
         store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
-        keys = ensure_cluster_keys(name)
         running = [n for n in store.nodes(name) if n.state == _RUNNING]
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
+        keys = pin_nodes(ctx, name, running, timeout_s, lambda n, t: report.count("host keys pinned", n, t))
         wait_reachable(
             _endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t)
         )
@@ -421,7 +419,12 @@ def ssh_endpoints(name: str) -> list[SshEndpoint]:
     if row is None or row.status != "up":
         raise NotFoundError(f"no running cluster named {name!r}; start one with `deepvm up --name {name}`")
     nodes = [n for n in store.nodes(name) if n.state == _RUNNING]
-    return _endpoints(ensure_cluster_keys(name), nodes)
+    keys = ensure_cluster_keys(name)
+    if write_known_hosts(keys, nodes):  # nodes with no pinned host key: take those their consoles show now
+        ctx = target_for(row.cloud).context(row.region, start=False)
+        if ctx is not None:
+            pin_nodes(ctx, name, nodes, timeout_s=None)
+    return _endpoints(keys, nodes)
 
 
 def _view(store: Store, row: ClusterRow, refresh: bool) -> ClusterView:
@@ -469,7 +472,7 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
     if adopted:
         store.put_nodes(row.name, adopted)
         running = [n for n in store.nodes(row.name) if n.state == _RUNNING]  # pin their host keys here too
-        write_known_hosts(ensure_cluster_keys(row.name), [(n.address or "", n.ssh_port) for n in running])
+        write_known_hosts(ensure_cluster_keys(row.name), running)
     return True
 
 

@@ -76,22 +76,24 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert [p["GroupId"] for p in inner[0]["UserIdGroupPairs"]] == [group[0]["GroupId"]]
     assert len(rules) == 2
 
-    # launch template: IMDSv2 required, pinned host key in the user-data, no private login key
+    # launch template: IMDSv2 required and one hop away (no container reaches it), public keys only in the
+    # user-data, each node asked to make its own host key
     data = ec2.describe_launch_template_versions(LaunchTemplateName="deepvm-c1")["LaunchTemplateVersions"][0][
         "LaunchTemplateData"
     ]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     from provisioning.cloud.userdata import parse_user_data
 
     boot = parse_user_data(data["UserData"])
-    host_pub = (isolated_env / "clusters" / "c1" / "ssh_host_ed25519_key").read_text()
-    assert boot.host_key_private == host_pub
     keys = ensure_cluster_keys("c1")
     assert boot.authorized_keys == (keys.login_public, keys.internal_public)  # the head reaches every node
+    user_data = base64.b64decode(data["UserData"]).decode()
+    assert "PRIVATE KEY" not in user_data and "ssh_keys" not in user_data
+    assert "ssh_genkeytypes:\n- ed25519" in user_data and "ssh_deletekeys: true" in user_data
     internal_private = keys.internal_key_path.read_text().splitlines()[4]  # a line of its secret part
-    assert internal_private not in base64.b64decode(data["UserData"]).decode()
-    known = (isolated_env / "clusters" / "c1" / "known_hosts").read_text().splitlines()
-    assert len(known) == 4 and all(line.split()[1] == "ssh-ed25519" for line in known)
+    assert internal_private not in user_data
+    assert sorted(p.name for p in (isolated_env / "clusters" / "c1").iterdir()) == ["id_ed25519", "internal_ed25519"]
 
     down = run_cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr

@@ -1,12 +1,13 @@
 """The controller's cloud rights: an IAM role and instance profile for the cluster's head node, and only it.
 
 The job's controller runs on the head node (`provisioning.cloud.head.head_node`) and must, with no copied
-credentials, describe the cluster's instances, buy replacements from the cluster's launch template,
-terminate the cluster's instances and delete the fleets it made. `up` makes a role with exactly that
-policy, limited by the cluster tag, and an instance profile of the same name (`controller_name`), and
-associates the profile with the head once it runs — never through the launch template, so trainers get no
-EC2 rights. A user who may not create IAM roles names an existing profile instead (`--controller-profile`);
-deepvm then creates nothing here and deletes nothing at `down`.
+credentials, describe the cluster's instances, buy replacements from the cluster's launch template, read
+their console output (where each prints its SSH host key), terminate the cluster's instances and delete the
+fleets it made. `up` makes a role with exactly that policy, limited by the cluster tag, and an instance
+profile of the same name (`controller_name`), and associates the profile with the head once it runs — never
+through the launch template, so trainers get no EC2 rights. A user who may not create IAM roles names an
+existing profile instead (`--controller-profile`); deepvm then creates nothing here and deletes nothing at
+`down`.
 
 S3 is not in the policy yet: DeepCheck's L3 mirroring of the job's logs and state from the head is a later
 addition (a statement limited to the job's bucket prefix).
@@ -110,6 +111,14 @@ def controller_policy(cluster: str, region: str, node_role_arn: str | None = Non
             "Sid": "TerminateClusterInstances",
             "Effect": "Allow",
             "Action": "ec2:TerminateInstances",
+            "Resource": f"{arn}:instance/*",
+            "Condition": owned,
+        },
+        {
+            # a replacement's host key is learnt from its console output (provisioning/cloud/pinning.py)
+            "Sid": "ReadClusterConsoles",
+            "Effect": "Allow",
+            "Action": "ec2:GetConsoleOutput",
             "Resource": f"{arn}:instance/*",
             "Condition": owned,
         },
