@@ -7,6 +7,7 @@ reaches the user, and the store says so.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -254,7 +255,7 @@ def _launch(
                 store, name, target, [plan.region], resources, report, final_status="failed", reason=str(exc)
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
-            raise CloudError(f"{exc}; cleaning up failed too ({cleanup}); run `deepvm down {name}`") from exc
+            raise CloudError(f"{exc}; cleaning up after it failed too: {cleanup}") from exc
         raise
     row = store.cluster(name)
     assert row is not None
@@ -539,14 +540,22 @@ def _destroy(
     if recorded:
         store.set_status(name, "terminating", "tearing down")
     deleted: list[str] = []
+    incomplete: list[CloudError] = []
     for region in regions:
         ctx = target.context(region, start=False)
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
-        instance_ids = {i.instance_id for i in query_instances(ctx, name)}
-        instance_ids |= {n.instance_id for n in store.nodes(name)}
-        deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        instance_ids = {n.instance_id for n in store.nodes(name)}
+        with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
+            instance_ids |= {i.instance_id for i in query_instances(ctx, name)}
+        try:
+            deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
+            incomplete.append(exc)
+            continue
         target.after_terminate(sorted(instance_ids))
+    if incomplete:
+        raise incomplete[0] if len(incomplete) == 1 else CloudError("\n".join(map(str, incomplete)))
     if recorded:
         store.close_costs(name)
         store.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")

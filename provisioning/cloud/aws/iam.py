@@ -26,11 +26,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, error_code
-from provisioning.cloud.names import CLUSTER_TAG, cluster_tags, controller_name
+from provisioning.cloud.aws.leftover import Leftover
+from provisioning.cloud.names import CLUSTER_TAG, CONTROLLER_POLICY, cluster_tags, controller_name
 from provisioning.cloud.types import ControllerAccess
 from provisioning.errors import CloudError
 
-POLICY_NAME = "deepvm-controller"
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
 README_SECTION = 'README §"The head node\'s cloud rights"'
 _PROPAGATION_S = 60.0  # IAM is eventually consistent: EC2 may not know a new profile for a few seconds
@@ -178,7 +178,7 @@ def ensure_controller(
                 )
         iam.put_role_policy(
             RoleName=name,
-            PolicyName=POLICY_NAME,
+            PolicyName=CONTROLLER_POLICY,
             PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role)),
         )
         roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
@@ -261,16 +261,16 @@ def delete_controller(ctx: AwsContext, cluster: str, known: ControllerAccess = C
     return deleted
 
 
-def controller_leftovers(ctx: AwsContext, cluster: str) -> list[str]:
+def controller_leftovers(ctx: AwsContext, cluster: str) -> list[Leftover]:
     """The cluster's controller role and profile, if they still exist ([] when IAM may not be read)."""
     name = controller_name(cluster)
     iam = ctx.client("iam")
     try:
         found = []
         if _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]):
-            found.append(f"IAM instance profile {name}")
+            found.append(Leftover("IAM instance profile", name))
         if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]):
-            found.append(f"IAM role {name}")
+            found.append(Leftover("IAM role", name))
     except ClientError as exc:
         if error_code(exc) in DENIED:
             return []
