@@ -52,7 +52,7 @@ def _bind(source_fd: int, target: str, read_only: bool = False) -> None:
         _mount("none", target, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
 
 
-def runtime_paths() -> list[str]:
+def _runtime_paths() -> list[str]:
     """The deepvm checkout and the Python environment it runs on (the venv and its base installation),
     outermost first: what the host needs to see, and must not change."""
     checkout = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def main(root: Path) -> int:
     console_fd = os.open(root / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     mounts = {"etc_ssh": "/etc/ssh", "passwd": "/etc/passwd", "home": "/home", "tmp": "/tmp"}
     sources = {name: os.open(root / name, os.O_PATH) for name in mounts}
-    runtime = {path: os.open(path, os.O_PATH) for path in runtime_paths()}
+    runtime = {path: os.open(path, os.O_PATH) for path in _runtime_paths()}
     log = open(root / "sshd.log", "ab")  # noqa: SIM115 - lives as long as this process
     for name, target in mounts.items():
         _bind(sources[name], target)
