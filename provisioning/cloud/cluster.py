@@ -25,6 +25,7 @@ from provisioning.cloud.aws.instances import describe
 from provisioning.cloud.aws.provider import add_instances, query_instances, wait_instances
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
@@ -162,8 +163,14 @@ class Cluster:
         return self._store.nodes(self.name)
 
     def endpoints(self) -> list[SshEndpoint]:
-        """How to log in to each running node."""
-        return endpoints(self.keys, [n for n in self.nodes() if n.state == RUNNING])
+        """How to log in to each running node. Nodes with no pinned host key yet (bought by the head, or
+        left unpinned by `up --no-wait`) get the keys their consoles show now (provisioning.cloud.pinning)."""
+        running = self._running()
+        if write_known_hosts(self.keys, running):
+            ctx = self.target.context(self._row.region, start=False)
+            if ctx is not None:
+                pin_nodes(ctx, self.name, running, timeout_s=None)
+        return endpoints(self.keys, running)
 
     def cost_so_far(self) -> float:
         return self._store.cost_so_far(self.name)
@@ -222,7 +229,7 @@ class Cluster:
         adopted = adopt(row, [i for i in tagged if i.instance_id not in known], self.target.ssh_port)
         if adopted:
             self._store.put_nodes(self.name, adopted)
-            self._pin_running()  # their host keys are pinned here too
+            write_known_hosts(self.keys, self._running())  # with their host keys, once pinned
         return True
 
     # changes while it runs
@@ -257,8 +264,9 @@ class Cluster:
                 added = [private_only(n) for n in added]
             self._store.put_nodes(self.name, added)
             self.event("replacement", f"added {', '.join(n.instance_id for n in added)}")
-            self._pin_running()
-            wait_reachable(endpoints(self.keys, added), timeout_s,
+            keys = pin_nodes(ctx, self.name, self._running(), timeout_s,
+                             lambda n, t: report.count("host keys pinned", n, t))  # fmt: skip
+            wait_reachable(endpoints(keys, added), timeout_s,
                            lambda n, t: report.count("reachable over SSH", n, t))  # fmt: skip
             return added
 
@@ -293,9 +301,8 @@ class Cluster:
         self.event("interrupt", message)
         return message
 
-    def _pin_running(self) -> None:
-        running = [n for n in self.nodes() if n.state == RUNNING]
-        write_known_hosts(self.keys, [(n.address or "", n.ssh_port) for n in running])
+    def _running(self) -> list[NodeRecord]:
+        return [n for n in self.nodes() if n.state == RUNNING]
 
 
 def running_clusters() -> list[str]:

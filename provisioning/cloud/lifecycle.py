@@ -9,6 +9,7 @@ reaches the user, and the store says so.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 
@@ -33,8 +34,9 @@ from provisioning.cloud.cluster import (
     target_for,
 )
 from provisioning.cloud.head import head_node
-from provisioning.cloud.keys import ensure_cluster_keys, forget_cluster_keys, write_known_hosts
+from provisioning.cloud.keys import ensure_cluster_keys, forget_cluster_keys
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import CloudTarget, resolve_target
@@ -139,8 +141,6 @@ def _launch(
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
         internal_public_key=keys.internal_public,
-        host_key_private=keys.host_key_private,
-        host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
         instance_profile=request.instance_profile,
     )
@@ -186,8 +186,8 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in nodes])
-        if request.wait_ssh:
+        if request.wait_ssh:  # else the first command that needs the nodes pins them (ssh_endpoints)
+            pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
                 endpoints(keys, nodes),
                 request.timeout_s,
@@ -202,7 +202,7 @@ def _launch(
                 reason=str(exc),
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
-            raise CloudError(f"{exc}; cleaning up failed too ({cleanup}); run `deepvm down {name}`") from exc
+            raise CloudError(f"{exc}; cleaning up after it failed too: {cleanup}") from exc
         raise
     row = store.cluster(name)
     assert row is not None
@@ -289,14 +289,22 @@ def _destroy(
     if record is not None:
         record.set_status(name, ClusterStatus.TERMINATING, "tearing down")
     deleted: list[str] = []
+    incomplete: list[CloudError] = []
     for region in regions:
         ctx = target.context(region, start=False)
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
-        instance_ids = {i.instance_id for i in query_instances(ctx, name)}
-        instance_ids |= {n.instance_id for n in record.nodes(name)} if record is not None else set()
-        deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        instance_ids = {n.instance_id for n in record.nodes(name)} if record is not None else set()
+        with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
+            instance_ids |= {i.instance_id for i in query_instances(ctx, name)}
+        try:
+            deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
+            incomplete.append(exc)
+            continue
         target.after_terminate(sorted(instance_ids))
+    if incomplete:
+        raise incomplete[0] if len(incomplete) == 1 else CloudError("\n".join(map(str, incomplete)))
     if record is not None:
         record.close_costs(name)
         record.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
