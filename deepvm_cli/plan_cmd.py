@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from pathlib import Path
 
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import MAX_PRICE, at_least, positive, region_list
 from provisioning.errors import InputError
+from provisioning.planner.plan_document import MAX_PLANS
+
+MAX_HOURS = 100_000.0  # --deadline: eleven years
+MAX_WORK_PFLOP = 1e12  # --work: a thousand times the largest published training run
+MAX_CHECKPOINT_GIB = 100_000.0  # --checkpoint-size
+MAX_BUFFER_SLOTS = 64
+MAX_NODES = 4096  # --node-limit: the planner's own bound on nodes of one type (planner/options.py)
 
 
 class ObjectiveChoice(str, Enum):
@@ -19,17 +26,31 @@ class ObjectiveChoice(str, Enum):
 
 
 def plan(
-    max_price: float = typer.Option(None, "--max-price", help="Price cap for the cluster, USD per hour."),
-    region: str = typer.Option(None, "--region", help="Region, comma-separated regions, or 'all'."),
+    max_price: float = typer.Option(
+        None, "--max-price", callback=positive(MAX_PRICE), help="Price cap for the cluster, USD per hour."
+    ),
+    region: str = typer.Option(
+        None, "--region", callback=region_list, help="Region, comma-separated regions, or 'all'."
+    ),
     catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS)."),
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
-    deadline: float = typer.Option(None, "--deadline", help="Hours: the cheapest plan that finishes --work."),
-    work: float = typer.Option(None, "--work", help="Training work in PFLOP (with --deadline)."),
-    checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
-    buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
-    node_limit: int = typer.Option(None, "--node-limit", help="N nodes per type and market, not quotas."),
+    deadline: float = typer.Option(
+        None, "--deadline", callback=positive(MAX_HOURS), help="Hours: the cheapest plan that finishes --work."
+    ),
+    work: float = typer.Option(
+        None, "--work", callback=positive(MAX_WORK_PFLOP), help="Training work in PFLOP (with --deadline)."
+    ),
+    checkpoint_size: float = typer.Option(
+        0.5, "--checkpoint-size", callback=at_least(0, MAX_CHECKPOINT_GIB), help="One checkpoint, GiB."
+    ),
+    buffer_slots: int = typer.Option(
+        2, "--buffer-slots", callback=positive(MAX_BUFFER_SLOTS), help="Checkpoints the holders keep in RAM."
+    ),
+    node_limit: int = typer.Option(
+        None, "--node-limit", callback=positive(MAX_NODES), help="N nodes per type and market, not quotas."
+    ),
     mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
-    top: int = typer.Option(3, "--top", help="How many ranked plans to show."),
+    top: int = typer.Option(3, "--top", callback=positive(MAX_PLANS), help="How many ranked plans to show."),
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
     refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -42,13 +63,13 @@ def plan(
     request = PlanRequest(
         max_price=_check_price(max_price, deadline),
         objective=Objective(objective.value),
-        checkpoint_size_gib=_positive("--checkpoint-size", checkpoint_size, allow_zero=True),
-        buffer_slots=int(_positive("--buffer-slots", buffer_slots)),
-        node_limit=None if node_limit is None else int(_positive("--node-limit", node_limit)),
+        checkpoint_size_gib=checkpoint_size,
+        buffer_slots=buffer_slots,
+        node_limit=node_limit,
         mix=mix,
-        deadline_hours=None if deadline is None else _positive("--deadline", deadline),
+        deadline_hours=deadline,
         work_pflop=_work(work, deadline),
-        top=int(_positive("--top", top)),
+        top=top,
         regions=_regions(region),
     )
     catalog = resolve_catalog(
@@ -76,29 +97,19 @@ def _check_price(max_price: float | None, deadline: float | None) -> float | Non
         if deadline is None:
             raise InputError("--max-price is required (USD per hour for the cluster), e.g. --max-price 12")
         return None  # a deadline alone: the cheapest plan that finishes in time, at any hourly price
-    return _positive("--max-price", max_price)
-
-
-def _positive(flag: str, value: float, allow_zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise InputError(f"{flag} must be {kind} number, got {value:g}")
-    return value
+    return max_price
 
 
 def _work(work: float | None, deadline: float | None) -> float | None:
     if (work is None) != (deadline is None):
         raise InputError("--deadline and --work go together: the cheapest plan finishing WORK PFLOP in time")
-    return None if work is None else _positive("--work", work)
+    return work
 
 
 def _regions(region: str | None) -> tuple[str, ...] | None:
     if region is None:
         return None
-    names = tuple(r.strip() for r in region.split(",") if r.strip())
-    if not names:
-        raise InputError("--region needs a region name, a comma-separated list, or 'all'")
-    return names
+    return tuple(r.strip() for r in region.split(",") if r.strip())
 
 
 def register(app: typer.Typer) -> None:
