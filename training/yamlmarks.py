@@ -57,8 +57,9 @@ def read_yaml(path: Path, what: str, limit_bytes: int) -> YamlDocument:
     """Parse ``path`` once into data and nodes; any problem with the file or its YAML is one InputError
     line, with the line number where there is one. `what` names the file in errors ("job file")."""
     text = read_user_file(path, what, limit_bytes)
-    loader = _BoundedLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)  # refuses NUL and other characters YAML does not allow, at once
         root = loader.get_single_node()
         if root is not None:
             _check_expansion(root)
@@ -73,7 +74,8 @@ def read_yaml(path: Path, what: str, limit_bytes: int) -> YamlDocument:
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return YamlDocument(path=path, data=data, root=root, duplicate_keys=_duplicate_keys(root))
 
 
