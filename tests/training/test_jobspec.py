@@ -327,8 +327,9 @@ def test_a_file_that_is_not_a_job_file(tmp_path):
     with open(big, "wb") as handle:
         handle.truncate(60 * 1024 * 1024)
     assert error_of(big) == f"job file {big} is larger than 256 KiB; refusing to read it"
-    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
-    assert error_of(tmp_path / "latin1.yaml") == f"{tmp_path / 'latin1.yaml'} is not UTF-8 text (byte 9); a job file must be"
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"name: caf\xe9\n")
+    assert error_of(latin1) == f"{latin1} is not UTF-8 text (byte 9); a job file must be"
 
 
 def test_a_missing_job_file_suggests_the_one_meant(tmp_path, monkeypatch):
