@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -119,36 +120,27 @@ def test_a_mutated_catalog_is_accepted_or_refused_in_one_clean_line(data):
 # plan and catalog files, as text
 
 
+def _plan_text() -> str:
+    return json.dumps(plan_document(), indent=1)
+
+
+def _catalog_text() -> str:
+    return json.dumps({**own_catalog(), "types": own_catalog()["types"][:4]}, indent=1)
+
+
+@pytest.mark.parametrize(("valid", "load"), [(_plan_text, load_plans), (_catalog_text, load_catalog_file)],
+                         ids=["plan-file", "catalog-file"])
 @_FAST
-@given(st.data())
-def test_any_json_or_edited_plan_text_as_a_plan_file_is_accepted_or_one_line(tmp_path, data):
-    text = data.draw(st.one_of(_json.map(json.dumps), st.just(json.dumps(plan_document(), indent=1)).map(
-        lambda valid: _edited(data, valid))))
-    path = tmp_path / "plan.json"
+@given(data=st.data())
+def test_any_json_or_an_edited_valid_file_is_accepted_or_one_line(tmp_path, valid, load, data):
+    text = data.draw(st.one_of(_json.map(json.dumps), st.just(valid()).map(lambda v: _edited(data, v))))
+    path = tmp_path / "input.json"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
     try:
-        loaded = load_plans(path)
+        assert load(path)
     except InputError as exc:
         _clean(str(exc))
         assert str(path) in str(exc)
-        return
-    assert loaded.plans
-
-
-@_FAST
-@given(st.data())
-def test_any_json_or_edited_catalog_text_as_a_catalog_file_is_accepted_or_one_line(tmp_path, data):
-    valid = json.dumps({**own_catalog(), "types": own_catalog()["types"][:4]}, indent=1)
-    text = data.draw(st.one_of(_json.map(json.dumps), st.just(valid).map(lambda v: _edited(data, v))))
-    path = tmp_path / "catalog.json"
-    path.write_bytes(text.encode("utf-8", "surrogatepass"))
-    try:
-        catalog = load_catalog_file(path)
-    except InputError as exc:
-        _clean(str(exc))
-        assert str(path) in str(exc)
-        return
-    assert catalog.gpu_types()
 
 
 # job specs

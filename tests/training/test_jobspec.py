@@ -7,28 +7,24 @@ from pathlib import Path
 import pytest
 
 from provisioning.errors import InputError, InputErrors
+from tests.documents import JOB as GOOD
 from training.jobspec import Cifar10Data, JobSpec, SyntheticData, load_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
-GOOD = """\
-name: t
-seed: 3
-model:
-  name: resnet34
-  num_classes: 10
-dataset:
-  kind: synthetic
-  samples: 64
-steps: 5
-batch_size: 8
-"""
 
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(text)
     return path
+
+
+def errors_of(path: Path) -> tuple[str, ...]:
+    """The lines a job file with several mistakes is refused with."""
+    with pytest.raises(InputErrors) as info:
+        load_job_spec(path)
+    return info.value.lines
 
 
 def error_of(path: Path) -> str:
@@ -241,9 +237,7 @@ def test_run_counts_steps_not_epochs(tmp_path):
 def test_several_errors_are_all_reported_each_with_its_line_and_a_suggestion(tmp_path):
     text = GOOD.replace("steps: 5", "step: 5").replace("batch_size: 8", "batch_size: x") + "optimizer: {lr: .nan}\n"
     path = write(tmp_path, text.replace("  samples: 64", "  sample: 64"))
-    with pytest.raises(InputErrors) as info:
-        load_job_spec(path)
-    assert info.value.lines == (
+    assert errors_of(path) == (
         f"{path}:8: dataset.sample: unknown field; did you mean samples?",
         f"{path}:9: step: unknown field; did you mean steps?",
         f"{path}:10: batch_size: expected an integer, got 'x'",
@@ -289,9 +283,7 @@ def test_the_job_name_is_a_directory_name(tmp_path, name, ok):
 
 def test_a_duplicate_key_and_its_mistakes_are_all_reported(tmp_path):
     path = write(tmp_path, GOOD.replace("batch_size: 8", "batch_size: 8\nbatch_size: 100000000000000000000"))
-    with pytest.raises(InputErrors) as info:
-        load_job_spec(path)
-    assert info.value.lines == (
+    assert errors_of(path) == (
         f"{path}:11: batch_size: duplicate key (first given at line 10)",
         f"{path}:11: batch_size: must be at most 65536, got 100000000000000000000",
     )
