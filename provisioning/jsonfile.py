@@ -3,8 +3,9 @@ crash a command.
 
 The file is read by provisioning/inputfile.py (regular files only, within a size limit, UTF-8). Then at
 most MAX_DEPTH levels of nesting: Python's json raises RecursionError on documents nested a thousand
-deep, and every validator after it walks the document recursively. Every problem is one InputError line
-naming the file.
+deep, and every validator after it walks the document recursively. A key given twice in one object is
+refused: Python keeps the last silently, so `"count": 1, ..., "count": 1000` would launch a thousand
+nodes while a reader of the file sees one. Every problem is one InputError line naming the file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     """The parsed document of `path`; `what` names it in errors ("plan file", "catalog file")."""
     text = read_user_file(path, what, max_bytes)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object)
+    except _DuplicateKey as exc:
+        raise InputError(f"{path}: the key {exc.key!r} is given twice in one object") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
@@ -29,6 +32,21 @@ def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     if _depth(data) > MAX_DEPTH:
         raise InputError(f"{path}: JSON nested more than {MAX_DEPTH} levels deep")
     return data
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _DuplicateKey(key)
+        document[key] = value
+    return document
 
 
 def _depth(data: Any) -> int:

@@ -163,6 +163,9 @@ ROWS += [
     Row("plan-nested-hundreds-deep", up_with(_deep(200)), "{d}/plan.json: JSON nested more than 32 levels deep"),
     Row("plan-not-json", up_with("{plans: 1}"), "{d}/plan.json is not valid JSON"),
     Row("plan-empty", up_with(""), "{d}/plan.json is not valid JSON"),
+    Row("plan-duplicate-key",
+        lambda d: up_with(json.dumps(plan_document()).replace('"count": 3,', '"count": 3, "count": 300,', 1))(d),
+        "{d}/plan.json: the key 'count' is given twice in one object"),
     Row("plan-count-1e9-as-float", _mutated_plan(set_at(f"{NODE}.count", 1e9)), f"{{d}}/plan.json: {COUNT}: ",
         "got 1000000000.0"),
 ]
@@ -208,6 +211,8 @@ ROWS += [
 ]
 ROWS += [
     Row("catalog-list-at-top", plan_with("[]"), "{d}/catalog.json is not a catalog"),
+    Row("catalog-duplicate-key", plan_with('{"instances": [], "instances": []}'),
+        "{d}/catalog.json: the key 'instances' is given twice in one object"),
     Row("catalog-nested-thousands-deep", plan_with(_deep(3000, "types")),
         "{d}/catalog.json: JSON nested more than 32 levels deep"),
     Row("catalog-vcpus-Infinity-literal",
