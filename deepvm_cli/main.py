@@ -9,15 +9,47 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
-from provisioning.errors import DeepvmError
+from provisioning.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",
     help="Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
-    add_completion=False,
 )
+
+
+def _flags_without_type() -> None:
+    """typer 0.29 prints `<bool>` after every flag in help (`--help` included), which reads as a value the
+    user must type; a flag takes none, so its type column stays empty."""
+    from typer.core import TyperOption
+
+    show_type = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda option, ctx: None if option.is_flag else show_type(option, ctx)
+
+
+_flags_without_type()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("deepvm")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"deepvm {number}")
+        raise Exit(0)
+
+
+@app.callback()
+def _root(
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print deepvm's version and exit."
+    ),
+) -> None:
+    """Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters."""
 
 
 def _register_commands() -> None:
@@ -54,6 +86,9 @@ def main(args: list[str]) -> int:
     debug = bool(os.environ.get("DEEPVM_DEBUG"))
     try:
         result = app(args=args or ["--help"], standalone_mode=False)
+    except StoppedByUser as exc:
+        console.plain(f"deepvm: {exc}")
+        return exc.exit_code
     except DeepvmError as exc:
         if debug:
             raise

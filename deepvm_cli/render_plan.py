@@ -9,10 +9,14 @@ from rich.table import Table
 
 from deepvm_cli import console
 from provisioning.catalog import Catalog
-from provisioning.planner import Architecture, Objective, Plan, PlanResult
+from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
 
 RANKING_ROWS = 10
-_BASELINE_LABEL = {"cost_first": "cost-1st", "performance_first": "perf-1st", "deepvm_no_scaling": "K=1"}
+_BASELINE_LABEL = {"cost_first": "cost", "performance_first": "speed", "deepvm_no_scaling": "linear"}
+_BASELINE_MEANING = (
+    "baselines: cost = the GPU type that buys the most nodes under the cap; speed = the GPU type with the "
+    "most FLOPS; linear = DeepVM's objective without its scaling factor K(n)"
+)
 
 _OBJECTIVE_LABEL = {
     Objective.DEEPVM: "Z (FLOPP x n x K(n))",
@@ -52,6 +56,7 @@ def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> Non
     if result.baselines:
         found = {_BASELINE_LABEL[name]: p for name, p in result.baselines.items() if p}
         out.print(_plans_table("The paper's baselines", list(found.values()), names=list(found)))
+        console.info(_BASELINE_MEANING)
     for note in sorted({n for p in result.plans for n in p.notes}):
         console.info(f"note: {note}")
     console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
@@ -83,20 +88,33 @@ def _architecture_table(result: PlanResult) -> Table:
         if plan is None:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
-            table.add_row(arch.value, plan.summary(), f"{plan.price_per_hour:.4f}",
+            table.add_row(arch.value, _node_lines(plan), f"{plan.price_per_hour:.4f}",
                           f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
     return table
 
 
 def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) -> Table:
+    """One row per plan, readable at 80 columns: architecture and AZ share a cell, each node group gets a
+    line of its own, and numbers are never cut (the text columns wrap instead)."""
     table = Table(title=title)
-    for column in ("#", "architecture", "nodes", "AZ", "$/h", "eff. TFLOPS", "objective"):
-        table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
+    table.add_column("#", no_wrap=True)
+    table.add_column("shape / AZ", overflow="fold")
+    table.add_column("nodes", overflow="fold")
+    for column in ("$/h", "eff. TFLOPS", "objective"):
+        table.add_column(column, justify="right", no_wrap=True)
     for i, plan in enumerate(plans):
-        table.add_row(names[i] if names else str(i + 1), plan.architecture.value, plan.summary(),
-                      plan.availability_zone, f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
+        table.add_row(names[i] if names else str(i + 1), f"{plan.architecture.value}\n{plan.availability_zone}",
+                      _node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
                       _number(plan.objective_value))
     return table
+
+
+def _node_lines(plan: Plan) -> str:
+    """e.g. "76 g4dn.xlarge spot" and "1 c5n.xlarge on-demand holder", one group per line."""
+    return "\n".join(
+        f"{g.count} {g.instance_type} {g.market.value}" + ("" if g.role is Role.TRAINER else f" {g.role.value}")
+        for g in plan.nodes
+    )
 
 
 def _number(value: float) -> str:

@@ -16,6 +16,12 @@ class DeepvmError(Exception):
         return (str(self),)
 
 
+class StoppedByUser(DeepvmError):
+    """What the user asked for happened (Ctrl-C, `deepvm cancel`): said as a plain line, not as an error."""
+
+    exit_code = 130
+
+
 class InputError(DeepvmError):
     """Bad arguments, files or configuration."""
 

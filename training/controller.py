@@ -56,7 +56,7 @@ from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError, InputError
+from provisioning.errors import DeepvmError, InputError, StoppedByUser
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
 from provisioning.state import Store, utc_now
@@ -91,16 +91,14 @@ _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
 _MASTER_PORTS = (20000, 32767)
 
 
-class TrainingStopped(DeepvmError):
+class TrainingStopped(StoppedByUser):
     """The user stopped the job (Ctrl-C); it can be resumed."""
 
-    exit_code = 130
 
-
-class TrainingCancelled(DeepvmError):
+class TrainingCancelled(StoppedByUser):
     """`deepvm cancel` stopped the job; it is final (a cancelled job is not resumed by its supervisor)."""
 
-    exit_code = 0
+    exit_code = 0  # the job ended as its owner asked
 
 
 class TrainingFailed(DeepvmError):
@@ -224,10 +222,13 @@ class Controller:
                     "run without --resume to start it"
                 )
             job = unfinished[0]
-            self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
+            # a job the user stopped (Ctrl-C) continues as asked: that is no restart; a crash's resume is one
+            asked = job.status == "stopped"
+            reason = "user-resume" if asked else "controller-restart"
+            self.recovery.trouble(reason, (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
             return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
-                                         python=request.python, restarts=job.restarts + 1,
+                                         python=request.python, restarts=job.restarts + (0 if asked else 1),
                                          message="resumed"))  # fmt: skip
         if unfinished:
             self.report.note(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -327,6 +328,29 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
+
+
+def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cluster):
+    """Ctrl-C is the user's own stop: no `error:`, and the command it prints continues the job as is."""
+    env, job = cluster
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 8, seen)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    last = stderr.strip().splitlines()[-1]
+    assert proc.returncode == 130, "\n".join((seen + stderr.splitlines())[-30:])
+    assert last.startswith("deepvm: stopped at step") and "error" not in last, last
+    hint = re.search(r"`(deepvm train [^`]+)`", last)
+    assert hint, last
+    argv = shlex.split(hint[1])
+    assert argv[argv.index("--cluster") + 1] == "e2e" and "--resume" in argv
+    resumed = subprocess.run([sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"], cwd=REPO,
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    result = json.loads(resumed.stdout)
+    assert result["steps"] == STEPS and result["restarts"] == 0, result
+    assert result["recoveries"][0]["reason"] == "user-resume"
 
 
 @pytest.mark.soak
