@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from deepvm_cli import console
 from provisioning.catalog import Catalog
 from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
+
+if TYPE_CHECKING:  # loaded only by plan --interruptions
+    from provisioning.planner.interruptions import InterruptionReport
 
 RANKING_ROWS = 10
 _BASELINE_LABEL = {"cost_first": "cost", "performance_first": "speed", "deepvm_no_scaling": "linear"}
@@ -18,7 +21,7 @@ _BASELINE_MEANING = (
     "most FLOPS; linear = DeepVM's objective without its scaling factor K(n)"
 )
 
-_OBJECTIVE_LABEL = {
+OBJECTIVE_LABEL = {
     Objective.DEEPVM: "Z (FLOPP x n x K(n))",
     Objective.THROUGHPUT: "effective TFLOPS",
     Objective.COST: "USD per PFLOP",
@@ -42,7 +45,9 @@ def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[
     }
 
 
-def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> None:
+def render_plan_result(
+    result: PlanResult, catalog: Catalog, saved: Path, interruptions: InterruptionReport | None = None
+) -> None:
     out = console.out
     out.print(f"[bold]deepvm plan[/] — prices from {catalog.source}"
               + (f" as of {catalog.as_of}" if catalog.as_of else ""))
@@ -51,12 +56,16 @@ def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> Non
     best = result.plans[0]
     out.print(f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
               f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
-              f"{_OBJECTIVE_LABEL[best.objective]} = {_number(best.objective_value)}")
+              f"{OBJECTIVE_LABEL[best.objective]} = {number(best.objective_value)}")
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
     if result.baselines:
         found = {_BASELINE_LABEL[name]: p for name, p in result.baselines.items() if p}
         out.print(_plans_table("The paper's baselines", list(found.values()), names=list(found)))
         console.info(_BASELINE_MEANING)
+    if interruptions is not None:
+        from deepvm_cli.render_interruptions import render_interruptions
+
+        render_interruptions(interruptions)
     for note in sorted({n for p in result.plans for n in p.notes}):
         console.info(f"note: {note}")
     console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
@@ -88,8 +97,8 @@ def _architecture_table(result: PlanResult) -> Table:
         if plan is None:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
-            table.add_row(arch.value, _node_lines(plan), f"{plan.price_per_hour:.4f}",
-                          f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
+            table.add_row(arch.value, node_lines(plan), f"{plan.price_per_hour:.4f}",
+                          f"{plan.effective_flops:,.1f}", number(plan.objective_value))
     return table
 
 
@@ -104,12 +113,12 @@ def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) 
         table.add_column(column, justify="right", no_wrap=True)
     for i, plan in enumerate(plans):
         table.add_row(names[i] if names else str(i + 1), f"{plan.architecture.value}\n{plan.availability_zone}",
-                      _node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
-                      _number(plan.objective_value))
+                      node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
+                      number(plan.objective_value))
     return table
 
 
-def _node_lines(plan: Plan) -> str:
+def node_lines(plan: Plan) -> str:
     """e.g. "76 g4dn.xlarge spot" and "1 c5n.xlarge on-demand holder", one group per line."""
     return "\n".join(
         f"{g.count} {g.instance_type} {g.market.value}" + ("" if g.role is Role.TRAINER else f" {g.role.value}")
@@ -117,7 +126,7 @@ def _node_lines(plan: Plan) -> str:
     )
 
 
-def _number(value: float) -> str:
+def number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 

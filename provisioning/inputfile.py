@@ -35,14 +35,19 @@ _LISTING_LIMIT = 500  # directory entries looked at for a suggestion: a huge dir
 
 def read_user_file(path: Path, what: str, limit_bytes: int) -> str:
     """The text of `path`; `what` names it in errors ("job file", "plan file", "catalog file")."""
-    raw = _read_bytes(path, what, limit_bytes)
+    return user_text(read_user_bytes(path, what, limit_bytes), path, what)
+
+
+def user_text(raw: bytes, path: Path | str, what: str) -> str:
+    """`raw` as UTF-8 text, or one InputError line naming the file and the first byte that is not."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); a {what} must be") from None
 
 
-def _read_bytes(path: Path, what: str, limit_bytes: int) -> bytes:
+def read_user_bytes(path: Path, what: str, limit_bytes: int) -> bytes:
+    """The bytes of `path`, for readers that look at them before choosing a parser (trace files)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:

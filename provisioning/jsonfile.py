@@ -1,5 +1,5 @@
-"""Reading a JSON document a user hands deepvm (a plan, a catalog), bounded so that no file can hang or
-crash a command.
+"""Reading a JSON document a user hands deepvm (a plan, a catalog, a trace), bounded so that no file can
+hang or crash a command.
 
 The file is read by provisioning/inputfile.py (regular files only, within a size limit, UTF-8). Then at
 most MAX_DEPTH levels of nesting: Python's json raises RecursionError on documents nested a thousand
@@ -15,12 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from provisioning.errors import InputError
-from provisioning.inputfile import MAX_DEPTH, read_user_file
+from provisioning.inputfile import MAX_DEPTH, MIB, user_text
+from provisioning.inputfile import read_user_bytes as read_bounded  # the trace reader's name for it
+
+__all__ = ["MIB", "parse_json_bytes", "read_bounded", "read_json_file"]
 
 
 def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     """The parsed document of `path`; `what` names it in errors ("plan file", "catalog file")."""
-    text = read_user_file(path, what, max_bytes)
+    return parse_json_bytes(read_bounded(path, what, max_bytes), path, what)
+
+
+def parse_json_bytes(raw: bytes, path: Path | str, what: str) -> Any:
+    """The parsed document of bytes already read from `path` (for callers that look at them first)."""
+    text = user_text(raw, path, what)
     try:
         data = json.loads(text, object_pairs_hook=_object)
     except _DuplicateKey as exc:

@@ -156,6 +156,7 @@ class RankedPlansDocument(_Strict):
     catalog: JsonValue = None
     saved_to: JsonValue = None
     solve_seconds: JsonValue = None
+    interruptions: JsonValue = None  # plan --interruptions: what was counted, and the plan without it
 
 
 @dataclass(frozen=True)
