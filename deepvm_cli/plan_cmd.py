@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from deepvm_cli import console
-from deepvm_cli.flags import MAX_PRICE, at_least, positive, region_list
+from deepvm_cli.flags import DAY_S, MAX_PRICE, at_least, positive, region_list
 from provisioning.errors import InputError
 from provisioning.planner.plan_document import MAX_PLANS
 
@@ -64,10 +64,11 @@ def plan(
              ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
     ),
     relaunch_time: float = typer.Option(
-        None, "--relaunch-time", help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured)."
+        None, "--relaunch-time", callback=at_least(0, DAY_S),
+        help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured).",
     ),
     replacement_delay: float = typer.Option(
-        None, "--replacement-delay",
+        None, "--replacement-delay", callback=at_least(0, DAY_S),
         help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
     ),
 ) -> None:
@@ -145,10 +146,8 @@ def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: fl
 
     defaults = RecoveryCosts()
     recovery = RecoveryCosts(
-        relaunch_s=defaults.relaunch_s if relaunch_s is None
-        else _positive("--relaunch-time", relaunch_s, allow_zero=True),
-        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None
-        else _positive("--replacement-delay", replacement_s, allow_zero=True),
+        relaunch_s=defaults.relaunch_s if relaunch_s is None else relaunch_s,
+        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None else replacement_s,
     )
     return plan_interruptions(spec, recovery)
 
