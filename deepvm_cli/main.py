@@ -62,6 +62,7 @@ def _register_commands() -> None:
         jobs_cmd,
         market_cmd,
         plan_cmd,
+        profile_cmd,
         sandbox_cmd,
         status_cmd,
         train_cmd,
@@ -69,7 +70,8 @@ def _register_commands() -> None:
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd
+        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
+        sandbox_cmd,
     ):
         module.register(app)
 

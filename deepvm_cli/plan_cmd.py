@@ -10,6 +10,7 @@ import typer
 
 from deepvm_cli import console
 from deepvm_cli.flags import DAY_S, MAX_PRICE, at_least, positive, region_list
+from deepvm_cli.render_curves import ProfileUsed
 from provisioning.errors import InputError
 from provisioning.planner.plan_document import MAX_PLANS
 
@@ -20,6 +21,7 @@ MAX_BUFFER_SLOTS = 64
 MAX_NODES = 4096  # --node-limit: the planner's own bound on nodes of one type (planner/options.py)
 
 if TYPE_CHECKING:
+    from provisioning.catalog import Catalog
     from provisioning.planner.interruptions import Interruptions
 
 
@@ -71,6 +73,13 @@ def plan(
         None, "--replacement-delay", callback=at_least(0, DAY_S),
         help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
     ),
+    profile_files: list[Path] = typer.Option(
+        None,
+        "--profile",
+        metavar="FILE",
+        help="A profile from `deepvm profile`: its fitted curve replaces its instance type's in every objective, "
+        "up to 1.5x the most nodes it measured (repeat for other types).",
+    ),
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
@@ -98,6 +107,7 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
+    catalog, profiles = _profiles(profile_files or [], catalog)
     result = plan_cluster(catalog, request)
     report = None
     if request.interruptions is not None:
@@ -108,7 +118,7 @@ def plan(
     if as_json:
         from deepvm_cli.render_plan import plan_result_json
 
-        document = plan_result_json(result, catalog, saved)
+        document = plan_result_json(result, catalog, saved, profiles)
         if report is not None:
             from deepvm_cli.render_interruptions import interruptions_json
 
@@ -117,7 +127,22 @@ def plan(
         return
     from deepvm_cli.render_plan import render_plan_result
 
-    render_plan_result(result, catalog, saved, report)
+    render_plan_result(result, catalog, saved, report, profiles)
+
+
+def _profiles(paths: list[Path], catalog: Catalog) -> tuple[Catalog, list[ProfileUsed]]:
+    """The catalog with the profiles' curves, and the profiles (each read strictly and checked against the
+    catalog); their warnings shown."""
+    if not paths:
+        return catalog, []
+    from provisioning.profile import load_profile, with_profiles
+
+    used = [ProfileUsed(str(path), load_profile(path, catalog)) for path in paths]
+    profiled = with_profiles(catalog, [u.profile for u in used])
+    for profile in used:
+        for message in profile.profile.warnings:
+            console.warning(f"{profile.path} ({profile.profile.instance_type}): {message}")
+    return profiled, used
 
 
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:

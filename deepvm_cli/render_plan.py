@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.render_curves import ProfileUsed, curves_json, curves_lines
 from provisioning.catalog import Catalog
 from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
 
@@ -29,7 +31,9 @@ OBJECTIVE_LABEL = {
 }
 
 
-def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[str, Any]:
+def plan_result_json(
+    result: PlanResult, catalog: Catalog, saved: Path, profiles: Sequence[ProfileUsed] = ()
+) -> dict[str, Any]:
     request = result.request
     return {
         "max_price": request.max_price,
@@ -40,13 +44,18 @@ def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[
             arch.value: (p.to_dict() if p else None) for arch, p in result.best_per_architecture.items()
         },
         "catalog": {"source": catalog.source, "as_of": catalog.as_of, "warnings": list(catalog.warnings)},
+        "scaling_curves": curves_json(_ranked_types(result), catalog, profiles),
         "saved_to": str(saved),
         "solve_seconds": round(result.solve_seconds, 4),
     }
 
 
 def render_plan_result(
-    result: PlanResult, catalog: Catalog, saved: Path, interruptions: InterruptionReport | None = None
+    result: PlanResult,
+    catalog: Catalog,
+    saved: Path,
+    interruptions: InterruptionReport | None = None,
+    profiles: Sequence[ProfileUsed] = (),
 ) -> None:
     out = console.out
     out.print(f"[bold]deepvm plan[/] — prices from {catalog.source}"
@@ -66,9 +75,19 @@ def render_plan_result(
         from deepvm_cli.render_interruptions import render_interruptions
 
         render_interruptions(interruptions)
+    if profiles:
+        planned = [g.instance_type for p in result.plans for g in p.nodes if g.role is not Role.HOLDER]
+        out.print("\n[bold]Scaling curves[/]")
+        for line in curves_lines(_ranked_types(result), planned, catalog, profiles):
+            out.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)  # a path is never cut
     for note in sorted({n for p in result.plans for n in p.notes}):
         console.info(f"note: {note}")
     console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
+
+
+def _ranked_types(result: PlanResult) -> list[str]:
+    """The GPU types the planner considered, in FLOPP order."""
+    return list(dict.fromkeys(row.instance_type for row in result.ranking))
 
 
 def _ranking_table(result: PlanResult) -> Table:

@@ -32,7 +32,8 @@ CONTROLLERS = ("head", "local")
 
 
 @contextmanager
-def _plain_reporter() -> Iterator[JobReporter]:
+def plain_reporter() -> Iterator[JobReporter]:
+    """A job's events as plain lines on stderr (no terminal there, or --json)."""
     pushed: set[str] = set()
     eta = Eta()
 
@@ -50,7 +51,8 @@ def _plain_reporter() -> Iterator[JobReporter]:
 
 
 @contextmanager
-def _live_reporter() -> Iterator[JobReporter]:
+def live_reporter() -> Iterator[JobReporter]:
+    """A job's events above rich progress bars (pushes, steps) on a terminal."""
     # At 80 columns the counter, bar and ETA keep their width and the details wrap below them.
     bars = Progress(
         TextColumn("{task.description}"),
@@ -151,7 +153,7 @@ def train_command(
         stall_timeout_s=stall_timeout,
     )
     live = console.err.is_terminal and not as_json
-    with _live_reporter() if live else _plain_reporter() as report:
+    with live_reporter() if live else plain_reporter() as report:
         if controller == "head":
             from deepvm_cli.jobs_cmd import run_managed
 

@@ -69,6 +69,10 @@ def train_args(path: Path) -> list[str]:
     return ["train", str(path)]
 
 
+def profiled_plan_args(path: Path) -> list[str]:
+    return ["plan", "--offline", "--max-price", "3", "--profile", str(path)]
+
+
 def up_with(content: str | bytes) -> Command:
     return lambda d: up_args(_write(d / "plan.json", content))
 
@@ -264,6 +268,8 @@ ROWS += [
     Row("job-impossible-date", _job_with("seed: 2024-13-45"), "{d}/job.yaml:11: invalid YAML value '2024-13-45'"),
     Row("job-bad-yaml", train_with("name: t\nmodel: [unclosed\nsteps: 3\n"), "{d}/job.yaml:", "invalid YAML"),
     Row("job-list-at-top", train_with("- a\n"), "{d}/job.yaml:1: expected a mapping of job fields at the top level"),
+    Row("job-profiled-lr-inf", lambda d: ["profile", *_job_with("optimizer: {lr: .inf}")(d)[1:], "--cluster", "c1"],
+        "{d}/job.yaml:11: optimizer.lr: must be a finite number, got inf"),
     Row("job-script-outside", train_with("steps: 4\nrun: {script: ../x.py}\n"),
         "{d}/job.yaml:2: run.script: ../x.py is outside"),
 ]
@@ -312,6 +318,7 @@ SPECIAL_FILES: list[tuple[str, Callable[[Path], Path], str]] = [
 FILE_COMMANDS: list[tuple[str, str, Callable[[Path], list[str]]]] = [
     # (id, what the file is called in errors, the command that reads it)
     ("plan", "plan file", up_args), ("catalog", "catalog file", plan_args), ("job", "job file", train_args),
+    ("profile", "profile", profiled_plan_args),
 ]
 
 
@@ -383,13 +390,20 @@ _FLOAT_VALUES = {"nan": "{flag} must be a finite number, got nan", "inf": "{flag
                  "-1": "{flag} must be ", "1e308": "{flag} must be at most "}  # fmt: skip
 _INT_VALUES = {"-1": "{flag} must be ", str(10**20): "{flag} must be at most ",
                "nan": "Invalid value for '{flag}': Input should be a valid integer"}  # fmt: skip
+# an int option may bound itself with typer's min= and max= instead (a whole number cannot be NaN): its refusal
+_INT_RANGE_VALUES = {"-1": "Invalid value for '{flag}': Input should be greater than or equal to ",
+                     str(10**20): "Invalid value for '{flag}': Input should be less than or equal to ",
+                     "nan": "Invalid value for '{flag}': Input should be a valid integer"}  # fmt: skip
 
 
 def _flag_rows() -> list[Row]:
     rows = []
     for words, needed, option in numeric_options():
         flag = max(option.opts, key=len)
-        values = _FLOAT_VALUES if option.bare_type() == "float" else _INT_VALUES
+        if option.bare_type() == "float":
+            values = _FLOAT_VALUES
+        else:
+            values = _INT_VALUES if option.min is None and option.max is None else _INT_RANGE_VALUES
         extra = ["--cloud", "aws", "--yes"] if words == ["up"] else []
         rows += [Row(f"flag-{'-'.join(words)}{flag}={value}", argv(*words, *needed, *extra, flag, value),
                      line.replace("{flag}", flag)) for value, line in values.items()]

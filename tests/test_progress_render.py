@@ -39,7 +39,7 @@ def test_live_progress_keeps_counter_bar_and_eta_at_any_width(monkeypatch, width
     monkeypatch.setattr(console, "err", screen)
     clock = iter(range(0, 1000, 5))
     monkeypatch.setattr("deepvm_cli.job_render.time.monotonic", lambda: float(next(clock)))
-    with train_cmd._live_reporter() as report:
+    with train_cmd.live_reporter() as report:
         for step in (100, 110, 120):
             report.progress(_progress(step))
     text = screen.file.getvalue()

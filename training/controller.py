@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import queue
-import random
 import tempfile
 import threading
 import time
@@ -73,10 +72,20 @@ from training.attempts import (
 from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
-from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
+from training.launcher import (
+    Attempt,
+    AttemptExit,
+    Launch,
+    Node,
+    RankLine,
+    arrange,
+    ready_on_head,
+    rendezvous_port,
+    split_batch,
+)
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
-from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
+from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
 from training.watcher import Notice
@@ -86,9 +95,6 @@ _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpo
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
-# torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
-# outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
-_MASTER_PORTS = (20000, 32767)
 
 
 class TrainingStopped(StoppedByUser):
@@ -339,12 +345,11 @@ class Controller:
             job_file=self.request.job_path.name,
             python=self.request.python,
             planned_trainers=self.planned_trainers,
-            master_port=random.randint(*_MASTER_PORTS),
+            master_port=rendezvous_port(),
             env=self.env,
             rank_batches=batches,
         )
-        home = prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
-        return replace(launch, open_mpi_home=home)
+        return ready_on_head(launch, self.keys.internal_key_path)
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, buy what is missing and wait for the next event.
@@ -380,9 +385,7 @@ class Controller:
 
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
-        facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
-                    facts.gpus)  # fmt: skip
+        return cluster_node(e, types.get(e.instance_id, ""))
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
@@ -748,6 +751,13 @@ def node_host(e: SshEndpoint) -> HostSpec:
         port=e.port,
         user=e.user,
     )
+
+
+def cluster_node(e: SshEndpoint, instance_type: str) -> Node:
+    """A node as a launch uses it: its DeepCheck role from the plan's, its speed and GPUs from its type."""
+    facts = _type_facts(instance_type)
+    return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
+                facts.gpus)  # fmt: skip
 
 
 def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:

@@ -20,6 +20,7 @@ from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, obje
 from provisioning.planner.options import HolderOption, Limits, TrainerOption, holder_options, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
+from provisioning.scaling import capped_notes
 
 if TYPE_CHECKING:  # loaded only by plan --interruptions
     from provisioning.planner.interruptions import InterruptionReport
@@ -209,6 +210,7 @@ def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
     notes = () if option.itype.scaling or option.scaling.measured else (
         f"{name}: no measured scaling curve; the default curve was used",
     )
+    notes += capped_notes(name, option.scaling, c.count)
     return Plan(
         architecture=c.architecture,
         region=option.region,

@@ -125,6 +125,35 @@ def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
 
 
+def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_path):
+    """First, on the whole cluster: `deepvm profile` launches configs/resnet.yaml on 1, 2 and 3 of its
+    trainers (the holder with them each time), writes the profile and its plot, leaves nothing running;
+    `deepvm plan --profile` plans g4dn.xlarge with it (the sandbox's speeds say nothing of GPUs)."""
+    env, _ = cluster
+    out, picture = tmp_path / "profile.json", tmp_path / "profile.png"
+    result = run_cli("profile", "configs/resnet.yaml", "--cluster", "e2e", "--steps", "8", "--warmup", "2",
+                     "--repeats", "1", "--out", str(out), "--plot", str(picture), env=env, timeout=900)  # fmt: skip
+    print(result.stdout, result.stderr)  # the README's example (pytest -s)
+    assert result.returncode == 0, result.stderr[-4000:]
+    profile = json.loads(out.read_text())
+    assert (profile["instance_type"], profile["cluster"], profile["job"]["name"]) == (
+        "g4dn.xlarge", "e2e", "resnet18-rehearsal")
+    assert [(s["nodes"], len(s["samples_per_s"])) for s in profile["sizes"]] == [(1, 1), (2, 1), (3, 1)]
+    assert all(s["samples_per_s"][0] > 0 for s in profile["sizes"]) and profile["sizes"][0]["speedup"] == 1.0
+    assert (profile["steps"], profile["warmup_steps"], profile["repeats"]) == (8, 2, 1)
+    assert profile["fit"]["max_nodes_measured"] == 3 and profile["fit"]["a"]["value"] > 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert "cost: the cluster bills $" in result.stderr and "estimate: about" in result.stderr
+    assert "speed-up" in result.stdout and "S(n) = c / (1 + exp(-a (n - b))): a = " in result.stdout
+    assert not [line for line in _processes().values() if ".deepvm-profile.yaml" in line]
+    hosts = Path(env["DEEPVM_HOME"], "sandbox", "hosts")
+    assert list(hosts.glob("*/home/*/deepvm/runtime")) and not list(hosts.glob("*/home/*/deepvm/jobs/*-profile-*"))
+    plan = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(out), "--json", env=env)
+    assert plan.returncode == 0, plan.stderr
+    curves = {c["instance_type"]: c for c in json.loads(plan.stdout)["scaling_curves"]}
+    assert (curves["g4dn.xlarge"]["source"], curves["g4dn.xlarge"]["max_nodes"]) == ("profile", 4)
+
+
 def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster, monkeypatch):
     env, job = cluster
     monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])

@@ -30,7 +30,8 @@ def catalogs(draw) -> Catalog:
             draw(st.one_of(st.none(), st.sampled_from([8.0, 16.0]))),
             draw(st.sampled_from([1.7, 5.0, 10.0, 25.0])), "T", 1,
             draw(st.floats(10, 500)),
-            ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0))),
+            ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0)),
+                          max_nodes=draw(st.one_of(st.none(), st.integers(1, 6)))),  # a profiled curve's bound
         )
     for i in range(draw(st.integers(0, 3))):
         name = f"c{i}.x"
@@ -55,6 +56,9 @@ def catalogs(draw) -> Catalog:
 def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
     """Every valid cluster as (Z, E, price, key); key identifies it up to the AZ and holder count."""
     limit = request.node_limit or max_nodes
+
+    def within_curve(v: InstanceType, n: int) -> bool:  # every node of the type, the anchor too
+        return v.scaling.max_nodes is None or n <= v.scaling.max_nodes
     need_memory = request.checkpoint_size_gib * request.buffer_slots
     cpu = catalog.cpu_types()
 
@@ -77,7 +81,7 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
 
                 for n in range(2, limit + 2):  # Single Anchor: 1 on-demand + (n - 1) spot
                     too_small = v.memory_gib is not None and v.memory_gib < need_memory
-                    if od_v is None or n - 1 > limit or too_small:
+                    if od_v is None or n - 1 > limit or too_small or not within_curve(v, n):
                         continue
                     price = od_v + (n - 1) * spot
                     use = {("G and VT", Market.SPOT): (n - 1) * v.vcpus,
@@ -85,6 +89,8 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
                     if price <= request.max_price + 1e-9 and quota_ok(region, use):
                         yield (*value(n), price, ("sa", region, v.name, n, None))
                 for n in range(1, limit + 1):  # Tiering
+                    if not within_curve(v, n):
+                        continue
                     for w in cpu:
                         od_w = catalog.on_demand_price(w.name, region)
                         sat = saturation_point(min(v.network_gbps, w.network_gbps))
