@@ -91,6 +91,7 @@ def up_command(
     crowded = target.check_capacity(max(node_count(p) for p in launchable))
     if crowded:
         console.warning(crowded)
+    _warn_if_open_to_all(ssh_cidr)
     asking = not (yes or dry_run)
     if asking or not as_json:
         render_launch(launchable, target.kind)
@@ -136,6 +137,17 @@ def _plans(path: Path | None, max_price: float | None, region: str | None, offli
     for message in loaded.warnings:
         console.warning(message)
     return loaded.plans
+
+
+def _warn_if_open_to_all(ssh_cidr: str | None) -> None:
+    """One line when --ssh-cidr admits every address; a malformed range is refused here, before anything."""
+    if ssh_cidr is None:
+        return
+    from provisioning.cloud.aws.network import check_cidr, world_open_warning
+
+    warning = world_open_warning(check_cidr(ssh_cidr))
+    if warning:
+        console.warning(warning)
 
 
 def _confirm(plan: Plan) -> None:
