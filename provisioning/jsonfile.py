@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from provisioning.errors import InputError
-from provisioning.inputfile import MAX_DEPTH, MIB, user_text
-from provisioning.inputfile import read_user_bytes as read_bounded  # the trace reader's name for it
+from provisioning.inputfile import MAX_DEPTH, MIB, read_user_bytes, user_text
 
-__all__ = ["MIB", "parse_json_bytes", "read_bounded", "read_json_file"]
+__all__ = ["MIB", "parse_json_bytes", "read_json_file"]
 
 
 def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     """The parsed document of `path`; `what` names it in errors ("plan file", "catalog file")."""
-    return parse_json_bytes(read_bounded(path, what, max_bytes), path, what)
+    return parse_json_bytes(read_user_bytes(path, what, max_bytes), path, what)
 
 
 def parse_json_bytes(raw: bytes, path: Path | str, what: str) -> Any:
