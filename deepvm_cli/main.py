@@ -28,13 +28,15 @@ def _register_commands() -> None:
         market_cmd,
         plan_cmd,
         sandbox_cmd,
+        simulate_cmd,
         status_cmd,
         train_cmd,
         up_cmd,
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd
+        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd,
+        simulate_cmd,
     ):
         module.register(app)
 

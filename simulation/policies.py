@@ -23,7 +23,7 @@ from enum import Enum
 from provisioning.catalog import Catalog, Market
 from provisioning.errors import InputError
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
-from provisioning.planner.request import PlanResult
+from provisioning.planner.request import PlanRequest, PlanResult
 from simulation.case import PolicyRules
 
 
@@ -47,6 +47,18 @@ class PolicyPlan:
     policy: PolicyName
     plan: Plan
     rules: PolicyRules
+
+
+def plan_policies(catalog: Catalog, request: PlanRequest, plan: Plan | None,
+                  with_deadline: bool) -> tuple[PolicyPlan, ...]:
+    """Ask the planner for this price cap (the plan itself when `plan` is None, and always its baselines
+    and the on-demand-only cluster), and pair each plan with its policy."""
+    from provisioning.planner.on_demand import on_demand_plan
+    from provisioning.planner.solve import plan_cluster  # PuLP loads only when a plan is needed
+
+    result = plan_cluster(catalog, request, with_architectures=False)
+    primary = plan if plan is not None else result.plans[0]
+    return policy_plans(primary, result, on_demand_plan(catalog, request), catalog, with_deadline)
 
 
 def policy_plans(primary: Plan, result: PlanResult, on_demand: Plan | None, catalog: Catalog,
