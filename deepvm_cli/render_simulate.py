@@ -26,7 +26,7 @@ def render_simulation(report: SimulationReport) -> None:
     out.print(f"[bold]deepvm simulate[/] — {report.work_pflop:,.0f} PFLOP{deadline}, {report.runs:,} runs "
               f"(seed {report.seed}), Spot nodes follow {report.trace}")
     out.print(_quantile_table("Makespan (hours)", report, "makespan_h", "P(miss)", _miss))
-    out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/PFLOP", lambda p: f"{p.usd_per_pflop:.4f}"))
+    out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/PFLOP", lambda p: f"{p.usd_per_pflop:.4g}"))
     out.print(_plans_table(report))
     recovery = report.recovery
     console.info(f"recovery: notice share {recovery.notice_share:g}, flush {recovery.flush_s:g} s + relaunch "
@@ -54,7 +54,7 @@ def _plans_table(report: SimulationReport) -> Table:
         table.add_column(column, justify="right")
     for policy in report.policies:
         table.add_row(policy.policy.value, policy.plan.summary(), f"{policy.plan.price_per_hour:.3f}",
-                      f"{policy.interruptions_per_run:.1f}", f"{policy.restarts_per_run:.1f}")
+                      f"{policy.interruptions_per_run:.3g}", f"{policy.restarts_per_run:.3g}")
     return table
 
 

@@ -65,6 +65,8 @@ def simulate(
     seed = int(_number("--seed", seed, smallest=0))
     deadline = None if deadline is None else _number("--deadline", deadline, positive=True)
     _check_work(work, steps, step_time)
+    if plot is not None and not plot.parent.is_dir():  # before the simulation, not after it
+        raise InputError(f"--plot: no folder {plot.parent} to write {plot.name} in")
     trace_for = _trace_for(trace, interruption_rate)
 
     from simulation.cluster import sim_cluster
