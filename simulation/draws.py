@@ -85,6 +85,8 @@ class Draws:
 
     def notice(self, runs, slots, occupants) -> np.ndarray:
         """Whether each given occupant's reclaim comes with the two-minute notice."""
+        if self.notice_share in (0.0, 1.0):  # every reclaim alike: no need to draw (u < 1 always, u < 0 never)
+            return np.full(np.broadcast(runs, slots, occupants).shape, self.notice_share == 1.0)
         return self._uniform(_NOTICE_STREAM, runs, slots, occupants) < self.notice_share
 
     def lost_share(self, runs, slots, occupants) -> np.ndarray:

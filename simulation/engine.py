@@ -121,10 +121,10 @@ class _Runs:
         return ([np.count_nonzero(alive[r] & ~od[r], axis=0) for r in self.pool_rows],
                 [np.count_nonzero(alive[r] & od[r], axis=0) for r in self.pool_rows])
 
-    def _rate(self, rows=slice(None)) -> np.ndarray:
+    def _rate(self, rows=slice(None), counts=None) -> np.ndarray:
         """PFLOP per hour of the trainers alive: the reference's sums, in the same order."""
         cluster = self.case.cluster
-        spots, ods = self._alive_per_pool(rows)
+        spots, ods = counts or self._alive_per_pool(rows)
         trainers = cluster.fixed_trainers + np.zeros(self.t[rows].shape, np.int64)
         tflops = cluster.fixed_tflops
         for spot, od, flops in zip(spots, ods, self.flops):
@@ -135,9 +135,9 @@ class _Runs:
             rate = np.where(trainers < cluster.trainers, 0.0, rate)
         return rate
 
-    def _usd_per_hour(self) -> np.ndarray:
+    def _usd_per_hour(self, counts) -> np.ndarray:
         bill = self.case.cluster.fixed_usd_per_hour
-        for spot, od, price, od_price in zip(*self._alive_per_pool(slice(None)), self.price, self.od_price):
+        for spot, od, price, od_price in zip(*counts, self.price, self.od_price):
             bill = bill + spot * price + od * od_price
         return np.broadcast_to(bill, self.t.shape)
 
@@ -145,7 +145,10 @@ class _Runs:
         """Nodes join: Spot ones live until their lifetime ends or their capacity goes down, and may be
         bought again right away (a lifetime) or once capacity is back (a capacity drop)."""
         self.alive[cols, rows] = True
-        end = t + self.draws.lifetime(self.ids[rows], cols, self.occupant[cols, rows])
+        if self.draws.mortal.any():
+            end = t + self.draws.lifetime(self.ids[rows], cols, self.occupant[cols, rows])
+        else:  # capacity series alone: only drops end a node
+            end = np.full(rows.size, np.inf)
         death = np.minimum(end, down_at)
         if self.rules.deadline_fallback:
             death = np.where(self.on_demand[cols, rows], np.inf, death)
@@ -166,10 +169,16 @@ class _Runs:
         self.arrive[cols, rows] = np.where(od, t + delay, spot_from + delay)
 
     def _pairs(self, times: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(runs, slots): the pairs of these runs whose time in `times` is now (slot by slot)."""
-        mask = np.zeros(self.t.size, bool)
-        mask[runs] = True
-        cols, rows = np.nonzero((times == self.t[None, :]) & mask[None, :])
+        """(runs, slots): the pairs of these runs whose time in `times` is now (slot by slot). Another run
+        can have such a pair only on an exact tie of event kinds, so the pairs are filtered, not the array."""
+        flat = np.flatnonzero(times == self.t[None, :])
+        cols, rows = np.divmod(flat, self.t.size)
+        if rows.size:
+            wanted = np.zeros(self.t.size, bool)
+            wanted[runs] = True
+            keep = wanted[rows]
+            if not keep.all():
+                rows, cols = rows[keep], cols[keep]
         return rows, cols
 
     # --- the loop ----------------------------------------------------------------------------------------
@@ -186,7 +195,8 @@ class _Runs:
     def _step(self) -> int:
         """Every live run to its next event; returns how many runs finished."""
         work = self.workload.work_pflop
-        rate = self._rate()
+        counts = self._alive_per_pool(slice(None))
+        rate = self._rate(counts=counts)
         start = np.maximum(self.t, self.pause)
         with np.errstate(divide="ignore", invalid="ignore"):
             t_finish = np.where(rate > 0, start + (work - self.done) / rate, np.inf)
@@ -198,7 +208,7 @@ class _Runs:
             check_time(float(t_next[self.live].max()), self.workload.max_hours, self.case.cluster.plan.summary())
         finishing = t_finish <= t_event
         self.done = np.where(finishing, work, self.done + rate * np.maximum(t_next - start, 0.0))
-        self.cost = self.cost + self._usd_per_hour() * (t_next - self.t)
+        self.cost = self.cost + self._usd_per_hour(counts) * (t_next - self.t)
         self.t = t_next
         running = (self.t >= self.pause) & (rate > 0)
         dying = np.flatnonzero(~finishing & (t_death <= t_arrive))
