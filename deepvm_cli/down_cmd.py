@@ -56,11 +56,11 @@ def _stop_running_jobs(name: str, cancel_jobs: bool) -> None:
     that cannot be asked (it died, or the job never started) holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.managed.client import cancel, find_head, follow, jobs_on
+    from training.managed.client import cancel, find_head, follow, running_jobs
 
     try:
         head = find_head(name, default_python(name))
-        running = [s for s in jobs_on(head) if s.status == "running" and s.controller_alive]
+        running = running_jobs(head)
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
         return

@@ -9,15 +9,47 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
-from provisioning.errors import DeepvmError
+from provisioning.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",
     help="Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
-    add_completion=False,
 )
+
+
+def _flags_without_type() -> None:
+    """typer 0.29 prints `<bool>` after every flag in help (`--help` included), which reads as a value the
+    user must type; a flag takes none, so its type column stays empty."""
+    from typer.core import TyperOption
+
+    show_type = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda option, ctx: None if option.is_flag else show_type(option, ctx)
+
+
+_flags_without_type()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("deepvm")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"deepvm {number}")
+        raise Exit(0)
+
+
+@app.callback()
+def _root(
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print deepvm's version and exit."
+    ),
+) -> None:
+    """Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters."""
 
 
 def _register_commands() -> None:
@@ -27,6 +59,7 @@ def _register_commands() -> None:
         jobs_cmd,
         market_cmd,
         plan_cmd,
+        profile_cmd,
         sandbox_cmd,
         simulate_cmd,
         status_cmd,
@@ -35,8 +68,8 @@ def _register_commands() -> None:
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd,
-        simulate_cmd,
+        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
+        sandbox_cmd, simulate_cmd,
     ):
         module.register(app)
 
@@ -48,6 +81,9 @@ def run() -> None:
     args = sys.argv[1:] or ["--help"]
     try:
         result = app(args=args, standalone_mode=False)
+    except StoppedByUser as exc:
+        console.plain(f"deepvm: {exc}")
+        sys.exit(exc.exit_code)
     except DeepvmError as exc:
         if debug:
             raise

@@ -5,11 +5,17 @@ from __future__ import annotations
 import math
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.render_curves import ProfileUsed
 from provisioning.errors import InputError
+
+if TYPE_CHECKING:
+    from provisioning.catalog import Catalog
+    from provisioning.planner.interruptions import Interruptions
 
 
 class ObjectiveChoice(str, Enum):
@@ -33,6 +39,25 @@ def plan(
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
     refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    interruptions: str = typer.Option(
+        None, "--interruptions",
+        help="Rank by expected goodput per dollar with Spot interruptions: a band (<5%, 5-10%, 10-15%, 15-20%, "
+             ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
+    ),
+    relaunch_time: float = typer.Option(
+        None, "--relaunch-time", help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured)."
+    ),
+    replacement_delay: float = typer.Option(
+        None, "--replacement-delay",
+        help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
+    ),
+    profile_files: list[Path] = typer.Option(
+        None,
+        "--profile",
+        metavar="FILE",
+        help="A profile from `deepvm profile`: its fitted curve replaces its instance type's in every objective, "
+        "up to 1.5x the most nodes it measured (repeat for other types).",
+    ),
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
@@ -50,6 +75,7 @@ def plan(
         work_pflop=_work(work, deadline),
         top=int(_positive("--top", top)),
         regions=_regions(region),
+        interruptions=_interruptions(interruptions, relaunch_time, replacement_delay),
     )
     catalog = resolve_catalog(
         regions=list(request.regions) if request.regions else None,
@@ -59,16 +85,42 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
+    catalog, profiles = _profiles(profile_files or [], catalog)
     result = plan_cluster(catalog, request)
+    report = None
+    if request.interruptions is not None:
+        from provisioning.planner.solve import interruption_report
+
+        report = interruption_report(catalog, request, result)
     saved = save_plans(result.plans, request)
     if as_json:
         from deepvm_cli.render_plan import plan_result_json
 
-        console.print_json(plan_result_json(result, catalog, saved))
+        document = plan_result_json(result, catalog, saved, profiles)
+        if report is not None:
+            from deepvm_cli.render_interruptions import interruptions_json
+
+            document["interruptions"] = interruptions_json(report)
+        console.print_json(document)
         return
     from deepvm_cli.render_plan import render_plan_result
 
-    render_plan_result(result, catalog, saved)
+    render_plan_result(result, catalog, saved, report, profiles)
+
+
+def _profiles(paths: list[Path], catalog: Catalog) -> tuple[Catalog, list[ProfileUsed]]:
+    """The catalog with the profiles' curves, and the profiles (each read strictly and checked against the
+    catalog); their warnings shown."""
+    if not paths:
+        return catalog, []
+    from provisioning.profile import load_profile, with_profiles
+
+    used = [ProfileUsed(str(path), load_profile(path, catalog)) for path in paths]
+    profiled = with_profiles(catalog, [u.profile for u in used])
+    for profile in used:
+        for message in profile.profile.warnings:
+            console.warning(f"{profile.path} ({profile.profile.instance_type}): {message}")
+    return profiled, used
 
 
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:
@@ -90,6 +142,26 @@ def _work(work: float | None, deadline: float | None) -> float | None:
     if (work is None) != (deadline is None):
         raise InputError("--deadline and --work go together: the cheapest plan finishing WORK PFLOP in time")
     return None if work is None else _positive("--work", work)
+
+
+def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: float | None) -> Interruptions | None:
+    """The Interruptions `--interruptions` asks to count (None without it: nothing of the simulator loads)."""
+    if spec is None:
+        for flag, value in (("--relaunch-time", relaunch_s), ("--replacement-delay", replacement_s)):
+            if value is not None:
+                raise InputError(f"{flag} applies with --interruptions (what a Spot interruption costs a plan)")
+        return None
+    from provisioning.planner.interruptions import RecoveryCosts
+    from simulation.plan_interruptions import plan_interruptions
+
+    defaults = RecoveryCosts()
+    recovery = RecoveryCosts(
+        relaunch_s=defaults.relaunch_s if relaunch_s is None
+        else _positive("--relaunch-time", relaunch_s, allow_zero=True),
+        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None
+        else _positive("--replacement-delay", replacement_s, allow_zero=True),
+    )
+    return plan_interruptions(spec, recovery)
 
 
 def _regions(region: str | None) -> tuple[str, ...] | None:

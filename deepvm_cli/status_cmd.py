@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
+from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
@@ -14,10 +15,9 @@ if TYPE_CHECKING:
     from training.jobstore import JobRow
 
 
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+def _clock(timestamp: str) -> str:
+    """"2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
+    return timestamp.replace("T", " ")[:16] if timestamp else "-"
 
 
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
@@ -59,30 +59,33 @@ def render_jobs(jobs: list[JobRow]) -> None:
         console.out.print(
             f"job {job.job_id}  {_job_state(job)}  step {job.step}/{job.total_steps}  loss {loss}  "
             f"trainers {job.world_size}  restarts {job.restarts}  lost steps {job.lost_steps}  "
-            f"checkpoint step {job.checkpoint_step}  ${job.cost_usd:.4f}",
+            f"checkpoint {_checkpoint(job.checkpoint_step)}  ${job.cost_usd:.4f}",
             markup=False,
         )
+
+
+def _checkpoint(step: int) -> str:
+    return "none yet" if step < 0 else f"at step {step}"
 
 
 def render_cluster(view: ClusterView) -> None:
     c = view.cluster
     console.out.print(
         f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
-        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
+        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {console.duration(view.uptime_s)}"
     )
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("instance", "role", "market", "type", "state", "address", "$/h", "launched"):
-        table.add_column(column)
+    # Fits 80 columns: ids, addresses and prices never wrap or get cut; role, market and type share a cell.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
+    for column in ("instance", "node", "state", "address", "$/h", "launched"):
+        table.add_column(column, no_wrap=column != "node", justify="right" if column == "$/h" else "left")
     for n in view.nodes:
         table.add_row(
             n.instance_id,
-            n.role.value,
-            n.market.value,
-            n.instance_type,
+            f"{n.market.value} {n.role.value}\n{n.instance_type}",
             n.state,
             n.address or "-",
             f"{n.usd_per_hour:.4f}",
-            n.launched_at,
+            _clock(n.launched_at),
         )
     console.out.print(table)
     if c.plan.prices_as_of:

@@ -9,6 +9,12 @@ class DeepvmError(Exception):
     exit_code = 1
 
 
+class StoppedByUser(DeepvmError):
+    """What the user asked for happened (Ctrl-C, `deepvm cancel`): said as a plain line, not as an error."""
+
+    exit_code = 130
+
+
 class InputError(DeepvmError):
     """Bad arguments, files or configuration."""
 

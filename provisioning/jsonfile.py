@@ -1,5 +1,5 @@
-"""Reading a JSON document a user hands deepvm (a plan, a catalog), bounded so that no file can hang or
-crash a command.
+"""Reading a JSON document a user hands deepvm (a plan, a catalog, a trace), bounded so that no file can
+hang or crash a command.
 
 Every problem is one InputError line naming the file. The limits, and why:
 - Only regular files are read: /dev/zero or a FIFO never ends, and a directory is a mistake to say plainly.
@@ -26,7 +26,11 @@ MIB = 1024 * 1024
 
 def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     """The parsed document of `path`; `what` names it in errors ("plan file", "catalog file")."""
-    raw = _read_bounded(path, what, max_bytes)
+    return parse_json_bytes(read_bounded(path, what, max_bytes), path, what)
+
+
+def parse_json_bytes(raw: bytes, path: Path | str, what: str) -> Any:
+    """The parsed document of bytes already read from `path` (for callers that look at them first)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -42,7 +46,8 @@ def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     return data
 
 
-def _read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
+def read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; InputError naming the file otherwise."""
     try:
         mode = os.stat(path).st_mode
         if stat.S_ISDIR(mode):

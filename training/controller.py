@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import queue
-import random
 import tempfile
 import threading
 import time
@@ -56,7 +55,7 @@ from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError, InputError
+from provisioning.errors import DeepvmError, InputError, StoppedByUser
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
 from provisioning.state import Store, utc_now
@@ -73,10 +72,20 @@ from training.attempts import (
 from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
 from training.jobspec import JobSpec, load_job_spec
 from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
-from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
+from training.launcher import (
+    Attempt,
+    AttemptExit,
+    Launch,
+    Node,
+    RankLine,
+    arrange,
+    ready_on_head,
+    rendezvous_port,
+    split_batch,
+)
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
-from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
+from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
 from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
 from training.watcher import Notice
@@ -86,21 +95,16 @@ _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpo
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
-# torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
-# outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
-_MASTER_PORTS = (20000, 32767)
 
 
-class TrainingStopped(DeepvmError):
+class TrainingStopped(StoppedByUser):
     """The user stopped the job (Ctrl-C); it can be resumed."""
 
-    exit_code = 130
 
-
-class TrainingCancelled(DeepvmError):
+class TrainingCancelled(StoppedByUser):
     """`deepvm cancel` stopped the job; it is final (a cancelled job is not resumed by its supervisor)."""
 
-    exit_code = 0
+    exit_code = 0  # the job ended as its owner asked
 
 
 class TrainingFailed(DeepvmError):
@@ -224,10 +228,13 @@ class Controller:
                     "run without --resume to start it"
                 )
             job = unfinished[0]
-            self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
+            # a job the user stopped (Ctrl-C) continues as asked: that is no restart; a crash's resume is one
+            asked = job.status == "stopped"
+            reason = "user-resume" if asked else "controller-restart"
+            self.recovery.trouble(reason, (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
             return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
-                                         python=request.python, restarts=job.restarts + 1,
+                                         python=request.python, restarts=job.restarts + (0 if asked else 1),
                                          message="resumed"))  # fmt: skip
         if unfinished:
             self.report.note(
@@ -338,12 +345,11 @@ class Controller:
             job_file=self.request.job_path.name,
             python=self.request.python,
             planned_trainers=self.planned_trainers,
-            master_port=random.randint(*_MASTER_PORTS),
+            master_port=rendezvous_port(),
             env=self.env,
             rank_batches=batches,
         )
-        home = prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
-        return replace(launch, open_mpi_home=home)
+        return ready_on_head(launch, self.keys.internal_key_path)
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, buy what is missing and wait for the next event.
@@ -379,9 +385,7 @@ class Controller:
 
     def _node(self, e: SshEndpoint) -> Node:
         types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
-        facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
-                    facts.gpus)  # fmt: skip
+        return cluster_node(e, types.get(e.instance_id, ""))
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
@@ -747,6 +751,13 @@ def node_host(e: SshEndpoint) -> HostSpec:
         port=e.port,
         user=e.user,
     )
+
+
+def cluster_node(e: SshEndpoint, instance_type: str) -> Node:
+    """A node as a launch uses it: its DeepCheck role from the plan's, its speed and GPUs from its type."""
+    facts = _type_facts(instance_type)
+    return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
+                facts.gpus)  # fmt: skip
 
 
 def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:

@@ -17,7 +17,8 @@ Notation (a: AZ, v: GPU type offered in a, w: holder type of a's region, k: tota
 Objective: max E, then (second solve, E fixed at its optimum) min price.
 Constraints (numbered in the code):
     (1) sum_a z_a = 1,  sa_a + tier_a = z_a,  sum_v anc_av = sa_a,  sum_w u_aw = tier_a,  sum_v n_av >= z_a
-    (2) used_av <= z_a,  n_av <= cap_v used_av,  anc_av <= used_av <= n_av + anc_av
+    (2) used_av <= z_a,  n_av <= cap_v used_av,  anc_av <= used_av <= n_av + anc_av,
+        n_av + anc_av <= max_nodes_v  (a profiled curve's node bound, ScalingParams.max_nodes)
     (3) sum_k y_k = 1,  sum_k k y_k = sum (n_av + anc_av),  F_k <= k y_k,  sum_k F_k = sum f_v (n + anc)
         (f_v scaled so the best type weighs 1: with k trainers F <= k, a tight big-M)
     (4) E <= sum_k K_v(k) F_k + max_k k (1 - K_v(k)) (1 - sum_a used_av)  for every type v;  E <= sum_k F_k
@@ -36,7 +37,7 @@ from provisioning.catalog import Catalog, InstanceType, Market
 from provisioning.planner.milp import SolverError, solve
 from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.scaling import saturation_point, scaling_factor
+from provisioning.scaling import capped_notes, saturation_point, scaling_factor
 
 
 def _undominated_holders(holders: list[HolderOption]) -> list[HolderOption]:
@@ -116,6 +117,8 @@ class _MixModel:
 
     def _spot_cap(self, offer: TrainerOption) -> int:
         cap = _node_cap(offer.itype, offer.region, Market.SPOT, self.limits)
+        if offer.scaling.max_nodes is not None:
+            cap = min(cap, offer.scaling.max_nodes)
         if self.limits.max_price is not None:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // offer.spot_price))
         return max(cap, 0)
@@ -167,6 +170,8 @@ class _MixModel:
             p += self.n[j] <= self._spot_cap(offer) * self.used[j], f"c2_used_{j}"
             p += self.used[j] <= self.n[j] + self.anchor[j], f"c2_some_{j}"
             p += self.anchor[j] <= self.used[j], f"c2_anchor_used_{j}"
+            if offer.scaling.max_nodes is not None:  # the anchor counts towards the curve's node bound
+                p += self.n[j] + self.anchor[j] <= offer.scaling.max_nodes, f"c2_curve_{j}"
         trainers = pulp.lpSum(self.n) + pulp.lpSum(self.anchor)
         weighted = pulp.lpSum(self._weight(o) * (n + a) for n, a, o in zip(self.n, self.anchor, self.offers))
         p += pulp.lpSum(self.y) == 1, "c3_one_size"
@@ -245,6 +250,14 @@ class _MixModel:
             objective=self.objective,
             catalog_source=catalog.source,
             prices_as_of=catalog.as_of,
-            notes=("mixed GPU types: K(n) is the smallest of the types' scaling factors",)
-            if len({g.instance_type for g in trainers}) > 1 else (),
+            notes=self._notes(trainers, by_name),
         )
+
+    @staticmethod
+    def _notes(trainers: list[NodeGroup], by_name: dict[str, TrainerOption]) -> tuple[str, ...]:
+        per_type: dict[str, int] = {}
+        for g in trainers:
+            per_type[g.instance_type] = per_type.get(g.instance_type, 0) + g.count
+        mixed = ("mixed GPU types: K(n) is the smallest of the types' scaling factors",) if len(per_type) > 1 else ()
+        return mixed + tuple(note for name, count in sorted(per_type.items())
+                             for note in capped_notes(name, by_name[name].scaling, count))  # fmt: skip

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pulp
 
@@ -18,6 +20,10 @@ from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, obje
 from provisioning.planner.options import HolderOption, Limits, TrainerOption, holder_options, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
+from provisioning.scaling import capped_notes
+
+if TYPE_CHECKING:  # loaded only by plan --interruptions
+    from provisioning.planner.interruptions import InterruptionReport
 
 BOTH = (Architecture.SINGLE_ANCHOR, Architecture.TIERING)
 
@@ -127,11 +133,35 @@ def _limits(catalog: Catalog, request: PlanRequest, max_price: float | None) -> 
 def _spec(request: PlanRequest) -> ObjectiveSpec:
     if request.mix and (request.deadline_hours is not None or request.objective is Objective.COST):
         raise InputError("--mix plans for --objective deepvm or throughput (not cost or --deadline)")
+    if request.mix and request.interruptions is not None:
+        raise InputError("--mix does not count --interruptions: a mixed cluster's loss depends on how many "
+                         "nodes of each type it has, which its MILP does not model; plan without --mix")
     if request.deadline_hours is not None:
         return objective_spec(
-            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop
+            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop,
+            interruptions=request.interruptions,
         )
-    return objective_spec(request.objective)
+    return objective_spec(request.objective, interruptions=request.interruptions)
+
+
+def interruption_report(catalog: Catalog, request: PlanRequest, result: PlanResult) -> InterruptionReport:
+    """The ranked plans of `result` (planned with request.interruptions) next to the best plan that
+    ignores interruptions, each with its goodput share and expected price, and that plan's objective
+    value once interruptions are counted (the decision changed only if it is now worse)."""
+    from provisioning.planner.interruptions import InterruptionReport, plan_goodput
+
+    assert request.interruptions is not None, "a report on interruptions needs them"
+    regions = _regions(catalog, request)
+    limits = _limits(catalog, request, request.max_price)
+    costs = HolderCosts(holder_options(catalog, regions), limits)
+    plain = _spec(replace(request, interruptions=None))
+    choice = _rank(trainer_options(catalog, regions), costs, limits, plain, BOTH, 1)[0]
+    return InterruptionReport(
+        interruptions=request.interruptions,
+        plans=tuple(plan_goodput(p, request.interruptions) for p in result.plans),
+        without=plan_goodput(_to_plan(choice, plain, catalog), request.interruptions),
+        without_value=_spec(request).reported_value(choice.candidate, choice.price),
+    )
 
 
 def _rank(
@@ -180,6 +210,7 @@ def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
     notes = () if option.itype.scaling or option.scaling.measured else (
         f"{name}: no measured scaling curve; the default curve was used",
     )
+    notes += capped_notes(name, option.scaling, c.count)
     return Plan(
         architecture=c.architecture,
         region=option.region,

@@ -51,6 +51,13 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.1578)) < 1e-9  # the snapshot's prices in us-east-1a
     assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
     assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
+    for columns in ("80", "120"):  # the human view cuts no id, address or price, even at 80 columns
+        shown = run_cli("status", "c1", env={"COLUMNS": columns, "NO_COLOR": "1"})
+        assert shown.returncode == 0, shown.stderr
+        assert "…" not in shown.stdout
+        for node in view["nodes"]:
+            line = next(x for x in shown.stdout.splitlines() if node["instance_id"] in x)
+            assert f"{node['usd_per_hour']:.4f}" in line and (node["public_ip"] or node["private_ip"] or "-") in line
 
     ec2 = ctx.client("ec2")
     # every resource carries the cluster tag

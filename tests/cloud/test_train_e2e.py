@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -122,6 +123,35 @@ def trainers_in_job(env: dict[str, str], seen: list[str]) -> list[str]:
 def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
     for before, after in pairwise(steps):
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
+
+
+def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_path):
+    """First, on the whole cluster: `deepvm profile` launches configs/resnet.yaml on 1, 2 and 3 of its
+    trainers (the holder with them each time), writes the profile and its plot, leaves nothing running;
+    `deepvm plan --profile` plans g4dn.xlarge with it (the sandbox's speeds say nothing of GPUs)."""
+    env, _ = cluster
+    out, picture = tmp_path / "profile.json", tmp_path / "profile.png"
+    result = run_cli("profile", "configs/resnet.yaml", "--cluster", "e2e", "--steps", "8", "--warmup", "2",
+                     "--repeats", "1", "--out", str(out), "--plot", str(picture), env=env, timeout=900)  # fmt: skip
+    print(result.stdout, result.stderr)  # the README's example (pytest -s)
+    assert result.returncode == 0, result.stderr[-4000:]
+    profile = json.loads(out.read_text())
+    assert (profile["instance_type"], profile["cluster"], profile["job"]["name"]) == (
+        "g4dn.xlarge", "e2e", "resnet18-rehearsal")
+    assert [(s["nodes"], len(s["samples_per_s"])) for s in profile["sizes"]] == [(1, 1), (2, 1), (3, 1)]
+    assert all(s["samples_per_s"][0] > 0 for s in profile["sizes"]) and profile["sizes"][0]["speedup"] == 1.0
+    assert (profile["steps"], profile["warmup_steps"], profile["repeats"]) == (8, 2, 1)
+    assert profile["fit"]["max_nodes_measured"] == 3 and profile["fit"]["a"]["value"] > 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert "cost: the cluster bills $" in result.stderr and "estimate: about" in result.stderr
+    assert "speed-up" in result.stdout and "S(n) = c / (1 + exp(-a (n - b))): a = " in result.stdout
+    assert not [line for line in _processes().values() if ".deepvm-profile.yaml" in line]
+    hosts = Path(env["DEEPVM_HOME"], "sandbox", "hosts")
+    assert list(hosts.glob("*/home/*/deepvm/runtime")) and not list(hosts.glob("*/home/*/deepvm/jobs/*-profile-*"))
+    plan = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(out), "--json", env=env)
+    assert plan.returncode == 0, plan.stderr
+    curves = {c["instance_type"]: c for c in json.loads(plan.stdout)["scaling_curves"]}
+    assert (curves["g4dn.xlarge"]["source"], curves["g4dn.xlarge"]["max_nodes"]) == ("profile", 4)
 
 
 def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster, monkeypatch):
@@ -327,6 +357,29 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
+
+
+def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cluster):
+    """Ctrl-C is the user's own stop: no `error:`, and the command it prints continues the job as is."""
+    env, job = cluster
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 8, seen)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    last = stderr.strip().splitlines()[-1]
+    assert proc.returncode == 130, "\n".join((seen + stderr.splitlines())[-30:])
+    assert last.startswith("deepvm: stopped at step") and "error" not in last, last
+    hint = re.search(r"`(deepvm train [^`]+)`", last)
+    assert hint, last
+    argv = shlex.split(hint[1])
+    assert argv[argv.index("--cluster") + 1] == "e2e" and "--resume" in argv
+    resumed = subprocess.run([sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"], cwd=REPO,
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    result = json.loads(resumed.stdout)
+    assert result["steps"] == STEPS and result["restarts"] == 0, result
+    assert result["recoveries"][0]["reason"] == "user-resume"
 
 
 @pytest.mark.soak

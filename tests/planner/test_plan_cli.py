@@ -160,3 +160,20 @@ def test_mix_is_never_worse_than_one_gpu_type():
 def test_mix_rejects_ratio_objectives():
     result = run_cli("plan", "--offline", "--max-price", "5", "--mix", "--objective", "cost")
     assert result.returncode == 2 and "--mix plans for --objective deepvm or throughput" in result.stderr
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_human_output_cuts_no_number_and_no_type_name(columns, isolated_env):
+    """At 80 columns text wraps, but no number, instance type or AZ is cut (`…`) or split across lines."""
+    env = {"COLUMNS": columns, "NO_COLOR": "1"}
+    doc = json.loads(run_cli("plan", "--max-price", "12", "--offline", "--json", env=env).stdout)
+    result = run_cli("plan", "--max-price", "12", "--offline", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    for plan in doc["plans"]:
+        assert f"{plan['price_per_hour']:.4f}" in result.stdout
+        assert f"{plan['effective_flops']:,.1f}" in result.stdout
+        assert f"{plan['objective_value']:,.0f}" in result.stdout
+        assert plan["availability_zone"] in result.stdout
+        for node in plan["nodes"]:
+            assert f"{node['count']} {node['instance_type']}" in result.stdout

@@ -85,7 +85,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     store = Store()
     row = store.cluster(head.cluster)
     assert row is not None  # find_head checked that it is up
-    busy = [j for j in jobs_on(head) if j.status == RUNNING and j.controller_alive]
+    busy = running_jobs(head)
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
                          f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
@@ -238,6 +238,11 @@ def jobs_on(head: Head) -> list[JobSummary]:
     summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
+
+
+def running_jobs(head: Head) -> list[JobSummary]:
+    """The head's jobs whose controller runs now."""
+    return [s for s in jobs_on(head) if s.status == RUNNING and s.controller_alive]
 
 
 def _remember(summaries: list[JobSummary]) -> None:
