@@ -29,10 +29,10 @@ def render_simulation(report: SimulationReport) -> None:
     out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/PFLOP", lambda p: f"{p.usd_per_pflop:.4g}"))
     out.print(_plans_table(report))
     recovery = report.recovery
-    console.info(f"recovery: notice share {recovery.notice_share:g}, flush {recovery.flush_s:g} s + relaunch "
-                 f"{recovery.relaunch_after_notice_s:g} s; no notice: relaunch {recovery.relaunch_after_loss_s:g} s "
-                 f"+ up to {recovery.checkpoint_interval_s:g} s of work; replacements join after "
-                 f"{recovery.replacement_delay_s:g} s")
+    console.info(f"recovery: {recovery.notice_share:.0%} of reclaims with notice; a notice or a fold-in stops "
+                 f"training {recovery.relaunch_s:g} s; a loss without notice {recovery.restart_s:g} s and up to "
+                 f"{recovery.checkpoint_interval_s:g} s of work; replacements join {recovery.replacement_delay_s:g} s "
+                 "after a loss")
 
 
 def _quantile_table(title: str, report: SimulationReport, field: str, last: str, last_cell) -> Table:

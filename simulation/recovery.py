@@ -1,20 +1,20 @@
 """What an interruption costs a deepvm job, and what every simulated policy is asked to do.
 
-The defaults are deepvm's own measurements (README, "Benchmarks"), so that the simulator predicts what
-`deepvm train` does rather than what a textbook job would:
+The defaults are the ones `deepvm plan --interruptions` uses (provisioning/planner/interruptions.py), so
+that both commands count a reclaim alike, and they are deepvm's own figures where deepvm measures them:
 
-- notice -> training again: 12.1 s with the controller on the head (benchmarks/train_recovery_bench.py,
-  2026-11-23). Of that, the flush is DeepCheck's `flush_now()` to L1 for a 1 GiB state, ~0.5 s
-  (benchmarks/deepcheck_bench.py: 118 ms stall + 347 ms L1 stage), so the relaunch itself is 11.6 s.
-- no notice -> training again: ~7 s (the same benchmark's no-notice row: mpirun aborts, the controller
-  relaunches from the newest complete checkpoint), plus the steps since that checkpoint, which are lost.
+- notice -> training again on the survivors: 12.1 s, measured with the controller on the head
+  (benchmarks/train_recovery_bench.py, README "Benchmarks"). It includes DeepCheck's flush to L1
+  (benchmarks/deepcheck_bench.py: ~0.5 s for a 1 GiB state: 118 ms stall + 347 ms L1 stage), so the flush
+  is not counted again. Folding a replacement in is the same planned relaunch (flush, relaunch).
+- no notice -> training again: ~7 s (the same benchmark's no-notice scenario: mpirun aborts, the
+  controller relaunches from the newest complete checkpoint), plus the work since that checkpoint.
 - the checkpoint interval is the user's choice; 10 minutes is our default (DeepCheck's stall is a few
-  per cent of a step, so frequent checkpoints are cheap); without a notice a loss costs a uniform share of
-  it.
-- a replacement Spot node: AWS fulfils a Spot request in well under a minute when capacity exists; the
-  node then boots and deepvm prepares it (runtime, job files) before it can be folded in. We take 3
-  minutes from the loss to a node ready to join, and the same for an on-demand node the deadline
-  fallback buys. Not measured here (the sandbox boots in seconds): override it with a measured figure.
+  per cent of a synchronous save, so frequent checkpoints are cheap); a loss without notice loses a
+  uniform share of it.
+- a replacement: 300 s from the loss (or from capacity coming back) to a node that can join, NOT
+  measured (the sandbox's hosts boot in seconds): our estimate of AWS's Spot launch, a GPU image's boot,
+  and deepvm's push and setup. The on-demand trainers the deadline fallback buys take as long.
 
 A notice comes before every reclaim by default, as AWS gives one (`notice_share` 1.0); the shipped
 traces do not record notices. Every figure can be overridden from the command line.
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provisioning.planner.interruptions import MEASURED_RELAUNCH_S, REPLACEMENT_DELAY_S
+
 SECONDS_PER_HOUR = 3600.0
 
 
@@ -32,29 +34,27 @@ class RecoveryModel:
     """Times (seconds) and shares that decide what one interruption costs."""
 
     notice_share: float = 1.0  # share of reclaims that come with the two-minute notice
-    flush_s: float = 0.5  # DeepCheck flush to L1 on a notice (and before a planned fold-in relaunch)
-    relaunch_after_notice_s: float = 11.6  # notice: flushed -> training again on the survivors
-    relaunch_after_loss_s: float = 7.0  # no notice: node gone -> training again from the last checkpoint
-    checkpoint_interval_s: float = 600.0  # periodic checkpoints; a loss without notice loses U(0, 1) of it
-    replacement_delay_s: float = 180.0  # node lost (or capacity back) -> its replacement ready to join
+    relaunch_s: float = MEASURED_RELAUNCH_S  # notice (or fold-in): flush, relaunch, training again
+    restart_s: float = 7.0  # no notice: node gone -> training again from the last checkpoint
+    checkpoint_interval_s: float = 600.0  # periodic checkpoints; a loss without notice loses U(0, 1) of one
+    replacement_delay_s: float = REPLACEMENT_DELAY_S  # node lost (or capacity back) -> a node ready to join
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.notice_share <= 1.0:
             raise ValueError(f"notice_share must be in [0, 1], got {self.notice_share}")
-        for name in ("flush_s", "relaunch_after_notice_s", "relaunch_after_loss_s", "checkpoint_interval_s",
-                     "replacement_delay_s"):
+        for name in ("relaunch_s", "restart_s", "checkpoint_interval_s", "replacement_delay_s"):
             value = getattr(self, name)
             if not 0.0 <= value < float("inf"):
                 raise ValueError(f"{name} must be a finite non-negative number, got {value}")
 
     @property
     def notice_pause_h(self) -> float:
-        """Training stops this long for a notice or a fold-in: flush, then relaunch."""
-        return (self.flush_s + self.relaunch_after_notice_s) / SECONDS_PER_HOUR
+        """Training stops this long for a notice or a fold-in."""
+        return self.relaunch_s / SECONDS_PER_HOUR
 
     @property
     def loss_pause_h(self) -> float:
-        return self.relaunch_after_loss_s / SECONDS_PER_HOUR
+        return self.restart_s / SECONDS_PER_HOUR
 
     @property
     def checkpoint_interval_h(self) -> float:

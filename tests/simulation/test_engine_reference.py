@@ -88,5 +88,5 @@ def test_capacity_drop_preempts_the_nodes_above_it_at_once():
     first = min(e.at_h for e in lost)
     assert math.isclose((first + offset) % 24.0, 3.0, abs_tol=1e-9)
     joins = [e.at_h for e in one.events if e.kind is EventKind.JOINED]
-    assert math.isclose(min(joins) - first, 1.0 + 180 / 3600, abs_tol=1e-9)
+    assert math.isclose(min(joins) - first, 1.0 + RecoveryModel().replacement_delay_h, abs_tol=1e-9)
 
