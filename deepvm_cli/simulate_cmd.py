@@ -37,6 +37,10 @@ def simulate(
     mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
     checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
     buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
+    profile_files: list[Path] = typer.Option(
+        None, "--profile", metavar="FILE",
+        help="A profile from `deepvm profile`: its curve replaces its type's in planning and in the throughput "
+             "model (repeat for other types)."),
     work: float = typer.Option(None, "--work", help="Training work in PFLOP."),
     steps: int = typer.Option(None, "--steps", help="Or training steps (with --step-time)."),
     step_time: float = typer.Option(None, "--step-time", help="Seconds per step on the whole plan."),
@@ -77,6 +81,7 @@ def simulate(
 
     plan, catalog, request = _plans(plan_file, max_price, region, catalog_file, offline, refresh, node_limit, mix,
                                     checkpoint_size, buffer_slots)
+    catalog = _profiled(catalog, profile_files or [])
     policies = plan_policies(catalog, request, plan, with_deadline=deadline is not None)
     if work is None:
         rate = sim_cluster(policies[0].plan, catalog)
@@ -212,6 +217,20 @@ def _saved_plan(path: Path) -> tuple[Plan, Catalog, PlanRequest]:
     if not isinstance(cap, int | float) or isinstance(cap, bool) or not math.isfinite(cap) or cap < plan.price_per_hour:
         cap = plan.price_per_hour
     return plan, catalog_of(plan), PlanRequest(max_price=float(cap), regions=(plan.region,))
+
+
+def _profiled(catalog: Catalog, paths: list[Path]) -> Catalog:
+    """The catalog with the profiles' fitted curves (provisioning/profile.py), so that the plans and the
+    simulated throughput follow the measured scaling of this job."""
+    if not paths:
+        return catalog
+    from provisioning.profile import load_profile, with_profiles
+
+    profiles = [load_profile(path, catalog) for path in paths]
+    for path, profile in zip(paths, profiles):
+        for message in profile.warnings:
+            console.warning(f"{path} ({profile.instance_type}): {message}")
+    return with_profiles(catalog, profiles)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from provisioning.planner import PlanRequest
 from provisioning.planner.saved import save_plans
+from provisioning.profile import JobIdentity, Measured, ProfileSetup, make_profile, save_profile
 from tests.conftest import DATA, REPO, run_cli
 from tests.simulation.sim_cases import paper_result
 
@@ -67,6 +68,20 @@ def test_plan_file_and_plot(tmp_path):
     width, height = struct.unpack(">II", data[16:24])
     assert 800 <= width <= 2000 and 300 <= height <= 1200
     assert 20_000 < len(data) < 2_000_000  # two panels of six curves, not an empty canvas
+
+
+def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path):
+    """A job that scales poorly on g4dn.xlarge: the plan and its makespan follow the profile's curve."""
+    setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="poor", spec_sha256="ab" * 32, file="job.yaml"), "lab",
+                         10, 60, 1, "2026-11-24T10:00:00+00:00")
+    measured = [Measured(n, (s,)) for n, s in ((1, 100.0), (2, 140.0), (4, 165.0), (8, 175.0), (16, 178.0))]
+    save_profile(make_profile(setup, measured), tmp_path / "poor.json")
+    result = simulate(*PAPER, "--profile", str(tmp_path / "poor.json"), "--work", "20000", "--runs", "5",
+                      "--interruption-rate", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    deepvm = json.loads(result.stdout)["policies"][0]
+    assert deepvm["plan"]["effective_flops"] != pytest.approx(paper_result().plans[0].effective_flops)
+    assert deepvm["makespan_h"]["mean"] == pytest.approx(20000 / (deepvm["plan"]["effective_flops"] * 3.6))
 
 
 @pytest.mark.parametrize(("args", "message"), [
