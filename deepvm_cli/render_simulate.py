@@ -26,7 +26,8 @@ def render_simulation(report: SimulationReport) -> None:
     out.print(f"[bold]deepvm simulate[/] — {report.work_pflop:,.0f} PFLOP{deadline}, {report.runs:,} runs "
               f"(seed {report.seed}), Spot nodes follow {report.trace}")
     out.print(_quantile_table("Makespan (hours)", report, "makespan_h", "P(miss)", _miss))
-    out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/PFLOP", lambda p: f"{p.usd_per_pflop:.4g}"))
+    out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/EFLOP",  # 1 EFLOP = 1,000 PFLOP: readable digits
+                              lambda p: f"{p.usd_per_pflop * 1000:.4g}"))
     out.print(_plans_table(report))
     recovery = report.recovery
     console.info(f"recovery: {recovery.notice_share:.0%} of reclaims with notice; a notice or a fold-in stops "
