@@ -80,5 +80,6 @@ class SimCase:
     def draws(self) -> Draws:
         """The random numbers for this case's workload (same seed and shape: same numbers)."""
         expected = self.cluster.deterministic_makespan_h(self.workload.work_pflop)
+        block = block_size(self.traces, expected, self.workload.runs, self.slots)
         return Draws(self.traces, tuple(p.group.count for p in self.pools), self.workload.runs,
-                     self.workload.seed, self.workload.recovery.notice_share, block_size(self.traces, expected))
+                     self.workload.seed, self.workload.recovery.notice_share, block)

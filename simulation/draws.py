@@ -109,10 +109,15 @@ class Draws:
         self._lifetimes.append(np.concatenate(parts, axis=1).reshape(-1))
 
 
-def block_size(traces: tuple[Trace, ...], expected_hours: float) -> int:
-    """Occupants per slot to draw at once: enough that most runs never need a second block."""
+BLOCK_BYTES = 256 * 2**20  # one block of lifetimes at most: runs x slots x block x 8 bytes
+
+
+def block_size(traces: tuple[Trace, ...], expected_hours: float, runs: int, slots: int) -> int:
+    """Occupants per slot to draw at once: enough that most runs never need a second block, within
+    BLOCK_BYTES (many runs of a short-lived trace draw more, smaller blocks)."""
     lives = [t.mean_lifetime_h() for t in traces if has_lifetimes(t)]
     shortest = min(lives, default=math.inf)
     if not math.isfinite(shortest) or shortest <= 0:
         return 2
-    return int(min(64, max(2, math.ceil(2.0 * expected_hours / shortest) + 2)))
+    wanted = min(64, max(2, math.ceil(2.0 * expected_hours / shortest) + 2))
+    return int(max(1, min(wanted, BLOCK_BYTES // (8 * runs * max(slots, 1)))))

@@ -9,6 +9,7 @@ import pytest
 
 from provisioning.catalog import Market
 from simulation.case import PolicyRules
+from simulation.draws import Draws
 from simulation.engine import simulate
 from simulation.policies import spot_only_plan
 from simulation.recovery import RecoveryModel
@@ -90,3 +91,15 @@ def test_capacity_drop_preempts_the_nodes_above_it_at_once():
     joins = [e.at_h for e in one.events if e.kind is EventKind.JOINED]
     assert math.isclose(min(joins) - first, 1.0 + RecoveryModel().replacement_delay_h, abs_tol=1e-9)
 
+
+
+def test_lifetimes_drawn_in_many_small_blocks_agree_too():
+    """Blocks of one node per slot: nearly every join needs a block no run needed before."""
+    sim = case(paper_plan(), lifetimes([0.5, 2.0, 6.0], [False, False, True]), recovery=HALF_NOTICE)
+    draws = Draws(sim.traces, (17,), sim.workload.runs, sim.workload.seed, 0.5, block=1)
+    outcomes = simulate(sim, draws)
+    assert outcomes.interruptions.mean() > 17  # every slot went through several nodes
+    for run in range(8):
+        one = run_one(sim, draws, run)
+        assert (one.makespan_h, one.cost_usd, one.interruptions, one.restarts) == (
+            outcomes.makespan_h[run], outcomes.cost_usd[run], outcomes.interruptions[run], outcomes.restarts[run])
