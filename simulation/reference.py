@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from provisioning.catalog import Market
-from simulation.case import SimCase
+from simulation.case import SimCase, SpotPool
 from simulation.draws import Draws
 from simulation.errors import check_time
 
@@ -248,6 +248,8 @@ class _Run:
             self.events.append(SimEvent(self.t, kind, s, group.instance_type, market, notice))
 
 
-def _od_price(pool) -> float:
+def _od_price(pool: SpotPool) -> float:
+    """What the deadline fallback pays per hour for a node of this pool (a pool without an on-demand price
+    is never bought on demand, so 0 never bills)."""
     return pool.group.on_demand_usd_per_hour or 0.0
 
