@@ -71,7 +71,8 @@ class Draws:
         mortal = self.mortal[slots]
         if not mortal.any():
             return out
-        runs, slots, occupants = (np.broadcast_to(a, out.shape)[mortal] for a in (runs, slots, occupants))
+        if not mortal.all():
+            runs, slots, occupants = (np.broadcast_to(a, out.shape)[mortal] for a in (runs, slots, occupants))
         which = occupants // self.block
         local = (runs * self.slots + slots) * self.block + occupants - which * self.block
         values = np.empty(local.shape)
@@ -80,6 +81,8 @@ class Draws:
                 self._draw_block(len(self._lifetimes))
             sel = which == b
             values[sel] = self._lifetimes[b][local[sel]]
+        if mortal.all():
+            return values.reshape(out.shape)
         out[mortal] = values
         return out
 

@@ -243,11 +243,12 @@ class _Runs:
             np.maximum.at(share, rows[no_notice],
                           self.draws.lost_share(ids[no_notice], cols[no_notice], occupants[no_notice]))
             loss[rows[no_notice]] = True
-        share, loss = share[runs], loss[runs]
-        done = self.done[runs]
-        lost = np.minimum(share * recovery.checkpoint_interval_h * rate[runs], done - self.checkpoint[runs])
-        done = np.where(loss, done - lost, done)
-        self.done[runs], self.checkpoint[runs] = done, done
+        loss = loss[runs]
+        if loss.any():  # with a notice nothing is lost (and AWS gives one before every reclaim)
+            done = self.done[runs]
+            lost = np.minimum(share[runs] * recovery.checkpoint_interval_h * rate[runs], done - self.checkpoint[runs])
+            self.done[runs] = np.where(loss, done - lost, done)
+        self.checkpoint[runs] = self.done[runs]
         self.restarts[runs] += running[runs]
         if self.rules.restart_all:
             self.alive[:, runs], self.death[:, runs] = False, np.inf
