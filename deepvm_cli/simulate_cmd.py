@@ -99,7 +99,7 @@ def simulate(
 
         render_simulation(comparison.report)
     if plot is not None:
-        from simulation.plot import plot_cdfs
+        from deepvm_cli.simulate_plot import plot_cdfs
 
         plot_cdfs(comparison, plot)
         console.info(f"Wrote the CDFs to {plot}")
