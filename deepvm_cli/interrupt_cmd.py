@@ -5,11 +5,14 @@ from __future__ import annotations
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import DAY_S, at_least
 
 
 def interrupt_command(
     node: str = typer.Argument(..., help="Instance id of a spot node (see `deepvm status`)."),
-    after: int = typer.Option(120, "--after", help="Seconds between the notice and the interruption."),
+    after: int = typer.Option(
+        120, "--after", callback=at_least(0, DAY_S), help="Seconds between the notice and the interruption."
+    ),
     fis_role_arn: str = typer.Option(
         "", "--fis-role-arn", envvar="DEEPVM_FIS_ROLE_ARN", help="AWS only: IAM role AWS FIS assumes."
     ),

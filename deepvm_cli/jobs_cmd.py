@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import at_least
 from deepvm_cli.job_render import record_line
 from provisioning.errors import CloudError
 from training.managed.records import CANCELLED, COMPLETED, FAILED, RUNNING, LogRecord
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from training.managed.client import Head
 
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
+MAX_RANK = 65_535  # `logs --rank`
+MAX_TAIL = 10_000_000  # `logs --tail`: lines
 
 
 def default_python(cluster: str) -> str:
@@ -141,8 +144,12 @@ def jobs_command(
 def logs_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
     follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep following until the job ends."),
-    rank: int | None = typer.Option(None, "--rank", min=0, help="Only this MPI rank's output."),
-    tail: int | None = typer.Option(None, "--tail", min=0, help="Start with the last K lines."),
+    rank: int | None = typer.Option(
+        None, "--rank", callback=at_least(0, MAX_RANK), help="Only this MPI rank's output."
+    ),
+    tail: int | None = typer.Option(
+        None, "--tail", callback=at_least(0, MAX_TAIL), help="Start with the last K lines."
+    ),
 ) -> None:
     """Show a managed job's log from its head node; reattach to a running job with -f."""
     from training.managed.client import find_head, follow, managed_job

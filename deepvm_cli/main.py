@@ -53,6 +53,9 @@ def _root(
 
 
 def _register_commands() -> None:
+    """Add every command to the app, once (tests run `main` many times in one process)."""
+    if app.registered_commands:
+        return
     from deepvm_cli import (
         down_cmd,
         interrupt_cmd,
@@ -75,31 +78,37 @@ def _register_commands() -> None:
 
 
 def run() -> None:
-    """Console-script entry: every error becomes one line on stderr and a distinct exit code."""
+    """Console-script entry."""
+    sys.exit(main(sys.argv[1:]))
+
+
+def main(args: list[str]) -> int:
+    """Run one command line; every error becomes one line on stderr (or one per mistake it lists) and a
+    distinct exit code, which is returned."""
     _register_commands()
     debug = bool(os.environ.get("DEEPVM_DEBUG"))
-    args = sys.argv[1:] or ["--help"]
     try:
-        result = app(args=args, standalone_mode=False)
+        result = app(args=args or ["--help"], standalone_mode=False)
     except StoppedByUser as exc:
         console.plain(f"deepvm: {exc}")
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except DeepvmError as exc:
         if debug:
             raise
-        console.error_line(str(exc))
-        sys.exit(exc.exit_code)
+        for line in exc.lines:
+            console.error_line(line)
+        return exc.exit_code
     except TyperException as exc:  # usage errors: unknown option, bad value, missing argument
         console.error_line(exc.format_message().replace("\n", " "))
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (Abort, KeyboardInterrupt):
         console.error_line("interrupted")
-        sys.exit(130)
+        return 130
     except Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except Exception as exc:
         if debug:
             raise
         console.error_line(f"internal error: {type(exc).__name__}: {exc} (set DEEPVM_DEBUG=1 for details)")
-        sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.flags import region_list
 from provisioning.catalog import Catalog, InstanceType
 from provisioning.market.summary import MarketRow, market_rows
 from provisioning.snapshot import snapshot_label, snapshot_notes
@@ -20,7 +21,10 @@ HELP = "Show instance types with their prices, FLOPP (flops per dollar) and vCPU
 def market(
     gpu: str | None = typer.Option(None, "--gpu", help="Only this GPU model, e.g. T4, A10G, L4, A100."),
     region: list[str] | None = typer.Option(
-        None, "--region", help="A region, or 'all' (repeatable or comma-separated). Default: your AWS region."
+        None,
+        "--region",
+        callback=region_list,
+        help="A region, or 'all' (repeatable or comma-separated). Default: your AWS region.",
     ),
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot; no AWS calls."),
     catalog_file: Path | None = typer.Option(

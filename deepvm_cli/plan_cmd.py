@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,8 +9,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import DAY_S, MAX_PRICE, at_least, positive, region_list
 from deepvm_cli.render_curves import ProfileUsed
 from provisioning.errors import InputError
+from provisioning.planner.plan_document import MAX_PLANS
+
+MAX_HOURS = 100_000.0  # --deadline: eleven years
+MAX_WORK_PFLOP = 1e12  # --work: a thousand times the largest published training run
+MAX_CHECKPOINT_GIB = 100_000.0  # --checkpoint-size
+MAX_BUFFER_SLOTS = 64
+MAX_NODES = 4096  # --node-limit: the planner's own bound on nodes of one type (planner/options.py)
 
 if TYPE_CHECKING:
     from provisioning.catalog import Catalog
@@ -25,17 +32,31 @@ class ObjectiveChoice(str, Enum):
 
 
 def plan(
-    max_price: float = typer.Option(None, "--max-price", help="Price cap for the cluster, USD per hour."),
-    region: str = typer.Option(None, "--region", help="Region, comma-separated regions, or 'all'."),
+    max_price: float = typer.Option(
+        None, "--max-price", callback=positive(MAX_PRICE), help="Price cap for the cluster, USD per hour."
+    ),
+    region: str = typer.Option(
+        None, "--region", callback=region_list, help="Region, comma-separated regions, or 'all'."
+    ),
     catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS)."),
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
-    deadline: float = typer.Option(None, "--deadline", help="Hours: the cheapest plan that finishes --work."),
-    work: float = typer.Option(None, "--work", help="Training work in PFLOP (with --deadline)."),
-    checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
-    buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
-    node_limit: int = typer.Option(None, "--node-limit", help="N nodes per type and market, not quotas."),
+    deadline: float = typer.Option(
+        None, "--deadline", callback=positive(MAX_HOURS), help="Hours: the cheapest plan that finishes --work."
+    ),
+    work: float = typer.Option(
+        None, "--work", callback=positive(MAX_WORK_PFLOP), help="Training work in PFLOP (with --deadline)."
+    ),
+    checkpoint_size: float = typer.Option(
+        0.5, "--checkpoint-size", callback=at_least(0, MAX_CHECKPOINT_GIB), help="One checkpoint, GiB."
+    ),
+    buffer_slots: int = typer.Option(
+        2, "--buffer-slots", callback=positive(MAX_BUFFER_SLOTS), help="Checkpoints the holders keep in RAM."
+    ),
+    node_limit: int = typer.Option(
+        None, "--node-limit", callback=positive(MAX_NODES), help="N nodes per type and market, not quotas."
+    ),
     mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
-    top: int = typer.Option(3, "--top", help="How many ranked plans to show."),
+    top: int = typer.Option(3, "--top", callback=positive(MAX_PLANS), help="How many ranked plans to show."),
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
     refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -45,10 +66,11 @@ def plan(
              ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
     ),
     relaunch_time: float = typer.Option(
-        None, "--relaunch-time", help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured)."
+        None, "--relaunch-time", callback=at_least(0, DAY_S),
+        help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured).",
     ),
     replacement_delay: float = typer.Option(
-        None, "--replacement-delay",
+        None, "--replacement-delay", callback=at_least(0, DAY_S),
         help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
     ),
     profile_files: list[Path] = typer.Option(
@@ -67,13 +89,13 @@ def plan(
     request = PlanRequest(
         max_price=_check_price(max_price, deadline),
         objective=Objective(objective.value),
-        checkpoint_size_gib=_positive("--checkpoint-size", checkpoint_size, allow_zero=True),
-        buffer_slots=int(_positive("--buffer-slots", buffer_slots)),
-        node_limit=None if node_limit is None else int(_positive("--node-limit", node_limit)),
+        checkpoint_size_gib=checkpoint_size,
+        buffer_slots=buffer_slots,
+        node_limit=node_limit,
         mix=mix,
-        deadline_hours=None if deadline is None else _positive("--deadline", deadline),
+        deadline_hours=deadline,
         work_pflop=_work(work, deadline),
-        top=int(_positive("--top", top)),
+        top=top,
         regions=_regions(region),
         interruptions=_interruptions(interruptions, relaunch_time, replacement_delay),
     )
@@ -128,20 +150,13 @@ def _check_price(max_price: float | None, deadline: float | None) -> float | Non
         if deadline is None:
             raise InputError("--max-price is required (USD per hour for the cluster), e.g. --max-price 12")
         return None  # a deadline alone: the cheapest plan that finishes in time, at any hourly price
-    return _positive("--max-price", max_price)
-
-
-def _positive(flag: str, value: float, allow_zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise InputError(f"{flag} must be {kind} number, got {value:g}")
-    return value
+    return max_price
 
 
 def _work(work: float | None, deadline: float | None) -> float | None:
     if (work is None) != (deadline is None):
         raise InputError("--deadline and --work go together: the cheapest plan finishing WORK PFLOP in time")
-    return None if work is None else _positive("--work", work)
+    return work
 
 
 def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: float | None) -> Interruptions | None:
@@ -156,10 +171,8 @@ def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: fl
 
     defaults = RecoveryCosts()
     recovery = RecoveryCosts(
-        relaunch_s=defaults.relaunch_s if relaunch_s is None
-        else _positive("--relaunch-time", relaunch_s, allow_zero=True),
-        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None
-        else _positive("--replacement-delay", replacement_s, allow_zero=True),
+        relaunch_s=defaults.relaunch_s if relaunch_s is None else relaunch_s,
+        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None else replacement_s,
     )
     return plan_interruptions(spec, recovery)
 
@@ -167,10 +180,7 @@ def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: fl
 def _regions(region: str | None) -> tuple[str, ...] | None:
     if region is None:
         return None
-    names = tuple(r.strip() for r in region.split(",") if r.strip())
-    if not names:
-        raise InputError("--region needs a region name, a comma-separated list, or 'all'")
-    return names
+    return tuple(r.strip() for r in region.split(",") if r.strip())
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,8 @@ from deepvm_cli.render_curves import estimate_text
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
 
+MAX_STEPS = 1_000_000  # --steps, --warmup: a profile measures minutes, not weeks
+
 if TYPE_CHECKING:
     from provisioning.profile import Profile
     from training.profiling import ProfileTarget
@@ -30,8 +32,10 @@ def profile_command(
     sizes: str | None = typer.Option(
         None, "--sizes", help="Trainer node counts to measure, e.g. 1,2,4 (default: 1, 2, 4, ... and all of them)."
     ),
-    steps: int = typer.Option(60, "--steps", min=1, help="Steps in each measured repeat."),
-    warmup: int = typer.Option(10, "--warmup", min=0, help="Steps run and not measured, at each size."),
+    steps: int = typer.Option(60, "--steps", min=1, max=MAX_STEPS, help="Steps in each measured repeat."),
+    warmup: int = typer.Option(
+        10, "--warmup", min=0, max=MAX_STEPS, help="Steps run and not measured, at each size."
+    ),
     repeats: int = typer.Option(3, "--repeats", min=1, max=100, help="Measured repeats at each size."),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Where the profile is written."),
     plot: Path | None = typer.Option(None, "--plot", help="Also draw the points and the fitted curve (PNG)."),

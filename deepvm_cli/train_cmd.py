@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Column
 
 from deepvm_cli import console
+from deepvm_cli.flags import DAY_S, at_least
 from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
@@ -107,7 +108,7 @@ def train_command(
     stall_timeout: float | None = typer.Option(
         None,
         "--stall-timeout",
-        min=1.0,
+        callback=at_least(1, DAY_S),
         help="Seconds without progress after which the job counts as hung and is restarted without the node "
         "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
     ),
@@ -123,7 +124,9 @@ def train_command(
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
     from provisioning.state import Store
     from training.controller import TrainRequest, train
+    from training.jobspec import load_job_spec
 
+    load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
     if controller == "head" and resume:

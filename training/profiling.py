@@ -47,7 +47,7 @@ from provisioning.profile import JobIdentity, Measured
 from provisioning.state import Store
 from training.controller import cluster_node, new_job_id, node_host
 from training.events import End, Step, parse
-from training.jobspec import JobSpec, load_job_spec
+from training.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.jobstore import train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, ready_on_head, rendezvous_port
 from training.progress import JobReporter, Progress
@@ -196,7 +196,7 @@ def _sizes(asked: tuple[int, ...] | None, trainer_nodes: int, cluster: str) -> t
 
 def derived_spec(job_path: Path, total_steps: int) -> str:
     """The measuring spec's YAML (see the module docstring), validated as a job spec."""
-    data = dict(read_yaml(job_path).data)
+    data = dict(read_yaml(job_path, "job file", MAX_JOB_BYTES).data)
     data.pop("epochs", None)
     data["steps"] = total_steps
     data["log_every"] = 1

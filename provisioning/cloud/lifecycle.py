@@ -7,6 +7,7 @@ reaches the user, and the store says so.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
@@ -193,8 +195,6 @@ def _launch(
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
         internal_public_key=keys.internal_public,
-        host_key_private=keys.host_key_private,
-        host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
         instance_profile=request.instance_profile,
     )
@@ -240,8 +240,8 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in nodes])
-        if request.wait_ssh:
+        if request.wait_ssh:  # else the first command that needs the nodes pins them (ssh_endpoints)
+            pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
                 _endpoints(keys, nodes),
                 request.timeout_s,
@@ -255,7 +255,7 @@ def _launch(
                 store, name, target, [plan.region], resources, report, final_status="failed", reason=str(exc)
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
-            raise CloudError(f"{exc}; cleaning up failed too ({cleanup}); run `deepvm down {name}`") from exc
+            raise CloudError(f"{exc}; cleaning up after it failed too: {cleanup}") from exc
         raise
     row = store.cluster(name)
     assert row is not None
@@ -343,9 +343,8 @@ def add_nodes(
             added = [private_only(n) for n in added]
         store.put_nodes(name, added)
         store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
-        keys = ensure_cluster_keys(name)
         running = [n for n in store.nodes(name) if n.state == _RUNNING]
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
+        keys = pin_nodes(ctx, name, running, timeout_s, lambda n, t: report.count("host keys pinned", n, t))
         wait_reachable(
             _endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t)
         )
@@ -421,7 +420,12 @@ def ssh_endpoints(name: str) -> list[SshEndpoint]:
     if row is None or row.status != "up":
         raise NotFoundError(f"no running cluster named {name!r}; start one with `deepvm up --name {name}`")
     nodes = [n for n in store.nodes(name) if n.state == _RUNNING]
-    return _endpoints(ensure_cluster_keys(name), nodes)
+    keys = ensure_cluster_keys(name)
+    if write_known_hosts(keys, nodes):  # nodes with no pinned host key: take those their consoles show now
+        ctx = target_for(row.cloud).context(row.region, start=False)
+        if ctx is not None:
+            pin_nodes(ctx, name, nodes, timeout_s=None)
+    return _endpoints(keys, nodes)
 
 
 def _view(store: Store, row: ClusterRow, refresh: bool) -> ClusterView:
@@ -469,7 +473,7 @@ def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
     if adopted:
         store.put_nodes(row.name, adopted)
         running = [n for n in store.nodes(row.name) if n.state == _RUNNING]  # pin their host keys here too
-        write_known_hosts(ensure_cluster_keys(row.name), [(n.address or "", n.ssh_port) for n in running])
+        write_known_hosts(ensure_cluster_keys(row.name), running)
     return True
 
 
@@ -536,14 +540,22 @@ def _destroy(
     if recorded:
         store.set_status(name, "terminating", "tearing down")
     deleted: list[str] = []
+    incomplete: list[CloudError] = []
     for region in regions:
         ctx = target.context(region, start=False)
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
-        instance_ids = {i.instance_id for i in query_instances(ctx, name)}
-        instance_ids |= {n.instance_id for n in store.nodes(name)}
-        deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        instance_ids = {n.instance_id for n in store.nodes(name)}
+        with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
+            instance_ids |= {i.instance_id for i in query_instances(ctx, name)}
+        try:
+            deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
+            incomplete.append(exc)
+            continue
         target.after_terminate(sorted(instance_ids))
+    if incomplete:
+        raise incomplete[0] if len(incomplete) == 1 else CloudError("\n".join(map(str, incomplete)))
     if recorded:
         store.close_costs(name)
         store.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")

@@ -25,7 +25,8 @@ from typing import Any
 from provisioning.catalog import Catalog
 from provisioning.errors import InputError
 from provisioning.home import saved_plan_path
-from provisioning.jsonfile import MIB, read_json_file
+from provisioning.inputfile import MIB
+from provisioning.jsonfile import read_json_file
 from provisioning.planner.plan import Plan
 from provisioning.planner.plan_check import check_plan
 from provisioning.planner.plan_document import PlanDocumentError, PlanEntry, read_plan_document

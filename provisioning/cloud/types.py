@@ -33,8 +33,6 @@ class ClusterSpec:
     ssh_user: str  # login user of the image ("ubuntu" on the Deep Learning AMI)
     ssh_public_key: str  # OpenSSH public key line authorised for ssh_user
     internal_public_key: str  # the cluster's internal key, also authorised: how the head logs in to nodes
-    host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
-    host_key_public: str
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
     instance_profile: str | None = None  # IAM instance profile name or ARN: how nodes reach S3 without keys
 

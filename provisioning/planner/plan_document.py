@@ -94,6 +94,7 @@ class RankedPlansDocument(Strict):
     saved_to: JsonValue = None
     solve_seconds: JsonValue = None
     interruptions: JsonValue = None  # plan --interruptions: what was counted, and the plan without it
+    scaling_curves: JsonValue = None  # each GPU type's S(n) and where it came from (a profile, the catalog, ...)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from provisioning.errors import InputError
-from provisioning.jsonfile import MIB, read_bounded
+from provisioning.inputfile import MIB, read_user_bytes
 from simulation.trace import Trace, TraceKind
 from simulation.traces.capacity_json import parse_capacity_bytes
 from simulation.traces.csv_rows import csv_rows
@@ -32,7 +32,7 @@ _TIME = re.compile(r"\d{1,2}/\d{1,2}/\d{2} \d{1,2}:\d{2}")
 def read_trace_file(path: Path) -> Trace:
     """The trace in `path`, in whichever of the three formats it is written."""
     try:
-        raw = read_bounded(path, "trace file", MAX_TRACE_BYTES)
+        raw = read_user_bytes(path, "trace file", MAX_TRACE_BYTES)
     except InputError as exc:
         raise TraceError(str(exc)) from None
     return parse_trace_bytes(raw, str(path), f"file {path}")

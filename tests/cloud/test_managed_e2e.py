@@ -180,6 +180,23 @@ def local_deepvm(env: dict[str, str]) -> list[str]:
     return found
 
 
+def assert_each_node_pinned_to_its_own_key(env: dict[str, str]) -> None:
+    """Every running node, the replacement the head bought included, is pinned on this machine at its own
+    address with its own key; the head pinned each with the same key (the replacement's learnt there, from
+    its console output, with the head's own role)."""
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)  # adopts the head's replacement
+    running = {n["instance_id"]: n["public_ip"] or n["private_ip"] for n in status["nodes"] if n["state"] == "running"}
+    cli(env, "jobs", "mg")  # a command that reaches the nodes pins those this machine has no key for yet
+    here = Path(env["DEEPVM_HOME"]) / "clusters" / "mg"
+    known = dict(line.split(maxsplit=1) for line in (here / "known_hosts").read_text().splitlines())
+    assert sorted(known) == sorted(running.values()) and len(set(known.values())) == len(running)
+    pins = {iid: (here / "host_keys" / iid).read_text().strip() for iid in running}
+    assert all(known[address] == pins[iid] for iid, address in running.items())
+    on_head = run_on_head(env, "cd deepvm/managed/clusters/mg/host_keys && grep -H . *").splitlines()
+    head_pins = dict(line.split(":", 1) for line in on_head)
+    assert {iid: head_pins[iid] for iid in running} == pins
+
+
 def assert_no_user_credentials(env: dict[str, str]) -> None:
     """The canary secret is in no node process's environment or command line, and in no node's files."""
     for pid, line in node_processes(env).items():
@@ -237,6 +254,7 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     cli(env, "fetch", job_id, "--out", str(out))
     assert (out / "model.pt").stat().st_size > 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 420
+    assert_each_node_pinned_to_its_own_key(env)
     assert_no_user_credentials(env)
 
 

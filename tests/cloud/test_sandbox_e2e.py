@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
 from provisioning.sandbox.procs import pid_alive
 from tests.cloud.plans import make_plan, write_plans
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -85,6 +86,17 @@ def _refused(address: str, port: int) -> bool:
         return True
 
 
+def _pinned(endpoints: dict) -> dict[str, str]:
+    """Instance id -> the host key known_hosts pins at its address (and nowhere else)."""
+    known = {}
+    for line in Path(next(iter(endpoints.values())).known_hosts_path).read_text().splitlines():
+        address, key = line.split(maxsplit=1)
+        assert address not in known, f"{address} is pinned twice"
+        known[address] = key
+    assert sorted(known) == sorted(e.address for e in endpoints.values())
+    return {iid: known[e.address] for iid, e in endpoints.items()}
+
+
 def _status(name: str) -> dict:
     result = run_cli("status", name, "--json")
     assert result.returncode == 0, result.stderr
@@ -100,20 +112,32 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert len(nodes) == 4 and all(n["state"] == "running" for n in nodes)
     assert all(n["private_ip"].startswith("127.") for n in nodes)
 
-    # every node answers over SSH, checked against the pinned host key
+    # every node answers over SSH, checked against its own pinned host key: made on the node at boot (the
+    # node shows it), learnt from its console output through EC2, one key per node, each at its own address
     endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
     clients = {iid: connect(e) for iid, e in endpoints.items()}
-    for client in clients.values():
+    pinned = _pinned(endpoints)
+    assert len(set(pinned.values())) == 4
+    for iid, client in clients.items():
         code, out = _run(client, "tr '\\0' ' ' < /proc/1/cmdline")
         assert code == 0 and "provisioning.sandbox.hostinit" in out  # PID 1 is the host's own init
+        code, out = _run(client, "cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub")
+        assert code == 0 and out.strip() == pinned[iid]
 
-    # ...and a host key other than the pinned one is refused
+    # ...and another node's key at a node's address is refused: a pin says "this node", not "a node"
     forged = tmp_path / "forged_known_hosts"
-    other = ensure_cluster_keys("someone-else")
-    first = next(iter(endpoints.values()))
-    forged.write_text(f"{first.address} {other.host_key_public}\n")
+    first, second = list(endpoints.values())[:2]
+    forged.write_text(f"{first.address} {pinned[second.instance_id]}\n")
     with pytest.raises(CloudError, match="not the cluster's pinned key"):
         answers(replace(first, known_hosts_path=str(forged)))
+
+    # a job on a node cannot change deepvm's code or the Python it runs on (read-only, and no remount)
+    venv = Path(sys.prefix).resolve()
+    for path in (REPO, REPO / "provisioning", venv, venv / "bin"):
+        code, out = _run(clients[first.instance_id], f"touch {path}/written-by-a-job 2>&1")
+        assert code != 0 and "Read-only file system" in out, (path, out)
+    code, out = _run(clients[first.instance_id], f"mount -o remount,bind,rw {REPO} 2>&1")
+    assert code != 0 and not (REPO / "written-by-a-job").exists(), out
 
     # each node has its own filesystem: home and /tmp
     ids = list(clients)
@@ -167,11 +191,13 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     for client in clients.values():
         client.close()
 
-    # a replacement spot node joins, reachable with the same pinned key
+    # a replacement spot node joins, reachable with its own key, pinned at its own address
     (added,) = add_nodes("e2e")
     assert added.market.value == "spot" and added.role.value == "trainer"
     replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
     assert answers(replacement)
+    pinned_now = _pinned({e.instance_id: e for e in ssh_endpoints("e2e")})
+    assert pinned_now[added.instance_id] not in pinned.values() and len(set(pinned_now.values())) == 4
     internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
     with connect(replace(replacement, key_path=internal)) as client:  # authorised at boot, no staging
         assert _run(client, "true")[0] == 0

@@ -129,7 +129,8 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("dataset: {kind: synthetic}\nsteps: 10\nmodle: {name: resnet18}\n")
     result = run_cli("profile", str(job), "--cluster", "nope")
-    assert (result.returncode, result.stderr) == (2, f"deepvm: error: {job}:3: modle: unknown field\n")
+    assert (result.returncode, result.stderr) == (
+        2, f"deepvm: error: {job}:3: modle: unknown field; did you mean model?\n")
 
 
 def test_json_output_holds_the_profile_as_written(tmp_path):

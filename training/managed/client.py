@@ -18,7 +18,7 @@ from pathlib import Path
 
 from provisioning.cloud import lifecycle
 from provisioning.cloud.head import head_node
-from provisioning.cloud.keys import ensure_cluster_keys
+from provisioning.cloud.keys import HOST_KEYS_DIR, ensure_cluster_keys, pinned_host_keys
 from provisioning.cloud.names import check_cluster_name
 from provisioning.errors import InputError, NotFoundError
 from provisioning.home import deepvm_home
@@ -116,10 +116,11 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     )
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)
+    pins = {f"{cluster_dir}/{HOST_KEYS_DIR}/{iid}": f"{key}\n".encode() for iid, key in pinned_host_keys(keys).items()}
     write_files(head.host, {
         f"{cluster_dir}/id_ed25519": internal,  # the head logs in to the nodes with the internal key
         f"{cluster_dir}/internal_ed25519": internal,
-        f"{cluster_dir}/ssh_host_ed25519_key": keys.host_key_private.encode(),  # the head's own host key
+        **pins,  # each node's host key as pinned here: the head checks them as this machine does
         files.record: record.to_json().encode(),
     })  # fmt: skip
     out = request.out_dir or deepvm_home() / "jobs" / job_id

@@ -44,9 +44,9 @@ def seed_store(job: HeadJob) -> None:
     if store.cluster(job.cluster.name) is None:
         store.put_cluster(replace(job.cluster, cloud="aws", status="up"))
         store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
-    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the host key
+    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
     running = [n for n in store.nodes(job.cluster.name) if n.state == "running"]
-    write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
+    write_known_hosts(keys, running)
 
 
 def main(argv: list[str]) -> int:
