@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from deepvm_cli.main import main
 from provisioning.planner import PlanRequest
 from provisioning.planner.saved import save_plans
 from provisioning.profile import JobIdentity, Measured, ProfileSetup, make_profile, save_profile
@@ -88,26 +89,28 @@ def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path):
     (("--trace", "no-such-trace"), "unknown trace 'no-such-trace'"),
     (("--interruption-rate", "30-40%"), "30-40%"),
     (("--work", "-5"), "--work must be a positive number, got -5"),
-    (("--work", "nan"), "--work must be a positive number, got nan"),
-    (("--runs", "0"), "--runs must be a number of at least 1, got 0"),
-    (("--deadline", "inf"), "--deadline must be a positive number, got inf"),
+    (("--work", "nan"), "--work must be a finite number, got nan"),
+    (("--runs", "0"), "--runs must be a positive number, got 0"),
+    (("--deadline", "inf"), "--deadline must be a finite number, got inf"),
+    (("--notice-share", "1.5"), "--notice-share must be at most 1, got 1.5"),
     (("--plot", "/no/such/dir/cdf.png"), "--plot: no folder /no/such/dir to write cdf.png in"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, message):
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     work = () if "--work" in args else ("--work", "1000")
-    result = simulate(*PAPER, *work, *args)
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"deepvm: error: {result.stderr.split('error: ', 1)[1].strip()}"]
-    assert message in result.stderr and "Traceback" not in result.stderr
+    code = main(["simulate", *PAPER, *work, *args])  # in this process: a refusal costs no Python start
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("deepvm: error: "), err
+    assert message in err and "Traceback" not in err
 
 
-def test_malformed_trace_file_and_missing_work(tmp_path):
+def test_malformed_trace_file_and_missing_work(tmp_path, capsys):
     bad = tmp_path / "trace.csv"
     bad.write_text("time_ms,add,node1\nsoon,remove,node1\n")
-    result = simulate(*PAPER, "--work", "1000", "--trace", str(bad))
-    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and str(bad) in result.stderr
-    missing = simulate(*PAPER)
-    assert missing.returncode == 2 and "--work PFLOP, or --steps N with --step-time S" in missing.stderr
+    assert main(["simulate", *PAPER, "--work", "1000", "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and str(bad) in err
+    assert main(["simulate", *PAPER]) == 2
+    assert "--work PFLOP, or --steps N with --step-time S" in capsys.readouterr().err
 
 
 def test_registering_simulate_keeps_plan_free_of_numpy():
