@@ -64,6 +64,7 @@ def _register_commands() -> None:
         plan_cmd,
         profile_cmd,
         sandbox_cmd,
+        simulate_cmd,
         status_cmd,
         train_cmd,
         up_cmd,
@@ -71,7 +72,7 @@ def _register_commands() -> None:
 
     for module in (
         plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
-        sandbox_cmd,
+        sandbox_cmd, simulate_cmd,
     ):
         module.register(app)
 

@@ -8,20 +8,12 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.flags import DAY_S, MAX_PRICE, at_least, positive, region_list
-from deepvm_cli.render_curves import ProfileUsed
+from deepvm_cli import console, plan_flags
+from deepvm_cli.flags import DAY_S, at_least, positive
 from provisioning.errors import InputError
 from provisioning.planner.plan_document import MAX_PLANS
 
-MAX_HOURS = 100_000.0  # --deadline: eleven years
-MAX_WORK_PFLOP = 1e12  # --work: a thousand times the largest published training run
-MAX_CHECKPOINT_GIB = 100_000.0  # --checkpoint-size
-MAX_BUFFER_SLOTS = 64
-MAX_NODES = 4096  # --node-limit: the planner's own bound on nodes of one type (planner/options.py)
-
 if TYPE_CHECKING:
-    from provisioning.catalog import Catalog
     from provisioning.planner.interruptions import Interruptions
 
 
@@ -32,33 +24,24 @@ class ObjectiveChoice(str, Enum):
 
 
 def plan(
-    max_price: float = typer.Option(
-        None, "--max-price", callback=positive(MAX_PRICE), help="Price cap for the cluster, USD per hour."
-    ),
-    region: str = typer.Option(
-        None, "--region", callback=region_list, help="Region, comma-separated regions, or 'all'."
-    ),
-    catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS)."),
+    max_price: float = plan_flags.max_price_option,
+    region: str = plan_flags.region_option,
+    catalog_file: Path = plan_flags.catalog_option,
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
     deadline: float = typer.Option(
-        None, "--deadline", callback=positive(MAX_HOURS), help="Hours: the cheapest plan that finishes --work."
+        None, "--deadline", callback=positive(plan_flags.MAX_HOURS),
+        help="Hours: the cheapest plan that finishes --work.",
     ),
     work: float = typer.Option(
-        None, "--work", callback=positive(MAX_WORK_PFLOP), help="Training work in PFLOP (with --deadline)."
+        None, "--work", callback=positive(plan_flags.MAX_WORK_PFLOP), help="Training work in PFLOP (with --deadline)."
     ),
-    checkpoint_size: float = typer.Option(
-        0.5, "--checkpoint-size", callback=at_least(0, MAX_CHECKPOINT_GIB), help="One checkpoint, GiB."
-    ),
-    buffer_slots: int = typer.Option(
-        2, "--buffer-slots", callback=positive(MAX_BUFFER_SLOTS), help="Checkpoints the holders keep in RAM."
-    ),
-    node_limit: int = typer.Option(
-        None, "--node-limit", callback=positive(MAX_NODES), help="N nodes per type and market, not quotas."
-    ),
-    mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
+    checkpoint_size: float = plan_flags.checkpoint_size_option,
+    buffer_slots: int = plan_flags.buffer_slots_option,
+    node_limit: int = plan_flags.node_limit_option,
+    mix: bool = plan_flags.mix_option,
     top: int = typer.Option(3, "--top", callback=positive(MAX_PLANS), help="How many ranked plans to show."),
-    offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
-    refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
+    offline: bool = plan_flags.offline_option,
+    refresh: bool = plan_flags.refresh_option,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     interruptions: str = typer.Option(
         None, "--interruptions",
@@ -73,13 +56,7 @@ def plan(
         None, "--replacement-delay", callback=at_least(0, DAY_S),
         help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
     ),
-    profile_files: list[Path] = typer.Option(
-        None,
-        "--profile",
-        metavar="FILE",
-        help="A profile from `deepvm profile`: its fitted curve replaces its instance type's in every objective, "
-        "up to 1.5x the most nodes it measured (repeat for other types).",
-    ),
+    profile_files: list[Path] = plan_flags.profile_option,
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
@@ -96,7 +73,7 @@ def plan(
         deadline_hours=deadline,
         work_pflop=_work(work, deadline),
         top=top,
-        regions=_regions(region),
+        regions=plan_flags.regions(region),
         interruptions=_interruptions(interruptions, relaunch_time, replacement_delay),
     )
     catalog = resolve_catalog(
@@ -107,7 +84,7 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
-    catalog, profiles = _profiles(profile_files or [], catalog)
+    catalog, profiles = plan_flags.with_profiles(profile_files or [], catalog)
     result = plan_cluster(catalog, request)
     report = None
     if request.interruptions is not None:
@@ -128,21 +105,6 @@ def plan(
     from deepvm_cli.render_plan import render_plan_result
 
     render_plan_result(result, catalog, saved, report, profiles)
-
-
-def _profiles(paths: list[Path], catalog: Catalog) -> tuple[Catalog, list[ProfileUsed]]:
-    """The catalog with the profiles' curves, and the profiles (each read strictly and checked against the
-    catalog); their warnings shown."""
-    if not paths:
-        return catalog, []
-    from provisioning.profile import load_profile, with_profiles
-
-    used = [ProfileUsed(str(path), load_profile(path, catalog)) for path in paths]
-    profiled = with_profiles(catalog, [u.profile for u in used])
-    for profile in used:
-        for message in profile.profile.warnings:
-            console.warning(f"{profile.path} ({profile.profile.instance_type}): {message}")
-    return profiled, used
 
 
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:
@@ -175,12 +137,6 @@ def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: fl
         replacement_delay_s=defaults.replacement_delay_s if replacement_s is None else replacement_s,
     )
     return plan_interruptions(spec, recovery)
-
-
-def _regions(region: str | None) -> tuple[str, ...] | None:
-    if region is None:
-        return None
-    return tuple(r.strip() for r in region.split(",") if r.strip())
 
 
 def register(app: typer.Typer) -> None:

@@ -2,29 +2,28 @@
 
 The curve is drawn solid over the nodes measured and dashed beyond, up to where plans follow it (1.5x
 the most nodes measured), so the picture shows how much of a plan rests on extrapolation. matplotlib
-(Agg: no display needed) is imported only here.
+is imported only by deepvm_cli/png.py, when a plot is asked for.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from provisioning.errors import InputError
+from deepvm_cli.png import png_figure
 from provisioning.profile import Profile
 from provisioning.scaling import speedup
 
 
 def plot_profile(profile: Profile, path: Path) -> None:
     """Draw every repeat's speed-up, the means, the fitted S(n) and linear scaling for reference."""
-    import matplotlib
+    with png_figure(path, 120, figsize=(6.4, 4.4)) as (figure, axes):
+        _draw(profile, figure, axes)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _draw(profile: Profile, figure, axes) -> None:
     curve, fit = profile.scaling(), profile.fit
     one = profile.sizes[0].samples_per_s
     base = sum(one) / len(one)
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
     repeats = [(size.nodes, rate / base) for size in profile.sizes for rate in size.samples_per_s]
     axes.scatter([n for n, _ in repeats], [s for _, s in repeats], s=14, alpha=0.5, label="each repeat")
     axes.plot([s.nodes for s in profile.sizes], [s.speedup for s in profile.sizes], "o", label="mean")
@@ -43,9 +42,3 @@ def plot_profile(profile: Profile, path: Path) -> None:
     axes.set_ylim(0, 1.25 * highest + 0.25)  # linear scaling runs off a poor job's chart: its curve matters
     axes.legend(fontsize="small")
     figure.tight_layout()
-    try:
-        figure.savefig(path, dpi=120)
-    except OSError as exc:
-        raise InputError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(figure)

@@ -87,6 +87,12 @@ class _Catalogs:
         return self._loaded[key]
 
 
+def catalog_of(plan: Plan) -> Catalog:
+    """The catalog a checked plan was planned on (its `catalog_source`), for readers that need its types'
+    FLOPS and scaling curves, such as `deepvm simulate --plan`."""
+    return _load(plan.catalog_source or "snapshot", plan.region)[0]
+
+
 def _load(source: str, region: str) -> tuple[Catalog, str]:
     """The catalog `source` names, and how to name it in messages (AWS may have fallen back to the snapshot)."""
     from provisioning.snapshot import load_snapshot, snapshot_label
