@@ -186,7 +186,7 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
-        if request.wait_ssh:  # else the first command that needs the nodes pins them (ssh_endpoints)
+        if request.wait_ssh:  # else the first command that needs the nodes pins them (Cluster.endpoints)
             pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
                 endpoints(keys, nodes),
