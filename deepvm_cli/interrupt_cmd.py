@@ -22,12 +22,12 @@ def interrupt_command(
     Sandbox: the notice appears in the node's instance metadata and the sandbox terminates it on time.
     AWS: an AWS FIS experiment (aws:ec2:send-spot-instance-interruptions) does both.
     """
-    from provisioning.cloud.lifecycle import interrupt
+    from provisioning.cloud.cluster import Cluster
 
-    message, target = interrupt(node, after, fis_role_arn)
-    if target.banner:
-        console.info(target.banner)
-    console.info(message)
+    cluster, record = Cluster.of_node(node)
+    if cluster.banner:
+        console.info(cluster.banner)
+    console.info(cluster.interrupt(record, after, fis_role_arn))
 
 
 def register(app: typer.Typer) -> None:

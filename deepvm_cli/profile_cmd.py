@@ -50,13 +50,14 @@ def profile_command(
 
     from deepvm_cli.jobs_cmd import default_python
     from deepvm_cli.train_cmd import live_reporter, plain_reporter
+    from provisioning.cloud.cluster import Cluster
     from provisioning.profile import ProfileSetup, make_profile, save_profile
     from training.profiling import ProfileRequest, measure, profile_target
 
     request = ProfileRequest(
         job_path=job,
         cluster=cluster,
-        python=python or default_python(cluster),
+        python=python or default_python(Cluster.find(cluster)),
         sizes=_sizes(sizes),
         steps=steps,
         warmup=warmup,
@@ -114,13 +115,11 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
 
 
 def _announce(target: ProfileTarget) -> None:
-    from provisioning.state import Store
+    from provisioning.cloud.cluster import Cluster
 
-    row = Store().cluster(target.cluster)
-    if row is not None and row.cloud == "sandbox":
-        from provisioning.sandbox.control import BANNER
-
-        console.info(BANNER)
+    found = Cluster.find(target.cluster)
+    if found is not None and found.banner:
+        console.info(found.banner)
     sizes = ", ".join(map(str, target.sizes))
     console.info(
         f"profiling {target.job.name} on cluster {target.cluster}: {sizes} of its {target.trainer_nodes} "

@@ -122,7 +122,7 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from provisioning.state import Store
+    from provisioning.cloud.cluster import Cluster
     from training.controller import TrainRequest, train
     from training.jobspec import load_job_spec
 
@@ -136,13 +136,11 @@ def train_command(
         raise InputError("--detach needs the controller on the head (--controller head)")
     from deepvm_cli.jobs_cmd import default_python
 
-    row = Store().cluster(cluster)
+    found = Cluster.find(cluster)
     if python is None:
-        python = default_python(cluster)
-    if row is not None and row.cloud == "sandbox":
-        from provisioning.sandbox.control import BANNER
-
-        console.info(BANNER)
+        python = default_python(found)
+    if found is not None and found.banner:
+        console.info(found.banner)
     request = TrainRequest(
         job_path=job,
         cluster=cluster,

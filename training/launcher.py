@@ -41,9 +41,11 @@ import paramiko
 
 from provisioning.catalog import Market
 from provisioning.cloud.keys import host_pattern
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
 from training.staging import JobPaths, prepare_head
-from training.transport import HostSpec, OutputLine, RemoteCommand, TransportError
+from training.transport import OutputLine, RemoteCommand
 
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")

@@ -37,19 +37,18 @@ from pathlib import Path
 import yaml
 
 from provisioning.catalog import Market
-from provisioning.cloud import lifecycle
-from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.types import NodeRecord, SshEndpoint
 from provisioning.errors import DeepvmError, InputError, NotFoundError
 from provisioning.planner.plan import Role
 from provisioning.profile import JobIdentity, Measured
-from provisioning.state import Store
-from training.controller import cluster_node, new_job_id, node_host
+from provisioning.state import ClusterStatus
+from training.controller import cluster_node, new_job_id
 from training.events import End, Step, parse
 from training.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.jobstore import train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, ready_on_head, rendezvous_port
+from training.plan_facts import UNKNOWN, type_facts
 from training.progress import JobReporter, Progress
 from training.staging import JobPaths, NodeState, prepare_nodes, stage_runtime
 from training.stall import StallWatch
@@ -113,22 +112,19 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     """Check the job, the cluster and the sizes (one InputError or NotFoundError line each) before
     anything runs: the cluster is up, trains on one instance type and has the trainers the sizes need."""
     spec = load_job_spec(request.job_path)
-    name = check_cluster_name(request.cluster)
-    store = Store()
-    row = store.cluster(name)
-    if row is None:
-        raise NotFoundError(f"no cluster named {name!r}; `deepvm status` lists the clusters")
-    if row.status != "up":
-        raise NotFoundError(f"cluster {name} is {row.status}, not up; `deepvm up --name {name}` starts one")
-    trainers = _trainer_nodes(store.nodes(name))
+    cluster = Cluster.open(request.cluster)
+    name = cluster.name
+    if not cluster.is_up:
+        raise NotFoundError(f"cluster {name} is {cluster.row.status}, not up; `deepvm up --name {name}` starts one")
+    trainers = _trainer_nodes(cluster.nodes())
     sizes = _sizes(request.sizes, len(trainers), name)
     types = sorted({n.instance_type for n in trainers})
     if len(types) > 1:
         raise InputError(f"cluster {name} trains on {' and '.join(types)}: a profile measures one instance type "
                          "(profile on a cluster of one trainer type)")  # fmt: skip
-    view = lifecycle.status(name)[0]  # node states from the cloud now
+    view = cluster.view()  # node states from the cloud now
     running = _trainer_nodes(view.nodes)
-    if view.cluster.status != "up" or len(running) < sizes[-1]:
+    if view.cluster.status is not ClusterStatus.UP or len(running) < sizes[-1]:
         raise NotFoundError(f"cluster {name} is {view.cluster.status} with {len(running)} trainer nodes running; "
                             f"profiling up to {sizes[-1]} needs them running")  # fmt: skip
     if not any(n.state == "running" and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
@@ -250,14 +246,15 @@ class _Profiler:
     def __init__(self, target: ProfileTarget, request: ProfileRequest, report: JobReporter, work: Path):
         self.target, self.request, self.report = target, request, report
         self.job_id = new_job_id(f"{target.spec.name}-profile")
-        self.keys = ensure_cluster_keys(target.cluster)
-        self.env = {**lifecycle.node_env(target.cluster), **target.spec.env}
+        self.cluster = Cluster.open_running(target.cluster)
+        self.env = {**self.cluster.node_env(), **target.spec.env}
         self.runtime = stage_runtime(work / "runtime")
         self.started = time.monotonic()
 
     def run(self, on_estimate: Callable[[float], None]) -> list[Measured]:
-        endpoints = {e.instance_id: e for e in lifecycle.ssh_endpoints(self.target.cluster)}
-        nodes = Store().nodes(self.target.cluster)
+        endpoints = {e.instance_id: e for e in self.cluster.endpoints()}
+        nodes = self.cluster.nodes()
+        facts = type_facts(self.cluster.plan)
         trainers = [n for n in _trainer_nodes(nodes) if n.instance_id in endpoints][: self.target.sizes[-1]]
         holders = [n for n in nodes if n.role is Role.HOLDER and n.instance_id in endpoints]
         used = [endpoints[n.instance_id] for n in trainers + holders]
@@ -266,7 +263,8 @@ class _Profiler:
             measured = []
             for n in self.target.sizes:
                 began = time.monotonic()
-                chosen = [cluster_node(endpoints[c.instance_id], c.instance_type) for c in trainers[:n] + holders]
+                chosen = [cluster_node(endpoints[c.instance_id], facts.get(c.instance_type, UNKNOWN))
+                          for c in trainers[:n] + holders]  # fmt: skip
                 measured.append(Measured(n, self._measure(self._launch(chosen, states, n), n)))
                 if n == self.target.sizes[0]:
                     on_estimate(self._remaining(time.monotonic() - began))
@@ -279,13 +277,13 @@ class _Profiler:
         size are of no use, and would fill a node's disk over many profiles."""
         root = shlex.quote(f"deepvm/jobs/{self.job_id}")  # relative to the login user's home, as staging's
         try:
-            run_on_hosts([node_host(e) for e in endpoints], f"rm -rf {root}", lambda line: None, timeout=60)
+            run_on_hosts([e.host for e in endpoints], f"rm -rf {root}", lambda line: None, timeout=60)
         except DeepvmError as exc:
             self.report.note(f"could not remove {root} from every node ({exc})")
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> dict[str, NodeState]:
         """Push the runtime and the job, run setup, check the nodes; write the measuring spec beside it."""
-        hosts = [node_host(e) for e in endpoints]
+        hosts = [e.host for e in endpoints]
         self.report.note(f"preparing {len(hosts)} node(s): push runtime and job, setup, checks")
         states = prepare_nodes(
             hosts,
@@ -296,7 +294,7 @@ class _Profiler:
             setup=self.target.spec.setup,
             env=self.env,
             python=self.request.python,
-            authorize=self.keys.internal_public,
+            authorize=self.cluster.keys.internal_public,
             on_push=lambda p: self.report.push(p.host, p.bytes_done, p.bytes_total),
             on_line=lambda line: self.report.log(line.host, line.text),
         )
@@ -326,7 +324,7 @@ class _Profiler:
         )
         self.report.note(f"{n} trainer node{'s' if n > 1 else ''}: {self.target.warmup_steps} warm-up steps, then "
                          f"{self.target.repeats} x {self.target.steps} measured")  # fmt: skip
-        return ready_on_head(launch, self.keys.internal_key_path)
+        return ready_on_head(launch, self.cluster.keys.internal_key_path)
 
     def _measure(self, launch: Launch, n: int) -> tuple[float, ...]:
         """Run one launch to its end; the global samples/s of each repeat."""

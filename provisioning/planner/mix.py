@@ -220,15 +220,15 @@ class _MixModel:
         nodes: list[NodeGroup] = []
         for a, o in zip(self.anchor, self.offers):
             if (a.value() or 0) > 0.5:
-                nodes.append(NodeGroup(o.itype.name, Market.ON_DEMAND, 1, Role.ANCHOR, o.on_demand_price or 0.0))
+                nodes.append(NodeGroup.of(o.itype, Market.ON_DEMAND, 1, Role.ANCHOR, o.on_demand_price or 0.0))
         for n, o in zip(self.n, self.offers):
             count = round(n.value() or 0)
             if count:
-                nodes.append(NodeGroup(o.itype.name, Market.SPOT, count, Role.TRAINER, o.spot_price))
+                nodes.append(NodeGroup.of(o.itype, Market.SPOT, count, Role.TRAINER, o.spot_price))
         for (_, h), m in self.m.items():
             count = round(m.value() or 0)
             if count:
-                nodes.append(NodeGroup(h.itype.name, Market.ON_DEMAND, count, Role.HOLDER, h.on_demand_price))
+                nodes.append(NodeGroup.of(h.itype, Market.ON_DEMAND, count, Role.HOLDER, h.on_demand_price))
         return self._plan(catalog, az, tuple(nodes))
 
     def _plan(self, catalog: Catalog, az: tuple[str, str], nodes: tuple[NodeGroup, ...]) -> Plan:

@@ -32,7 +32,10 @@ class PlanDocumentError(DocumentError):
     """A plan document is wrong at `path` (e.g. "plans[0].nodes[1].count"); the text says how."""
 
 
+MAX_GPUS = 64  # GPUs of one instance (EC2's largest have 16)
+
 Count = Annotated[int, BeforeValidator(integer_in(1, MAX_NODES))]
+Gpus = Annotated[int, BeforeValidator(integer_in(0, MAX_GPUS))]
 
 
 class NodeGroupDocument(Strict):
@@ -43,6 +46,8 @@ class NodeGroupDocument(Strict):
     count: Count
     role: Role
     usd_per_hour: Amount
+    gpus: Gpus | None = None  # absent in plans of earlier versions
+    tflops: Amount | None = None
 
 
 class PlanDocument(Strict):
@@ -66,7 +71,8 @@ class PlanDocument(Strict):
             region=self.region,
             availability_zone=self.availability_zone,
             nodes=tuple(
-                NodeGroup(g.instance_type, g.market, g.count, g.role, g.usd_per_hour) for g in self.nodes
+                NodeGroup(g.instance_type, g.market, g.count, g.role, g.usd_per_hour, g.gpus, g.tflops)
+                for g in self.nodes
             ),
             price_per_hour=self.price_per_hour,
             effective_flops=self.effective_flops,

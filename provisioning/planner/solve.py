@@ -195,17 +195,14 @@ def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
     nodes: list[NodeGroup] = []
     if c.architecture is Architecture.SINGLE_ANCHOR:
         assert option.on_demand_price is not None
-        nodes.append(NodeGroup(name, Market.ON_DEMAND, 1, Role.ANCHOR, option.on_demand_price))
+        nodes.append(NodeGroup.of(option.itype, Market.ON_DEMAND, 1, Role.ANCHOR, option.on_demand_price))
         if c.count > 1:
-            nodes.append(NodeGroup(name, Market.SPOT, c.count - 1, Role.TRAINER, option.spot_price))
+            nodes.append(NodeGroup.of(option.itype, Market.SPOT, c.count - 1, Role.TRAINER, option.spot_price))
     else:
-        nodes.append(NodeGroup(name, Market.SPOT, c.count, Role.TRAINER, option.spot_price))
+        nodes.append(NodeGroup.of(option.itype, Market.SPOT, c.count, Role.TRAINER, option.spot_price))
     if choice.holder is not None:
         h = choice.holder
-        holder_group = NodeGroup(
-            h.itype.name, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price
-        )
-        nodes.append(holder_group)
+        nodes.append(NodeGroup.of(h.itype, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price))
     price = sum(g.count * g.usd_per_hour for g in nodes)
     notes = () if option.itype.scaling or option.scaling.measured else (
         f"{name}: no measured scaling curve; the default curve was used",

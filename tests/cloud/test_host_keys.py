@@ -14,8 +14,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moto.ec2.responses.general import General
 
 from provisioning.cloud.aws.console import wait_host_keys
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys, pin_host_key, pinned_host_keys
-from provisioning.cloud.lifecycle import UpRequest, ssh_endpoints, up
+from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.serial_console import BEGIN, END, ed25519_host_key, host_key_block
 from provisioning.cloud.userdata import NodeBoot, parse_user_data, render_user_data
 from provisioning.errors import CloudError
@@ -115,7 +116,7 @@ def test_each_node_is_pinned_to_its_own_key_at_its_own_address(ctx, consoles):
     for node in nodes[:2]:  # the third has not printed its key yet
         consoles(node.instance_id, "booting...\n" + host_key_block([f"{printed[node.instance_id]} root@x"]))
 
-    endpoints = ssh_endpoints("c1")  # takes what the consoles show now, waits for nothing
+    endpoints = Cluster.open_running("c1").endpoints()  # takes what the consoles show now, waits for nothing
     keys = ensure_cluster_keys("c1")
     known = keys.known_hosts_path.read_text().splitlines()
     assert sorted(known) == sorted(f"{n.address} {printed[n.instance_id]}" for n in nodes[:2])
@@ -123,7 +124,7 @@ def test_each_node_is_pinned_to_its_own_key_at_its_own_address(ctx, consoles):
 
     late = nodes[2]
     consoles(late.instance_id, host_key_block([printed[late.instance_id]]))
-    ssh_endpoints("c1")
+    Cluster.open_running("c1").endpoints()
     known = keys.known_hosts_path.read_text().splitlines()
     assert sorted(known) == sorted(f"{n.address} {printed[n.instance_id]}" for n in nodes)
     assert len({line.split(maxsplit=1)[1] for line in known}) == 3  # three nodes, three keys
@@ -131,9 +132,9 @@ def test_each_node_is_pinned_to_its_own_key_at_its_own_address(ctx, consoles):
     # a key printed later (by anyone with root on the node), after the first or instead of it (the console
     # keeps only its latest 64 KiB), changes nothing: pins are learnt once
     consoles(nodes[0].instance_id, host_key_block([_new_key()]))
-    ssh_endpoints("c1")
+    Cluster.open_running("c1").endpoints()
     (host_dir(nodes[0].instance_id) / CONSOLE).write_text(host_key_block([_new_key()]))
-    ssh_endpoints("c1")
+    Cluster.open_running("c1").endpoints()
     assert pinned_host_keys(keys) == printed
     assert Store().cluster("c1").status == "up"
 

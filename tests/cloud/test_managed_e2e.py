@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cloud import procs
 from tests.cloud.plans import make_tiering_plan
 from tests.conftest import REPO, run_cli
 
@@ -125,38 +126,9 @@ def replaced(log: str) -> bool:
     return "recovered (notice)" in log and ready is not None and "3 trainers" in attempts[-1]
 
 
-def _processes() -> dict[int, str]:
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return found
-
-
 def node_processes(env: dict[str, str]) -> dict[int, str]:
     """Processes on the cluster's nodes (below any of the module's sandbox hosts), by pid."""
-    processes = _processes()
-    parents: dict[int, int] = {}
-    for pid in processes:
-        try:
-            parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    hosts = {pid for pid, line in processes.items()
-             if "provisioning.sandbox.hostinit" in line and env["DEEPVM_HOME"] in line}  # fmt: skip
-
-    def on_node(pid: int) -> bool:
-        seen = set()
-        while pid in parents and pid not in seen:
-            if pid in hosts:
-                return True
-            seen.add(pid)
-            pid = parents[pid]
-        return False
-
-    return {pid: line for pid, line in processes.items() if on_node(pid)}
+    return procs.node_processes(env["DEEPVM_HOME"])
 
 
 def job_processes(env: dict[str, str]) -> dict[int, str]:
@@ -168,7 +140,7 @@ def local_deepvm(env: dict[str, str]) -> list[str]:
     """deepvm processes on the user's side (not on a node) working for this module's home."""
     nodes = node_processes(env)
     found = []
-    for pid, line in _processes().items():
+    for pid, line in procs.processes().items():
         if pid in nodes or pid == os.getpid() or "deepvm_cli" not in line:
             continue
         try:

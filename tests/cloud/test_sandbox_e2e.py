@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.lifecycle import add_nodes, ssh_endpoints
-from provisioning.cloud.reachability import answers, connect
-from provisioning.errors import CloudError
+from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
@@ -114,8 +113,8 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
 
     # every node answers over SSH, checked against its own pinned host key: made on the node at boot (the
     # node shows it), learnt from its console output through EC2, one key per node, each at its own address
-    endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
-    clients = {iid: connect(e) for iid, e in endpoints.items()}
+    endpoints = {e.instance_id: e for e in Cluster.open_running("e2e").endpoints()}
+    clients = {iid: connect(e.host) for iid, e in endpoints.items()}
     pinned = _pinned(endpoints)
     assert len(set(pinned.values())) == 4
     for iid, client in clients.items():
@@ -128,8 +127,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     forged = tmp_path / "forged_known_hosts"
     first, second = list(endpoints.values())[:2]
     forged.write_text(f"{first.address} {pinned[second.instance_id]}\n")
-    with pytest.raises(CloudError, match="not the cluster's pinned key"):
-        answers(replace(first, known_hosts_path=str(forged)))
+    assert probe(replace(first, known_hosts_path=str(forged)).host) is Answer.NOT_PINNED
 
     # a job on a node cannot change deepvm's code or the Python it runs on (read-only, and no remount)
     venv = Path(sys.prefix).resolve()
@@ -192,14 +190,15 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
         client.close()
 
     # a replacement spot node joins, reachable with its own key, pinned at its own address
-    (added,) = add_nodes("e2e")
+    cluster = Cluster.open_running("e2e")
+    (added,) = cluster.add_nodes()
     assert added.market.value == "spot" and added.role.value == "trainer"
-    replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
-    assert answers(replacement)
-    pinned_now = _pinned({e.instance_id: e for e in ssh_endpoints("e2e")})
+    replacement = next(e for e in cluster.endpoints() if e.instance_id == added.instance_id)
+    assert probe(replacement.host) is Answer.YES
+    pinned_now = _pinned({e.instance_id: e for e in cluster.endpoints()})
     assert pinned_now[added.instance_id] not in pinned.values() and len(set(pinned_now.values())) == 4
     internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
-    with connect(replace(replacement, key_path=internal)) as client:  # authorised at boot, no staging
+    with connect(replace(replacement, key_path=internal).host) as client:  # authorised at boot, no staging
         assert _run(client, "true")[0] == 0
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 

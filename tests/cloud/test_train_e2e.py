@@ -29,6 +29,7 @@ import torch
 
 from provisioning.cloud.keys import ensure_cluster_keys
 from tests.cloud.plans import AZ, make_tiering_plan
+from tests.cloud.procs import host_namespaces, pid_namespace, processes
 from tests.conftest import REPO, run_cli
 
 pytestmark = [
@@ -145,7 +146,7 @@ def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_
     assert picture.read_bytes().startswith(b"\x89PNG")
     assert "cost: the cluster bills $" in result.stderr and "estimate: about" in result.stderr
     assert "speed-up" in result.stdout and "S(n) = c / (1 + exp(-a (n - b))): a = " in result.stdout
-    assert not [line for line in _processes().values() if ".deepvm-profile.yaml" in line]
+    assert not [line for line in processes().values() if ".deepvm-profile.yaml" in line]
     hosts = Path(env["DEEPVM_HOME"], "sandbox", "hosts")
     assert list(hosts.glob("*/home/*/deepvm/runtime")) and not list(hosts.glob("*/home/*/deepvm/jobs/*-profile-*"))
     plan = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(out), "--json", env=env)
@@ -170,7 +171,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     head = on_demand_node(env)  # mpirun and its supervisor run there, not on this machine
     for command in ("mpirun ", "-m training.headrun "):
         pids = [pid for pid, line in _our_processes(env).items() if command in f" {line}"]
-        assert pids and {_pid_namespace(pid) for pid in pids} == _host_namespaces(head), command
+        assert pids and {pid_namespace(pid) for pid in pids} == host_namespaces(head), command
     victim = trainers_in_job(env, seen)[1]
     result = run_cli("interrupt", victim, "--after", "30", env=env)
     assert result.returncode == 0, result.stderr
@@ -403,31 +404,9 @@ def test_controller_killed_then_resumed(cluster):
     assert resumed["steps"] == STEPS and restart["lost_steps"] <= EVERY
 
 
-def _processes() -> dict[int, str]:
-    """Command lines of live processes, by pid."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return found
-
-
 def _our_processes(env: dict[str, str]) -> dict[int, str]:
     """Command lines of live processes that belong to this module's cluster or its jobs, by pid."""
-    return {pid: line for pid, line in _processes().items() if env["DEEPVM_HOME"] in line or NAME in line}
-
-
-def _pid_namespace(pid: int) -> str:
-    return os.readlink(f"/proc/{pid}/ns/pid")
-
-
-def _host_namespaces(instance_id: str) -> set[str]:
-    """The PID namespace of a sandbox host: its init's (the unshare around it lives in ours)."""
-    inits = [pid for pid, line in _processes().items()
-             if "provisioning.sandbox.hostinit" in line and f"/hosts/{instance_id}" in line]  # fmt: skip
-    return {_pid_namespace(pid) for pid in inits} - {_pid_namespace(os.getpid())}
+    return {pid: line for pid, line in processes().items() if env["DEEPVM_HOME"] in line or NAME in line}
 
 
 def running_nodes(env: dict[str, str]) -> list[str]:

@@ -34,7 +34,8 @@ def test_json_on_a_shipped_capacity_trace_with_a_deadline():
                              "spot-restart", "deadline-fallback"]
     deepvm = by_name["deepvm"]
     assert deepvm["plan"]["nodes"][0] == {"instance_type": "g4dn.xlarge", "market": "spot", "count": 17,
-                                          "role": "trainer", "usd_per_hour": 0.1578}
+                                          "role": "trainer", "usd_per_hour": 0.1578,
+                                          "gpus": 1, "tflops": 377.0}  # as the catalog file states them
     full_speed_h = 100000 / (deepvm["plan"]["effective_flops"] * 3.6)
     assert deepvm["makespan_h"]["p50"] >= full_speed_h and deepvm["interruptions_per_run"] > 1
     assert by_name["on-demand"]["interruptions_per_run"] == 0

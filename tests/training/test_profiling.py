@@ -13,7 +13,7 @@ from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
 from provisioning.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, Store
+from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_tiering_plan
 from training.jobspec import JobSpec, load_job_spec
 from training.profiling import (
@@ -77,7 +77,7 @@ def test_repeat_rates_refuse_missing_steps_and_scripts_without_samples():
         repeat_rates({0: {1: 0.0}}, trainers=1, warmup=0, steps=1, repeats=1)
 
 
-def _cluster(status: str = "up") -> None:
+def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
     """A stored 3-trainer Tiering cluster (no cloud behind it: every check below comes before the cloud)."""
     store = Store()
     store.put_cluster(ClusterRow("lab", "sandbox", status, make_tiering_plan(), "tok", CloudResources(), "root", ""))
@@ -98,7 +98,7 @@ def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line()
     _cluster()
     assert profile_error("--cluster", "lab", "--sizes", "1,2,4") == (
         2, "deepvm: error: --sizes 4: cluster lab has 3 trainer nodes; sizes go up to 3\n")
-    Store().set_status("lab", "terminated")
+    Store().set_status("lab", ClusterStatus.TERMINATED)
     assert profile_error("--cluster", "lab") == (
         5, "deepvm: error: cluster lab is terminated, not up; `deepvm up --name lab` starts one\n")
 
