@@ -126,6 +126,7 @@ def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
 
 
+@pytest.mark.soak  # about 2 minutes of both cores: CI's suite stays under 20 min; run it with `-m soak`
 def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_path):
     """First, on the whole cluster: `deepvm profile` launches configs/resnet.yaml on 1, 2 and 3 of its
     trainers (the holder with them each time), writes the profile and its plot, leaves nothing running;
