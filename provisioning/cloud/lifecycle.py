@@ -568,6 +568,27 @@ def _destroy(
 
 def interrupt(instance_id: str, after_s: int, fis_role_arn: str = "") -> tuple[str, CloudTarget]:
     """Send a Spot interruption to one node: notice now, interruption after `after_s` seconds."""
+    store, cluster, row = _running_spot_node(instance_id)
+    target = target_for(row.cloud)
+    message = target.interrupt(_context(target, row.region), cluster, instance_id, after_s, fis_role_arn)
+    store.add_event(cluster, "interrupt", message)
+    return message, target
+
+
+def terminate_without_notice(instance_id: str) -> str:
+    """Take a Spot node away with no notice, as a reclaim that came too fast for one (`deepvm chaos`):
+    the instance is terminated through the EC2 API, which ends every process on it at once."""
+    store, cluster, row = _running_spot_node(instance_id)
+    ctx = _context(target_for(row.cloud), row.region)
+    with cloud_errors(f"terminating {instance_id}"):
+        ctx.client("ec2").terminate_instances(InstanceIds=[instance_id])
+    message = f"terminated {instance_id} without notice"
+    store.add_event(cluster, "interrupt", message)
+    return message
+
+
+def _running_spot_node(instance_id: str) -> tuple[Store, str, ClusterRow]:
+    """The store, cluster name and record of a running Spot node, or the one line that says why not."""
     store = Store()
     found = store.find_node(instance_id)
     if found is None:
@@ -579,10 +600,7 @@ def interrupt(instance_id: str, after_s: int, fis_role_arn: str = "") -> tuple[s
         raise InputError(f"{instance_id} is an on-demand node; only spot nodes get interruption notices")
     if node.state != _RUNNING:
         raise CloudError(f"{instance_id} is {node.state}, not running")
-    target = target_for(row.cloud)
-    message = target.interrupt(_context(target, row.region), cluster, instance_id, after_s, fis_role_arn)
-    store.add_event(cluster, "interrupt", message)
-    return message, target
+    return store, cluster, row
 
 
 def _context(target: CloudTarget, region: str) -> AwsContext:
