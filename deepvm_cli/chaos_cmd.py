@@ -85,10 +85,11 @@ def _carry_out(step: ChaosStep, slots: SlotMap, cluster: str, after: int, elapse
     instance_id = slots.take(step.slot)
     if instance_id is None:
         message = f"slot {step.slot} ({step.instance_type}) has no live node: its replacement has not joined"
-    elif step.notice:
-        message = interrupt(instance_id, after)[0]
     else:
-        message = terminate_without_notice(instance_id)
+        try:
+            message = interrupt(instance_id, after)[0] if step.notice else terminate_without_notice(instance_id)
+        except CloudError as exc:  # the node went on its own meanwhile: the schedule goes on
+            message = f"{instance_id} could not be interrupted: {exc}"
     console.info(f"[{elapsed_s:7.1f} s | trace {step.trace_at_h:8.3f} h] {message}")
     return ChaosAction(step, instance_id, elapsed_s, message)
 
