@@ -119,11 +119,13 @@ def main() -> int:
     relaunches = [r["detect_to_resumed_s"] for r in stormy["recoveries"] if r["detect_to_resumed_s"] is not None]
     relaunch_s = mean(relaunches) if relaunches else None
     predicted = predict(plan, args, step_time, relaunch_s)
+    joins = replacement_delays(stormy["recoveries"])
     makespan_ratio = predicted["makespan_s"] / stormy_wall
     document = {
         "trace": args.trace, "seed": args.seed, "time_scale": args.time_scale, "steps": args.steps,
         "measured_step_time_s": round(step_time, 4), "calm_wall_s": round(calm_wall, 1),
         "measured_relaunch_s": None if relaunch_s is None else round(relaunch_s, 2),
+        "measured_replacement_delays_s": joins,  # for what --replacement-delay should be; the schedule keeps its own
         "chaos_actions": executed["actions"] if executed else [],
         "sandbox": {"restarts": stormy["restarts"], "makespan_s": round(stormy_wall, 1),
                     "recoveries": [(r["reason"], r["detect_to_resumed_s"]) for r in stormy["recoveries"]]},
@@ -139,13 +141,21 @@ def main() -> int:
           f"{args.steps} steps at {step_time:.3f} s measured (no interruption: {calm_wall:.1f} s)")
     for line in document["chaos_actions"]:
         print(f"  chaos {line}")
-    print(f"relaunch measured in the run: {document['measured_relaunch_s']} s per recovery")
+    print(f"relaunch measured in the run: {document['measured_relaunch_s']} s per recovery; a replacement "
+          f"folded in {joins} s after its loss (the schedule assumed {args.replacement_delay:g} s)")
     print(f"{'':10}{'restarts':>10}{'makespan s':>12}")
     print(f"{'sandbox':10}{stormy['restarts']:>10}{stormy_wall:>12.1f}")
     print(f"{'simulated':10}{predicted['restarts']:>10}{predicted['makespan_s']:>12.1f}")
     print(f"restarts equal: {document['restarts_equal']}; simulated/sandbox makespan {makespan_ratio:.3f} "
           f"({'within' if document['makespan_within_20pct'] else 'NOT within'} 20 %)")
     return 0
+
+
+def replacement_delays(recoveries: list[dict]) -> list[float]:
+    """Seconds from each loss the controller saw to the fold-in of the replacement it bought, in order."""
+    losses = [r["detected_wall"] for r in recoveries if r["reason"] in ("notice", "node-lost")]
+    folds = [r["detected_wall"] for r in recoveries if r["reason"] == "fold-in"]
+    return [round(f - lost, 1) for lost, f in zip(losses, folds)]
 
 
 def predict(plan, args: argparse.Namespace, step_time: float, relaunch_s: float | None) -> dict:
