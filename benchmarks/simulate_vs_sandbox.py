@@ -31,35 +31,15 @@ from statistics import mean
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.train_recovery_bench import JOB, deepvm  # noqa: E402  (the same job, the same CLI calls)
 from tests.cloud.plans import make_tiering_plan  # noqa: E402
 
-JOB = """\
-name: chaos
-seed: 0
-model: {{name: resnet18, num_classes: 10}}
-dataset: {{kind: synthetic, samples: 1024, image_shape: [3, 8, 8], classes: 10, seed: 0}}
-steps: {steps}
-batch_size: 8
-log_every: 10
-optimizer: {{name: sgd, lr: 0.02, momentum: 0.9}}
-schedule: {{name: cosine, warmup_steps: 5}}
-checkpoint: {{every_steps: {every}}}
-env: {{OMP_NUM_THREADS: "1"}}
-"""
 CLUSTER = "chaos"
 
 
-def deepvm(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "deepvm_cli", *args], cwd=REPO, env=env, capture_output=True,
-                            text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"deepvm {' '.join(args)} failed:\n{result.stderr}")
-    return result.stdout
-
-
-def train(env: dict[str, str], job: Path, chaos: list[str] | None = None) -> tuple[dict, float, dict | None]:
+def train(env: dict[str, str], job: Path, chaos: list[str] | None = None) -> tuple[dict, float, list[str]]:
     """One `deepvm train --controller local` run (with `deepvm chaos` beside it): its result, its wall
-    time, and chaos's executed schedule."""
+    time, and the lines chaos printed for the steps it took."""
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", CLUSTER, "--json",
                              "--controller", "local"], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -69,12 +49,12 @@ def train(env: dict[str, str], job: Path, chaos: list[str] | None = None) -> tup
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate()
     wall = time.monotonic() - started
-    executed = None
+    executed: list[str] = []
     if chaos_proc is not None:
         chaos_proc.terminate()  # the job is done: the rest of the schedule has nothing to interrupt
         _, chaos_err = chaos_proc.communicate()
         sys.stderr.write(chaos_err)
-        executed = {"actions": [line for line in chaos_err.splitlines() if line.startswith("[")]}
+        executed = [line for line in chaos_err.splitlines() if line.startswith("[")]
     if proc.returncode != 0:
         raise SystemExit(f"deepvm train failed:\n{stderr[-4000:]}")
     return json.loads(stdout), wall, executed
@@ -126,7 +106,7 @@ def main() -> int:
         "measured_step_time_s": round(step_time, 4), "calm_wall_s": round(calm_wall, 1),
         "measured_relaunch_s": None if relaunch_s is None else round(relaunch_s, 2),
         "measured_replacement_delays_s": joins,  # for what --replacement-delay should be; the schedule keeps its own
-        "chaos_actions": executed["actions"] if executed else [],
+        "chaos_actions": executed,
         "sandbox": {"restarts": stormy["restarts"], "makespan_s": round(stormy_wall, 1),
                     "recoveries": [(r["reason"], r["detect_to_resumed_s"]) for r in stormy["recoveries"]]},
         "simulated": predicted,
