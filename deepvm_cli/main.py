@@ -57,6 +57,7 @@ def _register_commands() -> None:
     if app.registered_commands:
         return
     from deepvm_cli import (
+        chaos_cmd,
         down_cmd,
         interrupt_cmd,
         jobs_cmd,
@@ -72,7 +73,7 @@ def _register_commands() -> None:
 
     for module in (
         plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
-        sandbox_cmd, simulate_cmd,
+        sandbox_cmd, simulate_cmd, chaos_cmd,
     ):
         module.register(app)
 

@@ -292,14 +292,28 @@ class Cluster:
     def interrupt(self, node: NodeRecord, after_s: int, fis_role_arn: str = "") -> str:
         """Send a Spot interruption to one of its nodes: notice now, interruption after `after_s` seconds;
         what was done."""
+        ctx = self._running_spot(node)
+        message = self.target.interrupt(ctx, self.name, node.instance_id, after_s, fis_role_arn)
+        self.event("interrupt", message)
+        return message
+
+    def terminate_without_notice(self, node: NodeRecord) -> str:
+        """Take a Spot node away with no notice, as a reclaim that came too fast for one (`deepvm chaos`):
+        the instance is terminated through the EC2 API, which ends every process on it at once."""
+        ctx = self._running_spot(node)
+        with cloud_errors(f"terminating {node.instance_id}"):
+            ctx.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
+        message = f"terminated {node.instance_id} without notice"
+        self.event("interrupt", message)
+        return message
+
+    def _running_spot(self, node: NodeRecord) -> AwsContext:
+        """The cloud context for acting on `node`, or the one line that says why it cannot be interrupted."""
         if node.market is not Market.SPOT:
             raise InputError(f"{node.instance_id} is an on-demand node; only spot nodes get interruption notices")
         if node.state != RUNNING:
             raise CloudError(f"{node.instance_id} is {node.state}, not running")
-        ctx = started(self.target, self._row.region)
-        message = self.target.interrupt(ctx, self.name, node.instance_id, after_s, fis_role_arn)
-        self.event("interrupt", message)
-        return message
+        return started(self.target, self._row.region)
 
     def _running(self) -> list[NodeRecord]:
         return [n for n in self.nodes() if n.state == RUNNING]
