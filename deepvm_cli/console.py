@@ -51,9 +51,19 @@ def warning(message: str) -> None:
 
 
 def error_line(message: str) -> None:
-    """One plain line on stderr, never wrapped or styled, so scripts and tests can match it exactly."""
-    sys.stderr.write(f"deepvm: error: {message}\n")
+    """One plain line on stderr, never wrapped or styled, so scripts and tests can match it exactly.
+
+    A message may quote what the user gave; its newlines, NULs and invisible characters (a right-to-left
+    override) are shown escaped, so they can neither split the line nor disguise it."""
+    sys.stderr.write(f"deepvm: error: {printable(message)}\n")
     sys.stderr.flush()
+
+
+def printable(text: str) -> str:
+    """`text` with every unprintable character written as its Python escape (a newline as \\n)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def interactive() -> bool:
@@ -74,3 +84,10 @@ def confirm(question: str) -> bool:
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def duration(seconds: float) -> str:
+    """"1h02m" or "3m07s": how long something ran or has left, at the precision a reader uses."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -10,6 +11,9 @@ from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
+
+if TYPE_CHECKING:
+    from provisioning.cloud.cluster import Cluster
 
 
 def down_command(
@@ -27,22 +31,25 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
-    from provisioning.cloud.lifecycle import down
+    from provisioning.cloud.lifecycle import down, recorded_cluster
     from provisioning.sandbox.control import BANNER
-    from provisioning.state import Store
 
-    row = Store().cluster(name)
-    if (row is not None and row.cloud == "sandbox") or (row is None and cloud == "sandbox"):
-        console.info(BANNER)
+    found = recorded_cluster(name)
+    banner = found.banner if found is not None else BANNER if cloud == "sandbox" else ""
+    if banner:
+        console.info(banner)
     if not yes:
         if not sys.stdin.isatty():
             raise InputError(f"`deepvm down {name}` deletes the cluster; confirm with --yes")
         if not typer.confirm(f"Delete cluster {name} and everything tagged with it?"):
             raise typer.Exit(1)
-    if row is not None and row.status == "up":
-        _stop_running_jobs(name, cancel_jobs)
+    if found is not None and found.is_up:
+        _stop_running_jobs(found, cancel_jobs)
     with progress_reporter(quiet=as_json) as report:
         result = down(name, cloud=cloud, region=region, report=report)
+    if result.unreadable_state:
+        console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
+                        "aside (with its -wal and -shm files) before the next command")  # fmt: skip
     if as_json:
         console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record})
         return
@@ -51,16 +58,17 @@ def down_command(
     console.info(f"cluster {name} is down" + ("" if result.deleted else " (nothing was left to delete)"))
 
 
-def _stop_running_jobs(name: str, cancel_jobs: bool) -> None:
+def _stop_running_jobs(cluster: Cluster, cancel_jobs: bool) -> None:
     """Refuse to take a running managed job's cluster away, unless told to cancel the job first. A head
     that cannot be asked (it died, or the job never started) holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.managed.client import cancel, find_head, follow, jobs_on
+    from training.managed.client import cancel, follow, head_of, running_jobs
 
+    name = cluster.name
     try:
-        head = find_head(name, default_python(name))
-        running = [s for s in jobs_on(head) if s.status == "running" and s.controller_alive]
+        head = head_of(cluster, default_python(cluster))
+        running = running_jobs(head)
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
         return

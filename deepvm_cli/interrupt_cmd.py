@@ -5,11 +5,14 @@ from __future__ import annotations
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import DAY_S, at_least
 
 
 def interrupt_command(
     node: str = typer.Argument(..., help="Instance id of a spot node (see `deepvm status`)."),
-    after: int = typer.Option(120, "--after", help="Seconds between the notice and the interruption."),
+    after: int = typer.Option(
+        120, "--after", callback=at_least(0, DAY_S), help="Seconds between the notice and the interruption."
+    ),
     fis_role_arn: str = typer.Option(
         "", "--fis-role-arn", envvar="DEEPVM_FIS_ROLE_ARN", help="AWS only: IAM role AWS FIS assumes."
     ),
@@ -19,12 +22,12 @@ def interrupt_command(
     Sandbox: the notice appears in the node's instance metadata and the sandbox terminates it on time.
     AWS: an AWS FIS experiment (aws:ec2:send-spot-instance-interruptions) does both.
     """
-    from provisioning.cloud.lifecycle import interrupt
+    from provisioning.cloud.cluster import Cluster
 
-    message, target = interrupt(node, after, fis_role_arn)
-    if target.banner:
-        console.info(target.banner)
-    console.info(message)
+    cluster, record = Cluster.of_node(node)
+    if cluster.banner:
+        console.info(cluster.banner)
+    console.info(cluster.interrupt(record, after, fis_role_arn))
 
 
 def register(app: typer.Typer) -> None:

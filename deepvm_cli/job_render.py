@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
+from deepvm_cli.console import duration
 from training.managed.records import LogRecord
 from training.progress import Progress
 
@@ -16,8 +20,32 @@ def describe_progress(p: Progress) -> str:
     )
 
 
-def progress_line(p: Progress) -> str:
-    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}"
+def progress_line(p: Progress, eta: str = "") -> str:
+    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}" + (f" · eta {eta}" if eta else "")
+
+
+class Eta:
+    """Time left from the steps of the last minute or so: a relaunch (fewer trainers, steps redone) shows in
+    the estimate within a window instead of being averaged into the whole run."""
+
+    WINDOW_S = 90.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: deque[tuple[float, int]] = deque()
+
+    def update(self, step: int, total_steps: int) -> str:
+        """The estimate after trainer 0 reported `step`, as "12m05s"; "" until two reports say how fast."""
+        now = self._clock()
+        if self._seen and step < self._seen[-1][1]:  # resumed from an older checkpoint: the rate starts over
+            self._seen.clear()
+        self._seen.append((now, step))
+        while len(self._seen) > 2 and now - self._seen[0][0] > self.WINDOW_S:
+            self._seen.popleft()
+        (t0, s0), (t1, s1) = self._seen[0], self._seen[-1]
+        if s1 <= s0 or t1 <= t0:
+            return ""
+        return duration((total_steps - step) * (t1 - t0) / (s1 - s0))
 
 
 def record_line(record: LogRecord) -> str:

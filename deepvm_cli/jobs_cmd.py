@@ -15,25 +15,27 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.flags import at_least
 from deepvm_cli.job_render import record_line
 from provisioning.errors import CloudError
-from training.managed.records import CANCELLED, COMPLETED, FAILED, RUNNING, LogRecord
+from training.jobstore import JobStatus
+from training.managed.records import LogRecord
 from training.progress import JobReporter
 
 if TYPE_CHECKING:
+    from provisioning.cloud.cluster import Cluster
     from training.controller import TrainRequest
     from training.managed.client import Head
 
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
+MAX_RANK = 65_535  # `logs --rank`
+MAX_TAIL = 10_000_000  # `logs --tail`: lines
 
 
-def default_python(cluster: str) -> str:
+def default_python(cluster: Cluster | None) -> str:
     """The nodes' Python: this interpreter in the sandbox (its hosts share this machine's files), else
     python3 (the Deep Learning AMI's)."""
-    from provisioning.state import Store
-
-    row = Store().cluster(cluster)
-    return sys.executable if row is not None and row.cloud == "sandbox" else "python3"
+    return sys.executable if cluster is not None and cluster.target.kind == "sandbox" else "python3"
 
 
 def replay(report: JobReporter) -> Callable[[LogRecord], None]:
@@ -77,14 +79,14 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dic
         console.info(f"detached: job {job.job_id} keeps running on the cluster's head node {head.instance_id}")
         _hints(job.job_id)
         return None
-    if end.status == COMPLETED:
+    if end.status is JobStatus.COMPLETED:
         result = fetch_outputs(head, job.job_id, Path(job.out_dir))
         if result is not None:
             return result
-    if end.status == CANCELLED:
+    if end.status is JobStatus.CANCELLED:
         console.info(f"job {job.job_id} was cancelled: {end.text}")
         return None
-    if end.status == FAILED:
+    if end.status is JobStatus.FAILED:
         raise TrainingFailed(end.text)
     raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
@@ -92,7 +94,7 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dic
 
 def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
     """Show the job's log until its first attempt starts (or it is over already)."""
-    from training.managed.client import follow, is_final
+    from training.managed.client import follow
 
     start, deadline = 0, time.monotonic() + _DETACH_WAIT_S
     started = False
@@ -104,7 +106,7 @@ def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) ->
 
     while time.monotonic() < deadline:
         end = follow(head, job_id, watch, start=start, keep_following=False)
-        if started or is_final(end.status):
+        if started or end.status.final:
             return
         start = end.next_line
         time.sleep(1.0)
@@ -115,13 +117,13 @@ def jobs_command(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
 ) -> None:
     """List managed jobs as their clusters' head nodes know them: state, step, restarts, lost steps, cost."""
-    from provisioning.state import Store
-    from training.managed.client import find_head, jobs_on
+    from provisioning.cloud.cluster import Cluster, running_clusters
+    from training.managed.client import head_of, jobs_on
 
-    names = [cluster] if cluster else [r.name for r in Store().clusters() if r.status == "up"]
     found = []
-    for name in names:
-        found += jobs_on(find_head(name, default_python(name)))
+    for name in [cluster] if cluster else running_clusters():
+        handle = Cluster.open_running(name)
+        found += jobs_on(head_of(handle, default_python(handle)))
     if as_json:
         console.print_json([s.to_dict() for s in found])
         return
@@ -129,7 +131,8 @@ def jobs_command(
         console.info("no managed jobs" + (f" on cluster {cluster}" if cluster else ""))
         return
     for s in found:
-        state = s.status if s.status != RUNNING or s.controller_alive else "running (controller not running)"
+        running = s.status is JobStatus.RUNNING
+        state = "running (controller not running)" if running and not s.controller_alive else s.status.value
         console.out.print(
             f"{s.job_id}  {state}  step {s.step}/{s.total_steps}  restarts {s.restarts}  "
             f"lost steps {s.lost_steps}  ${s.cost_usd:.4f}  cluster {s.cluster or '-'}",
@@ -141,8 +144,12 @@ def jobs_command(
 def logs_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
     follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep following until the job ends."),
-    rank: int | None = typer.Option(None, "--rank", min=0, help="Only this MPI rank's output."),
-    tail: int | None = typer.Option(None, "--tail", min=0, help="Start with the last K lines."),
+    rank: int | None = typer.Option(
+        None, "--rank", callback=at_least(0, MAX_RANK), help="Only this MPI rank's output."
+    ),
+    tail: int | None = typer.Option(
+        None, "--tail", callback=at_least(0, MAX_TAIL), help="Start with the last K lines."
+    ),
 ) -> None:
     """Show a managed job's log from its head node; reattach to a running job with -f."""
     from training.managed.client import find_head, follow, managed_job
@@ -158,7 +165,7 @@ def logs_command(
         end = follow(head, job, show, tail=tail, keep_following=follow_log)
     except KeyboardInterrupt:
         return
-    if follow_log and end.status != RUNNING:
+    if follow_log and end.status.final:
         console.info(f"job {job} {end.status}")
 
 

@@ -9,59 +9,107 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
-from provisioning.errors import DeepvmError
+from provisioning.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",
     help="Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
-    add_completion=False,
 )
 
 
+def _flags_without_type() -> None:
+    """typer 0.29 prints `<bool>` after every flag in help (`--help` included), which reads as a value the
+    user must type; a flag takes none, so its type column stays empty."""
+    from typer.core import TyperOption
+
+    show_type = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda option, ctx: None if option.is_flag else show_type(option, ctx)
+
+
+_flags_without_type()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("deepvm")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"deepvm {number}")
+        raise Exit(0)
+
+
+@app.callback()
+def _root(
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print deepvm's version and exit."
+    ),
+) -> None:
+    """Plan, provision and train on cost-efficient Spot + On-Demand GPU clusters."""
+
+
 def _register_commands() -> None:
+    """Add every command to the app, once (tests run `main` many times in one process)."""
+    if app.registered_commands:
+        return
     from deepvm_cli import (
+        chaos_cmd,
         down_cmd,
         interrupt_cmd,
         jobs_cmd,
         market_cmd,
         plan_cmd,
+        profile_cmd,
         sandbox_cmd,
+        simulate_cmd,
         status_cmd,
         train_cmd,
         up_cmd,
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd, sandbox_cmd
+        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
+        sandbox_cmd, simulate_cmd, chaos_cmd,
     ):
         module.register(app)
 
 
 def run() -> None:
-    """Console-script entry: every error becomes one line on stderr and a distinct exit code."""
+    """Console-script entry."""
+    sys.exit(main(sys.argv[1:]))
+
+
+def main(args: list[str]) -> int:
+    """Run one command line; every error becomes one line on stderr (or one per mistake it lists) and a
+    distinct exit code, which is returned."""
     _register_commands()
     debug = bool(os.environ.get("DEEPVM_DEBUG"))
-    args = sys.argv[1:] or ["--help"]
     try:
-        result = app(args=args, standalone_mode=False)
+        result = app(args=args or ["--help"], standalone_mode=False)
+    except StoppedByUser as exc:
+        console.plain(f"deepvm: {exc}")
+        return exc.exit_code
     except DeepvmError as exc:
         if debug:
             raise
-        console.error_line(str(exc))
-        sys.exit(exc.exit_code)
+        for line in exc.lines:
+            console.error_line(line)
+        return exc.exit_code
     except TyperException as exc:  # usage errors: unknown option, bad value, missing argument
         console.error_line(exc.format_message().replace("\n", " "))
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (Abort, KeyboardInterrupt):
         console.error_line("interrupted")
-        sys.exit(130)
+        return 130
     except Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except Exception as exc:
         if debug:
             raise
         console.error_line(f"internal error: {type(exc).__name__}: {exc} (set DEEPVM_DEBUG=1 for details)")
-        sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.flags import region_list
 from provisioning.catalog import Catalog, InstanceType
 from provisioning.market.summary import MarketRow, market_rows
 from provisioning.snapshot import snapshot_label, snapshot_notes
@@ -20,7 +21,10 @@ HELP = "Show instance types with their prices, FLOPP (flops per dollar) and vCPU
 def market(
     gpu: str | None = typer.Option(None, "--gpu", help="Only this GPU model, e.g. T4, A10G, L4, A100."),
     region: list[str] | None = typer.Option(
-        None, "--region", help="A region, or 'all' (repeatable or comma-separated). Default: your AWS region."
+        None,
+        "--region",
+        callback=region_list,
+        help="A region, or 'all' (repeatable or comma-separated). Default: your AWS region.",
     ),
     offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot; no AWS calls."),
     catalog_file: Path | None = typer.Option(
@@ -113,7 +117,7 @@ def _vcpus(value: float | None) -> str:
 
 def _table(title: str, caption: str, headers: tuple[str, ...], left: int) -> Table:
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=0)
     for index, header in enumerate(headers):
         table.add_column(header, justify="left" if index < left else "right", no_wrap=True)
     return table
@@ -124,17 +128,21 @@ def _render(catalog: Catalog, rows: list[MarketRow], holders: bool) -> None:
     source = _source_line(catalog)
     for region in sorted({r.region for r in rows}):
         in_region = [r for r in rows if r.region == region]
+        wide = console.out.width >= WIDE_COLUMNS
+        headers = GPU_HEADERS if wide else tuple(h for h in GPU_HEADERS if h not in GPU_WIDE_ONLY)
         gpu_table = _table(f"GPU instance types in {region} — {source}", _quota_line(catalog, region),
-                           GPU_HEADERS, left=2)
+                           headers, left=2)
         for r in in_region:
             t = r.instance_type
             if t.is_gpu:
                 zone, spot = r.cheapest_spot or ("-", None)
-                gpu_table.add_row(
-                    t.name, f"{t.gpu_count}x {t.gpu_model or '?'}", str(t.vcpus), _gib(t),
-                    f"{t.network_gbps:g}", f"{t.flops:g}", _money(r.on_demand_usd), _money(spot),
-                    zone.removeprefix(region), _short(r.flopp_spot), _short(r.flopp_on_demand),
-                )
+                cells = {
+                    "type": t.name, "GPUs": f"{t.gpu_count}x {t.gpu_model or '?'}", "vCPU": str(t.vcpus),
+                    "GiB": _gib(t), "Gbps": f"{t.network_gbps:g}", "TFLOPS": f"{t.flops:g}",
+                    "od $/h": _money(r.on_demand_usd), "spot $/h": _money(spot), "zone": zone.removeprefix(region),
+                    "FLOPP sp": _short(r.flopp_spot), "FLOPP od": _short(r.flopp_on_demand),
+                }
+                gpu_table.add_row(*(cells[h] for h in headers))
         console.out.print(gpu_table)
         cpu_rows = [r for r in in_region if not r.instance_type.is_gpu]
         if holders and cpu_rows:
@@ -151,8 +159,12 @@ def _gib(t: InstanceType) -> str:
     return "-" if t.memory_gib is None else f"{t.memory_gib:g}"
 
 
-GPU_HEADERS = ("type", "GPUs", "vCPU", "GiB", "Gbps", "flops", "od $/h", "spot $/h", "zone",
+GPU_HEADERS = ("type", "GPUs", "vCPU", "GiB", "Gbps", "TFLOPS", "od $/h", "spot $/h", "zone",
                "FLOPP sp", "FLOPP od")
+# Below this terminal width the network and on-demand FLOPP columns are left out (`--json` has them), so
+# that no price, type name or number is cut at 80 columns.
+WIDE_COLUMNS = 110
+GPU_WIDE_ONLY = ("Gbps", "FLOPP od")
 HOLDER_HEADERS = ("type", "vCPU", "GiB", "Gbps", "od $/h", "spot $/h", "zone")
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console
+from deepvm_cli import console, plan_flags
+from deepvm_cli.flags import DAY_S, at_least, positive
 from provisioning.errors import InputError
+from provisioning.planner.plan_document import MAX_PLANS
+
+if TYPE_CHECKING:
+    from provisioning.planner.interruptions import Interruptions
 
 
 class ObjectiveChoice(str, Enum):
@@ -19,20 +24,39 @@ class ObjectiveChoice(str, Enum):
 
 
 def plan(
-    max_price: float = typer.Option(None, "--max-price", help="Price cap for the cluster, USD per hour."),
-    region: str = typer.Option(None, "--region", help="Region, comma-separated regions, or 'all'."),
-    catalog_file: Path = typer.Option(None, "--catalog", help="Plan on this catalog file alone (no AWS)."),
+    max_price: float = plan_flags.max_price_option,
+    region: str = plan_flags.region_option,
+    catalog_file: Path = plan_flags.catalog_option,
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
-    deadline: float = typer.Option(None, "--deadline", help="Hours: the cheapest plan that finishes --work."),
-    work: float = typer.Option(None, "--work", help="Training work in PFLOP (with --deadline)."),
-    checkpoint_size: float = typer.Option(0.5, "--checkpoint-size", help="One checkpoint, GiB."),
-    buffer_slots: int = typer.Option(2, "--buffer-slots", help="Checkpoints the holders keep in RAM."),
-    node_limit: int = typer.Option(None, "--node-limit", help="N nodes per type and market, not quotas."),
-    mix: bool = typer.Option(False, "--mix", help="Allow several GPU types in one cluster."),
-    top: int = typer.Option(3, "--top", help="How many ranked plans to show."),
-    offline: bool = typer.Option(False, "--offline", help="Use the built-in price snapshot."),
-    refresh: bool = typer.Option(False, "--refresh", help="Ignore cached AWS market data."),
+    deadline: float = typer.Option(
+        None, "--deadline", callback=positive(plan_flags.MAX_HOURS),
+        help="Hours: the cheapest plan that finishes --work.",
+    ),
+    work: float = typer.Option(
+        None, "--work", callback=positive(plan_flags.MAX_WORK_PFLOP), help="Training work in PFLOP (with --deadline)."
+    ),
+    checkpoint_size: float = plan_flags.checkpoint_size_option,
+    buffer_slots: int = plan_flags.buffer_slots_option,
+    node_limit: int = plan_flags.node_limit_option,
+    mix: bool = plan_flags.mix_option,
+    top: int = typer.Option(3, "--top", callback=positive(MAX_PLANS), help="How many ranked plans to show."),
+    offline: bool = plan_flags.offline_option,
+    refresh: bool = plan_flags.refresh_option,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    interruptions: str = typer.Option(
+        None, "--interruptions",
+        help="Rank by expected goodput per dollar with Spot interruptions: a band (<5%, 5-10%, 10-15%, 15-20%, "
+             ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
+    ),
+    relaunch_time: float = typer.Option(
+        None, "--relaunch-time", callback=at_least(0, DAY_S),
+        help="With --interruptions: seconds a relaunch stops the cluster (12.1, measured).",
+    ),
+    replacement_delay: float = typer.Option(
+        None, "--replacement-delay", callback=at_least(0, DAY_S),
+        help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
+    ),
+    profile_files: list[Path] = plan_flags.profile_option,
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
     from provisioning.planner import Objective, PlanRequest, plan_cluster
@@ -42,14 +66,15 @@ def plan(
     request = PlanRequest(
         max_price=_check_price(max_price, deadline),
         objective=Objective(objective.value),
-        checkpoint_size_gib=_positive("--checkpoint-size", checkpoint_size, allow_zero=True),
-        buffer_slots=int(_positive("--buffer-slots", buffer_slots)),
-        node_limit=None if node_limit is None else int(_positive("--node-limit", node_limit)),
+        checkpoint_size_gib=checkpoint_size,
+        buffer_slots=buffer_slots,
+        node_limit=node_limit,
         mix=mix,
-        deadline_hours=None if deadline is None else _positive("--deadline", deadline),
+        deadline_hours=deadline,
         work_pflop=_work(work, deadline),
-        top=int(_positive("--top", top)),
-        regions=_regions(region),
+        top=top,
+        regions=plan_flags.regions(region),
+        interruptions=_interruptions(interruptions, relaunch_time, replacement_delay),
     )
     catalog = resolve_catalog(
         regions=list(request.regions) if request.regions else None,
@@ -59,17 +84,28 @@ def plan(
     )
     for message in catalog.warnings:
         console.warning(message)
+    catalog, profiles = plan_flags.with_profiles(profile_files or [], catalog)
     with console.stages("planning") as stage:
         result = plan_cluster(catalog, request, progress=stage)
+    report = None
+    if request.interruptions is not None:
+        from provisioning.planner.solve import interruption_report
+
+        report = interruption_report(catalog, request, result)
     saved = save_plans(result.plans, request)
     if as_json:
         from deepvm_cli.render_plan import plan_result_json
 
-        console.print_json(plan_result_json(result, catalog, saved))
+        document = plan_result_json(result, catalog, saved, profiles)
+        if report is not None:
+            from deepvm_cli.render_interruptions import interruptions_json
+
+            document["interruptions"] = interruptions_json(report)
+        console.print_json(document)
         return
     from deepvm_cli.render_plan import render_plan_result
 
-    render_plan_result(result, catalog, saved)
+    render_plan_result(result, catalog, saved, report, profiles)
 
 
 def _check_price(max_price: float | None, deadline: float | None) -> float | None:
@@ -77,29 +113,31 @@ def _check_price(max_price: float | None, deadline: float | None) -> float | Non
         if deadline is None:
             raise InputError("--max-price is required (USD per hour for the cluster), e.g. --max-price 12")
         return None  # a deadline alone: the cheapest plan that finishes in time, at any hourly price
-    return _positive("--max-price", max_price)
-
-
-def _positive(flag: str, value: float, allow_zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise InputError(f"{flag} must be {kind} number, got {value:g}")
-    return value
+    return max_price
 
 
 def _work(work: float | None, deadline: float | None) -> float | None:
     if (work is None) != (deadline is None):
         raise InputError("--deadline and --work go together: the cheapest plan finishing WORK PFLOP in time")
-    return None if work is None else _positive("--work", work)
+    return work
 
 
-def _regions(region: str | None) -> tuple[str, ...] | None:
-    if region is None:
+def _interruptions(spec: str | None, relaunch_s: float | None, replacement_s: float | None) -> Interruptions | None:
+    """The Interruptions `--interruptions` asks to count (None without it: nothing of the simulator loads)."""
+    if spec is None:
+        for flag, value in (("--relaunch-time", relaunch_s), ("--replacement-delay", replacement_s)):
+            if value is not None:
+                raise InputError(f"{flag} applies with --interruptions (what a Spot interruption costs a plan)")
         return None
-    names = tuple(r.strip() for r in region.split(",") if r.strip())
-    if not names:
-        raise InputError("--region needs a region name, a comma-separated list, or 'all'")
-    return names
+    from provisioning.planner.interruptions import RecoveryCosts
+    from simulation.plan_interruptions import plan_interruptions
+
+    defaults = RecoveryCosts()
+    recovery = RecoveryCosts(
+        relaunch_s=defaults.relaunch_s if relaunch_s is None else relaunch_s,
+        replacement_delay_s=defaults.replacement_delay_s if replacement_s is None else replacement_s,
+    )
+    return plan_interruptions(spec, recovery)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.render_curves import ProfileUsed, curves_json, curves_lines
 from provisioning.catalog import Catalog
-from provisioning.planner import Architecture, Objective, Plan, PlanResult
+from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
+
+if TYPE_CHECKING:  # loaded only by plan --interruptions
+    from provisioning.planner.interruptions import InterruptionReport
 
 RANKING_ROWS = 10
-_BASELINE_LABEL = {"cost_first": "cost-1st", "performance_first": "perf-1st", "deepvm_no_scaling": "K=1"}
+_BASELINE_LABEL = {"cost_first": "cost", "performance_first": "speed", "deepvm_no_scaling": "linear"}
+_BASELINE_MEANING = (
+    "baselines: cost = the GPU type that buys the most nodes under the cap; speed = the GPU type with the "
+    "most FLOPS; linear = DeepVM's objective without its scaling factor K(n)"
+)
 
-_OBJECTIVE_LABEL = {
+OBJECTIVE_LABEL = {
     Objective.DEEPVM: "Z (FLOPP x n x K(n))",
     Objective.THROUGHPUT: "effective TFLOPS",
     Objective.COST: "USD per PFLOP",
@@ -22,7 +31,9 @@ _OBJECTIVE_LABEL = {
 }
 
 
-def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[str, Any]:
+def plan_result_json(
+    result: PlanResult, catalog: Catalog, saved: Path, profiles: Sequence[ProfileUsed] = ()
+) -> dict[str, Any]:
     request = result.request
     return {
         "max_price": request.max_price,
@@ -33,12 +44,19 @@ def plan_result_json(result: PlanResult, catalog: Catalog, saved: Path) -> dict[
             arch.value: (p.to_dict() if p else None) for arch, p in result.best_per_architecture.items()
         },
         "catalog": {"source": catalog.source, "as_of": catalog.as_of, "warnings": list(catalog.warnings)},
+        "scaling_curves": curves_json(_ranked_types(result), catalog, profiles),
         "saved_to": str(saved),
         "solve_seconds": round(result.solve_seconds, 4),
     }
 
 
-def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> None:
+def render_plan_result(
+    result: PlanResult,
+    catalog: Catalog,
+    saved: Path,
+    interruptions: InterruptionReport | None = None,
+    profiles: Sequence[ProfileUsed] = (),
+) -> None:
     out = console.out
     out.print(f"[bold]deepvm plan[/] — prices from {catalog.source}"
               + (f" as of {catalog.as_of}" if catalog.as_of else ""))
@@ -47,14 +65,29 @@ def render_plan_result(result: PlanResult, catalog: Catalog, saved: Path) -> Non
     best = result.plans[0]
     out.print(f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
               f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
-              f"{_OBJECTIVE_LABEL[best.objective]} = {_number(best.objective_value)}")
+              f"{OBJECTIVE_LABEL[best.objective]} = {number(best.objective_value)}")
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
     if result.baselines:
         found = {_BASELINE_LABEL[name]: p for name, p in result.baselines.items() if p}
         out.print(_plans_table("The paper's baselines", list(found.values()), names=list(found)))
+        console.info(_BASELINE_MEANING)
+    if interruptions is not None:
+        from deepvm_cli.render_interruptions import render_interruptions
+
+        render_interruptions(interruptions)
+    if profiles:
+        planned = [g.instance_type for p in result.plans for g in p.nodes if g.role is not Role.HOLDER]
+        out.print("\n[bold]Scaling curves[/]")
+        for line in curves_lines(_ranked_types(result), planned, catalog, profiles):
+            out.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)  # a path is never cut
     for note in sorted({n for p in result.plans for n in p.notes}):
         console.info(f"note: {note}")
     console.info(f"Saved the decision to {saved}; `deepvm up` provisions it.")
+
+
+def _ranked_types(result: PlanResult) -> list[str]:
+    """The GPU types the planner considered, in FLOPP order."""
+    return list(dict.fromkeys(row.instance_type for row in result.ranking))
 
 
 def _ranking_table(result: PlanResult) -> Table:
@@ -83,23 +116,36 @@ def _architecture_table(result: PlanResult) -> Table:
         if plan is None:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
-            table.add_row(arch.value, plan.summary(), f"{plan.price_per_hour:.4f}",
-                          f"{plan.effective_flops:,.1f}", _number(plan.objective_value))
+            table.add_row(arch.value, node_lines(plan), f"{plan.price_per_hour:.4f}",
+                          f"{plan.effective_flops:,.1f}", number(plan.objective_value))
     return table
 
 
 def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) -> Table:
+    """One row per plan, readable at 80 columns: architecture and AZ share a cell, each node group gets a
+    line of its own, and numbers are never cut (the text columns wrap instead)."""
     table = Table(title=title)
-    for column in ("#", "architecture", "nodes", "AZ", "$/h", "eff. TFLOPS", "objective"):
-        table.add_column(column, justify="right" if column in ("$/h", "eff. TFLOPS", "objective") else "left")
+    table.add_column("#", no_wrap=True)
+    table.add_column("shape / AZ", overflow="fold")
+    table.add_column("nodes", overflow="fold")
+    for column in ("$/h", "eff. TFLOPS", "objective"):
+        table.add_column(column, justify="right", no_wrap=True)
     for i, plan in enumerate(plans):
-        table.add_row(names[i] if names else str(i + 1), plan.architecture.value, plan.summary(),
-                      plan.availability_zone, f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
-                      _number(plan.objective_value))
+        table.add_row(names[i] if names else str(i + 1), f"{plan.architecture.value}\n{plan.availability_zone}",
+                      node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
+                      number(plan.objective_value))
     return table
 
 
-def _number(value: float) -> str:
+def node_lines(plan: Plan) -> str:
+    """e.g. "76 g4dn.xlarge spot" and "1 c5n.xlarge on-demand holder", one group per line."""
+    return "\n".join(
+        f"{g.count} {g.instance_type} {g.market.value}" + ("" if g.role is Role.TRAINER else f" {g.role.value}")
+        for g in plan.nodes
+    )
+
+
+def number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 

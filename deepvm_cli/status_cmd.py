@@ -5,34 +5,36 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
+from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
 
 if TYPE_CHECKING:
-    from provisioning.cloud.lifecycle import ClusterView
+    from provisioning.cloud.cluster import ClusterView
     from training.jobstore import JobRow
 
 
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+def _clock(timestamp: str) -> str:
+    """"2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
+    return timestamp.replace("T", " ")[:16] if timestamp else "-"
 
 
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
     """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
     cluster is up and its head answers), else as last heard."""
-    from training.jobstore import ACTIVE, LOCAL, JobStore
+    from training.jobstore import LOCAL, JobStatus, JobStore
 
     rows = JobStore().for_cluster(cluster)
-    if up and any(r.controller != LOCAL and r.status == ACTIVE for r in rows):
+    if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
+        from provisioning.cloud.cluster import Cluster
         from provisioning.errors import DeepvmError
-        from training.managed.client import find_head, jobs_on
+        from training.managed.client import head_of, jobs_on
 
         try:
-            jobs_on(find_head(cluster, default_python(cluster)))  # brings this machine's rows up to date
+            handle = Cluster.open_running(cluster)
+            jobs_on(head_of(handle, default_python(handle)))  # brings this machine's rows up to date
         except DeepvmError as exc:
             console.warning(f"{cluster}: managed jobs as last heard (the head node could not be asked: {exc})")
         rows = JobStore().for_cluster(cluster)
@@ -41,16 +43,18 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
 
 def _job_state(job: JobRow) -> str:
     """The stored status, except that a "running" job whose controller is gone says so."""
-    from training.jobstore import ACTIVE, LOCAL, controller_running
+    from training.jobstore import LOCAL, JobStatus, controller_running
 
-    if job.status == ACTIVE and job.controller == LOCAL and not controller_running(job.cluster):
+    if job.status is JobStatus.RUNNING and job.controller == LOCAL and not controller_running(job.cluster):
         return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
                 "--controller local --resume` continues)")  # fmt: skip
-    return job.status
+    return job.status.value
 
 
 def up(view: ClusterView) -> bool:
-    return view.cluster.status == "up"
+    from provisioning.state import ClusterStatus
+
+    return view.cluster.status is ClusterStatus.UP
 
 
 def render_jobs(jobs: list[JobRow]) -> None:
@@ -59,30 +63,33 @@ def render_jobs(jobs: list[JobRow]) -> None:
         console.out.print(
             f"job {job.job_id}  {_job_state(job)}  step {job.step}/{job.total_steps}  loss {loss}  "
             f"trainers {job.world_size}  restarts {job.restarts}  lost steps {job.lost_steps}  "
-            f"checkpoint step {job.checkpoint_step}  ${job.cost_usd:.4f}",
+            f"checkpoint {_checkpoint(job.checkpoint_step)}  ${job.cost_usd:.4f}",
             markup=False,
         )
+
+
+def _checkpoint(step: int) -> str:
+    return "none yet" if step < 0 else f"at step {step}"
 
 
 def render_cluster(view: ClusterView) -> None:
     c = view.cluster
     console.out.print(
-        f"[bold]{c.name}[/]  {c.status}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
-        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {_duration(view.uptime_s)}"
+        f"[bold]{c.name}[/]  {c.status.value}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
+        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {console.duration(view.uptime_s)}"
     )
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("instance", "role", "market", "type", "state", "address", "$/h", "launched"):
-        table.add_column(column)
+    # Fits 80 columns: ids, addresses and prices never wrap or get cut; role, market and type share a cell.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
+    for column in ("instance", "node", "state", "address", "$/h", "launched"):
+        table.add_column(column, no_wrap=column != "node", justify="right" if column == "$/h" else "left")
     for n in view.nodes:
         table.add_row(
             n.instance_id,
-            n.role.value,
-            n.market.value,
-            n.instance_type,
+            f"{n.market.value} {n.role.value}\n{n.instance_type}",
             n.state,
             n.address or "-",
             f"{n.usd_per_hour:.4f}",
-            n.launched_at,
+            _clock(n.launched_at),
         )
     console.out.print(table)
     if c.plan.prices_as_of:
@@ -99,11 +106,11 @@ def status_command(
 ) -> None:
     """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs."""
     from provisioning.cloud.lifecycle import status
-    from provisioning.sandbox.control import BANNER
 
     views = status(name)
-    if any(v.cluster.cloud == "sandbox" for v in views) and not as_json:
-        console.info(BANNER)
+    if not as_json:
+        for banner in dict.fromkeys(v.banner for v in views if v.banner):
+            console.info(banner)
     if as_json:
         docs = [
             {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name, up(v))]}
@@ -114,7 +121,7 @@ def status_command(
     if not views:
         console.info("no clusters; start one with `deepvm up`")
     for view in views:
-        if not view.refreshed and view.cluster.status == "up":
+        if not view.refreshed and up(view):
             console.warning(
                 f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
             )

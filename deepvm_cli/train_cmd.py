@@ -18,9 +18,11 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from deepvm_cli import console
-from deepvm_cli.job_render import describe_progress, progress_line, result_lines
+from deepvm_cli.flags import DAY_S, at_least
+from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
 from training.progress import JobReporter
@@ -30,8 +32,10 @@ CONTROLLERS = ("head", "local")
 
 
 @contextmanager
-def _plain_reporter() -> Iterator[JobReporter]:
+def plain_reporter() -> Iterator[JobReporter]:
+    """A job's events as plain lines on stderr (no terminal there, or --json)."""
     pushed: set[str] = set()
+    eta = Eta()
 
     def push(host: str, done: int, total: int) -> None:
         if done == total and host not in pushed:
@@ -41,33 +45,39 @@ def _plain_reporter() -> Iterator[JobReporter]:
     yield JobReporter(
         note=console.plain,
         log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
-        progress=lambda p: console.plain(progress_line(p)),
+        progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
         push=push,
     )
 
 
 @contextmanager
-def _live_reporter() -> Iterator[JobReporter]:
+def live_reporter() -> Iterator[JobReporter]:
+    """A job's events above rich progress bars (pushes, steps) on a terminal."""
+    # At 80 columns the counter, bar and ETA keep their width and the details wrap below them.
     bars = Progress(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=16),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
+        TextColumn("{task.fields[eta]}"),
+        TextColumn("{task.fields[info]}", table_column=Column(ratio=1, overflow="fold")),
         console=console.err,
     )
+    eta = Eta()
     tasks: dict[str, TaskID] = {}
 
     def task(key: str, total: int) -> TaskID:
         if key not in tasks:
-            tasks[key] = bars.add_task(key, total=total, info="")
+            tasks[key] = bars.add_task(key, total=total, info="", eta="")
         return tasks[key]
 
     def push(host: str, done: int, total: int) -> None:
         bars.update(task(f"push {host}", total), completed=done, total=total)
 
     def progress(p: JobProgress) -> None:
-        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps, info=describe_progress(p))
+        left = eta.update(p.step, p.total_steps)
+        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
+                    info=describe_progress(p), eta=f"eta {left}" if left else "")
 
     with bars:
         yield JobReporter(
@@ -98,7 +108,7 @@ def train_command(
     stall_timeout: float | None = typer.Option(
         None,
         "--stall-timeout",
-        min=1.0,
+        callback=at_least(1, DAY_S),
         help="Seconds without progress after which the job counts as hung and is restarted without the node "
         "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
     ),
@@ -112,9 +122,11 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from provisioning.state import Store
+    from provisioning.cloud.cluster import Cluster
     from training.controller import TrainRequest, train
+    from training.jobspec import load_job_spec
 
+    load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
     if controller == "head" and resume:
@@ -124,13 +136,11 @@ def train_command(
         raise InputError("--detach needs the controller on the head (--controller head)")
     from deepvm_cli.jobs_cmd import default_python
 
-    row = Store().cluster(cluster)
+    found = Cluster.find(cluster)
     if python is None:
-        python = default_python(cluster)
-    if row is not None and row.cloud == "sandbox":
-        from provisioning.sandbox.control import BANNER
-
-        console.info(BANNER)
+        python = default_python(found)
+    if found is not None and found.banner:
+        console.info(found.banner)
     request = TrainRequest(
         job_path=job,
         cluster=cluster,
@@ -141,7 +151,7 @@ def train_command(
         stall_timeout_s=stall_timeout,
     )
     live = console.err.is_terminal and not as_json
-    with _live_reporter() if live else _plain_reporter() as report:
+    with live_reporter() if live else plain_reporter() as report:
         if controller == "head":
             from deepvm_cli.jobs_cmd import run_managed
 

@@ -15,12 +15,14 @@ import typer
 
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
+from deepvm_cli.flags import DAY_S, MAX_PRICE, positive, region_list
 from deepvm_cli.render_up import node_count, render_dry_run, render_launch
 from deepvm_cli.status_cmd import render_cluster
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
 from provisioning.cloud.plan_input import load_plans, plans_for_price
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
+from provisioning.home import deepvm_home
 from provisioning.planner.plan import Plan
 
 
@@ -28,9 +30,13 @@ def up_command(
     plan: Path | None = typer.Option(
         None, "--plan", help="Plan file (default: the plan `deepvm plan` saved)."
     ),
-    max_price: float | None = typer.Option(None, "--max-price", help="Plan now for this USD/hour cap."),
+    max_price: float | None = typer.Option(
+        None, "--max-price", callback=positive(MAX_PRICE), help="Plan now for this USD/hour cap."
+    ),
     name: str = typer.Option(DEFAULT_CLUSTER_NAME, "--name", help="Cluster name."),
-    region: str | None = typer.Option(None, "--region", help="Region (must match the plan's)."),
+    region: str | None = typer.Option(
+        None, "--region", callback=region_list, help="Region (must match the plan's)."
+    ),
     cloud: str = typer.Option(
         "auto", "--cloud", help="auto | aws | sandbox (auto: sandbox without AWS keys)."
     ),
@@ -59,7 +65,7 @@ def up_command(
     ),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until every node answers over SSH."),
     timeout: float = typer.Option(
-        900.0, "--timeout", help="Seconds to wait for running and reachable nodes."
+        900.0, "--timeout", callback=positive(DAY_S), help="Seconds to wait for running and reachable nodes."
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking (scripts must pass it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be created; create nothing."),
@@ -72,6 +78,7 @@ def up_command(
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
     check_cluster_name(name)
+    deepvm_home()  # keys, state and locks go there: a home that cannot be written fails before anything is shown
     target = resolve_target(cloud)
     if target.banner:
         console.info(target.banner)
@@ -84,6 +91,7 @@ def up_command(
     crowded = target.check_capacity(max(node_count(p) for p in launchable))
     if crowded:
         console.warning(crowded)
+    _warn_if_open_to_all(ssh_cidr)
     asking = not (yes or dry_run)
     if asking or not as_json:
         render_launch(launchable, target.kind)
@@ -123,12 +131,23 @@ def up_command(
 
 def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:
     """The plans to launch, best first: planned now for --max-price, else read (and checked) from a file."""
-    if max_price:
+    if max_price is not None:
         return plans_for_price(max_price, region, offline=offline)
     loaded = load_plans(path)
     for message in loaded.warnings:
         console.warning(message)
     return loaded.plans
+
+
+def _warn_if_open_to_all(ssh_cidr: str | None) -> None:
+    """One line when --ssh-cidr admits every address; a malformed range is refused here, before anything."""
+    if ssh_cidr is None:
+        return
+    from provisioning.cloud.aws.network import check_cidr, world_open_warning
+
+    warning = world_open_warning(check_cidr(ssh_cidr))
+    if warning:
+        console.warning(warning)
 
 
 def _confirm(plan: Plan) -> None:

@@ -51,12 +51,15 @@ class ScalingParams:
     """Logistic speed-up S(n) = c / (1 + exp(-a (n - b))) fitted to measured multi-node training.
 
     `measured` is False when the values are defaults rather than a fit to this instance type.
+    `max_nodes` bounds how many nodes of the type a plan may hold when the curve was fitted on few nodes
+    (a profile's: see provisioning/profile.py), since a logistic curve extrapolates badly.
     """
 
     a: float
     b: float
     c: float
     measured: bool = True
+    max_nodes: int | None = None  # None: the curve holds for any count
 
 
 # Used for GPU types without a fit of their own: the ResNet-18 fit of g4dn.xlarge (the most common

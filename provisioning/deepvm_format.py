@@ -24,7 +24,8 @@ from typing import Any
 from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams
 from provisioning.catalog_json import CatalogFormatError, FieldReader, catalog_from_dict
 from provisioning.errors import InputError
-from provisioning.jsonfile import MIB, read_json_file
+from provisioning.inputfile import MIB
+from provisioning.jsonfile import read_json_file
 
 DEEPVM_REGION = "deepvm"
 DEEPVM_ZONE = "deepvm-a"

@@ -1,38 +1,37 @@
-"""Reading a JSON document a user hands deepvm (a plan, a catalog), bounded so that no file can hang or
-crash a command.
+"""Reading a JSON document a user hands deepvm (a plan, a catalog, a trace), bounded so that no file can
+hang or crash a command.
 
-Every problem is one InputError line naming the file. The limits, and why:
-- Only regular files are read: /dev/zero or a FIFO never ends, and a directory is a mistake to say plainly.
-- At most `max_bytes` are read (one more byte tells a file that is too large), so a huge file is refused
-  without being read whole.
-- At most MAX_DEPTH levels of nesting: Python's json raises RecursionError on documents nested a
-  thousand deep, and every validator after it walks the document recursively. No deepvm document needs
-  more than a handful of levels.
+The file is read by provisioning/inputfile.py (regular files only, within a size limit, UTF-8). Then at
+most MAX_DEPTH levels of nesting: Python's json raises RecursionError on documents nested a thousand
+deep, and every validator after it walks the document recursively. A key given twice in one object is
+refused: Python keeps the last silently, so `"count": 1, ..., "count": 1000` would launch a thousand
+nodes while a reader of the file sees one. Every problem is one InputError line naming the file.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from provisioning.errors import InputError
+from provisioning.inputfile import MAX_DEPTH, MIB, read_user_bytes, user_text
 
-MAX_DEPTH = 32
-MIB = 1024 * 1024
+__all__ = ["MIB", "parse_json_bytes", "read_json_file"]
 
 
 def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     """The parsed document of `path`; `what` names it in errors ("plan file", "catalog file")."""
-    raw = _read_bounded(path, what, max_bytes)
+    return parse_json_bytes(read_user_bytes(path, what, max_bytes), path, what)
+
+
+def parse_json_bytes(raw: bytes, path: Path | str, what: str) -> Any:
+    """The parsed document of bytes already read from `path` (for callers that look at them first)."""
+    text = user_text(raw, path, what)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text; expected a JSON {what}") from None
-    try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object)
+    except _DuplicateKey as exc:
+        raise InputError(f"{path}: the key {exc.key!r} is given twice in one object") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
@@ -42,22 +41,19 @@ def read_json_file(path: Path, what: str, max_bytes: int) -> Any:
     return data
 
 
-def _read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode):
-            raise InputError(f"{what} is a directory: {path}")
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{what} is not a regular file: {path}")
-        with open(path, "rb") as handle:
-            raw = handle.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise InputError(f"{what} not found: {path}") from None
-    except OSError as exc:  # permissions, a symlink loop, a name too long
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(raw) > max_bytes:
-        raise InputError(f"{what} {path} is larger than {max_bytes / MIB:g} MiB; refusing to read it")
-    return raw
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _DuplicateKey(key)
+        document[key] = value
+    return document
 
 
 def _depth(data: Any) -> int:

@@ -12,13 +12,13 @@ links saturate, so Tiering needs n / m < n_sat(min(bw_trainer, bw_holder)).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from provisioning.catalog import DEFAULT_SCALING, InstanceType, ScalingParams
 
 
 def speedup(p: ScalingParams, n: float) -> float:
-    return p.c / (1.0 + math.exp(-p.a * (n - p.b)))
+    exponent = -p.a * (n - p.b)
+    return 0.0 if exponent > 700 else p.c / (1.0 + math.exp(exponent))  # exp overflows past 709: S is 0 there
 
 
 def _speedup_slope_at_b(p: ScalingParams) -> float:
@@ -34,6 +34,14 @@ def scaling_factor(p: ScalingParams, n: float) -> float:
     if n <= p.b:
         return 1.0
     return speedup(p, n) / tangent_at_inflection(p, n)
+
+
+def capped_notes(instance_type: str, p: ScalingParams, count: int) -> tuple[str, ...]:
+    """What a plan says when it holds as many nodes of a type as the type's curve is trusted for."""
+    if p.max_nodes is None or count < p.max_nodes:
+        return ()
+    return (f"{instance_type}: capped at {p.max_nodes} nodes, as far as its profiled scaling curve is trusted "
+            "(1.5 x the most nodes profiled)",)
 
 
 def effective_nodes(p: ScalingParams, n: int) -> float:
@@ -70,9 +78,9 @@ def saturation_point(bandwidth_gbps: float) -> int:
 
 # DeepVM's published fits of S(n) to its ResNet-18 measurements (datasets/deepvm/scaling_resnet18.csv;
 # the values its real-world planner uses). They are not the least-squares optimum of that CSV: RMS error
-# 0.54 / 0.20 / 0.46x of speed-up for g3s / g4dn / g5 where fit_logistic reaches 0.42 / 0.13 / 0.15.
-# We keep them because they are what reproduces the paper's decisions; tests/planner/test_scaling.py
-# checks both numbers.
+# 0.54 / 0.20 / 0.46x of speed-up for g3s / g4dn / g5 where scaling_fit.fit_speedup reaches 0.42 / 0.13 /
+# 0.15. We keep them because they are what reproduces the paper's decisions; tests/planner/
+# test_scaling_fit.py checks both numbers.
 MEASURED_SCALING: dict[str, ScalingParams] = {
     "g3s.xlarge": ScalingParams(a=0.1408559584, b=14.49263334, c=13.53250952),
     "g4dn.xlarge": ScalingParams(a=0.1338806402, b=12.87424514, c=6.176666667),
@@ -87,65 +95,9 @@ def scaling_of(instance_type: InstanceType) -> ScalingParams:
     return MEASURED_SCALING.get(instance_type.name, DEFAULT_SCALING)
 
 
-def fit_logistic(
-    points: Sequence[tuple[float, float]], start: ScalingParams | None = None, iterations: int = 500
-) -> ScalingParams:
-    """Least-squares fit of S(n) to (nodes, speed-up) points by Levenberg-Marquardt.
-
-    Pure Python on purpose: three parameters and a few dozen points need no numerical library, and
-    the planner must not pay for importing one.
-    """
-    a, b, c = (start.a, start.b, start.c) if start else (0.1, 10.0, max(s for _, s in points))
-    damping = 1e-3
-
-    def residuals(a: float, b: float, c: float) -> list[float]:
-        return [s - speedup(ScalingParams(a, b, c), n) for n, s in points]
-
-    def cost(a: float, b: float, c: float) -> float:
-        return sum(r * r for r in residuals(a, b, c))
-
-    current = cost(a, b, c)
-    for _ in range(iterations):
-        jac = []
-        for n, _s in points:
-            e = math.exp(-a * (n - b))
-            d = 1.0 + e
-            jac.append((c * e * (n - b) / d**2, -c * e * a / d**2, 1.0 / d))  # dS/da, dS/db, dS/dc
-        res = residuals(a, b, c)
-        jtj = [[sum(j[r] * j[q] for j in jac) for q in range(3)] for r in range(3)]
-        jtr = [sum(j[r] * e for j, e in zip(jac, res)) for r in range(3)]
-        for i in range(3):
-            jtj[i][i] *= 1.0 + damping
-        step = _solve3(jtj, jtr)
-        trial = (a + step[0], b + step[1], c + step[2])
-        trial_cost = cost(*trial)
-        if trial_cost < current:
-            (a, b, c), current = trial, trial_cost
-            damping = max(damping / 10.0, 1e-12)
-            if max(abs(s) for s in step) < 1e-10:
-                break
-        else:
-            damping *= 10.0
-            if damping > 1e12:
-                break
-    return ScalingParams(a=a, b=b, c=c)
-
-
-def _solve3(m: list[list[float]], v: list[float]) -> list[float]:
-    """Solve a 3x3 linear system by Cramer's rule (zero step when singular)."""
-
-    def det(x: list[list[float]]) -> float:
-        return (
-            x[0][0] * (x[1][1] * x[2][2] - x[1][2] * x[2][1])
-            - x[0][1] * (x[1][0] * x[2][2] - x[1][2] * x[2][0])
-            + x[0][2] * (x[1][0] * x[2][1] - x[1][1] * x[2][0])
-        )
-
-    d = det(m)
-    if abs(d) < 1e-300:
-        return [0.0, 0.0, 0.0]
-    out = []
-    for col in range(3):
-        replaced = [[v[r] if q == col else m[r][q] for q in range(3)] for r in range(3)]
-        out.append(det(replaced) / d)
-    return out
+def curve_source(instance_type: InstanceType) -> str:
+    """Where scaling_of's curve comes from: "catalog" (the catalog's own; a profile's once applied),
+    "deepvm" (DeepVM's measured ResNet-18 fit) or "default"."""
+    if instance_type.scaling is not None:
+        return "catalog"
+    return "deepvm" if instance_type.name in MEASURED_SCALING else "default"

@@ -1,31 +1,28 @@
-"""The embedded state store: clusters, nodes, events and cost segments in SQLite under DEEPVM_HOME.
+"""The cluster tables of deepvm's state database (provisioning/db.py): clusters, nodes, events and cost
+segments.
 
-Why SQLite in WAL mode: every change is one transaction, so a crash (or kill -9) mid-`up` leaves the last
-committed state, never a torn file; and WAL lets a second deepvm process (`status` while `up` runs) read
-without blocking the writer. The cluster row keeps the plan with the prices it was made with and their
-timestamp, and each node's price is copied into a cost segment, so cost reports never re-read today's
-prices.
+Every public method of Store is one committed transaction. The cluster row keeps the plan with the prices
+it was made with and their timestamp, and each node's price is copied into a cost segment, so cost
+reports never re-read today's prices.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.db import Database, Schema, exclusive_lock
 from provisioning.errors import CloudError
-from provisioning.home import deepvm_home
 from provisioning.planner.plan import Plan, Role
 
-_SCHEMA_VERSION = 1
-_SCHEMA = """
+_CLUSTERS = """
 CREATE TABLE IF NOT EXISTS clusters (
     name TEXT PRIMARY KEY,
     cloud TEXT NOT NULL,              -- aws | sandbox
@@ -40,7 +37,8 @@ CREATE TABLE IF NOT EXISTS clusters (
     ssh_user TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
-);
+)"""
+_NODES = """
 CREATE TABLE IF NOT EXISTS nodes (
     instance_id TEXT PRIMARY KEY,
     cluster TEXT NOT NULL REFERENCES clusters(name) ON DELETE CASCADE,
@@ -55,14 +53,16 @@ CREATE TABLE IF NOT EXISTS nodes (
     ssh_user TEXT NOT NULL,
     ssh_port INTEGER NOT NULL,
     launched_at TEXT NOT NULL
-);
+)"""
+_EVENTS = """
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster TEXT NOT NULL,
     at TEXT NOT NULL,
     kind TEXT NOT NULL,
     message TEXT NOT NULL
-);
+)"""
+_COSTS = """
 CREATE TABLE IF NOT EXISTS costs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster TEXT NOT NULL REFERENCES clusters(name) ON DELETE CASCADE,
@@ -71,13 +71,35 @@ CREATE TABLE IF NOT EXISTS costs (
     prices_as_of TEXT NOT NULL,
     started_at TEXT NOT NULL,
     ended_at TEXT                     -- NULL while the node runs
-);
-CREATE INDEX IF NOT EXISTS nodes_by_cluster ON nodes(cluster);
-CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster);
-CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster);
-"""
+)"""
+SCHEMA = Schema(
+    name="clusters",
+    version=1,
+    statements=(
+        _CLUSTERS,
+        _NODES,
+        _EVENTS,
+        _COSTS,
+        "CREATE INDEX IF NOT EXISTS nodes_by_cluster ON nodes(cluster)",
+        "CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster)",
+        "CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster)",
+    ),
+)
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
+
+
+class ClusterStatus(str, Enum):
+    """Where a cluster is in its life (the clusters table's status; `status --json` shows the value)."""
+
+    PROVISIONING = "provisioning"  # `up` is creating it, or died doing so (the next `up` or `down` cleans up)
+    UP = "up"
+    FAILED = "failed"  # `up` failed and deleted what it had made
+    TERMINATING = "terminating"  # `down` is deleting it
+    TERMINATED = "terminated"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def utc_now() -> str:
@@ -94,7 +116,7 @@ class ClusterRow:
 
     name: str
     cloud: str
-    status: str
+    status: ClusterStatus
     plan: Plan
     launch_token: str
     resources: CloudResources
@@ -119,35 +141,19 @@ class Event:
 
 
 class Store:
-    """One connection to the state database; every public method is one committed transaction."""
+    """The cluster tables; every public method is one committed transaction. Opening it raises
+    StateFileError when the file cannot be used (provisioning/db.py)."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path or deepvm_home() / "state.db"
-        self._db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        if self._db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
-            # executescript commits on its own, so the script carries its own transaction
-            self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;")
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._db = Database(SCHEMA, path)
+        self.path = self._db.path
 
     # clusters
 
     def put_cluster(self, row: ClusterRow) -> None:
         """Insert the cluster, replacing a finished one of the same name (its nodes and costs go with it)."""
         now = utc_now()
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
             db.execute(
                 "INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -156,7 +162,7 @@ class Store:
                     row.cloud,
                     row.region,
                     row.availability_zone,
-                    row.status,
+                    row.status.value,
                     json.dumps(row.plan.to_dict()),
                     row.plan.prices_as_of,
                     row.launch_token,
@@ -169,22 +175,22 @@ class Store:
             _event(db, row.name, "created", f"cluster recorded ({row.cloud}, {row.region})")
 
     def cluster(self, name: str) -> ClusterRow | None:
-        found = self._db.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
+        found = self._db.read_one("SELECT * FROM clusters WHERE name = ?", (name,))
         return None if found is None else _cluster_row(found)
 
     def clusters(self) -> list[ClusterRow]:
-        return [_cluster_row(r) for r in self._db.execute("SELECT * FROM clusters ORDER BY created_at")]
+        return [_cluster_row(r) for r in self._db.read("SELECT * FROM clusters ORDER BY created_at")]
 
-    def set_status(self, name: str, status: str, message: str = "") -> None:
-        with self._tx() as db:
+    def set_status(self, name: str, status: ClusterStatus, message: str = "") -> None:
+        with self._db.transaction() as db:
             db.execute(
-                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status, utc_now(), name)
+                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status.value, utc_now(), name)
             )
-            _event(db, name, status, message or f"status {status}")
+            _event(db, name, status.value, message or f"status {status.value}")
 
     def set_resources(self, name: str, resources: CloudResources) -> None:
         """Record created resources at once, so an interrupted `up` can still be torn down precisely."""
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute(
                 "UPDATE clusters SET resources_json = ?, updated_at = ? WHERE name = ?",
                 (_resources_json(resources), utc_now(), name),
@@ -196,7 +202,7 @@ class Store:
         """Insert or refresh nodes. A node's cost segment opens when it is first seen and closes when it
         is seen gone, so the cost so far is the sum of closed and open segments at their own prices."""
         now = utc_now()
-        with self._tx() as db:
+        with self._db.transaction() as db:
             as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
             for node in nodes:
                 known = db.execute(
@@ -236,17 +242,17 @@ class Store:
                     _event(db, cluster, "node-gone", f"{node.instance_id} is {node.state}")
 
     def nodes(self, cluster: str) -> list[NodeRecord]:
-        rows = self._db.execute("SELECT * FROM nodes WHERE cluster = ? ORDER BY rowid", (cluster,))
+        rows = self._db.read("SELECT * FROM nodes WHERE cluster = ? ORDER BY rowid", (cluster,))
         return [_node_record(r) for r in rows]
 
     def find_node(self, ref: str) -> tuple[str, NodeRecord] | None:
         """The cluster and node for an instance id, or None."""
-        row = self._db.execute("SELECT * FROM nodes WHERE instance_id = ?", (ref,)).fetchone()
+        row = self._db.read_one("SELECT * FROM nodes WHERE instance_id = ?", (ref,))
         return None if row is None else (row["cluster"], _node_record(row))
 
     def close_costs(self, cluster: str) -> None:
         """End every open cost segment of the cluster now (it was torn down)."""
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute(
                 "UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (utc_now(), cluster)
             )
@@ -258,7 +264,7 @@ class Store:
     def cost_so_far(self, cluster: str, now: datetime | None = None) -> float:
         now = now or datetime.now(timezone.utc)
         total = 0.0
-        for row in self._db.execute("SELECT * FROM costs WHERE cluster = ?", (cluster,)):
+        for row in self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,)):
             end = _parse(row["ended_at"]) if row["ended_at"] else now
             hours = max(0.0, (end - _parse(row["started_at"])).total_seconds() / 3600)
             total += hours * row["usd_per_hour"]
@@ -267,29 +273,18 @@ class Store:
     # events
 
     def add_event(self, cluster: str, kind: str, message: str) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             _event(db, cluster, kind, message)
 
     def events(self, cluster: str) -> list[Event]:
-        rows = self._db.execute(
-            "SELECT at, kind, message FROM events WHERE cluster = ? ORDER BY id", (cluster,)
-        )
+        rows = self._db.read("SELECT at, kind, message FROM events WHERE cluster = ? ORDER BY id", (cluster,))
         return [Event(r["at"], r["kind"], r["message"]) for r in rows]
 
 
-@contextmanager
-def cluster_lock(name: str) -> Iterator[None]:
+def cluster_lock(name: str) -> AbstractContextManager[None]:
     """Hold the cluster for one command that changes it (`up`, `down`); a second one fails at once."""
-    locks = deepvm_home() / "locks"
-    locks.mkdir(exist_ok=True, mode=0o700)
-    with open(locks / f"{name}.lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            raise CloudError(
-                f"another deepvm command is working on cluster {name}; wait for it to finish"
-            ) from exc
-        yield
+    busy = CloudError(f"another deepvm command is working on cluster {name}; wait for it to finish")
+    return exclusive_lock(name, busy)
 
 
 def _event(db: sqlite3.Connection, cluster: str, kind: str, message: str) -> None:
@@ -319,7 +314,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
     return ClusterRow(
         name=row["name"],
         cloud=row["cloud"],
-        status=row["status"],
+        status=ClusterStatus(row["status"]),
         plan=Plan.from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
         resources=CloudResources(

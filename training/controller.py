@@ -36,10 +36,8 @@ newest complete checkpoint.
 
 from __future__ import annotations
 
-import functools
 import json
 import queue
-import random
 import tempfile
 import threading
 import time
@@ -51,15 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from provisioning.catalog import Market
-from provisioning.cloud import lifecycle
-from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.names import check_cluster_name
-from provisioning.cloud.progress import Reporter
+from provisioning.cloud.cluster import Cluster
+from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError, InputError
+from provisioning.errors import DeepvmError, InputError, StoppedByUser
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
-from provisioning.state import Store, utc_now
+from provisioning.state import utc_now
 from training.attempts import (
     Action,
     Outcome,
@@ -67,40 +63,48 @@ from training.attempts import (
     classify,
     decide,
     fold_in_now,
-    nodes_to_buy,
     progressed,
 )
 from training.events import End, Event, Flush, NoticeSeen, Restored, Saved, Start, Step, WatcherOff, parse
 from training.jobspec import JobSpec, load_job_spec
-from training.jobstore import ACTIVE, JobRow, JobStore, train_lock
-from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, head_files, split_batch
+from training.jobstore import JobRow, JobStatus, JobStore, train_lock
+from training.launcher import (
+    Attempt,
+    AttemptExit,
+    Launch,
+    Node,
+    RankLine,
+    arrange,
+    ready_on_head,
+    rendezvous_port,
+    split_batch,
+)
+from training.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
 from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
-from training.staging import JobPaths, NodeState, prepare_head, prepare_nodes, read_notices, stage_runtime
+from training.replacements import ReplacementNote, ReplacementReady, Replacements, cloud_buyer
+from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
 from training.stall import StallWatch
-from training.transport import HostSpec, OutputLine, PushProgress, TransportError, connect, fetch_files, fetch_tree
+from training.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 from training.watcher import Notice
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
+# why a node that a probe did not log in to is dropped (one with a host key not pinned is not the node launched)
+_UNUSABLE = {Answer.NO: "does not answer over SSH", Answer.NOT_PINNED: "answers with a host key not pinned for it"}
 _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
 _FETCH = ("model.pt", "metrics.json")
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
-# torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
-# outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
-_MASTER_PORTS = (20000, 32767)
 
 
-class TrainingStopped(DeepvmError):
+class TrainingStopped(StoppedByUser):
     """The user stopped the job (Ctrl-C); it can be resumed."""
 
-    exit_code = 130
 
-
-class TrainingCancelled(DeepvmError):
+class TrainingCancelled(StoppedByUser):
     """`deepvm cancel` stopped the job; it is final (a cancelled job is not resumed by its supervisor)."""
 
-    exit_code = 0
+    exit_code = 0  # the job ended as its owner asked
 
 
 class TrainingFailed(DeepvmError):
@@ -128,22 +132,6 @@ class TrainRequest:
     inside_cluster: bool = False  # reach nodes at their private addresses (the head is inside the VPC)
 
 
-@dataclass(frozen=True)
-class _ReplacementDone:
-    """A replacement bought and prepared (in the background), or why not."""
-
-    role: Role
-    requested: int
-    added: tuple[SshEndpoint, ...]
-    states: dict[str, NodeState]  # instance id -> what preparing it found
-    error: str | None
-
-
-@dataclass(frozen=True)
-class _Note:
-    text: str
-
-
 @dataclass
 class _Run:
     """What the controller knows of the current attempt."""
@@ -162,43 +150,39 @@ class _Run:
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
-    name = check_cluster_name(request.cluster)
-    lifecycle.ssh_endpoints(name)  # NotFoundError (with what to run) unless the cluster is up
-    lifecycle.status(name)  # node states from the cloud now: a node that died meanwhile is not used
-    with train_lock(name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
-        controller = Controller(spec, request, name, Path(work), report)
+    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
+    cluster.refresh()  # node states from the cloud now: a node that died meanwhile is not used
+    with train_lock(cluster.name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
+        controller = Controller(spec, request, cluster, Path(work), report)
         return controller.run()
 
 
 class Controller:
     """One `deepvm train` session; see the module docstring."""
 
-    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: str, work: Path, report: JobReporter):
+    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: Cluster, work: Path, report: JobReporter):
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
-        self.store, self.jobs = Store(), JobStore()
-        row = self.store.cluster(cluster)
-        assert row is not None  # checked by train()
-        self.plan = row.plan
-        self.planned_trainers = sum(g.count * max(1, _type_facts(g.instance_type).gpus)
-                                    for g in self.plan.nodes if g.role in (Role.TRAINER, Role.ANCHOR))  # fmt: skip
-        self.planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
+        self.jobs = JobStore()
+        self.plan = cluster.plan
+        self.facts = type_facts(self.plan)
+        self.planned_trainers = planned_trainer_ranks(self.plan)
+        planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
         for group in self.plan.nodes:
-            self.planned[group.role] += group.count
+            planned[group.role] += group.count
         self.events: queue.Queue[object] = queue.Queue()
+        self.replacements = Replacements(planned, cloud_buyer(cluster, request.inside_cluster),
+                                         self._stage_replacement, self.events.put)  # fmt: skip
         self.runtime = stage_runtime(work / "runtime")
-        self.keys = ensure_cluster_keys(cluster)  # its internal key: how the head logs in to the nodes
         self.prepared: dict[str, NodeState] = {}  # instance id -> what preparing it found
         self.excluded: dict[str, str] = {}  # instance id -> why it is not used any more
-        self.replacing: Counter[Role] = Counter()  # nodes being bought, per role
-        self.replacement_threads: list[threading.Thread] = []
         self.fold_waiting = False  # a prepared replacement waits for the running attempt to stop
         self.user_stop = 0  # Ctrl-C presses
         self.recovery = RecoveryLog()
         self.stall = StallWatch(fixed_s=request.stall_timeout_s)
-        node_env = request.node_env if request.node_env is not None else lifecycle.node_env(cluster)
+        node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         self.cancel_mode: str | None = None  # "checkpoint" | "now" once `deepvm cancel` asked
-        self.members: set[str] = {e.instance_id for e in lifecycle.ssh_endpoints(cluster)}  # nodes it may use
+        self.members: set[str] = {e.instance_id for e in cluster.endpoints()}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
         self.saved_at = 0.0
@@ -213,21 +197,24 @@ class Controller:
             self.recovery.trouble("controller-restart", (), 0, known.world_size, time.monotonic(), known.step)
             self.report.note(f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
                              f"(last at step {known.step})")  # fmt: skip
-            return self.jobs.put(replace(known, status=ACTIVE, restarts=known.restarts + 1,
+            return self.jobs.put(replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
                                          message="resumed after a controller restart"))  # fmt: skip
-        previous = [j for j in self.jobs.for_cluster(self.cluster) if j.name == spec.name]
-        unfinished = [j for j in previous if j.status in (ACTIVE, "stopped", "failed")]
+        previous = [j for j in self.jobs.for_cluster(self.cluster.name) if j.name == spec.name]
+        unfinished = [j for j in previous if j.status in (JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED)]
         if request.resume:
             if not unfinished:
                 raise InputError(
-                    f"nothing to resume: no unfinished job named {spec.name!r} on cluster {self.cluster}; "
+                    f"nothing to resume: no unfinished job named {spec.name!r} on cluster {self.cluster.name}; "
                     "run without --resume to start it"
                 )
             job = unfinished[0]
-            self.recovery.trouble("controller-restart", (), 0, job.world_size, time.monotonic(), job.step)
+            # a job the user stopped (Ctrl-C) continues as asked: that is no restart; a crash's resume is one
+            asked = job.status is JobStatus.STOPPED
+            reason = "user-resume" if asked else "controller-restart"
+            self.recovery.trouble(reason, (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
-            return self.jobs.put(replace(job, status=ACTIVE, spec_path=str(request.job_path.resolve()),
-                                         python=request.python, restarts=job.restarts + 1,
+            return self.jobs.put(replace(job, status=JobStatus.RUNNING, spec_path=str(request.job_path.resolve()),
+                                         python=request.python, restarts=job.restarts + (0 if asked else 1),
                                          message="resumed"))  # fmt: skip
         if unfinished:
             self.report.note(
@@ -237,20 +224,20 @@ class Controller:
         job_id = request.job_id or new_job_id(spec.name)
         out = request.out_dir or deepvm_home() / "jobs" / job_id
         return self.jobs.put(
-            JobRow(job_id=job_id, cluster=self.cluster, name=spec.name,
-                   spec_path=str(request.job_path.resolve()), status=ACTIVE, started_at=utc_now(), updated_at="",
-                   step=0, total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
-                   checkpoint_step=-1, cost_base_usd=self.store.cost_so_far(self.cluster), cost_usd=0.0,
+            JobRow(job_id=job_id, cluster=self.cluster.name, name=spec.name, spec_path=str(request.job_path.resolve()),
+                   status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0,
+                   total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
+                   checkpoint_step=-1, cost_base_usd=self.cluster.cost_so_far(), cost_usd=0.0,
                    out_dir=str(out), python=request.python, message="starting")
         )  # fmt: skip
 
     def _save(self, **changes: Any) -> None:
-        cost = self.store.cost_so_far(self.cluster) - self.job.cost_base_usd
+        cost = self.cluster.cost_so_far() - self.job.cost_base_usd
         self.job = self.jobs.put(replace(self.job, cost_usd=max(cost, 0.0), **changes))
         self.saved_at = time.monotonic()
 
     def _event(self, kind: str, message: str) -> None:
-        self.store.add_event(self.cluster, kind, f"{self.job.job_id}: {message}")
+        self.cluster.event(kind, f"{self.job.job_id}: {message}")
 
     # --- main loop --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -282,14 +269,14 @@ class Controller:
                 if decision.action is Action.FINISH:
                     return self._finish(run)
                 if decision.action is Action.CANCEL:
-                    self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+                    self._save(status=JobStatus.CANCELLED, message=f"cancelled ({self.cancel_mode})")
                     raise TrainingCancelled(f"cancelled at step {self.job.step} "
                                             f"(checkpoint at step {self.job.checkpoint_step})")  # fmt: skip
                 if decision.action is Action.STOP:
-                    self._save(status="stopped", message="stopped by the user")
+                    self._save(status=JobStatus.STOPPED, message="stopped by the user")
                     raise TrainingStopped(
                         f"stopped at step {self.job.step} (checkpoint at step {self.job.checkpoint_step}); "
-                        f"`deepvm train {self.request.job_path} --cluster {self.cluster} --controller local "
+                        f"`deepvm train {self.request.job_path} --cluster {self.cluster.name} --controller local "
                         "--resume` continues"
                     )
                 if decision.action is Action.GIVE_UP:
@@ -303,9 +290,10 @@ class Controller:
         except BaseException as exc:
             if run is not None and run.attempt.running:
                 run.attempt.kill()
-            if self.job.status == ACTIVE:
+            if self.job.status is JobStatus.RUNNING:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
-                self._save(status="stopped" if stopped else "failed", message=str(exc) or type(exc).__name__)
+                self._save(status=JobStatus.STOPPED if stopped else JobStatus.FAILED,
+                           message=str(exc) or type(exc).__name__)  # fmt: skip
             raise
 
     # --- launching --------------------------------------------------------------------------------
@@ -314,7 +302,7 @@ class Controller:
         when no trainer is left but one is on its way."""
         self._drain()
         while True:
-            endpoints = [e for e in lifecycle.ssh_endpoints(self.cluster) if self._usable(e.instance_id)]
+            endpoints = [e for e in self.cluster.endpoints() if self._usable(e.instance_id)]
             self._prepare(endpoints)
             endpoints = [e for e in endpoints if e.instance_id not in self.excluded]
             holders = [e for e in endpoints if e.role in _HOLDING]
@@ -338,12 +326,11 @@ class Controller:
             job_file=self.request.job_path.name,
             python=self.request.python,
             planned_trainers=self.planned_trainers,
-            master_port=random.randint(*_MASTER_PORTS),
+            master_port=rendezvous_port(),
             env=self.env,
             rank_batches=batches,
         )
-        home = prepare_head(launch.head.host, launch.paths, self.keys.internal_key_path, head_files(launch))
-        return replace(launch, open_mpi_home=home)
+        return ready_on_head(launch, self.cluster.keys.internal_key_path)
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, buy what is missing and wait for the next event.
@@ -358,7 +345,7 @@ class Controller:
         roles = _HOLDING if holders_lost else (Role.TRAINER,)
         for role in roles:
             self._ensure_replacements(role)
-        if not any(self.replacing[role] for role in roles):
+        if not any(self.replacements.on_their_way(role) for role in roles):
             what = "checkpoint holder" if holders_lost else "trainer"
             raise TrainingFailed(f"no {what} node is left and no replacement could be bought")
         waiting = ("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
@@ -378,22 +365,20 @@ class Controller:
                 return
 
     def _node(self, e: SshEndpoint) -> Node:
-        types = {n.instance_id: n.instance_type for n in self.store.nodes(self.cluster)}
-        facts = _type_facts(types.get(e.instance_id, ""))
-        return Node(e.instance_id, node_host(e), _ROLES[e.role], e.market, e.private_address, facts.flops or 1.0,
-                    facts.gpus)  # fmt: skip
+        types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}
+        return cluster_node(e, self.facts.get(types.get(e.instance_id, ""), UNKNOWN))
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
         has run, a node that does not answer is dropped (it died meanwhile) instead of failing the job."""
         if self.attempts:
-            answers = _answer([node_host(e) for e in endpoints])
-            for e, ok in zip(endpoints, answers):
-                if not ok:
-                    self._exclude(e.instance_id, "unreachable")
-                    self.report.note(f"{e.instance_id} does not answer over SSH: not using it")
-            self._retire([e.instance_id for e, ok in zip(endpoints, answers) if not ok], "unreachable over SSH")
-            endpoints = [e for e, ok in zip(endpoints, answers) if ok]
+            answers = probe_all([e.host for e in endpoints])
+            lost = [(e, a) for e, a in zip(endpoints, answers) if a is not Answer.YES]
+            for e, answer in lost:
+                self._exclude(e.instance_id, _UNUSABLE[answer])
+                self.report.note(f"{e.instance_id} {_UNUSABLE[answer]}: not using it")
+            self._retire([e.instance_id for e, _ in lost], "unreachable over SSH")
+            endpoints = [e for e, a in zip(endpoints, answers) if a is Answer.YES]
         fresh = [e for e in endpoints if e.instance_id not in self.prepared]
         known_spot = [e for e in endpoints if e.instance_id in self.prepared and e.market is Market.SPOT]
         notices: dict[str, Notice | None] = {}
@@ -404,8 +389,8 @@ class Controller:
             self.prepared.update(states)
             notices.update({i: state.notice for i, state in states.items()})
         if known_spot:
-            found = read_notices([node_host(e) for e in known_spot], self.request.python, self._node_line)
-            notices.update({e.instance_id: found[node_host(e).name] for e in known_spot})
+            found = read_notices([e.host for e in known_spot], self.request.python, self._node_line)
+            notices.update({e.instance_id: found[e.host.name] for e in known_spot})
         for instance_id, notice in notices.items():
             if notice is not None:
                 self._exclude(instance_id, f"interruption notice ({notice.kind})")
@@ -420,7 +405,7 @@ class Controller:
         on_line: Callable[[OutputLine], None],
     ) -> dict[str, NodeState]:
         """Push, set up and check fresh nodes; {instance id: NodeState}. Safe from any thread."""
-        hosts = [node_host(e) for e in endpoints]
+        hosts = [e.host for e in endpoints]
         states = prepare_nodes(
             hosts,
             {h.name for h, e in zip(hosts, endpoints) if e.market is Market.SPOT},
@@ -430,7 +415,7 @@ class Controller:
             setup=self.spec.setup,
             env=self.env,
             python=self.request.python,
-            authorize=self.keys.internal_public,
+            authorize=self.cluster.keys.internal_public,  # how the head logs in to the nodes
             on_push=on_push,
             on_line=on_line,
         )
@@ -469,7 +454,7 @@ class Controller:
         self.cancel_mode = "now" if cancel_file.read_text().strip() == "now" else "checkpoint"
         self.report.note(f"cancel requested ({self.cancel_mode})")
         if run is None:  # between attempts: nothing runs that could checkpoint
-            self._save(status="cancelled", message=f"cancelled ({self.cancel_mode})")
+            self._save(status=JobStatus.CANCELLED, message=f"cancelled ({self.cancel_mode})")
             raise TrainingCancelled(f"cancelled at step {self.job.step}")
         if self.cancel_mode == "now":
             self.user_stop = 1
@@ -509,9 +494,9 @@ class Controller:
             run.attempt.kill(grace_s=5.0)
 
     def _handle(self, item: object, run: _Run | None) -> None:
-        if isinstance(item, _Note):
+        if isinstance(item, ReplacementNote):
             self.report.note(item.text)
-        elif isinstance(item, _ReplacementDone):
+        elif isinstance(item, ReplacementReady):
             self._on_replacement(item, run)
         elif isinstance(item, RankLine) and run is not None and item.attempt == run.attempt.number:
             self._on_line(item, run)
@@ -611,8 +596,8 @@ class Controller:
         """Find the nodes that died (no SSH), drop them and buy replacements."""
         self.report.note("probing the nodes")
         nodes = run.attempt.launch.nodes
-        alive = dict(zip([n.instance_id for n in nodes], _answer([n.host for n in nodes])))
-        dead = tuple(i for i, ok in alive.items() if not ok)
+        answers = probe_all([n.host for n in nodes])
+        dead = tuple(n.instance_id for n, a in zip(nodes, answers) if a is not Answer.YES)
         for instance_id in dead:
             self._exclude(instance_id, "unreachable after the job failed")
         if dead:
@@ -622,7 +607,7 @@ class Controller:
             self._retire(dead, "unreachable over SSH after the job failed")
         reason = "node-lost" if dead else "restart"
         self.recovery.trouble(reason, dead, run.attempt.number, run.trainers, time.monotonic(), run.last_step)
-        lifecycle.status(self.cluster)  # refresh node states (and their costs) from the cloud
+        self.cluster.refresh()  # node states (and their costs) from the cloud
         self._ensure_replacements()
 
     def _exclude(self, instance_id: str, why: str) -> None:
@@ -634,45 +619,28 @@ class Controller:
         if not instance_ids:
             return
         try:
-            lifecycle.retire_nodes(self.cluster, list(instance_ids), why)
+            self.cluster.retire(list(instance_ids), why)
         except DeepvmError as exc:
             self.report.note(f"could not terminate {', '.join(instance_ids)} ({exc}); `deepvm down` will")
             return
         self.report.note(f"terminated {', '.join(instance_ids)}: {why}")
 
-    # --- replacements -----------------------------------------------------------------------------
+    # --- replacements (bought in the background: training/replacements.py) ------------------------
     def _ensure_replacements(self, role: Role = Role.TRAINER) -> None:
         """Buy nodes of `role` (spot trainers unless said otherwise) until the plan's count is met again,
         counting those on their way."""
-        if not self.request.replace_nodes or not self.planned[role]:
+        if not self.request.replace_nodes or not self.replacements.planned[role]:
             return
-        usable = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.role is role and self._usable(e.instance_id)]
-        missing = nodes_to_buy(self.planned[role], len(usable), self.replacing[role])
-        if missing <= 0:
-            return
-        self.replacing[role] += missing
-        self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
+        usable = [e for e in self.cluster.endpoints() if e.role is role and self._usable(e.instance_id)]
+        missing = self.replacements.request(role, len(usable))
+        if missing:
+            self.report.note(f"requesting {missing} replacement {role.value} node(s) within the plan")
 
-        def buy() -> None:  # in its own thread: talks to the main thread only through the queue
-            def note(text: str) -> None:
-                self.events.put(_Note(text))
+    def _stage_replacement(self, nodes: list[SshEndpoint], note: Callable[[str], None]) -> dict[str, NodeState]:
+        return self._stage(nodes, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
 
-            try:
-                added = lifecycle.add_nodes(self.cluster, role, missing, Reporter(step=note),
-                                            inside_cluster=self.request.inside_cluster)  # fmt: skip
-                ids = {n.instance_id for n in added}
-                found = [e for e in lifecycle.ssh_endpoints(self.cluster) if e.instance_id in ids]
-                states = self._stage(found, lambda p: None, lambda line: note(f"[{line.host}] {line.text}"))
-                self.events.put(_ReplacementDone(role, missing, tuple(found), states, None))
-            except DeepvmError as exc:
-                self.events.put(_ReplacementDone(role, missing, (), {}, str(exc)))
-
-        thread = threading.Thread(target=buy, name="replacement", daemon=True)
-        self.replacement_threads.append(thread)
-        thread.start()
-
-    def _on_replacement(self, done: _ReplacementDone, run: _Run | None) -> None:
-        self.replacing[done.role] -= done.requested
+    def _on_replacement(self, done: ReplacementReady, run: _Run | None) -> None:
+        self.replacements.settled(done)
         if done.error is not None:
             self.report.note(f"no replacement node: {done.error}; continuing with what is left")
             return
@@ -709,14 +677,13 @@ class Controller:
         else:
             fetch_tree(trainer0.host, run.attempt.launch.paths.out, out)
         metrics = json.loads((out / "metrics.json").read_text())
-        for thread in self.replacement_threads:
-            thread.join(timeout=300)  # so a node being bought is recorded (and `down` finds it)
-        self._save(status="completed", step=int(metrics["steps"]), loss=metrics["final_loss"],
+        self.replacements.wait(timeout_s=300)
+        self._save(status=JobStatus.COMPLETED, step=int(metrics["steps"]), loss=metrics["final_loss"],
                    message=f"completed; model and metrics in {out}")  # fmt: skip
         self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
         return TrainResult(
             job_id=self.job.job_id,
-            cluster=self.cluster,
+            cluster=self.cluster.name,
             status="completed",
             steps=int(metrics["steps"]),
             total_steps=int(metrics["total_steps"]),
@@ -737,47 +704,8 @@ def new_job_id(name: str) -> str:
     return f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
 
 
-def node_host(e: SshEndpoint) -> HostSpec:
-    """How to log in to a node, named by role and instance id (as log prefixes show it)."""
-    return HostSpec(
-        name=f"{_ROLES[e.role] if e.role is not Role.ANCHOR else 'anchor'}-{e.instance_id[2:10]}",
-        address=e.address,
-        key_path=Path(e.key_path),
-        known_hosts=Path(e.known_hosts_path),
-        port=e.port,
-        user=e.user,
-    )
-
-
-def _answer(hosts: list[HostSpec], timeout_s: float = 5.0) -> list[bool]:
-    """Whether each host accepts an SSH login now (in parallel)."""
-    results = [False] * len(hosts)
-
-    def probe(i: int) -> None:
-        try:
-            connect(hosts[i], timeout=timeout_s).close()
-            results[i] = True
-        except TransportError:
-            results[i] = False
-
-    threads = [threading.Thread(target=probe, args=(i,)) for i in range(len(hosts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
-@dataclass(frozen=True)
-class _TypeFacts:
-    flops: float  # TFLOPS of the whole instance (0 when unknown): relative trainer speed
-    gpus: int  # a training node runs one rank per GPU
-
-
-@functools.cache
-def _type_facts(instance_type: str) -> _TypeFacts:
-    """What the built-in catalog knows of an instance type (nothing for a type it does not list)."""
-    from provisioning.snapshot import load_snapshot
-
-    known = load_snapshot().types.get(instance_type)
-    return _TypeFacts(known.flops, known.gpu_count) if known else _TypeFacts(0.0, 0)
+def cluster_node(e: SshEndpoint, facts: TypeFacts) -> Node:
+    """A node as a launch uses it: its DeepCheck role from the plan's, its speed and GPUs from its type's
+    facts (training.plan_facts)."""
+    return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
+                facts.gpus)  # fmt: skip

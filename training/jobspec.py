@@ -9,53 +9,120 @@ A job either trains with deepvm's worker (model, dataset, optimizer, ...) or run
 `model:` that silently does nothing would mislead whoever reads the file. Such a job counts `steps`
 (progress and cost are measured in them), and its script must lie in the job file's directory, the
 only one pushed to the nodes.
+
+The file is hostile until checked: it is read within limits (training/yamlmarks.py: a regular file of at
+most MAX_JOB_BYTES, nesting, aliases, duplicate keys), every number must be finite and within a bound that
+still means something (a batch of 10^20 images would only fail later, on a rented cluster), names are
+shaped as what they become (the job's name is a directory on every node, an `env` key an environment
+variable), and no string may hold NUL (no command line or environment can carry it) or invisible format
+characters such as a right-to-left override (a `setup` command must run as it reads). A file with several
+mistakes is reported in full, one line each, with a suggestion for a misspelt field.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
+import unicodedata
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from provisioning.errors import InputError
+from provisioning.errors import InputError, InputErrors
+from provisioning.inputfile import KIB
 from training.yamlmarks import YamlDocument, locate, read_yaml
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included
+MAX_STEPS = 10**9  # steps, epochs and intervals in steps: 30 years at a step a second
+MAX_BATCH = 65_536  # images per trainer and step; CIFAR's whole training set is 50,000
+MAX_SAMPLES = 10_000_000  # synthetic images per node (each is held in memory)
+MAX_CLASSES = 100_000
+MAX_SIDE = 4096  # pixels of a synthetic image's height or width
+MAX_SECONDS = 10**7  # a time interval: 115 days
+
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_STEPS)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+Classes = Annotated[int, Field(ge=2, le=MAX_CLASSES)]
+Seed = Annotated[int, Field(ge=0, lt=2**32)]  # what every generator accepts, and room for the offsets added
+
+
+def _text(value: str) -> str:
+    """Any text: no NUL or control character (but tab and newline), no invisible format character."""
+    for char in value:
+        if char not in "\t\n" and unicodedata.category(char) in ("Cc", "Cf", "Cs"):
+            raise ValueError(f"must not contain the character {char!r} (a control or invisible format character)")
+    return value
+
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _job_name(value: str) -> str:
+    if not _JOB_NAME.fullmatch(value):
+        raise ValueError(
+            "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit (it names the "
+            f"job's directories), got {value!r}"
+        )
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+        )
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+JobName = Annotated[str, AfterValidator(_job_name)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 class _Strict(BaseModel):
-    """Base of every spec model: unknown keys are errors, instances are immutable."""
+    """Base of every spec model: unknown keys are errors, numbers are finite, instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
     """Which network to train."""
 
     name: Literal["resnet18", "resnet34", "resnet50"] = "resnet18"
-    num_classes: Annotated[int, Field(ge=2)] = 10
+    num_classes: Classes = 10
+
+
+_Side = Annotated[int, Field(gt=0, le=MAX_SIDE)]
 
 
 class SyntheticData(_Strict):
     """Generated CIFAR-shaped images with learnable class patterns: rehearsals without a download."""
 
     kind: Literal["synthetic"]
-    samples: PositiveInt = 4096  # images in the (train) set
-    image_shape: tuple[Literal[3], PositiveInt, PositiveInt] = (3, 32, 32)  # channels, height, width
-    classes: Annotated[int, Field(ge=2)] = 10
-    seed: int = 0  # the same seed gives the same images on every node
+    samples: Annotated[int, Field(gt=0, le=MAX_SAMPLES)] = 4096  # images in the (train) set
+    image_shape: tuple[Literal[3], _Side, _Side] = (3, 32, 32)  # channels, height, width
+    classes: Classes = 10
+    seed: Seed = 0  # the same seed gives the same images on every node
 
 
 class Cifar10Data(_Strict):
     """CIFAR-10 in its python (pickle) format, from a local path or an S3 prefix."""
 
     kind: Literal["cifar10"]
-    path: str | None = None  # cifar-10-batches-py/, its parent, or the .tar.gz; relative: to the job dir
-    s3: str | None = None  # s3://bucket/prefix holding the files above; downloaded into cache_dir
-    cache_dir: str = "~/.cache/deepvm/datasets"
+    path: Text | None = None  # cifar-10-batches-py/, its parent, or the .tar.gz; relative: to the job dir
+    s3: Text | None = None  # s3://bucket/prefix holding the files above; downloaded into cache_dir
+    cache_dir: Text = "~/.cache/deepvm/datasets"
     augment: bool = True  # random crop (padding 4) and horizontal flip on the train set
 
     @field_validator("s3")
@@ -101,10 +168,10 @@ class CheckpointSpec(_Strict):
     """
 
     every_steps: PositiveInt | None = 50
-    every_seconds: Annotated[float, Field(gt=0)] | None = None
+    every_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None
     levels: list[Literal["l1", "l2", "l3"]] = Field(default_factory=lambda: ["l1", "l2"])
-    buffer_slots: PositiveInt = 2  # checkpoints the remote tier's ring buffer holds
-    s3_prefix: str | None = None  # where l3 writes; required when l3 is listed
+    buffer_slots: Annotated[int, Field(gt=0, le=64)] = 2  # checkpoints the remote tier's ring buffer holds
+    s3_prefix: Text | None = None  # where l3 writes; required when l3 is listed
 
     @model_validator(mode="after")
     def _consistent(self) -> CheckpointSpec:
@@ -133,8 +200,8 @@ class RunOverride(_Strict):
     """The user's own script replaces deepvm's worker on every trainer; deepvm still pushes, launches,
     checkpoints and recovers (the script's side of it: training/job.py)."""
 
-    script: str  # relative to the job file's directory, which is pushed to every node
-    args: list[str] = Field(default_factory=list)  # the script's sys.argv[1:]
+    script: Text  # relative to the job file's directory, which is pushed to every node
+    args: list[Text] = Field(default_factory=list)  # the script's sys.argv[1:]
 
     @field_validator("args", mode="before")
     @classmethod
@@ -151,20 +218,20 @@ _WORKER_ONLY = ("model", "dataset", "epochs", "batch_size", "optimizer", "schedu
 class JobSpec(_Strict):
     """One training job."""
 
-    name: str = "job"
-    seed: int = 0
+    name: JobName = "job"
+    seed: Seed = 0
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec | None = None  # required unless `run:` is given
     steps: PositiveInt | None = None
     epochs: PositiveInt | None = None
-    batch_size: PositiveInt = 32  # per trainer
+    batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 32  # per trainer
     log_every: PositiveInt = 10  # steps between progress lines
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     shrink: ShrinkPolicy = Field(default_factory=ShrinkPolicy)
-    setup: list[str] = Field(default_factory=list)  # shell commands, once per node before launch
-    env: dict[str, str] = Field(default_factory=dict)  # exported on every rank
+    setup: list[Text] = Field(default_factory=list)  # shell commands, once per node before launch
+    env: dict[EnvName, Text] = Field(default_factory=dict)  # exported on every rank
     run: RunOverride | None = None  # your own script instead of deepvm's worker
 
     @field_validator("env", mode="before")
@@ -226,18 +293,22 @@ def _env_text(value: Any) -> Any:
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
-    """Read and validate a job spec; any problem is one InputError line: ``FILE:LINE: FIELD: PROBLEM``."""
-    doc = read_yaml(Path(path))
+    """Read and validate a job spec. One mistake is one InputError line, ``FILE:LINE: FIELD: PROBLEM``;
+    several are an InputErrors with one such line each, in the file's order."""
+    doc = read_yaml(Path(path), "job file", MAX_JOB_BYTES)
     if not isinstance(doc.data, dict):
         raise InputError(f"{doc.path}:1: expected a mapping of job fields at the top level")
+    problems = {(d.line, _dotted(d.names), f"duplicate key (first given at line {d.first_line})")
+                for d in doc.duplicate_keys}  # fmt: skip
+    spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(doc.data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        placed = sorted(((_place(doc, err), err) for err in errors), key=lambda item: item[0][0])
-        (line, field), first = placed[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InputError(f"{doc.path}:{line}: {field}: {_describe(first)}{more}") from None
+        problems |= {(*_place(doc, err), _describe(err)) for err in exc.errors(include_url=False)}
+    if problems:
+        lines = [f"{doc.path}:{line}: {field}: {problem}" for line, field, problem in sorted(problems)]
+        raise InputError(lines[0]) if len(lines) == 1 else InputErrors(lines)
+    assert spec is not None
     if spec.run is not None:
         _check_script(doc, spec.run.script)
     return spec
@@ -266,7 +337,18 @@ def _place(doc: YamlDocument, err: Any) -> tuple[int, str]:
         loc += (err["ctx"]["discriminator"].strip("'"),)
     where = locate(doc, loc)
     names = where.names + ((loc[-1],) if err["type"] == "missing" else ())
-    return where.line, ".".join(str(n) for n in names) or "(top level)"
+    return where.line, _dotted(names)
+
+
+def _dotted(names: tuple[str | int, ...]) -> str:
+    return ".".join(_shown(n) for n in names) or "(top level)"
+
+
+def _shown(name: str | int) -> str:
+    """A key as the message shows it: quoted unless plain, so a key holding a newline or an invisible
+    character cannot break or disguise the line."""
+    text = str(name)
+    return text if re.fullmatch(r"[A-Za-z0-9_.-]+", text) else repr(text)
 
 
 _EXPECTED = {
@@ -284,17 +366,29 @@ _EXPECTED = {
     "model_type": "a mapping",
     "model_attributes_type": "a mapping",
 }
+_BOUNDS = {
+    "greater_than": "greater than",
+    "greater_than_equal": "at least",
+    "less_than": "less than",
+    "less_than_equal": "at most",
+}
 
 
 def _describe(err: Any) -> str:
     """A short lower-case problem text for one pydantic error."""
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown field"
+        return "unknown field" + _did_you_mean(tuple(err["loc"]))
     if kind == "missing":
         return "required field missing"
+    if kind == "finite_number":
+        return f"must be a finite number, got {err['input']!r}"
     if kind in _EXPECTED:
         return f"expected {_EXPECTED[kind]}, got {err['input']!r}"
+    if kind in _BOUNDS:
+        limit = next(iter(err["ctx"].values()))  # the one bound that failed: gt, ge, lt or le
+        shown = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+        return f"must be {_BOUNDS[kind]} {shown}, got {err['input']!r}"
     if kind == "literal_error":
         return f"expected {err['ctx']['expected']}, got {err['input']!r}"
     if kind == "union_tag_invalid":
@@ -305,3 +399,31 @@ def _describe(err: Any) -> str:
         return str(err["ctx"]["error"])
     msg: str = err["msg"]
     return msg[0].lower() + msg[1:]
+
+
+def _did_you_mean(loc: tuple[str | int, ...]) -> str:
+    """'; did you mean steps?' for an unknown field `step`: the closest field of the model it was found in."""
+    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model(s) at an error location. pydantic puts a union member's tag in the
+    location (`dataset.synthetic.colour`), which picks that member."""
+    models: list[type[BaseModel]] = [JobSpec]
+    for part in loc:
+        inner = [m for model in models if part in model.model_fields
+                 for m in _models_in(model.model_fields[str(part)].annotation)]
+        models = inner or [m for m in models if _has_tag(m, part)] or models
+    return sorted({name for model in models for name in model.model_fields})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's annotation holds, through Optional, unions and Annotated."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _has_tag(model: type[BaseModel], tag: str | int) -> bool:
+    return any(tag in get_args(f.annotation) for f in model.model_fields.values())

@@ -1,35 +1,34 @@
 """Training jobs in deepvm's state database: what `deepvm status` shows, what `train --resume` continues.
 
-The jobs table lives in the same SQLite file as the clusters (WAL mode, one transaction per call), so
-a kill -9 of the controller leaves the last committed row, and `status` reads it while a controller
-writes. It belongs to the training layer: the provisioning store neither reads nor writes it. Recovery
-events go to the cluster's event log (provisioning.state.Store.add_event) beside the cloud's own.
+The jobs table lives in the same SQLite file as the clusters (provisioning/db.py: WAL mode, one
+transaction per call), so a kill -9 of the controller leaves the last committed row, and `status` reads it
+while a controller writes. It belongs to the training layer: the provisioning store neither reads nor
+writes it. Recovery events go to the cluster's event log (provisioning.state.Store.add_event) beside the
+cloud's own.
 
-One controller per cluster at a time: it holds `train_lock(cluster)` (an flock, which the kernel drops
-when the process dies however it dies), so "is a controller running" is a lock test, not a pid guess.
+One controller per cluster at a time: it holds `train_lock(cluster)` (provisioning.db.exclusive_lock),
+so "is a controller running" is a lock test, not a pid guess.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 
+from provisioning.db import AddedColumn, Database, Schema, exclusive_lock, lock_held
 from provisioning.errors import CloudError
-from provisioning.home import deepvm_home
 from provisioning.state import utc_now
 
-_SCHEMA = """
+_JOBS = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
     cluster TEXT NOT NULL,
     name TEXT NOT NULL,
     spec_path TEXT NOT NULL,          -- the job YAML on the controller's machine
-    status TEXT NOT NULL,             -- running | completed | stopped | failed
+    status TEXT NOT NULL,             -- JobStatus
     started_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     step INTEGER NOT NULL,            -- newest step reached
@@ -45,12 +44,34 @@ CREATE TABLE IF NOT EXISTS jobs (
     python TEXT NOT NULL,             -- the nodes' interpreter
     message TEXT NOT NULL,
     controller TEXT NOT NULL DEFAULT 'local' -- where the controller runs: local, or the head's instance id
-);
-CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster);
-"""
+)"""
+SCHEMA = Schema(
+    name="jobs",
+    version=1,
+    statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
+    # a state.db from before managed training
+    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),),
+)
 
-ACTIVE = "running"
 LOCAL = "local"
+
+
+class JobStatus(str, Enum):
+    """A job's state, as its controller keeps it (the jobs table; `status --json` and `jobs --json` show
+    the value). RUNNING is the only state that is not final."""
+
+    RUNNING = "running"  # a controller runs it (or ran it and died: `deepvm status` says so)
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"  # `deepvm cancel`: final, not resumed
+    STOPPED = "stopped"  # the user stopped it (Ctrl-C with --controller local): `train --resume` continues it
+    FAILED = "failed"  # it cannot go on (no holder left, repeated failures); `train --resume` may retry it
+
+    @property
+    def final(self) -> bool:
+        return self is not JobStatus.RUNNING
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,7 @@ class JobRow:
     cluster: str
     name: str
     spec_path: str
-    status: str
+    status: JobStatus
     started_at: str
     updated_at: str
     step: int
@@ -89,77 +110,47 @@ class JobStore:
     """The jobs table; every method is one committed transaction."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self._db = sqlite3.connect(path or deepvm_home() / "state.db", timeout=10, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
-        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
-        if "controller" not in columns:  # a state.db from before managed training
-            with contextlib.suppress(sqlite3.OperationalError):  # another process added it meanwhile
-                self._db.execute("ALTER TABLE jobs ADD COLUMN controller TEXT NOT NULL DEFAULT 'local'")
+        self._db = Database(SCHEMA, path)
 
     def put(self, row: JobRow) -> JobRow:
         """Insert or replace the row (updated_at set now); returns it as stored."""
         row = replace(row, updated_at=utc_now())
         marks = ",".join("?" for _ in _COLUMNS)
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            self._db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
-                             [getattr(row, c) for c in _COLUMNS])  # fmt: skip
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._db.transaction() as db:
+            db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
+                       [row.status.value if c == "status" else getattr(row, c) for c in _COLUMNS])  # fmt: skip
         return row
 
     def get(self, job_id: str) -> JobRow | None:
-        found = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return None if found is None else JobRow(**{c: found[c] for c in _COLUMNS})
+        found = self._db.read_one("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+        return None if found is None else _job_row(found)
 
     def all(self) -> list[JobRow]:
         """Every job, newest first."""
-        rows = self._db.execute("SELECT * FROM jobs ORDER BY started_at DESC, rowid DESC")
-        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
+        rows = self._db.read("SELECT * FROM jobs ORDER BY started_at DESC, rowid DESC")
+        return [_job_row(r) for r in rows]
 
     def for_cluster(self, cluster: str) -> list[JobRow]:
         """The cluster's jobs, newest first."""
-        rows = self._db.execute(
-            "SELECT * FROM jobs WHERE cluster = ? ORDER BY started_at DESC, rowid DESC", (cluster,)
-        )
-        return [JobRow(**{c: r[c] for c in _COLUMNS}) for r in rows]
+        rows = self._db.read("SELECT * FROM jobs WHERE cluster = ? ORDER BY started_at DESC, rowid DESC", (cluster,))
+        return [_job_row(r) for r in rows]
+
+
+def _job_row(row: sqlite3.Row) -> JobRow:
+    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"])})
 
 
 class ControllerBusy(CloudError):
     """Another controller holds the cluster's training lock."""
 
 
-def _lock_path(cluster: str) -> Path:
-    locks = deepvm_home() / "locks"
-    locks.mkdir(exist_ok=True, mode=0o700)
-    return locks / f"train-{cluster}.lock"
-
-
-@contextmanager
-def train_lock(cluster: str) -> Iterator[None]:
+def train_lock(cluster: str) -> AbstractContextManager[None]:
     """Hold the cluster's training lock for the controller's life; a second controller fails at once."""
-    with open(_lock_path(cluster), "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise ControllerBusy(
-                f"a `deepvm train` controller is already running on cluster {cluster}; "
-                "wait for it, or stop it with Ctrl-C"
-            ) from None
-        yield
+    busy = ControllerBusy(f"a `deepvm train` controller is already running on cluster {cluster}; "
+                          "wait for it, or stop it with Ctrl-C")  # fmt: skip
+    return exclusive_lock(f"train-{cluster}", busy)
 
 
 def controller_running(cluster: str) -> bool:
     """True while some process holds the cluster's training lock."""
-    with open(_lock_path(cluster), "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    return lock_held(f"train-{cluster}")

@@ -28,20 +28,24 @@ running: headrun takes the end of its stdin, or a minute without a ping, as the 
 from __future__ import annotations
 
 import ipaddress
+import random
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import paramiko
 
 from provisioning.catalog import Market
 from provisioning.cloud.keys import host_pattern
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
-from training.staging import JobPaths
-from training.transport import HostSpec, OutputLine, RemoteCommand, TransportError
+from training.staging import JobPaths, prepare_head
+from training.transport import OutputLine, RemoteCommand
 
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
@@ -50,6 +54,9 @@ _PING_S = 10.0  # how often an Attempt tells headrun that the controller is aliv
 _LEASE_S = 60.0  # headrun stops the job after this long without a word from the controller
 _LOST = 255  # an Attempt's exit code when the connection to the head ended without one (as ssh's)
 _EXIT_MARGIN_S = 15.0  # after a hard stop's grace: headrun's SIGKILL, its last output and its exit
+# torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
+# outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
+_MASTER_PORTS = (20000, 32767)
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,19 @@ class Launch:
         """Where mpirun runs: the first on-demand node in rank order (the anchor, or the first holder),
         the least likely to be taken away; the first node if there is none."""
         return next((n for n in self.nodes if n.market is Market.ON_DEMAND), self.nodes[0])
+
+
+def rendezvous_port() -> int:
+    """A port for torch.distributed's rendezvous on trainer 0 (a new one each launch: the last one's may
+    still be in TIME_WAIT)."""
+    return random.randint(*_MASTER_PORTS)
+
+
+def ready_on_head(launch: Launch, internal_key: Path) -> Launch:
+    """The launch once its head can run it: the cluster-internal key, the hostfile and the pinned host keys
+    written there (staging.prepare_head), and where the head's Open MPI is."""
+    home = prepare_head(launch.head.host, launch.paths, internal_key, head_files(launch))
+    return replace(launch, open_mpi_home=home)
 
 
 def arrange(nodes: Sequence[Node]) -> tuple[Node, ...]:

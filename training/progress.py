@@ -30,7 +30,7 @@ class Progress:
 class Recovery:
     """One relaunch and what it cost."""
 
-    reason: str  # notice | node-lost | fold-in | controller-restart | restart
+    reason: str  # notice | node-lost | fold-in | controller-restart | user-resume | restart
     nodes: tuple[str, ...]  # instance ids that left (notice, node-lost) or joined (fold-in)
     from_step: int  # the newest step reached before the relaunch
     resumed_step: int  # the step the relaunch restored

@@ -36,12 +36,12 @@ from pathlib import Path
 import deepcheck
 import provisioning
 import training
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
 from training.transport import (
-    HostSpec,
     OutputLine,
     PushProgress,
-    TransportError,
     push_tree,
     run_command,
     run_on_hosts,

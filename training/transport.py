@@ -1,8 +1,7 @@
 """SSH to the cluster's nodes: push a directory tree over SFTP and run commands with streamed output.
 
-Host keys are pinned: each host is checked against the known_hosts file its HostSpec names (written
-by `deepvm up` from the keys the nodes reported) and an unknown or different key is refused. Nothing
-is ever added to known_hosts automatically, so a spoofed node address cannot receive the job.
+Every connection is provisioning.cloud.ssh.connect's, whose host keys are pinned: an unknown or different
+key is refused, and nothing is ever added to known_hosts, so a spoofed node address cannot receive the job.
 
 Pushes are incremental: the remote directory keeps ``.deepvm-manifest.json`` with the SHA-256 and mode
 of every file deepvm put there; a push sends only files whose entry differs, removes files it sent
@@ -35,34 +34,14 @@ from typing import Literal, TypeVar
 
 import paramiko
 
-from provisioning.cloud.reachability import UnreadableKnownHosts, open_pinned
-from provisioning.errors import CloudError
+from provisioning.cloud.ssh import TransportError, connect
+from provisioning.cloud.types import HostSpec
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 MANIFEST = ".deepvm-manifest.json"
 DEFAULT_EXCLUDE = ("__pycache__", "*.pyc", ".git", ".venv", ".pytest_cache", ".ruff_cache")
-
-
-class TransportError(CloudError):
-    """A node could not be reached, authenticated, trusted, written to or run on."""
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """How to reach one node over SSH."""
-
-    name: str  # node name used in log prefixes and results, e.g. "trainer-1"
-    address: str  # IP address or host name
-    key_path: Path  # private key of the user deepvm logs in as
-    known_hosts: Path  # the pinned host keys; the node's key must be in it
-    port: int = 22
-    user: str = "root"
-
-    @property
-    def where(self) -> str:
-        return f"{self.name} ({self.user}@{self.address}:{self.port})"
 
 
 @dataclass(frozen=True)
@@ -98,30 +77,6 @@ class OutputLine:
 
     def prefixed(self) -> str:
         return f"[{self.host}] {self.text}"
-
-
-def connect(host: HostSpec, timeout: float = 10.0) -> paramiko.SSHClient:
-    """An authenticated SSH client, or TransportError saying why not (one line)."""
-    try:
-        return open_pinned(host.address, host.port, host.user, str(host.key_path), str(host.known_hosts), timeout)
-    except UnreadableKnownHosts as exc:
-        missing = not Path(host.known_hosts).exists()
-        why = f"known_hosts file {host.known_hosts} does not exist" if missing else str(exc)
-        raise TransportError(f"{host.where}: {why}") from None
-    except paramiko.BadHostKeyException:
-        raise TransportError(
-            f"{host.where}: host key differs from the one pinned in {host.known_hosts}; refusing to connect"
-        ) from None
-    except paramiko.AuthenticationException:
-        raise TransportError(f"{host.where}: authentication failed with key {host.key_path}") from None
-    except paramiko.SSHException as exc:
-        if "not found in known_hosts" in str(exc):
-            raise TransportError(
-                f"{host.where}: host key is not in {host.known_hosts}; refusing an unknown host"
-            ) from None
-        raise TransportError(f"{host.where}: SSH failed: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise TransportError(f"{host.where}: unreachable: {exc.__class__.__name__}: {exc}") from None
 
 
 # --- push -----------------------------------------------------------------------------------------

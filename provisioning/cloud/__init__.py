@@ -15,9 +15,10 @@ and the sandbox reuses that implementation against its moto server. The contract
   and instance profile `deepvm-CLUSTER-controller` with the controller's tag-scoped policy (or takes the
   user's profile as given); `attach_to_head(ctx, access, instance_id)` associates it with the head node
   only, once it runs. A refusal by IAM says to pass `--controller-profile`.
-- `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, first by the recorded ids,
-  then by sweeping the cluster tag (and the controller role's fixed name). Safe to call twice, or with no
-  record at all.
+- `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, by the recorded ids and by
+  sweeping the cluster tag (and the controller role's fixed name), instances first; a failed step does not
+  stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one
+  line per resource). Safe to call twice, or with no record at all.
 
 Above it, `provisioning.cloud.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
 """

@@ -1,24 +1,21 @@
-"""`deepvm up`, `status`, `down` and `interrupt`: the provider, the state store and SSH put together.
+"""`deepvm up`, `status` and `down`: the provider, the state store and SSH put together.
 
-Each public function is what one CLI command calls. They report progress through a `Reporter` (the CLI
-renders it) and never print. Failure rule: whatever `up` created is deleted again before the error
+Each public function is what one CLI command calls; `up` and `down` work by the cluster's name (before
+`up` there is no record, and `down` must work without one); everything done to a cluster that runs goes
+through its handle (cluster.py). They report progress through a `Reporter` (the CLI renders it) and
+never print. Failure rule: whatever `up` created is deleted again before the error
 reaches the user, and the store says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Any
+from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from provisioning.catalog import Market
-from provisioning.cloud.aws.context import AwsContext, cloud_errors
-from provisioning.cloud.aws.instances import describe
 from provisioning.cloud.aws.provider import (
-    add_instances,
     attach_to_head,
     ensure_controller,
     query_instances,
@@ -27,30 +24,32 @@ from provisioning.cloud.aws.provider import (
     wait_instances,
 )
 from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.cluster import (
+    Cluster,
+    ClusterView,
+    ShortageError,
+    assign_roles,
+    endpoints,
+    started,
+    target_for,
+)
 from provisioning.cloud.head import head_node
-from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, forget_cluster_keys, write_known_hosts
+from provisioning.cloud.keys import ensure_cluster_keys, forget_cluster_keys
 from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
-from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
+from provisioning.cloud.target import CloudTarget, resolve_target
 from provisioning.cloud.types import (
     CloudResources,
     ClusterSpec,
-    InstanceInfo,
-    NodeRecord,
     ShortagePolicy,
     Shortfall,
-    SshEndpoint,
 )
+from provisioning.db import StateFileError
 from provisioning.errors import CloudError, InputError, NotFoundError
-from provisioning.planner.plan import Plan, Role
-from provisioning.state import ClusterRow, Store, cluster_lock, utc_now
-
-_RUNNING = "running"
-
-
-class ShortageError(CloudError):
-    """The cloud delivered fewer instances than the plan needs."""
+from provisioning.planner.plan import Plan
+from provisioning.state import ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
 
 
 @dataclass(frozen=True)
@@ -71,53 +70,6 @@ class UpRequest:
 
 
 @dataclass(frozen=True)
-class ClusterView:
-    """A cluster for `status`: its record, nodes, and what it costs."""
-
-    cluster: ClusterRow
-    nodes: list[NodeRecord]
-    usd_per_hour: float  # running nodes at their planned prices
-    cost_so_far: float
-    uptime_s: float
-    refreshed: bool  # node states were read from the cloud just now
-
-    def to_dict(self) -> dict[str, Any]:
-        c = self.cluster
-        return {
-            "name": c.name,
-            "cloud": c.cloud,
-            "status": c.status,
-            "region": c.region,
-            "availability_zone": c.availability_zone,
-            "architecture": c.plan.architecture.value,
-            "created_at": c.created_at,
-            "uptime_s": round(self.uptime_s, 1),
-            "usd_per_hour": round(self.usd_per_hour, 6),
-            "cost_so_far_usd": round(self.cost_so_far, 6),
-            "prices_as_of": c.plan.prices_as_of,
-            "catalog_source": c.plan.catalog_source,
-            "refreshed": self.refreshed,
-            "nodes": [
-                {
-                    "instance_id": n.instance_id,
-                    "role": n.role.value,
-                    "market": n.market.value,
-                    "instance_type": n.instance_type,
-                    "state": n.state,
-                    "availability_zone": n.availability_zone,
-                    "private_ip": n.private_ip,
-                    "public_ip": n.public_ip,
-                    "ssh_user": n.ssh_user,
-                    "ssh_port": n.ssh_port,
-                    "usd_per_hour": n.usd_per_hour,
-                    "launched_at": n.launched_at,
-                }
-                for n in self.nodes
-            ],
-        }
-
-
-@dataclass(frozen=True)
 class UpResult:
     view: ClusterView
     created: bool  # False: the cluster already ran and nothing was launched
@@ -130,11 +82,7 @@ class DownResult:
     name: str
     deleted: list[str]
     had_record: bool
-
-
-def target_for(cloud: str) -> CloudTarget:
-    """The target a stored cluster runs on (no credential check: `down` must work whatever happens)."""
-    return AwsTarget() if cloud == "aws" else resolve_target("sandbox")
+    unreadable_state: str = ""  # what is wrong with the state file, when it could not be read
 
 
 # up
@@ -148,9 +96,9 @@ def up(target: CloudTarget, request: UpRequest, report: Reporter = Reporter()) -
     with cluster_lock(name):
         store = Store()
         existing = store.cluster(name)
-        if existing and existing.status == "up":
-            return UpResult(view=_view(store, existing, refresh=True), created=False)
-        if existing and existing.status not in ("failed", "terminated"):
+        if existing and existing.status is ClusterStatus.UP:
+            return UpResult(view=Cluster(store, existing).view(refresh=True), created=False)
+        if existing and existing.status not in (ClusterStatus.FAILED, ClusterStatus.TERMINATED):
             report.step(f"cleaning up an interrupted earlier attempt of {name}")
             _destroy(
                 store,
@@ -175,7 +123,7 @@ def _launch(
     target: CloudTarget, store: Store, request: UpRequest, plan: Plan, index: int, report: Reporter
 ) -> UpResult:
     name = request.name
-    ctx = _context(target, plan.region)
+    ctx = started(target, plan.region)
     strays = query_instances(ctx, name)
     if strays:
         raise CloudError(
@@ -193,8 +141,6 @@ def _launch(
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
         internal_public_key=keys.internal_public,
-        host_key_private=keys.host_key_private,
-        host_key_public=keys.host_key_public,
         launch_token=uuid.uuid4().hex,
         instance_profile=request.instance_profile,
     )
@@ -202,7 +148,7 @@ def _launch(
         ClusterRow(
             name,
             target.kind,
-            "provisioning",
+            ClusterStatus.PROVISIONING,
             plan,
             spec.launch_token,
             CloudResources(),
@@ -240,162 +186,29 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in nodes])
-        if request.wait_ssh:
+        if request.wait_ssh:  # else the first command that needs the nodes pins them (Cluster.endpoints)
+            pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
-                _endpoints(keys, nodes),
+                endpoints(keys, nodes),
                 request.timeout_s,
                 lambda n, t: report.count("reachable over SSH", n, t),
             )
-        store.set_status(name, "up", f"{len(nodes)} nodes up")
+        store.set_status(name, ClusterStatus.UP, f"{len(nodes)} nodes up")
     except BaseException as exc:
         report.step(f"cleaning up after: {exc or type(exc).__name__}")
         try:
             _destroy(
-                store, name, target, [plan.region], resources, report, final_status="failed", reason=str(exc)
+                store, name, target, [plan.region], resources, report, final_status=ClusterStatus.FAILED,
+                reason=str(exc),
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
-            raise CloudError(f"{exc}; cleaning up failed too ({cleanup}); run `deepvm down {name}`") from exc
+            raise CloudError(f"{exc}; cleaning up after it failed too: {cleanup}") from exc
         raise
     row = store.cluster(name)
     assert row is not None
     return UpResult(
-        _view(store, row, refresh=False), created=True, plan_index=index, shortfalls=outcome.shortfalls
+        Cluster(store, row).view(refresh=False), created=True, plan_index=index, shortfalls=outcome.shortfalls
     )
-
-
-def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port: int) -> list[NodeRecord]:
-    """Give each instance the role and planned price of the plan group it fills (matched by type and
-    market, in plan order; with an accepted shortage the later nodes of a group are the missing ones)."""
-    free = sorted(infos, key=lambda i: i.launched_at)
-    nodes = []
-    for group in plan.nodes:
-        for _ in range(group.count):
-            match = next(
-                (i for i in free if (i.instance_type, i.market) == (group.instance_type, group.market)), None
-            )
-            if match is None:
-                break
-            free.remove(match)
-            nodes.append(
-                NodeRecord(
-                    instance_id=match.instance_id,
-                    instance_type=match.instance_type,
-                    market=match.market,
-                    role=group.role,
-                    availability_zone=match.availability_zone,
-                    state=match.state,
-                    private_ip=match.private_ip,
-                    public_ip=match.public_ip,
-                    usd_per_hour=group.usd_per_hour,
-                    launched_at=match.launched_at,
-                    ssh_user=ssh_user,
-                    ssh_port=ssh_port,
-                )
-            )
-    if free:
-        raise CloudError(
-            f"EC2 launched instances the plan did not ask for: {', '.join(i.instance_id for i in free)}"
-        )
-    return nodes
-
-
-def add_nodes(
-    name: str,
-    role: Role = Role.TRAINER,
-    count: int = 1,
-    report: Reporter = Reporter(),
-    timeout_s: float = 900.0,
-    inside_cluster: bool = False,
-) -> list[NodeRecord]:
-    """Buy `count` more nodes like the plan's nodes of `role`, in their market (a spot trainer after an
-    interruption, an on-demand holder that died), from the cluster's own launch template; return them
-    once they answer over SSH. `inside_cluster`: the caller runs on a node of the cluster (the managed
-    controller on the head), which reaches the others at their private addresses, not the public ones."""
-    name = check_cluster_name(name)
-    with cluster_lock(name):
-        store = Store()
-        row = store.cluster(name)
-        if row is None or row.status != "up":
-            raise NotFoundError(f"no running cluster named {name!r}")
-        group = next((g for g in row.plan.nodes if g.role is role), None)
-        if group is None:
-            raise InputError(f"cluster {name}'s plan has no {role.value} nodes to replace")
-        target = target_for(row.cloud)
-        ctx = _context(target, row.region)
-        report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
-        outcome = add_instances(
-            ctx, name, row.resources, row.availability_zone, replace(group, count=count), uuid.uuid4().hex
-        )
-        store.set_resources(name, outcome.resources)
-        if outcome.shortfalls:
-            store.add_event(name, "shortage", "; ".join(s.describe() for s in outcome.shortfalls))
-        if not outcome.instance_ids:
-            raise ShortageError(
-                f"no replacement launched: {'; '.join(s.describe() for s in outcome.shortfalls)}"
-            )
-        infos = wait_instances(
-            ctx, list(outcome.instance_ids), timeout_s, lambda n, t: report.count("running", n, t)
-        )
-        wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
-        added = assign_roles(wanted, infos, row.ssh_user, target.ssh_port)
-        if inside_cluster:
-            added = [private_only(n) for n in added]
-        store.put_nodes(name, added)
-        store.add_event(name, "replacement", f"added {', '.join(n.instance_id for n in added)}")
-        keys = ensure_cluster_keys(name)
-        running = [n for n in store.nodes(name) if n.state == _RUNNING]
-        write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
-        wait_reachable(
-            _endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t)
-        )
-        return added
-
-
-def private_only(node: NodeRecord) -> NodeRecord:
-    """The node as a machine inside its cluster's network sees it: reached at its private address."""
-    return replace(node, public_ip=None)
-
-
-def retire_nodes(name: str, instance_ids: list[str], why: str) -> None:
-    """Terminate nodes the cluster no longer uses (a node that hangs or stopped answering) while the rest
-    runs on: EC2 bills a running instance whether or not it is any use, and `deepvm down` may be hours
-    away. Not under the cluster lock: a replacement being bought holds it for minutes, and terminating
-    instances twice (or racing `down`) is harmless."""
-    if not instance_ids:
-        return
-    store = Store()
-    row = store.cluster(check_cluster_name(name))
-    if row is None or row.status != "up":
-        return  # torn down meanwhile: nothing of it runs any more
-    target = target_for(row.cloud)
-    ctx = target.context(row.region, start=False)
-    if ctx is None:  # a sandbox that was stopped took its hosts with it
-        return
-    with cloud_errors(f"terminating {', '.join(instance_ids)}"):
-        answer = ctx.client("ec2").terminate_instances(InstanceIds=instance_ids)
-    states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in answer.get("TerminatingInstances", [])}
-    retired = [replace(n, state=states.get(n.instance_id, "shutting-down"))
-               for n in store.nodes(name) if n.instance_id in instance_ids]  # fmt: skip
-    store.put_nodes(name, retired)  # closes their cost segments
-    store.add_event(name, "retired", f"terminated {', '.join(instance_ids)}: {why}")
-    target.after_terminate(instance_ids)
-
-
-def node_env(name: str) -> dict[str, str]:
-    """What AWS clients on the cluster's nodes need in their environment (see CloudTarget.node_env)."""
-    row = Store().cluster(check_cluster_name(name))
-    if row is None:
-        raise NotFoundError(f"no cluster named {name!r}")
-    return target_for(row.cloud).node_env(row.region)
-
-
-def controller_env(name: str) -> dict[str, str]:
-    """What the managed controller's AWS clients on the head need (see CloudTarget.controller_env)."""
-    row = Store().cluster(check_cluster_name(name))
-    if row is None:
-        raise NotFoundError(f"no cluster named {name!r}")
-    return target_for(row.cloud).controller_env(row.region)
 
 
 # status
@@ -403,91 +216,11 @@ def controller_env(name: str) -> dict[str, str]:
 
 def status(name: str | None = None, refresh: bool = True) -> list[ClusterView]:
     """The named cluster, or every cluster that is not terminated, with node states read from the cloud."""
-    store = Store()
     if name is not None:
-        row = store.cluster(check_cluster_name(name))
-        if row is None:
-            raise NotFoundError(f"no cluster named {name!r}; `deepvm status` lists the clusters")
-        rows = [row]
-    else:
-        rows = [r for r in store.clusters() if r.status != "terminated"]
-    return [_view(store, r, refresh=refresh and r.status == "up") for r in rows]
-
-
-def ssh_endpoints(name: str) -> list[SshEndpoint]:
-    """How to log in to each running node of a cluster (for the training launcher)."""
+        return [Cluster.open(name).view(refresh)]
     store = Store()
-    row = store.cluster(check_cluster_name(name))
-    if row is None or row.status != "up":
-        raise NotFoundError(f"no running cluster named {name!r}; start one with `deepvm up --name {name}`")
-    nodes = [n for n in store.nodes(name) if n.state == _RUNNING]
-    return _endpoints(ensure_cluster_keys(name), nodes)
-
-
-def _view(store: Store, row: ClusterRow, refresh: bool) -> ClusterView:
-    refreshed = False
-    if refresh:
-        refreshed = _refresh_nodes(store, row)
-        row = store.cluster(row.name) or row
-    nodes = store.nodes(row.name)
-    now = datetime.now(timezone.utc)
-    running = [n for n in nodes if n.state == _RUNNING]
-    started = datetime.fromisoformat(row.created_at)
-    return ClusterView(
-        cluster=row,
-        nodes=nodes,
-        usd_per_hour=sum(n.usd_per_hour for n in running),
-        cost_so_far=store.cost_so_far(row.name, now),
-        uptime_s=(now - started).total_seconds() if row.status == "up" else 0.0,
-        refreshed=refreshed,
-    )
-
-
-def _refresh_nodes(store: Store, row: ClusterRow) -> bool:
-    """Update stored node states from the cloud; False when the cloud cannot be asked."""
-    ctx = target_for(row.cloud).context(row.region, start=False)
-    if ctx is None:  # a sandbox whose control plane is gone: so are its instances
-        store.close_costs(row.name)
-        store.set_status(row.name, "terminated", "the sandbox was stopped")
-        return True
-    nodes = store.nodes(row.name)
-    try:
-        with cloud_errors("reading node states"):
-            seen = {i.instance_id: i for i in describe(ctx, [n.instance_id for n in nodes])}
-            tagged = query_instances(ctx, row.name)
-    except CloudError:
-        return False
-    store.put_nodes(
-        row.name,
-        [
-            replace(n, state=seen[n.instance_id].state if n.instance_id in seen else "terminated")
-            for n in nodes
-        ],
-    )
-    known = {n.instance_id for n in nodes}
-    adopted = adopt(row, [i for i in tagged if i.instance_id not in known])
-    if adopted:
-        store.put_nodes(row.name, adopted)
-        running = [n for n in store.nodes(row.name) if n.state == _RUNNING]  # pin their host keys here too
-        write_known_hosts(ensure_cluster_keys(row.name), [(n.address or "", n.ssh_port) for n in running])
-    return True
-
-
-def adopt(row: ClusterRow, infos: list[InstanceInfo]) -> list[NodeRecord]:
-    """Records for instances of the cluster that this store did not buy (the managed controller on the
-    head bought them as replacements): each takes the role and price of the plan group of its type and
-    market. Instances that fit no group are not the cluster's nodes and are left out (`down` sweeps them
-    by tag all the same)."""
-    groups = {(g.instance_type, g.market): g for g in row.plan.nodes}
-    adopted = []
-    for info in infos:
-        group = groups.get((info.instance_type, info.market))
-        if group is not None:
-            adopted.append(NodeRecord(info.instance_id, info.instance_type, info.market, group.role,
-                                      info.availability_zone, info.state, info.private_ip, info.public_ip,
-                                      group.usd_per_hour, info.launched_at, row.ssh_user,
-                                      target_for(row.cloud).ssh_port))  # fmt: skip
-    return adopted
+    rows = [r for r in store.clusters() if r.status is not ClusterStatus.TERMINATED]
+    return [Cluster(store, r).view(refresh) for r in rows]
 
 
 # down
@@ -496,11 +229,12 @@ def adopt(row: ClusterRow, infos: list[InstanceInfo]) -> list[NodeRecord]:
 def down(
     name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter()
 ) -> DownResult:
-    """Delete everything of the cluster, recorded or only tagged; safe to run again."""
+    """Delete everything of the cluster, recorded or only tagged; safe to run again. A state file that
+    cannot be read is passed over: the cluster is then found by its tags, as when the file is gone."""
     name = check_cluster_name(name)
     with cluster_lock(name):
-        store = Store()
-        row = store.cluster(name)
+        store, unreadable = _readable_store(name)
+        row = store.cluster(name) if store is not None else None
         if row is not None:
             target, regions, known = target_for(row.cloud), [row.region], row.resources
         else:
@@ -510,10 +244,28 @@ def down(
                 where = ", ".join(regions) or "the sandbox"
                 raise NotFoundError(
                     f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
-                    f"in {where}"
+                    f"in {where}" + (f" ({unreadable})" if unreadable else "")
                 )
         deleted = _destroy(store, name, target, regions, known, report)
-    return DownResult(name=name, deleted=deleted, had_record=row is not None)
+    return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable)
+
+
+def recorded_cluster(name: str) -> Cluster | None:
+    """The cluster as recorded, or None when there is no record or the state file cannot be read (`down`
+    then finds the cluster by its tags)."""
+    store, _ = _readable_store(check_cluster_name(name))
+    return Cluster.find(name, store) if store is not None else None
+
+
+def _readable_store(name: str) -> tuple[Store | None, str]:
+    """The store with the cluster's record and nodes readable, or None and what is wrong with the file."""
+    try:
+        store = Store()
+        store.cluster(name)
+        store.nodes(name)
+    except StateFileError as exc:
+        return None, exc.problem
+    return store, ""
 
 
 def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
@@ -522,78 +274,42 @@ def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
 
 
 def _destroy(
-    store: Store,
+    store: Store | None,
     name: str,
     target: CloudTarget,
     regions: list[str],
     known: CloudResources,
     report: Reporter,
-    final_status: str = "terminated",
+    final_status: ClusterStatus = ClusterStatus.TERMINATED,
     reason: str = "",
 ) -> list[str]:
-    """Terminate and delete everything of the cluster in the regions; mark the record, forget its keys."""
-    recorded = store.cluster(name) is not None
-    if recorded:
-        store.set_status(name, "terminating", "tearing down")
+    """Terminate and delete everything of the cluster in the regions; mark the record (if there is a
+    readable one), forget its keys."""
+    record = store if store is not None and store.cluster(name) is not None else None
+    if record is not None:
+        record.set_status(name, ClusterStatus.TERMINATING, "tearing down")
     deleted: list[str] = []
+    incomplete: list[CloudError] = []
     for region in regions:
         ctx = target.context(region, start=False)
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
-        instance_ids = {i.instance_id for i in query_instances(ctx, name)}
-        instance_ids |= {n.instance_id for n in store.nodes(name)}
-        deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        instance_ids = {n.instance_id for n in record.nodes(name)} if record is not None else set()
+        with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
+            instance_ids |= {i.instance_id for i in query_instances(ctx, name)}
+        try:
+            deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+        except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
+            incomplete.append(exc)
+            continue
         target.after_terminate(sorted(instance_ids))
-    if recorded:
-        store.close_costs(name)
-        store.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
+    if incomplete:
+        raise incomplete[0] if len(incomplete) == 1 else CloudError("\n".join(map(str, incomplete)))
+    if record is not None:
+        record.close_costs(name)
+        record.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
     forget_cluster_keys(name)
     return deleted
-
-
-# interrupt
-
-
-def interrupt(instance_id: str, after_s: int, fis_role_arn: str = "") -> tuple[str, CloudTarget]:
-    """Send a Spot interruption to one node: notice now, interruption after `after_s` seconds."""
-    store = Store()
-    found = store.find_node(instance_id)
-    if found is None:
-        raise NotFoundError(f"no node {instance_id!r} in any cluster; `deepvm status` lists the node ids")
-    cluster, node = found
-    row = store.cluster(cluster)
-    assert row is not None
-    if node.market is not Market.SPOT:
-        raise InputError(f"{instance_id} is an on-demand node; only spot nodes get interruption notices")
-    if node.state != _RUNNING:
-        raise CloudError(f"{instance_id} is {node.state}, not running")
-    target = target_for(row.cloud)
-    message = target.interrupt(_context(target, row.region), cluster, instance_id, after_s, fis_role_arn)
-    store.add_event(cluster, "interrupt", message)
-    return message, target
-
-
-def _context(target: CloudTarget, region: str) -> AwsContext:
-    ctx = target.context(region)
-    assert ctx is not None  # start=True always gives a context
-    return ctx
-
-
-def _endpoints(keys: ClusterKeys, nodes: list[NodeRecord]) -> list[SshEndpoint]:
-    return [
-        SshEndpoint(
-            instance_id=n.instance_id,
-            address=n.address or "",
-            private_address=n.private_ip or n.address or "",
-            port=n.ssh_port,
-            user=n.ssh_user,
-            role=n.role,
-            market=n.market,
-            key_path=str(keys.login_key_path),
-            known_hosts_path=str(keys.known_hosts_path),
-        )
-        for n in nodes
-    ]
 
 
 def _summary(plan: Plan) -> str:

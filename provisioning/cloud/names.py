@@ -44,6 +44,9 @@ def controller_name(cluster: str) -> str:
     return f"deepvm-{cluster[:37]}-{digest}-controller"
 
 
+CONTROLLER_POLICY = "deepvm-controller"  # the inline policy of the controller's role
+
+
 def cluster_tags(cluster: str, **extra: str) -> list[dict[str, str]]:
     tags = {CLUSTER_TAG: cluster, "Name": resource_name(cluster), **extra}
     return [{"Key": k, "Value": v} for k, v in tags.items()]

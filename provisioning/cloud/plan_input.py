@@ -25,7 +25,8 @@ from typing import Any
 from provisioning.catalog import Catalog
 from provisioning.errors import InputError
 from provisioning.home import saved_plan_path
-from provisioning.jsonfile import MIB, read_json_file
+from provisioning.inputfile import MIB
+from provisioning.jsonfile import read_json_file
 from provisioning.planner.plan import Plan
 from provisioning.planner.plan_check import check_plan
 from provisioning.planner.plan_document import PlanDocumentError, PlanEntry, read_plan_document
@@ -84,6 +85,12 @@ class _Catalogs:
                 field = "region" if source == "aws" else "catalog_source"
                 raise PlanDocumentError(f"{entry.where}.{field}" if entry.where else field, str(exc)) from None
         return self._loaded[key]
+
+
+def catalog_of(plan: Plan) -> Catalog:
+    """The catalog a checked plan was planned on (its `catalog_source`), for readers that need its types'
+    FLOPS and scaling curves, such as `deepvm simulate --plan`."""
+    return _load(plan.catalog_source or "snapshot", plan.region)[0]
 
 
 def _load(source: str, region: str) -> tuple[Catalog, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 
 from provisioning.catalog import Market
 from provisioning.planner.plan import NodeGroup, Plan, Role
@@ -33,8 +34,6 @@ class ClusterSpec:
     ssh_user: str  # login user of the image ("ubuntu" on the Deep Learning AMI)
     ssh_public_key: str  # OpenSSH public key line authorised for ssh_user
     internal_public_key: str  # the cluster's internal key, also authorised: how the head logs in to nodes
-    host_key_private: str  # OpenSSH private host key installed on every node (pinned locally)
-    host_key_public: str
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
     instance_profile: str | None = None  # IAM instance profile name or ARN: how nodes reach S3 without keys
 
@@ -149,8 +148,25 @@ class LaunchOutcome:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """How to log in to one host over SSH (provisioning/cloud/ssh.py): all a connection needs."""
+
+    name: str  # the host's name in log prefixes and results, e.g. "trainer-0a1b2c3d"
+    address: str  # IP address or host name
+    key_path: Path  # private key of the user deepvm logs in as
+    known_hosts: Path  # the pinned host keys; the host's key must be in it
+    port: int = 22
+    user: str = "root"
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} ({self.user}@{self.address}:{self.port})"
+
+
+@dataclass(frozen=True)
 class SshEndpoint:
-    """How to log in to a node: what the training launcher needs and nothing else."""
+    """A running node of a cluster as the training launcher sees it: its role and market, and how to log
+    in to it (`host`)."""
 
     instance_id: str
     address: str  # where deepvm reaches it (NodeRecord.address)
@@ -161,6 +177,13 @@ class SshEndpoint:
     market: Market
     key_path: str  # private key, 0600
     known_hosts_path: str  # pinned host keys of the cluster's nodes
+
+    @property
+    def host(self) -> HostSpec:
+        """The login, named by role and instance id (as log prefixes show the node)."""
+        return HostSpec(name=f"{self.role.value}-{self.instance_id[2:10]}", address=self.address,
+                        key_path=Path(self.key_path), known_hosts=Path(self.known_hosts_path), port=self.port,
+                        user=self.user)  # fmt: skip
 
 
 def groups_by_type(groups: tuple[NodeGroup, ...]) -> dict[str, list[NodeGroup]]:

@@ -1,8 +1,12 @@
 """The cloud-config user-data that makes a fresh instance a deepvm node, and its reader for the sandbox.
 
-On AWS cloud-init installs `ssh_keys` as the host keys (so they are pinned, not learnt) and authorises the
-login key for the image's default user. The sandbox's host rig reads the same document, so both clouds
-boot a node from the same instructions.
+User data holds public keys only: any process on the instance can read it from the metadata service, and
+anyone allowed DescribeInstanceAttribute can read it through the API. So the node's SSH host key is not
+in it: cloud-init deletes the image's host keys (every instance of an image would share them), generates
+a fresh ed25519 key on the node at first boot and prints its public half to the serial console, where
+deepvm reads it through the EC2 API and pins it for that instance (provisioning/cloud/pinning.py).
+cloud-init also authorises the login and internal keys for the image's default user. The sandbox's host
+rig reads the same document, so both clouds boot a node from the same instructions.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ from dataclasses import dataclass
 
 import yaml
 
+HOST_KEY_TYPE = "ed25519"
+
 
 @dataclass(frozen=True)
 class NodeBoot:
-    """What a node needs at boot: the host key pair it presents and the login keys it accepts."""
+    """What a node needs at boot: the login keys it accepts (it makes its host key itself)."""
 
-    host_key_private: str
-    host_key_public: str
     authorized_keys: tuple[str, ...]
 
 
@@ -26,8 +30,9 @@ def render_user_data(boot: NodeBoot) -> str:
     """Base64 cloud-config, ready for a launch template."""
     doc = {
         "ssh_deletekeys": True,
-        "ssh_genkeytypes": [],
-        "ssh_keys": {"ed25519_private": boot.host_key_private, "ed25519_public": boot.host_key_public},
+        "ssh_genkeytypes": [HOST_KEY_TYPE],
+        "ssh": {"emit_keys_to_console": True},
+        "ssh_key_console_blacklist": [],
         "ssh_authorized_keys": list(boot.authorized_keys),
     }
     text = "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False)
@@ -40,11 +45,6 @@ def parse_user_data(encoded: str) -> NodeBoot:
     if not text.startswith("#cloud-config"):
         raise ValueError("user-data is not a cloud-config document")
     doc = yaml.safe_load(text)
-    keys = doc.get("ssh_keys") or {}
-    if "ed25519_private" not in keys:
-        raise ValueError("user-data has no ed25519 host key")
-    return NodeBoot(
-        host_key_private=keys["ed25519_private"],
-        host_key_public=keys["ed25519_public"],
-        authorized_keys=tuple(doc.get("ssh_authorized_keys") or ()),
-    )
+    if not isinstance(doc, dict) or HOST_KEY_TYPE not in (doc.get("ssh_genkeytypes") or ()):
+        raise ValueError(f"user-data does not ask for an {HOST_KEY_TYPE} host key made on the node")
+    return NodeBoot(authorized_keys=tuple(doc.get("ssh_authorized_keys") or ()))

@@ -1,7 +1,7 @@
 """The paper's baseline policies, for comparison with DeepVM's decision.
 
 Both build a Single Anchor cluster (one on-demand anchor plus spot nodes of the same GPU type) with as
-many spot nodes as the price cap, the spot quota and the node limit allow:
+many spot nodes as the price cap, the spot quota, the node limit and the type's scaling curve allow:
     cost-first         the GPU type that yields the most nodes (ties: the cheaper cluster);
     performance-first  the GPU type with the most FLOPS that fits at all.
 """
@@ -18,7 +18,7 @@ def _largest_anchor_cluster(option: TrainerOption, limits: Limits) -> Candidate 
         return None
     assert option.on_demand_price is not None
     budget = limits.max_price + PRICE_TOLERANCE - option.on_demand_price
-    spot_nodes = min(int(budget // option.spot_price), spot_node_cap(option, limits))
+    spot_nodes = min(int(budget // option.spot_price), spot_node_cap(option, limits, beside_anchor=True))
     if spot_nodes < 1:
         return None
     return make_candidate(option, Architecture.SINGLE_ANCHOR, spot_nodes + 1)

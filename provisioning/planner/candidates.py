@@ -5,9 +5,11 @@ A candidate is (architecture, region, AZ, GPU type v, trainer count n). The redu
 
 R1  AZ choice. Within a region on-demand prices and quotas are the same in every AZ, so for one GPU
     type only the AZ with its cheapest spot price can be optimal (ties: the first AZ by name).
-R2  Count bounds. n is feasible only if its cheapest completion (anchor, or the cheapest holder type
-    and count that satisfy saturation, memory, quotas and node limit) fits the price cap on its own.
-    That completion cost grows with n, so the feasible counts are a prefix 1..n_max.
+R2  Count bounds. n is at most what quotas, the node limit and the type's scaling curve allow (a
+    profile's curve is trusted only so far: ScalingParams.max_nodes), and it is feasible only if its
+    cheapest completion (anchor, or the cheapest holder type and count that satisfy saturation, memory,
+    quotas and node limit) fits the price cap on its own. That completion cost grows with n, so the
+    feasible counts are a prefix 1..n_max.
 R3  Dominance. Within one (architecture, region, v), a count whose score is not among the `top` best
     of that prefix cannot be in the overall top `top`: each better count gives a distinct plan that is
     at least as good. Ties in score go to the smaller (cheaper) count.
@@ -56,17 +58,23 @@ class Candidate:
         return self.trainer.flopp_spot * self.effective_nodes
 
 
-def spot_node_cap(option: TrainerOption, limits: Limits) -> int:
-    """Most spot nodes of one type the spot quota and the node limit allow."""
+def spot_node_cap(option: TrainerOption, limits: Limits, beside_anchor: bool = False) -> int:
+    """Most spot nodes of one type the spot quota, the node limit and the scaling curve's node bound
+    allow (an anchor of the type counts towards the curve's bound)."""
     itype = option.itype
     cap = limits.nodes_within_quota(option.region, itype, Market.SPOT)
-    return cap if limits.node_limit is None else min(cap, limits.node_limit)
+    if limits.node_limit is not None:
+        cap = min(cap, limits.node_limit)
+    if option.scaling.max_nodes is not None:
+        cap = min(cap, option.scaling.max_nodes - (1 if beside_anchor else 0))
+    return cap
 
 
 def _count_cap(option: TrainerOption, architecture: Architecture, limits: Limits) -> int:
-    """Largest trainer count allowed by node limit, spot quota and (ignoring holders) the price cap."""
+    """Largest trainer count allowed by node limit, spot quota, the curve's bound and (ignoring holders)
+    the price cap."""
     anchor = 1 if architecture is Architecture.SINGLE_ANCHOR else 0  # the anchor is not a spot node
-    cap = spot_node_cap(option, limits) + anchor
+    cap = spot_node_cap(option, limits, beside_anchor=bool(anchor)) + anchor
     if limits.max_price is not None:
         fixed = option.on_demand_price - option.spot_price if anchor else 0.0
         cap = min(cap, int((limits.max_price + PRICE_TOLERANCE - fixed) // option.spot_price))

@@ -24,7 +24,8 @@ Notation (a: AZ, v: GPU type offered in a, w: holder type of a's region, c: a sc
 Objective: max E = sum_d kappa_d sum_c F_dc, then (second solve, E fixed at its optimum) min price.
 Constraints (numbered in the code):
     (1) sum_a z_a = 1,  sa_a + tier_a = z_a,  sum_v anc_av = sa_a,  sum_w u_aw = tier_a,  sum_v n_av >= z_a
-    (2) n_av <= cap_v used_av,  anc_av <= used_av <= n_av + anc_av
+    (2) n_av <= cap_v used_av,  anc_av <= used_av <= n_av + anc_av,
+        n_av + anc_av <= max_nodes_v  (a profiled curve's node bound, ScalingParams.max_nodes)
     (3) sum_{d in a} y_d = z_a,  sum_{d in a} k_d y_d = sum_v (n_av + anc_av),  sum_c F_dc <= W_d y_d
     (4) the factor is no larger than any used type's: used_av <= sum of y_d over the d in a that admit v;
         sum_{d in a} F_dc <= sum_{v of curve c} f_v (n_av + anc_av), with F_dc only where d admits curve c
@@ -61,7 +62,7 @@ from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
 from provisioning.planner.milp import SolverError, solve
 from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.scaling import saturation_point, scaling_factor
+from provisioning.scaling import capped_notes, saturation_point, scaling_factor
 
 # Shapes are pruned below the floor's value less this share, far above float noise in E.
 FLOOR_SLACK = 1e-6
@@ -222,12 +223,15 @@ class _MixModel:
 
     def _heaviest(self, offers: list[TrainerOption], most: int) -> list[float]:
         """W(k), k = 0..most, for trainers of these types: each at its cheaper price (spot, or on demand
-        as the anchor), up to its spot cap plus the anchor."""
+        as the anchor), up to its spot cap plus the anchor and within its curve's node bound."""
         nodes = []
         for o in offers:
             anchor = self._anchor_ok(o)
             price = min(o.spot_price, o.on_demand_price or 0.0) if anchor else o.spot_price
-            nodes.append(NodeBound(self._weight(o), price, self._spot_cap(o) + (1 if anchor else 0)))
+            cap = self._spot_cap(o) + (1 if anchor else 0)
+            if o.scaling.max_nodes is not None:
+                cap = min(cap, o.scaling.max_nodes)
+            nodes.append(NodeBound(self._weight(o), price, cap))
         budget = None if self.limits.max_price is None else self.limits.max_price + PRICE_TOLERANCE
         return heaviest(nodes, budget, most)
 
@@ -265,6 +269,8 @@ class _MixModel:
 
     def _spot_cap(self, offer: TrainerOption) -> int:
         cap = _node_cap(offer.itype, offer.region, Market.SPOT, self.limits)
+        if offer.scaling.max_nodes is not None:
+            cap = min(cap, offer.scaling.max_nodes)
         if self.limits.max_price is not None:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // offer.spot_price))
         return max(cap, 0)
@@ -310,6 +316,8 @@ class _MixModel:
             p += self.n[j] <= self._spot_cap(offer) * self.used[j], f"c2_used_{j}"
             p += self.used[j] <= self.n[j] + self.anchor[j], f"c2_some_{j}"
             p += self.anchor[j] <= self.used[j], f"c2_anchor_used_{j}"
+            if offer.scaling.max_nodes is not None:  # the anchor counts towards the curve's node bound
+                p += self.n[j] + self.anchor[j] <= offer.scaling.max_nodes, f"c2_curve_{j}"
         if self.limits.max_price is not None:
             p += self._price() <= self.limits.max_price + PRICE_TOLERANCE, "c7_price"
         self._quotas()
@@ -394,15 +402,15 @@ class _MixModel:
         nodes: list[NodeGroup] = []
         for a, o in zip(self.anchor, self.offers):
             if (a.value() or 0) > 0.5:
-                nodes.append(NodeGroup(o.itype.name, Market.ON_DEMAND, 1, Role.ANCHOR, o.on_demand_price or 0.0))
+                nodes.append(NodeGroup.of(o.itype, Market.ON_DEMAND, 1, Role.ANCHOR, o.on_demand_price or 0.0))
         for n, o in zip(self.n, self.offers):
             count = round(n.value() or 0)
             if count:
-                nodes.append(NodeGroup(o.itype.name, Market.SPOT, count, Role.TRAINER, o.spot_price))
+                nodes.append(NodeGroup.of(o.itype, Market.SPOT, count, Role.TRAINER, o.spot_price))
         for (_, h), m in self.m.items():
             count = round(m.value() or 0)
             if count:
-                nodes.append(NodeGroup(h.itype.name, Market.ON_DEMAND, count, Role.HOLDER, h.on_demand_price))
+                nodes.append(NodeGroup.of(h.itype, Market.ON_DEMAND, count, Role.HOLDER, h.on_demand_price))
         return self._plan(catalog, az, tuple(nodes))
 
     def _plan(self, catalog: Catalog, az: AZ, nodes: tuple[NodeGroup, ...]) -> Plan:
@@ -424,6 +432,14 @@ class _MixModel:
             objective=self.objective,
             catalog_source=catalog.source,
             prices_as_of=catalog.as_of,
-            notes=("mixed GPU types: K(n) is the smallest of the types' scaling factors",)
-            if len({g.instance_type for g in trainers}) > 1 else (),
+            notes=self._notes(trainers, by_name),
         )
+
+    @staticmethod
+    def _notes(trainers: list[NodeGroup], by_name: dict[str, TrainerOption]) -> tuple[str, ...]:
+        per_type: dict[str, int] = {}
+        for g in trainers:
+            per_type[g.instance_type] = per_type.get(g.instance_type, 0) + g.count
+        mixed = ("mixed GPU types: K(n) is the smallest of the types' scaling factors",) if len(per_type) > 1 else ()
+        return mixed + tuple(note for name, count in sorted(per_type.items())
+                             for note in capped_notes(name, by_name[name].scaling, count))  # fmt: skip

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from provisioning.catalog import Market
+from provisioning.catalog import InstanceType, Market
 
 
 class Architecture(str, Enum):
@@ -36,21 +36,32 @@ class Objective(str, Enum):
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """`count` nodes of one instance type, bought in one market, playing one role."""
+    """`count` nodes of one instance type, bought in one market, playing one role; with what training on
+    them needs to know of the type, from the catalog the plan was made with (which `--catalog FILE` may
+    be, holding types the built-in snapshot lacks)."""
 
     instance_type: str
     market: Market
     count: int
     role: Role
     usd_per_hour: float  # price of one node, as planned
+    gpus: int | None = None  # GPUs of one node: a training node runs one rank per GPU (None: not stated)
+    tflops: float | None = None  # TFLOPS of one node: trainers' relative speed (None: not stated)
+
+    @classmethod
+    def of(cls, itype: InstanceType, market: Market, count: int, role: Role, usd_per_hour: float) -> NodeGroup:
+        """A group of the catalog's type `itype`, stating its GPUs and TFLOPS."""
+        return cls(itype.name, market, count, role, usd_per_hour, itype.gpu_count, itype.flops)
 
     def to_dict(self) -> dict[str, Any]:
+        stated = {"gpus": self.gpus, "tflops": self.tflops}
         return {
             "instance_type": self.instance_type,
             "market": self.market.value,
             "count": self.count,
             "role": self.role.value,
             "usd_per_hour": self.usd_per_hour,
+            **{k: v for k, v in stated.items() if v is not None},
         }
 
 

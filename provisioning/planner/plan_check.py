@@ -9,6 +9,8 @@ everything that decides what is bought is checked (plan_document.py has already 
   Single Anchor is exactly one on-demand GPU anchor plus spot GPU trainers and no holders (with `--mix`
   the anchor may be a GPU type of its own, so its type is not tied to the trainers');
 - the nodes stay within MAX_NODES and within the catalog's vCPU quotas where it knows them;
+- the GPUs and TFLOPS a group states of its type are the catalog's (training runs a rank per GPU); a
+  group that states none (a plan of an earlier version, or written by hand) gets the catalog's;
 - prices equal the catalog's within rounding. A plan whose prices differ (older prices, or edited ones)
   is re-priced from the catalog with a warning, so that what `up` shows and what `status` charges are
   the catalog's numbers and never the file's.
@@ -47,16 +49,18 @@ def check_plan(entry: PlanEntry, catalog: Catalog, label: str) -> CheckedPlan:
         where = at(f"nodes[{index}]")
         itype = _known_type(group.instance_type, catalog, label, f"{where}.instance_type")
         _check_role(group, itype, where)
+        _check_facts(group, itype, label, where)
         price = _catalog_price(group, plan, catalog)
         if price is None:
             raise PlanDocumentError(
                 f"{where}.market",
                 f"{label} has no {group.market.value} price for {group.instance_type} in {_place(group, plan)}",
             )
-        priced.append(replace(group, usd_per_hour=price))
+        priced.append(replace(group, usd_per_hour=price, gpus=itype.gpu_count, tflops=itype.flops))
     _check_architecture(plan, at("architecture"))
     _check_size(plan, catalog, at("nodes"))
-    return _repriced(plan, tuple(priced), label, entry.where)
+    stated = tuple(replace(g, gpus=p.gpus, tflops=p.tflops) for g, p in zip(plan.nodes, priced))
+    return _repriced(replace(plan, nodes=stated), tuple(priced), label, entry.where)
 
 
 def _path(where: str) -> Callable[[str], str]:
@@ -101,6 +105,17 @@ def _check_role(group: NodeGroup, itype: InstanceType, where: str) -> None:
         kind = "GPU" if gpu else "CPU"
         raise PlanDocumentError(
             f"{where}.instance_type", f"a {group.role.value} is a {kind} instance type, and {itype.name} is not"
+        )
+
+
+def _check_facts(group: NodeGroup, itype: InstanceType, label: str, where: str) -> None:
+    if group.gpus is not None and group.gpus != itype.gpu_count:
+        raise PlanDocumentError(
+            f"{where}.gpus", f"{itype.name} has {itype.gpu_count} GPUs in {label}, not {group.gpus}"
+        )
+    if group.tflops is not None and not math.isclose(group.tflops, itype.flops, rel_tol=1e-6, abs_tol=1e-6):
+        raise PlanDocumentError(
+            f"{where}.tflops", f"{itype.name} has {itype.flops:g} TFLOPS in {label}, not {group.tflops:g}"
         )
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from provisioning.planner.plan import Architecture, Objective, Plan
+
+if TYPE_CHECKING:  # loaded only by plan --interruptions
+    from provisioning.planner.interruptions import Interruptions
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class PlanRequest:
     work_pflop: float | None = None  # total training work, in PFLOP (1e15 floating-point operations)
     top: int = 3  # how many ranked plans to return
     regions: tuple[str, ...] | None = None  # None: every region of the catalog
+    interruptions: Interruptions | None = None  # rank by expected goodput (plan --interruptions)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,11 @@ def save_plans(plans: list[Plan], request: PlanRequest, path: Path | None = None
 
 
 def _request_dict(request: PlanRequest) -> dict[str, Any]:
-    data = asdict(request)
+    data = asdict(replace(request, interruptions=None))
     data["objective"] = request.objective.value
     data["regions"] = list(request.regions) if request.regions else None
+    if request.interruptions is None:
+        del data["interruptions"]  # a plan without --interruptions saves what it always saved
+    else:
+        data["interruptions"] = request.interruptions.to_dict()
     return data

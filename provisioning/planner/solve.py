@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pulp
 
@@ -19,6 +21,10 @@ from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, obje
 from provisioning.planner.options import HolderOption, Limits, TrainerOption, holder_options, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
+from provisioning.scaling import capped_notes
+
+if TYPE_CHECKING:  # loaded only by plan --interruptions
+    from provisioning.planner.interruptions import InterruptionReport
 
 BOTH = (Architecture.SINGLE_ANCHOR, Architecture.TIERING)
 
@@ -136,11 +142,35 @@ def _limits(catalog: Catalog, request: PlanRequest, max_price: float | None) -> 
 def _spec(request: PlanRequest) -> ObjectiveSpec:
     if request.mix and (request.deadline_hours is not None or request.objective is Objective.COST):
         raise InputError("--mix plans for --objective deepvm or throughput (not cost or --deadline)")
+    if request.mix and request.interruptions is not None:
+        raise InputError("--mix does not count --interruptions: a mixed cluster's loss depends on how many "
+                         "nodes of each type it has, which its MILP does not model; plan without --mix")
     if request.deadline_hours is not None:
         return objective_spec(
-            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop
+            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop,
+            interruptions=request.interruptions,
         )
-    return objective_spec(request.objective)
+    return objective_spec(request.objective, interruptions=request.interruptions)
+
+
+def interruption_report(catalog: Catalog, request: PlanRequest, result: PlanResult) -> InterruptionReport:
+    """The ranked plans of `result` (planned with request.interruptions) next to the best plan that
+    ignores interruptions, each with its goodput share and expected price, and that plan's objective
+    value once interruptions are counted (the decision changed only if it is now worse)."""
+    from provisioning.planner.interruptions import InterruptionReport, plan_goodput
+
+    assert request.interruptions is not None, "a report on interruptions needs them"
+    regions = _regions(catalog, request)
+    limits = _limits(catalog, request, request.max_price)
+    costs = HolderCosts(holder_options(catalog, regions), limits)
+    plain = _spec(replace(request, interruptions=None))
+    choice = _rank(trainer_options(catalog, regions), costs, limits, plain, BOTH, 1)[0]
+    return InterruptionReport(
+        interruptions=request.interruptions,
+        plans=tuple(plan_goodput(p, request.interruptions) for p in result.plans),
+        without=plan_goodput(_to_plan(choice, plain, catalog), request.interruptions),
+        without_value=_spec(request).reported_value(choice.candidate, choice.price),
+    )
 
 
 def _rank(
@@ -174,21 +204,19 @@ def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
     nodes: list[NodeGroup] = []
     if c.architecture is Architecture.SINGLE_ANCHOR:
         assert option.on_demand_price is not None
-        nodes.append(NodeGroup(name, Market.ON_DEMAND, 1, Role.ANCHOR, option.on_demand_price))
+        nodes.append(NodeGroup.of(option.itype, Market.ON_DEMAND, 1, Role.ANCHOR, option.on_demand_price))
         if c.count > 1:
-            nodes.append(NodeGroup(name, Market.SPOT, c.count - 1, Role.TRAINER, option.spot_price))
+            nodes.append(NodeGroup.of(option.itype, Market.SPOT, c.count - 1, Role.TRAINER, option.spot_price))
     else:
-        nodes.append(NodeGroup(name, Market.SPOT, c.count, Role.TRAINER, option.spot_price))
+        nodes.append(NodeGroup.of(option.itype, Market.SPOT, c.count, Role.TRAINER, option.spot_price))
     if choice.holder is not None:
         h = choice.holder
-        holder_group = NodeGroup(
-            h.itype.name, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price
-        )
-        nodes.append(holder_group)
+        nodes.append(NodeGroup.of(h.itype, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price))
     price = sum(g.count * g.usd_per_hour for g in nodes)
     notes = () if option.itype.scaling or option.scaling.measured else (
         f"{name}: no measured scaling curve; the default curve was used",
     )
+    notes += capped_notes(name, option.scaling, c.count)
     return Plan(
         architecture=c.architecture,
         region=option.region,

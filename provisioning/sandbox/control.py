@@ -98,7 +98,7 @@ def ensure_sandbox() -> SandboxInfo:
             info = SandboxInfo(second_octet=info.second_octet or random.randint(64, 254))
             info.moto_port = _free_port()
             info.moto_pid = spawn_daemon(
-                python_module("moto.server", "-H", "127.0.0.1", "-p", str(info.moto_port)),
+                python_module("provisioning.sandbox.controlplane", "-H", "127.0.0.1", "-p", str(info.moto_port)),
                 sandbox_dir() / "moto.log",
                 # moto's catalogue of public AMIs costs seconds per region; the sandbox needs none of it
                 env={**os.environ, "MOTO_EC2_LOAD_DEFAULT_AMIS": "false"},

@@ -5,12 +5,13 @@ new PID namespace). Killing that init makes the kernel kill every process of the
 sessions, training ranks — which is what terminating an EC2 instance does. `--kill-child` ties the init to
 the unshare process, so killing either one takes the whole host down.
 
-Each host owns a directory under DEEPVM_HOME/sandbox/hosts/INSTANCE_ID with its /etc/ssh (pinned host key
-from user-data, sshd_config listening on the instance's IP), its home (authorized_keys from user-data) and
-its /tmp, all bind-mounted inside the namespace. The home is `/home/USER` inside the host (the host's own
-/home, with a private /etc/passwd pointing USER there), as on an Ubuntu image — and not a mount over the
-real home directory, which may hold the Python installation everything runs on. The directory is deleted
-with the host, like an instance's root volume.
+Each host owns a directory under DEEPVM_HOME/sandbox/hosts/INSTANCE_ID with its /etc/ssh (sshd_config
+listening on the instance's IP; the host key is made inside the host at boot), its home (authorized_keys
+from user-data) and its /tmp, all bind-mounted inside the namespace, and its serial console (console.log:
+what the host printed at boot, served by the sandbox's EC2 as the instance's console output). The home is
+`/home/USER` inside the host (the host's own /home, with a private /etc/passwd pointing USER there), as on
+an Ubuntu image — and not a mount over the real home directory, which may hold the Python installation
+everything runs on. The directory is deleted with the host, like an instance's root volume.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from provisioning.sandbox.metadata import NOTICES, endpoint_url
 from provisioning.sandbox.procs import children, kill_and_wait, pid_alive, python_module, spawn_daemon
 
 SSHD = "/usr/sbin/sshd"
+CONSOLE = "console.log"  # in the host's directory, outside its namespace: its serial console
 SSH_PORT = 22
 _SYSTEM_SSH_FILES = ("ssh_config", "moduli")
 
@@ -66,6 +68,14 @@ def host_dir(instance_id: str) -> Path:
     return hosts_root() / instance_id
 
 
+def console_text(instance_id: str) -> str:
+    """What the instance's host has printed to its serial console ("" before it has booted)."""
+    try:
+        return (host_dir(instance_id) / CONSOLE).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def ssh_user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
@@ -92,8 +102,6 @@ def boot_host(facts: HostFacts, user_data: str, control_endpoint: str) -> int:
     ):
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(mode)
-    _write(etc / "ssh_host_ed25519_key", boot.host_key_private, 0o600)
-    _write(etc / "ssh_host_ed25519_key.pub", boot.host_key_public + "\n", 0o644)
     _write(etc / "sshd_config", _sshd_config(facts), 0o644)
     for name in _SYSTEM_SSH_FILES:
         if Path("/etc/ssh", name).is_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
+from provisioning.cloud.aws.network import check_cidr
 from provisioning.errors import CloudError, InputError
 from provisioning.sandbox.capacity import check_fits, measure
 from provisioning.sandbox.control import BANNER, CREDENTIALS, ensure_sandbox, load_info, running_sandbox
@@ -37,7 +38,7 @@ class SandboxTarget:
         return sandbox_subnet(ensure_sandbox(), ctx.region, availability_zone)
 
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str:
-        return explicit or "127.0.0.0/8"
+        return check_cidr(explicit) if explicit else "127.0.0.0/8"
 
     def image(self, ctx: AwsContext, explicit: str | None) -> str:
         return explicit or SANDBOX_IMAGE

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from provisioning.cloud.aws.network import check_cidr, ensure_security_group
 from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import CLUSTER_TAG
@@ -37,6 +38,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
     result = _up(plan, ami, "--name", "c1", "--json", "--ssh-cidr", "198.51.100.7/32")
     assert result.returncode == 0, result.stderr
+    assert "warning:" not in result.stderr  # one address: nothing to warn about
     up = json.loads(result.stdout)
     assert up["status"] == "up" and len(up["nodes"]) == 4
     assert sorted(n["role"] for n in up["nodes"]) == ["anchor", "trainer", "trainer", "trainer"]
@@ -51,6 +53,13 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert abs(view["usd_per_hour"] - (0.526 + 3 * 0.1578)) < 1e-9  # the snapshot's prices in us-east-1a
     assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
     assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
+    for columns in ("80", "120"):  # the human view cuts no id, address or price, even at 80 columns
+        shown = run_cli("status", "c1", env={"COLUMNS": columns, "NO_COLOR": "1"})
+        assert shown.returncode == 0, shown.stderr
+        assert "…" not in shown.stdout
+        for node in view["nodes"]:
+            line = next(x for x in shown.stdout.splitlines() if node["instance_id"] in x)
+            assert f"{node['usd_per_hour']:.4f}" in line and (node["public_ip"] or node["private_ip"] or "-") in line
 
     ec2 = ctx.client("ec2")
     # every resource carries the cluster tag
@@ -76,22 +85,24 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert [p["GroupId"] for p in inner[0]["UserIdGroupPairs"]] == [group[0]["GroupId"]]
     assert len(rules) == 2
 
-    # launch template: IMDSv2 required, pinned host key in the user-data, no private login key
+    # launch template: IMDSv2 required and one hop away (no container reaches it), public keys only in the
+    # user-data, each node asked to make its own host key
     data = ec2.describe_launch_template_versions(LaunchTemplateName="deepvm-c1")["LaunchTemplateVersions"][0][
         "LaunchTemplateData"
     ]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     from provisioning.cloud.userdata import parse_user_data
 
     boot = parse_user_data(data["UserData"])
-    host_pub = (isolated_env / "clusters" / "c1" / "ssh_host_ed25519_key").read_text()
-    assert boot.host_key_private == host_pub
     keys = ensure_cluster_keys("c1")
     assert boot.authorized_keys == (keys.login_public, keys.internal_public)  # the head reaches every node
+    user_data = base64.b64decode(data["UserData"]).decode()
+    assert "PRIVATE KEY" not in user_data and "ssh_keys" not in user_data
+    assert "ssh_genkeytypes:\n- ed25519" in user_data and "ssh_deletekeys: true" in user_data
     internal_private = keys.internal_key_path.read_text().splitlines()[4]  # a line of its secret part
-    assert internal_private not in base64.b64decode(data["UserData"]).decode()
-    known = (isolated_env / "clusters" / "c1" / "known_hosts").read_text().splitlines()
-    assert len(known) == 4 and all(line.split()[1] == "ssh-ed25519" for line in known)
+    assert internal_private not in user_data
+    assert sorted(p.name for p in (isolated_env / "clusters" / "c1").iterdir()) == ["id_ed25519", "internal_ed25519"]
 
     down = run_cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr
@@ -183,3 +194,41 @@ def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami
     ][0]["LaunchTemplateData"]
     assert data["IamInstanceProfile"] == {"Name": "deepvm-nodes"}
     assert run_cli("down", "c1", "--yes").returncode == 0
+
+
+def test_ssh_open_to_every_address_is_warned_about_and_still_launched(ctx, ami, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/0")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: --ssh-cidr 0.0.0.0/0 opens the nodes' SSH port to the whole internet (only deepvm's keys log in)"
+    ]
+    group = ctx.client("ec2").describe_security_groups(GroupNames=["deepvm-c1"])["SecurityGroups"][0]
+    ssh = next(r for r in group["IpPermissions"] if r.get("FromPort") == 22)
+    assert [r["CidrIp"] for r in ssh["IpRanges"]] == ["0.0.0.0/0"]
+    assert run_cli("down", "c1", "--yes").returncode == 0
+
+
+def test_every_ipv6_address_is_warned_about_too_and_admitted_as_an_ipv6_range(ctx, ami, tmp_path):
+    cidr = "0::0/0"
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", cidr, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "warning: --ssh-cidr ::/0 opens the nodes' SSH port to the whole internet" in result.stderr
+
+    vpc = ctx.client("ec2").create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    group_id = ensure_security_group(ctx, "c1", vpc, check_cidr(cidr))
+    group = ctx.client("ec2").describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
+    ssh = next(r for r in group["IpPermissions"] if r.get("FromPort") == 22)
+    assert [r["CidrIpv6"] for r in ssh["Ipv6Ranges"]] == ["::/0"] and ssh["IpRanges"] == []
+
+
+def test_a_malformed_ssh_cidr_is_refused_before_anything_is_created(ctx, ami, tmp_path):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
+    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/33")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "deepvm: error: --ssh-cidr '0.0.0.0/33' is not an address range like 203.0.113.7/32"
+    )
+    assert ctx.client("ec2").describe_instances()["Reservations"] == []

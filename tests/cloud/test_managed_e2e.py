@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cloud import procs
 from tests.cloud.plans import make_tiering_plan
 from tests.conftest import REPO, run_cli
 
@@ -125,38 +126,9 @@ def replaced(log: str) -> bool:
     return "recovered (notice)" in log and ready is not None and "3 trainers" in attempts[-1]
 
 
-def _processes() -> dict[int, str]:
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return found
-
-
 def node_processes(env: dict[str, str]) -> dict[int, str]:
     """Processes on the cluster's nodes (below any of the module's sandbox hosts), by pid."""
-    processes = _processes()
-    parents: dict[int, int] = {}
-    for pid in processes:
-        try:
-            parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    hosts = {pid for pid, line in processes.items()
-             if "provisioning.sandbox.hostinit" in line and env["DEEPVM_HOME"] in line}  # fmt: skip
-
-    def on_node(pid: int) -> bool:
-        seen = set()
-        while pid in parents and pid not in seen:
-            if pid in hosts:
-                return True
-            seen.add(pid)
-            pid = parents[pid]
-        return False
-
-    return {pid: line for pid, line in processes.items() if on_node(pid)}
+    return procs.node_processes(env["DEEPVM_HOME"])
 
 
 def job_processes(env: dict[str, str]) -> dict[int, str]:
@@ -168,7 +140,7 @@ def local_deepvm(env: dict[str, str]) -> list[str]:
     """deepvm processes on the user's side (not on a node) working for this module's home."""
     nodes = node_processes(env)
     found = []
-    for pid, line in _processes().items():
+    for pid, line in procs.processes().items():
         if pid in nodes or pid == os.getpid() or "deepvm_cli" not in line:
             continue
         try:
@@ -178,6 +150,23 @@ def local_deepvm(env: dict[str, str]) -> list[str]:
         if env["DEEPVM_HOME"].encode() in environ:
             found.append(line)
     return found
+
+
+def assert_each_node_pinned_to_its_own_key(env: dict[str, str]) -> None:
+    """Every running node, the replacement the head bought included, is pinned on this machine at its own
+    address with its own key; the head pinned each with the same key (the replacement's learnt there, from
+    its console output, with the head's own role)."""
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)  # adopts the head's replacement
+    running = {n["instance_id"]: n["public_ip"] or n["private_ip"] for n in status["nodes"] if n["state"] == "running"}
+    cli(env, "jobs", "mg")  # a command that reaches the nodes pins those this machine has no key for yet
+    here = Path(env["DEEPVM_HOME"]) / "clusters" / "mg"
+    known = dict(line.split(maxsplit=1) for line in (here / "known_hosts").read_text().splitlines())
+    assert sorted(known) == sorted(running.values()) and len(set(known.values())) == len(running)
+    pins = {iid: (here / "host_keys" / iid).read_text().strip() for iid in running}
+    assert all(known[address] == pins[iid] for iid, address in running.items())
+    on_head = run_on_head(env, "cd deepvm/managed/clusters/mg/host_keys && grep -H . *").splitlines()
+    head_pins = dict(line.split(":", 1) for line in on_head)
+    assert {iid: head_pins[iid] for iid in running} == pins
 
 
 def assert_no_user_credentials(env: dict[str, str]) -> None:
@@ -237,6 +226,7 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     cli(env, "fetch", job_id, "--out", str(out))
     assert (out / "model.pt").stat().st_size > 0
     assert json.loads((out / "metrics.json").read_text())["steps"] == 420
+    assert_each_node_pinned_to_its_own_key(env)
     assert_no_user_credentials(env)
 
 

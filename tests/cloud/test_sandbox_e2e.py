@@ -8,19 +8,19 @@ import socket
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.lifecycle import add_nodes, ssh_endpoints
-from provisioning.cloud.reachability import answers, connect
-from provisioning.errors import CloudError
+from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
 from provisioning.sandbox.procs import pid_alive
 from tests.cloud.plans import make_plan, write_plans
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -85,6 +85,17 @@ def _refused(address: str, port: int) -> bool:
         return True
 
 
+def _pinned(endpoints: dict) -> dict[str, str]:
+    """Instance id -> the host key known_hosts pins at its address (and nowhere else)."""
+    known = {}
+    for line in Path(next(iter(endpoints.values())).known_hosts_path).read_text().splitlines():
+        address, key = line.split(maxsplit=1)
+        assert address not in known, f"{address} is pinned twice"
+        known[address] = key
+    assert sorted(known) == sorted(e.address for e in endpoints.values())
+    return {iid: known[e.address] for iid, e in endpoints.items()}
+
+
 def _status(name: str) -> dict:
     result = run_cli("status", name, "--json")
     assert result.returncode == 0, result.stderr
@@ -100,20 +111,31 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert len(nodes) == 4 and all(n["state"] == "running" for n in nodes)
     assert all(n["private_ip"].startswith("127.") for n in nodes)
 
-    # every node answers over SSH, checked against the pinned host key
-    endpoints = {e.instance_id: e for e in ssh_endpoints("e2e")}
-    clients = {iid: connect(e) for iid, e in endpoints.items()}
-    for client in clients.values():
+    # every node answers over SSH, checked against its own pinned host key: made on the node at boot (the
+    # node shows it), learnt from its console output through EC2, one key per node, each at its own address
+    endpoints = {e.instance_id: e for e in Cluster.open_running("e2e").endpoints()}
+    clients = {iid: connect(e.host) for iid, e in endpoints.items()}
+    pinned = _pinned(endpoints)
+    assert len(set(pinned.values())) == 4
+    for iid, client in clients.items():
         code, out = _run(client, "tr '\\0' ' ' < /proc/1/cmdline")
         assert code == 0 and "provisioning.sandbox.hostinit" in out  # PID 1 is the host's own init
+        code, out = _run(client, "cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub")
+        assert code == 0 and out.strip() == pinned[iid]
 
-    # ...and a host key other than the pinned one is refused
+    # ...and another node's key at a node's address is refused: a pin says "this node", not "a node"
     forged = tmp_path / "forged_known_hosts"
-    other = ensure_cluster_keys("someone-else")
-    first = next(iter(endpoints.values()))
-    forged.write_text(f"{first.address} {other.host_key_public}\n")
-    with pytest.raises(CloudError, match="not the cluster's pinned key"):
-        answers(replace(first, known_hosts_path=str(forged)))
+    first, second = list(endpoints.values())[:2]
+    forged.write_text(f"{first.address} {pinned[second.instance_id]}\n")
+    assert probe(replace(first, known_hosts_path=str(forged)).host) is Answer.NOT_PINNED
+
+    # a job on a node cannot change deepvm's code or the Python it runs on (read-only, and no remount)
+    venv = Path(sys.prefix).resolve()
+    for path in (REPO, REPO / "provisioning", venv, venv / "bin"):
+        code, out = _run(clients[first.instance_id], f"touch {path}/written-by-a-job 2>&1")
+        assert code != 0 and "Read-only file system" in out, (path, out)
+    code, out = _run(clients[first.instance_id], f"mount -o remount,bind,rw {REPO} 2>&1")
+    assert code != 0 and not (REPO / "written-by-a-job").exists(), out
 
     # each node has its own filesystem: home and /tmp
     ids = list(clients)
@@ -167,13 +189,16 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     for client in clients.values():
         client.close()
 
-    # a replacement spot node joins, reachable with the same pinned key
-    (added,) = add_nodes("e2e")
+    # a replacement spot node joins, reachable with its own key, pinned at its own address
+    cluster = Cluster.open_running("e2e")
+    (added,) = cluster.add_nodes()
     assert added.market.value == "spot" and added.role.value == "trainer"
-    replacement = next(e for e in ssh_endpoints("e2e") if e.instance_id == added.instance_id)
-    assert answers(replacement)
+    replacement = next(e for e in cluster.endpoints() if e.instance_id == added.instance_id)
+    assert probe(replacement.host) is Answer.YES
+    pinned_now = _pinned({e.instance_id: e for e in cluster.endpoints()})
+    assert pinned_now[added.instance_id] not in pinned.values() and len(set(pinned_now.values())) == 4
     internal = str(ensure_cluster_keys("e2e").internal_key_path)  # the head's key to the other nodes
-    with connect(replace(replacement, key_path=internal)) as client:  # authorised at boot, no staging
+    with connect(replace(replacement, key_path=internal).host) as client:  # authorised at boot, no staging
         assert _run(client, "true")[0] == 0
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from provisioning.cloud.aws.teardown import leftovers
-from provisioning.cloud.lifecycle import ShortageError, UpRequest, up
+from provisioning.cloud.cluster import ShortageError
+from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.state import Store

@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, Store
+from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_plan
 
 
 def _row(name: str = "c1") -> ClusterRow:
-    return ClusterRow(name, "sandbox", "provisioning", make_plan(), "tok", CloudResources(), "root", "")
+    return ClusterRow(name, "sandbox", ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
 
 
 def _node(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,7 @@ import torch
 
 from provisioning.cloud.keys import ensure_cluster_keys
 from tests.cloud.plans import AZ, make_tiering_plan
+from tests.cloud.procs import host_namespaces, pid_namespace, processes
 from tests.conftest import REPO, run_cli
 
 pytestmark = [
@@ -124,6 +126,36 @@ def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
 
 
+@pytest.mark.soak  # about 2 minutes of both cores: CI's suite stays under 20 min; run it with `-m soak`
+def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_path):
+    """First, on the whole cluster: `deepvm profile` launches configs/resnet.yaml on 1, 2 and 3 of its
+    trainers (the holder with them each time), writes the profile and its plot, leaves nothing running;
+    `deepvm plan --profile` plans g4dn.xlarge with it (the sandbox's speeds say nothing of GPUs)."""
+    env, _ = cluster
+    out, picture = tmp_path / "profile.json", tmp_path / "profile.png"
+    result = run_cli("profile", "configs/resnet.yaml", "--cluster", "e2e", "--steps", "8", "--warmup", "2",
+                     "--repeats", "1", "--out", str(out), "--plot", str(picture), env=env, timeout=900)  # fmt: skip
+    print(result.stdout, result.stderr)  # the README's example (pytest -s)
+    assert result.returncode == 0, result.stderr[-4000:]
+    profile = json.loads(out.read_text())
+    assert (profile["instance_type"], profile["cluster"], profile["job"]["name"]) == (
+        "g4dn.xlarge", "e2e", "resnet18-rehearsal")
+    assert [(s["nodes"], len(s["samples_per_s"])) for s in profile["sizes"]] == [(1, 1), (2, 1), (3, 1)]
+    assert all(s["samples_per_s"][0] > 0 for s in profile["sizes"]) and profile["sizes"][0]["speedup"] == 1.0
+    assert (profile["steps"], profile["warmup_steps"], profile["repeats"]) == (8, 2, 1)
+    assert profile["fit"]["max_nodes_measured"] == 3 and profile["fit"]["a"]["value"] > 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert "cost: the cluster bills $" in result.stderr and "estimate: about" in result.stderr
+    assert "speed-up" in result.stdout and "S(n) = c / (1 + exp(-a (n - b))): a = " in result.stdout
+    assert not [line for line in processes().values() if ".deepvm-profile.yaml" in line]
+    hosts = Path(env["DEEPVM_HOME"], "sandbox", "hosts")
+    assert list(hosts.glob("*/home/*/deepvm/runtime")) and not list(hosts.glob("*/home/*/deepvm/jobs/*-profile-*"))
+    plan = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(out), "--json", env=env)
+    assert plan.returncode == 0, plan.stderr
+    curves = {c["instance_type"]: c for c in json.loads(plan.stdout)["scaling_curves"]}
+    assert (curves["g4dn.xlarge"]["source"], curves["g4dn.xlarge"]["max_nodes"]) == ("profile", 4)
+
+
 def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(cluster, monkeypatch):
     env, job = cluster
     monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
@@ -140,7 +172,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     head = on_demand_node(env)  # mpirun and its supervisor run there, not on this machine
     for command in ("mpirun ", "-m training.headrun "):
         pids = [pid for pid, line in _our_processes(env).items() if command in f" {line}"]
-        assert pids and {_pid_namespace(pid) for pid in pids} == _host_namespaces(head), command
+        assert pids and {pid_namespace(pid) for pid in pids} == host_namespaces(head), command
     victim = trainers_in_job(env, seen)[1]
     result = run_cli("interrupt", victim, "--after", "30", env=env)
     assert result.returncode == 0, result.stderr
@@ -329,6 +361,29 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
 
 
+def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cluster):
+    """Ctrl-C is the user's own stop: no `error:`, and the command it prints continues the job as is."""
+    env, job = cluster
+    seen: list[str] = []
+    proc = start_train(env, job)
+    read_until_step(proc, 8, seen)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    last = stderr.strip().splitlines()[-1]
+    assert proc.returncode == 130, "\n".join((seen + stderr.splitlines())[-30:])
+    assert last.startswith("deepvm: stopped at step") and "error" not in last, last
+    hint = re.search(r"`(deepvm train [^`]+)`", last)
+    assert hint, last
+    argv = shlex.split(hint[1])
+    assert argv[argv.index("--cluster") + 1] == "e2e" and "--resume" in argv
+    resumed = subprocess.run([sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"], cwd=REPO,
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    result = json.loads(resumed.stdout)
+    assert result["steps"] == STEPS and result["restarts"] == 0, result
+    assert result["recoveries"][0]["reason"] == "user-resume"
+
+
 @pytest.mark.soak
 def test_controller_killed_then_resumed(cluster):
     env, job = cluster
@@ -350,31 +405,9 @@ def test_controller_killed_then_resumed(cluster):
     assert resumed["steps"] == STEPS and restart["lost_steps"] <= EVERY
 
 
-def _processes() -> dict[int, str]:
-    """Command lines of live processes, by pid."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-    return found
-
-
 def _our_processes(env: dict[str, str]) -> dict[int, str]:
     """Command lines of live processes that belong to this module's cluster or its jobs, by pid."""
-    return {pid: line for pid, line in _processes().items() if env["DEEPVM_HOME"] in line or NAME in line}
-
-
-def _pid_namespace(pid: int) -> str:
-    return os.readlink(f"/proc/{pid}/ns/pid")
-
-
-def _host_namespaces(instance_id: str) -> set[str]:
-    """The PID namespace of a sandbox host: its init's (the unshare around it lives in ours)."""
-    inits = [pid for pid, line in _processes().items()
-             if "provisioning.sandbox.hostinit" in line and f"/hosts/{instance_id}" in line]  # fmt: skip
-    return {_pid_namespace(pid) for pid in inits} - {_pid_namespace(os.getpid())}
+    return {pid: line for pid, line in processes().items() if env["DEEPVM_HOME"] in line or NAME in line}
 
 
 def running_nodes(env: dict[str, str]) -> list[str]:

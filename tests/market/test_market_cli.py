@@ -135,3 +135,27 @@ def test_save_snapshot_without_credentials_is_one_line(tmp_path):
     assert (result.returncode, result.stderr) == (
         4, "deepvm: error: cannot save a snapshot without live AWS data: no AWS credentials found\n")
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_human_view_cuts_no_price_or_type_name(columns):
+    env = {"COLUMNS": columns, "NO_COLOR": "1"}
+    doc = json.loads(run_cli("market", "--offline", "--region", "all", "--json", env=env).stdout)
+    result = run_cli("market", "--offline", "--region", "all", "--holders", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= int(columns)
+    section: dict[str, list[str]] = {}  # region -> the lines of its GPU table
+    region = ""
+    for line in result.stdout.splitlines():
+        if line.startswith("GPU instance types in "):
+            region = line.split()[4]
+        elif line.startswith("CPU checkpoint holders"):
+            region = ""
+        elif region:
+            section.setdefault(region, []).append(line)
+    for row in doc["instance_types"]:  # the row of each GPU type in its region shows both prices whole
+        if row["gpu_count"]:
+            line = next(x for x in section[row["region"]] if x.split()[:1] == [row["instance_type"]])
+            assert f"{row['on_demand_usd_per_hour']:.4f}" in line
+            assert f"{row['cheapest_spot']['usd_per_hour']:.4f}" in line

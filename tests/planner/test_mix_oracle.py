@@ -30,7 +30,8 @@ def catalogs(draw) -> Catalog:
         types[name] = InstanceType(name, GPU_GROUPS[i], 4, draw(st.sampled_from([None, 16.0])),
                                    draw(st.sampled_from([0.3, 5.0, 25.0])), "T", 1, draw(st.floats(10, 500)),
                                    ScalingParams(draw(st.floats(0.1, 0.9)), draw(st.floats(1.0, 3.0)),
-                                                 draw(st.floats(1.0, 4.0))))
+                                                 draw(st.floats(1.0, 4.0)),
+                                                 max_nodes=draw(st.one_of(st.none(), st.integers(1, 4)))))
         offered = [az for az in azs if draw(st.booleans())] or azs[:1]
         prices += [Price(name, "r", az, Market.SPOT, draw(st.floats(0.05, 1.0))) for az in offered]
         if draw(st.booleans()):
@@ -64,6 +65,8 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
         total = sum(counts.values())
         if not used or price > request.max_price + 1e-9:
             return
+        if any(t.scaling.max_nodes is not None and counts[t.name] > t.scaling.max_nodes for t in used):
+            return  # beyond a profiled curve's node bound (the anchor counts)
         k = min(scaling_factor(t.scaling, total) for t in used)
         spot = {t.name: catalog.spot_prices(t.name, "r")[az] for t in used}
         weight = {t.name: t.flops / spot[t.name] * 3600 if request.objective is Objective.DEEPVM else t.flops

@@ -162,6 +162,23 @@ def test_mix_rejects_ratio_objectives():
     assert result.returncode == 2 and "--mix plans for --objective deepvm or throughput" in result.stderr
 
 
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_human_output_cuts_no_number_and_no_type_name(columns, isolated_env):
+    """At 80 columns text wraps, but no number, instance type or AZ is cut (`…`) or split across lines."""
+    env = {"COLUMNS": columns, "NO_COLOR": "1"}
+    doc = json.loads(run_cli("plan", "--max-price", "12", "--offline", "--json", env=env).stdout)
+    result = run_cli("plan", "--max-price", "12", "--offline", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    for plan in doc["plans"]:
+        assert f"{plan['price_per_hour']:.4f}" in result.stdout
+        assert f"{plan['effective_flops']:,.1f}" in result.stdout
+        assert f"{plan['objective_value']:,.0f}" in result.stdout
+        assert plan["availability_zone"] in result.stdout
+        for node in plan["nodes"]:
+            assert f"{node['count']} {node['instance_type']}" in result.stdout
+
+
 def test_stages_show_on_a_terminal_and_never_in_a_script():
     """A person sees what the planner is waiting on (the mix's solves included); a script's stderr stays empty."""
     args = ("plan", "--offline", "--max-price", "3", "--mix", "--json")

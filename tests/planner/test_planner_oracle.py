@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,8 @@ def catalogs(draw) -> Catalog:
             draw(st.one_of(st.none(), st.sampled_from([8.0, 16.0]))),
             draw(st.sampled_from([1.7, 5.0, 10.0, 25.0])), "T", 1,
             draw(st.floats(10, 500)),
-            ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0))),
+            ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0)),
+                          max_nodes=draw(st.one_of(st.none(), st.integers(1, 6)))),  # a profiled curve's bound
         )
     for i in range(draw(st.integers(0, 3))):
         name = f"c{i}.x"
@@ -54,6 +56,9 @@ def catalogs(draw) -> Catalog:
 def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
     """Every valid cluster as (Z, E, price, key); key identifies it up to the AZ and holder count."""
     limit = request.node_limit or max_nodes
+
+    def within_curve(v: InstanceType, n: int) -> bool:  # every node of the type, the anchor too
+        return v.scaling.max_nodes is None or n <= v.scaling.max_nodes
     need_memory = request.checkpoint_size_gib * request.buffer_slots
     cpu = catalog.cpu_types()
 
@@ -76,7 +81,7 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
 
                 for n in range(2, limit + 2):  # Single Anchor: 1 on-demand + (n - 1) spot
                     too_small = v.memory_gib is not None and v.memory_gib < need_memory
-                    if od_v is None or n - 1 > limit or too_small:
+                    if od_v is None or n - 1 > limit or too_small or not within_curve(v, n):
                         continue
                     price = od_v + (n - 1) * spot
                     use = {("G and VT", Market.SPOT): (n - 1) * v.vcpus,
@@ -84,6 +89,8 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
                     if price <= request.max_price + 1e-9 and quota_ok(region, use):
                         yield (*value(n), price, ("sa", region, v.name, n, None))
                 for n in range(1, limit + 1):  # Tiering
+                    if not within_curve(v, n):
+                        continue
                     for w in cpu:
                         od_w = catalog.on_demand_price(w.name, region)
                         sat = saturation_point(min(v.network_gbps, w.network_gbps))
@@ -96,18 +103,30 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
                                 yield (*value(n), price, ("tier", region, v.name, n, w.name))
 
 
-def oracle_ranking(catalog: Catalog, request: PlanRequest, max_nodes: int) -> list[tuple[float, float]]:
-    """(objective value, price) of the distinct plans, best first, ties to the lower price."""
+def oracle_ranking(
+    catalog: Catalog,
+    request: PlanRequest,
+    max_nodes: int,
+    counted: Callable[[tuple, float], tuple[float, float]] | None = None,
+) -> list[tuple[float, float]]:
+    """(objective value, price) of the distinct plans, best first, ties to the lower price.
+
+    `counted(key, price)` -> (goodput share, expected price) counts interruptions (test_interruptions_oracle).
+    """
     best: dict[tuple, tuple[float, float]] = {}
     for z, flops, price, key in enumerate_plans(catalog, request, max_nodes):
+        share, paid = (1.0, price) if counted is None else counted(key, price)
+        z, flops = z * share, flops * share
+        if flops <= 0:
+            continue  # interruptions stop it all the time: never a plan
         if request.objective is Objective.DEEPVM:
             value = z
         elif request.objective is Objective.THROUGHPUT:
             value = flops
         elif request.deadline_hours is None:
-            value = price / (flops * 3.6)
+            value = paid / (flops * 3.6)
         elif flops * 3.6 * request.deadline_hours >= request.work_pflop * (1 - 1e-12):
-            value = price * request.work_pflop / (flops * 3.6)
+            value = paid * request.work_pflop / (flops * 3.6)
         else:
             continue
         if key not in best or price < best[key][1]:
@@ -136,7 +155,11 @@ def test_milp_ranking_equals_brute_force(catalog, max_price, objective, node_lim
     deadline = {"deadline_hours": 1.0, "work_pflop": work} if objective is Objective.DEADLINE else {}
     request = PlanRequest(max_price=max_price, objective=objective, node_limit=node_limit,
                           checkpoint_size_gib=checkpoint, buffer_slots=2, top=3, **deadline)
-    expected = oracle_ranking(catalog, request, max_nodes=6)
+    assert_milp_ranks_as(catalog, request, oracle_ranking(catalog, request, max_nodes=6))
+
+
+def assert_milp_ranks_as(catalog: Catalog, request: PlanRequest, expected: list[tuple[float, float]]) -> None:
+    """The MILP's top 3 have the oracle's values and prices (ties broken to the same prices), within the cap."""
     try:
         result = plan_cluster(catalog, request, with_baselines=False, with_architectures=False)
     except InfeasibleError:
@@ -147,4 +170,4 @@ def test_milp_ranking_equals_brute_force(catalog, max_price, objective, node_lim
     for (gv, gp), (ev, ep) in zip(got, expected):  # same values, and ties broken to the same prices
         assert close(gv, ev) and close(gp, ep), (got, expected[:3])
     for plan in result.plans:
-        assert plan.price_per_hour <= max_price + 1e-9
+        assert plan.price_per_hour <= request.max_price + 1e-9

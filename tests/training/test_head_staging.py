@@ -10,9 +10,9 @@ import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
 
 import training.staging
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
 from training.staging import JobPaths, prepare_head
-from training.transport import HostSpec
 
 pytestmark = pytest.mark.skipif(not can_run_sshd(), reason="needs /usr/sbin/sshd")
 

@@ -6,23 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.errors import InputError
+from provisioning.errors import InputError, InputErrors
+from tests.documents import JOB as GOOD
 from training.jobspec import Cifar10Data, JobSpec, SyntheticData, load_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
-GOOD = """\
-name: t
-seed: 3
-model:
-  name: resnet34
-  num_classes: 10
-dataset:
-  kind: synthetic
-  samples: 64
-steps: 5
-batch_size: 8
-"""
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -31,11 +20,20 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def errors_of(path: Path) -> tuple[str, ...]:
+    """The lines a job file with several mistakes is refused with."""
+    with pytest.raises(InputErrors) as info:
+        load_job_spec(path)
+    return info.value.lines
+
+
 def error_of(path: Path) -> str:
+    """The one line a bad job file is refused with."""
     with pytest.raises(InputError) as info:
         load_job_spec(path)
+    assert not isinstance(info.value, InputErrors), info.value.lines
     message = str(info.value)
-    assert "\n" not in message
+    assert message.isprintable(), message
     return message
 
 
@@ -69,7 +67,7 @@ def test_unknown_nested_field_names_field_and_line(tmp_path):
 
 def test_unknown_top_level_field(tmp_path):
     path = write(tmp_path, GOOD + "epochz: 3\n")
-    assert error_of(path) == f"{path}:11: epochz: unknown field"
+    assert error_of(path) == f"{path}:11: epochz: unknown field; did you mean epochs?"
 
 
 def test_wrong_type_names_value(tmp_path):
@@ -236,14 +234,110 @@ def test_run_counts_steps_not_epochs(tmp_path):
     assert error_of(path).startswith(f"{path}:3: run: needs steps: N")
 
 
-def test_several_errors_report_the_first_line_and_a_count(tmp_path):
-    path = write(tmp_path, GOOD.replace("batch_size: 8", "batch_size: x") + "bogus: 1\n")
-    assert error_of(path) == f"{path}:10: batch_size: expected an integer, got 'x' (and 1 more)"
+def test_several_errors_are_all_reported_each_with_its_line_and_a_suggestion(tmp_path):
+    text = GOOD.replace("steps: 5", "step: 5").replace("batch_size: 8", "batch_size: x") + "optimizer: {lr: .nan}\n"
+    path = write(tmp_path, text.replace("  samples: 64", "  sample: 64"))
+    assert errors_of(path) == (
+        f"{path}:8: dataset.sample: unknown field; did you mean samples?",
+        f"{path}:9: step: unknown field; did you mean steps?",
+        f"{path}:10: batch_size: expected an integer, got 'x'",
+        f"{path}:11: optimizer.lr: must be a finite number, got nan",
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("optimizer: {lr: .inf}", "11: optimizer.lr: must be a finite number, got inf"),
+        ("optimizer: {lr: .nan}", "11: optimizer.lr: must be a finite number, got nan"),
+        ("optimizer: {lr: -1}", "11: optimizer.lr: must be greater than 0, got -1"),
+        ("checkpoint: {every_seconds: .inf}", "11: checkpoint.every_seconds: must be a finite number, got inf"),
+        ("schedule: {warmup_steps: -1}", "11: schedule.warmup_steps: must be at least 0, got -1"),
+        ("log_every: 100000000000000000000", "11: log_every: must be at most 1000000000, got 100000000000000000000"),
+        ("env: {A-B: x}", "11: env.A-B: 'A-B' is not an environment variable name"),
+        ("env: {'': x}", "11: env.'': '' is not an environment variable name"),
+        ("env: {X: \"a\\0b\"}", "11: env.X: must not contain the character '\\x00'"),
+        ("setup: [\"echo \\u202e hi\"]", "11: setup.0: must not contain the character '\\u202e'"),
+        ("batch_size: 9", "11: batch_size: duplicate key (first given at line 10)"),
+        ('"new\\nline": 1', "11: 'new\\nline': unknown field"),
+    ],
+)
+def test_one_bad_value_is_one_line(tmp_path, line, expected):
+    path = write(tmp_path, GOOD + line + "\n")
+    message = error_of(path)
+    assert message.startswith(f"{path}:{expected}"), message
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("resnet18-cifar10", True), ("a.b_c-9", True), ("x" * 64, True), ("x" * 65, False), ("../up", False),
+     ("a/b", False), ("-x", False), ("", False), ("a\x00b", False), ("bad\u202ename", False), ("a b", False)],
+)
+def test_the_job_name_is_a_directory_name(tmp_path, name, ok):
+    path = write(tmp_path, GOOD.replace("name: t", f"name: {name!r}".replace("'", '"') if name else 'name: ""'))
+    if ok:
+        assert load_job_spec(path).name == name
+    else:
+        assert error_of(path).startswith(f"{path}:1: name: must be 1 to 64 letters, digits")
+
+
+def test_a_duplicate_key_and_its_mistakes_are_all_reported(tmp_path):
+    path = write(tmp_path, GOOD.replace("batch_size: 8", "batch_size: 8\nbatch_size: 100000000000000000000"))
+    assert errors_of(path) == (
+        f"{path}:11: batch_size: duplicate key (first given at line 10)",
+        f"{path}:11: batch_size: must be at most 65536, got 100000000000000000000",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: " + "[" * 3000 + "]" * 3000 + "\n", "1: YAML nested more than 32 levels deep"),
+        ("a:\n" + "".join("  " * i + "- \n" for i in range(1, 60)), "33: YAML nested more than 32 levels deep"),
+        ("a: &a [*a]\n", "1: an alias refers to a node that contains it"),
+        ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+         + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+         "expands to more than 100,000 values (aliases)"),
+        ("steps: 2024-13-45\n", "1: invalid YAML value '2024-13-45' (month must be in 1..12)"),
+        ("steps: !!int x\n", "1: invalid YAML value 'x'"),
+        ("steps: !!timestamp x\n", "1: invalid YAML value 'x'"),
+        ("a: b\n---\nc: d\n", "2: invalid YAML: but found another document"),
+    ],
+)
+def test_hostile_yaml_is_one_line(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert message.startswith(f"{path}:") and expected in message, message
+
+
+def test_a_file_that_is_not_a_job_file(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert error_of(tmp_path / "loop") == f"cannot read job file {tmp_path / 'loop'}: its symbolic links form a loop"
+    assert error_of(Path("/dev/zero")) == "job file is not a regular file: /dev/zero"
+    assert error_of(tmp_path) == f"job file is a directory: {tmp_path}"
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as handle:
+        handle.truncate(60 * 1024 * 1024)
+    assert error_of(big) == f"job file {big} is larger than 256 KiB; refusing to read it"
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"name: caf\xe9\n")
+    assert error_of(latin1) == f"{latin1} is not UTF-8 text (byte 9); a job file must be"
+
+
+def test_a_missing_job_file_suggests_the_one_meant(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "resnet.yaml").write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    assert error_of(Path("resnet.yaml")) == "job file not found: resnet.yaml; did you mean configs/resnet.yaml?"
+    assert error_of(Path("configs/resnt.yaml")) == (
+        "job file not found: configs/resnt.yaml; did you mean configs/resnet.yaml?"
+    )
+    assert error_of(Path("other.yaml")) == "job file not found: other.yaml"
 
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nope.yaml"
-    assert error_of(path) == f"{path}: no such file"
+    assert error_of(path) == f"job file not found: {path}"
 
 
 def test_bad_yaml_names_line(tmp_path):

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from provisioning.catalog import Market
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
 from training.launcher import (
     Launch,
@@ -22,7 +24,6 @@ from training.launcher import (
 )
 from training.recovery import RecoveryLog
 from training.staging import JobPaths
-from training.transport import HostSpec, TransportError
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():

@@ -26,7 +26,7 @@ def test_bad_job_spec_names_file_line_and_field(tmp_path: Path):
     job.write_text("name: x\ndataset:\n  kind: synthetic\nsteps: 10\nbatch_sise: 8\n")
     result = run_cli("train", str(job), "--cluster", "nope")
     assert result.returncode == 2
-    assert result.stderr == f"deepvm: error: {job}:5: batch_sise: unknown field\n"
+    assert result.stderr == f"deepvm: error: {job}:5: batch_sise: unknown field; did you mean batch_size?\n"
 
 
 def test_missing_job_file(tmp_path: Path):

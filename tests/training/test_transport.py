@@ -6,18 +6,19 @@ import getpass
 import json
 import os
 import stat
+import subprocess
 import time
 
 import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
 
+from provisioning.cloud.ssh import Answer, HostKeyRefused, TransportError, UnreadableKnownHosts, probe, probe_all
+from provisioning.cloud.types import HostSpec
 from training.transport import (
     MANIFEST,
-    HostSpec,
     OutputLine,
     PushProgress,
     RemoteCommand,
-    TransportError,
     fetch_tree,
     push_tree,
     run_command,
@@ -254,3 +255,31 @@ def test_fetch_tree_copies_every_file_below(server, job, tmp_path):
         assert (tmp_path / "back" / name).read_bytes() == (job / name).read_bytes()
     with pytest.raises(TransportError, match=r"listing .*/nope failed"):
         fetch_tree(host(server), str(tmp_path / "nope"), tmp_path / "back")
+
+
+# the one probe (provisioning/cloud/ssh.py): what `up` waits for and how the controller tells dead nodes
+
+
+def test_probe_tells_a_live_node_a_silent_one_and_one_whose_key_is_not_pinned(server, tmp_path):
+    forged = tmp_path / "forged_known_hosts"
+    forged.write_text(f"[127.0.0.1]:{server.port} ssh-ed25519 "
+                      "AAAAC3NzaC1lZDI1NTE5AAAAIHm0o1fVvPzSgHLkwZkt7Qv7rX5O4xJf7Kq6yq0E0Dq9\n")  # fmt: skip
+    unknown = tmp_path / "empty_known_hosts"
+    unknown.write_text("")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
+    hosts = [
+        host(server),
+        host(server, port=1),  # nothing listens
+        host(server, known_hosts=forged),
+        host(server, known_hosts=unknown),
+        host(server, key_path=tmp_path / "k"),  # not authorised (yet: a node still booting)
+    ]
+    assert probe_all(hosts, timeout_s=5) == [Answer.YES, Answer.NO, Answer.NOT_PINNED, Answer.NOT_PINNED, Answer.NO]
+    assert probe(hosts[0]) is Answer.YES
+    with pytest.raises(HostKeyRefused):
+        run_command(hosts[2], "true", lambda line: None)
+
+
+def test_probe_refuses_to_answer_without_a_known_hosts_file(server, tmp_path):
+    with pytest.raises(UnreadableKnownHosts, match=r"known_hosts file .* does not exist"):
+        probe_all([host(server), host(server, known_hosts=tmp_path / "nope")])

@@ -16,25 +16,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from provisioning.cloud import lifecycle
+from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.head import head_node
-from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.keys import HOST_KEYS_DIR, pinned_host_keys
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError, NotFoundError
 from provisioning.home import deepvm_home
-from provisioning.state import Store, utc_now
-from training.controller import TrainRequest, new_job_id, node_host
+from provisioning.state import utc_now
+from training.controller import TrainRequest, new_job_id
 from training.jobspec import load_job_spec
-from training.jobstore import JobRow, JobStore
+from training.jobstore import JobRow, JobStatus, JobStore
 from training.managed.layout import MANAGED_HOME, JobFiles
-from training.managed.records import FINAL_STATES, RUNNING, HeadJob, JobSummary, LogRecord
+from training.managed.records import HeadJob, JobSummary, LogRecord
 from training.progress import JobReporter
 from training.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.transport import (
-    HostSpec,
     OutputLine,
     PushProgress,
-    TransportError,
     push_tree,
     run_command,
     run_on_hosts,
@@ -59,37 +58,39 @@ class Head:
 class FollowEnd:
     """How following a job's log ended."""
 
-    status: str  # the job's final state (records.FINAL_STATES), or RUNNING when only its log ended
+    status: JobStatus  # the job's final state, or RUNNING when only its log ended
     text: str  # why, as the head said it
     next_line: int  # where a later follow starts
 
 
 def find_head(cluster: str, python: str) -> Head:
+    """The head of the cluster named `cluster` (NotFoundError unless it is up)."""
+    return head_of(Cluster.open_running(cluster), python)
+
+
+def head_of(cluster: Cluster, python: str) -> Head:
     """The cluster's head (provisioning.cloud.head), as a host this machine can log in to."""
-    name = check_cluster_name(cluster)
-    endpoints = {e.instance_id: e for e in lifecycle.ssh_endpoints(name)}  # NotFoundError unless up
-    node = head_node(Store().nodes(name))
+    endpoints = {e.instance_id: e for e in cluster.endpoints()}
+    node = head_node(cluster.nodes())
     if node is None or node.instance_id not in endpoints:
         raise InputError(
-            f"cluster {name} has no running on-demand node to run the job's controller on; "
+            f"cluster {cluster.name} has no running on-demand node to run the job's controller on; "
             "train with --controller local"
         )
-    return Head(name, node.instance_id, node_host(endpoints[node.instance_id]), python)
+    return Head(cluster.name, node.instance_id, endpoints[node.instance_id].host, python)
 
 
 def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     """Stage the job on the cluster's head and start its supervised controller there; the job's row."""
     spec = load_job_spec(request.job_path)
-    head = find_head(request.cluster, request.python)
-    lifecycle.status(head.cluster)  # node states from the cloud now: a node interrupted since is skipped
-    store = Store()
-    row = store.cluster(head.cluster)
-    assert row is not None  # find_head checked that it is up
-    busy = [j for j in jobs_on(head) if j.status == RUNNING and j.controller_alive]
+    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
+    cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
+    head = head_of(cluster, request.python)
+    busy = running_jobs(head)
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
                          f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
-    keys = ensure_cluster_keys(head.cluster)
+    keys = cluster.keys
     job_id = new_job_id(spec.name)
     files = JobFiles(job_id)
 
@@ -100,33 +101,34 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     with tempfile.TemporaryDirectory(prefix="deepvm-submit-") as work:
         push_tree([head.host], stage_runtime(Path(work) / "runtime"), RUNTIME_DIR, progress=push)
     push_tree([head.host], request.job_path.resolve().parent, files.job_dir, progress=push)
-    _authorize_internal_key(head.cluster, keys.internal_public, report)
+    _authorize_internal_key(cluster, report)
     record = HeadJob(
         job_id=job_id,
-        cluster=row,
-        nodes=tuple(store.nodes(head.cluster)),
+        cluster=cluster.row,
+        nodes=tuple(cluster.nodes()),
         job_file=request.job_path.name,
         python=request.python,
         replace_nodes=request.replace_nodes,
         max_failures=request.max_failures,
         stall_timeout_s=request.stall_timeout_s,
-        node_env=lifecycle.node_env(head.cluster),
-        service_env=lifecycle.controller_env(head.cluster),
+        node_env=cluster.node_env(),
+        service_env=cluster.controller_env(),
         submitted_at=utc_now(),
     )
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)
+    pins = {f"{cluster_dir}/{HOST_KEYS_DIR}/{iid}": f"{key}\n".encode() for iid, key in pinned_host_keys(keys).items()}
     write_files(head.host, {
         f"{cluster_dir}/id_ed25519": internal,  # the head logs in to the nodes with the internal key
         f"{cluster_dir}/internal_ed25519": internal,
-        f"{cluster_dir}/ssh_host_ed25519_key": keys.host_key_private.encode(),  # the head's own host key
+        **pins,  # each node's host key as pinned here: the head checks them as this machine does
         files.record: record.to_json().encode(),
     })  # fmt: skip
     out = request.out_dir or deepvm_home() / "jobs" / job_id
     job = JobStore().put(JobRow(
         job_id=job_id, cluster=head.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
-        status=RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0, world_size=0,
-        loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
+        status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0,
+        world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
         out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
         controller=head.instance_id,
     ))  # fmt: skip
@@ -135,11 +137,11 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
     return job
 
 
-def _authorize_internal_key(cluster: str, public: str, report: JobReporter) -> None:
+def _authorize_internal_key(cluster: Cluster, report: JobReporter) -> None:
     """Let the head log in to every node with the cluster-internal key (nodes bought later get it at boot
     from their user data)."""
-    hosts = [node_host(e) for e in lifecycle.ssh_endpoints(cluster)]
-    script = "set -e\n" + "\n".join(authorize_lines(public))
+    hosts = [e.host for e in cluster.endpoints()]
+    script = "set -e\n" + "\n".join(authorize_lines(cluster.keys.internal_public))
     codes = run_on_hosts(hosts, script, lambda line: report.log(line.host, line.text))
     failed = [name for name, code in codes.items() if code != 0]
     if failed:
@@ -201,7 +203,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
     """Hand each record of the job's log to on_record, from line `start` (or the last `tail` lines), until
     the job is over (or the log's current end, without keep_following)."""
     flags = f"--from {start}" + (f" --tail {tail}" if tail is not None else "") + (" --follow" * keep_following)
-    state = FollowEnd(RUNNING, "", start)
+    state = FollowEnd(JobStatus.RUNNING, "", start)
     errors: list[str] = []
 
     def line(item: OutputLine) -> None:
@@ -214,7 +216,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
         except (ValueError, TypeError):
             return  # a line the head's service did not write as a record (cannot happen unless edited)
         state = replace(state, next_line=state.next_line + 1)
-        if record.kind == "state":
+        if record.kind == "state" and record.status is not None:
             state = replace(state, status=record.status, text=record.text)
         on_record(record)
 
@@ -238,6 +240,11 @@ def jobs_on(head: Head) -> list[JobSummary]:
     summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
+
+
+def running_jobs(head: Head) -> list[JobSummary]:
+    """The head's jobs whose controller runs now."""
+    return [s for s in jobs_on(head) if s.status is JobStatus.RUNNING and s.controller_alive]
 
 
 def _remember(summaries: list[JobSummary]) -> None:
@@ -285,7 +292,3 @@ def managed_job(job_id: str) -> JobRow:
     if row.controller == "local":
         raise InputError(f"job {job_id} ran with --controller local: its log was printed by `deepvm train`")
     return row
-
-
-def is_final(status: str) -> bool:
-    return status in FINAL_STATES

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from provisioning.home import deepvm_home
-from training.jobstore import JobRow, JobStore
-from training.managed.records import FAILED, FINAL_STATES, RUNNING, JobSummary, LogRecord
+from training.jobstore import JobRow, JobStatus, JobStore
+from training.managed.records import JobSummary, LogRecord
 
 _POLL_S = 0.2
 
@@ -56,20 +56,20 @@ def summaries() -> list[JobSummary]:
     for root in sorted(jobs_dir.iterdir()) if jobs_dir.is_dir() else []:
         if root.name not in known:  # its controller has not written its row (yet, or ever)
             alive = supervisor_alive(root)
-            status, text = (RUNNING, "starting") if alive else _last_state(root)
+            status, text = (JobStatus.RUNNING, "starting") if alive else _last_state(root)
             found.append(JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text,
                                     alive))  # fmt: skip
     return found
 
 
-def _last_state(root: Path) -> tuple[str, str]:
+def _last_state(root: Path) -> tuple[JobStatus, str]:
     """The last state the job's log records (FAILED when it records none: nothing runs it any more)."""
-    status, text = FAILED, "its controller stopped before it started"
+    status, text = JobStatus.FAILED, "its controller stopped before it started"
     with contextlib.suppress(OSError), open(root / "log.jsonl") as log:
         for line in log:
             with contextlib.suppress(ValueError, TypeError):
                 record = LogRecord.from_json(line)
-                if record.kind == "state":
+                if record.kind == "state" and record.status is not None:
                     status, text = record.status, record.text
     return status, text
 
@@ -114,7 +114,7 @@ def _final(job_id: str) -> bool:
     if not (deepvm_home() / "state.db").exists():
         return True
     row = JobStore().get(job_id)
-    return row is None or row.status in FINAL_STATES
+    return row is None or row.status.final
 
 
 def cancel(job_id: str, now: bool) -> int:

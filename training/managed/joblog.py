@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from training.jobstore import JobStatus
 from training.managed.records import LogRecord
 from training.progress import JobReporter, Progress
 
@@ -41,7 +42,7 @@ class JobLog:
     def note(self, text: str) -> None:
         self.write(LogRecord("note", time.time(), text=text))
 
-    def state(self, status: str, text: str) -> None:
+    def state(self, status: JobStatus, text: str) -> None:
         self.write(LogRecord("state", time.time(), text=text, status=status))
 
     def close(self) -> None:

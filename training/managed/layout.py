@@ -2,7 +2,8 @@
 there, and so does SFTP):
 
     deepvm/managed/                     DEEPVM_HOME of the head's controller: state.db (the cluster as the
-                                        head knows it, jobs), clusters/NAME/ (the internal key, host key)
+                                        head knows it, jobs), clusters/NAME/ (the internal key, the nodes'
+                                        pinned host keys)
     deepvm/managed/jobs/JOB_ID/job.json     the HeadJob record the client wrote
     deepvm/managed/jobs/JOB_ID/job/         the job directory (the YAML and what sits beside it)
     deepvm/managed/jobs/JOB_ID/log.jsonl    the job's log: one LogRecord per line, appended and flushed

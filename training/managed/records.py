@@ -15,12 +15,9 @@ from typing import Any
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
 from provisioning.planner.plan import Plan, Role
-from provisioning.state import ClusterRow
+from provisioning.state import ClusterRow, ClusterStatus
+from training.jobstore import JobStatus
 from training.progress import Progress
-
-# job states as the head knows them; the first is the only one that is not final
-RUNNING, COMPLETED, CANCELLED, STOPPED, FAILED = "running", "completed", "cancelled", "stopped", "failed"
-FINAL_STATES = (COMPLETED, CANCELLED, STOPPED, FAILED)
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,8 @@ class HeadJob:
     def from_json(cls, text: str) -> HeadJob:
         data = json.loads(text)
         c = data["cluster"]
-        cluster = ClusterRow(**{**c, "plan": Plan.from_dict(c["plan"]), "resources": _resources(c["resources"])})
+        cluster = ClusterRow(**{**c, "status": ClusterStatus(c["status"]), "plan": Plan.from_dict(c["plan"]),
+                                "resources": _resources(c["resources"])})  # fmt: skip
         nodes = tuple(
             NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
         )
@@ -77,7 +75,7 @@ class LogRecord:
     progress: Progress | None = None
     done: int = 0
     total: int = 0
-    status: str = ""
+    status: JobStatus | None = None  # set in state records
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v not in ("", None, 0) or k in ("kind", "at")}
@@ -89,7 +87,9 @@ class LogRecord:
         if not isinstance(data, dict) or "kind" not in data:
             raise ValueError(f"not a log record: {line[:80]!r}")
         progress = data.pop("progress", None)
-        return cls(**data, progress=Progress(**progress) if progress else None)
+        status = data.pop("status", None)
+        return cls(**data, progress=Progress(**progress) if progress else None,
+                   status=JobStatus(status) if status else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class JobSummary:
     job_id: str
     cluster: str
     name: str
-    status: str
+    status: JobStatus
     step: int
     total_steps: int
     loss: float | None  # at the newest step
@@ -121,4 +121,5 @@ class JobSummary:
 
     @classmethod
     def from_json(cls, line: str) -> JobSummary:
-        return cls(**json.loads(line))
+        data = json.loads(line)
+        return cls(**{**data, "status": JobStatus(data["status"])})

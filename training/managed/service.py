@@ -22,16 +22,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from provisioning.cloud.cluster import private_only
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
-from provisioning.cloud.lifecycle import private_only
 from provisioning.errors import InputError
-from provisioning.state import Store
+from provisioning.state import ClusterStatus, Store
 from training.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
 from training.jobspec import load_job_spec
-from training.jobstore import ControllerBusy
+from training.jobstore import ControllerBusy, JobStatus
 from training.managed.joblog import JobLog
 from training.managed.mirror import LogMirror
-from training.managed.records import CANCELLED, COMPLETED, FAILED, HeadJob
+from training.managed.records import HeadJob
 
 FINAL = 3  # the job failed for good: the supervisor does not restart it
 
@@ -42,11 +42,11 @@ def seed_store(job: HeadJob) -> None:
     cloud's API itself (real or the sandbox's), hence cloud "aws"."""
     store = Store()
     if store.cluster(job.cluster.name) is None:
-        store.put_cluster(replace(job.cluster, cloud="aws", status="up"))
+        store.put_cluster(replace(job.cluster, cloud="aws", status=ClusterStatus.UP))
         store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
-    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the host key
+    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
     running = [n for n in store.nodes(job.cluster.name) if n.state == "running"]
-    write_known_hosts(keys, [(n.address or "", n.ssh_port) for n in running])
+    write_known_hosts(keys, running)
 
 
 def main(argv: list[str]) -> int:
@@ -75,13 +75,13 @@ def main(argv: list[str]) -> int:
         )
         result = train(request, log.reporter())
         _write_atomic(root / "result.json", json.dumps(result.to_dict()))
-        log.state(COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
+        log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
         return 0
     except TrainingCancelled as exc:
-        log.state(CANCELLED, str(exc))
+        log.state(JobStatus.CANCELLED, str(exc))
         return 0
     except (TrainingFailed, InputError, ControllerBusy) as exc:
-        log.state(FAILED, str(exc))
+        log.state(JobStatus.FAILED, str(exc))
         return FINAL
     except BaseException as exc:  # a crash: the supervisor restarts the service, which resumes the job
         log.note(f"controller error: {type(exc).__name__}: {exc}")

@@ -20,9 +20,8 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
-from training.jobstore import JobStore
+from training.jobstore import JobStatus, JobStore
 from training.managed.joblog import JobLog
-from training.managed.records import FAILED
 from training.managed.service import FINAL
 
 _MAX_CRASHES = 5
@@ -71,7 +70,7 @@ def supervise(root: Path) -> int:
                     text = (f"the controller crashed {len(crashes)} times in {_CRASH_WINDOW_S / 60:.0f} minutes "
                             f"(last: {_describe(code)}; see {root / 'service.out'}); giving up")  # fmt: skip
                     _mark_failed(root.name, text)
-                    log.state(FAILED, text)
+                    log.state(JobStatus.FAILED, text)
                     return FINAL
                 log.note(f"the controller stopped ({_describe(code)}); restarting it")
             finally:
@@ -83,7 +82,7 @@ def _mark_failed(job_id: str, text: str) -> None:
     jobs = JobStore()
     row = jobs.get(job_id)
     if row is not None:
-        jobs.put(replace(row, status=FAILED, message=text))
+        jobs.put(replace(row, status=JobStatus.FAILED, message=text))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """The controller's cloud rights: an IAM role and instance profile for the cluster's head node, and only it.
 
 The job's controller runs on the head node (`provisioning.cloud.head.head_node`) and must, with no copied
-credentials, describe the cluster's instances, buy replacements from the cluster's launch template,
-terminate the cluster's instances and delete the fleets it made. `up` makes a role with exactly that
-policy, limited by the cluster tag, and an instance profile of the same name (`controller_name`), and
-associates the profile with the head once it runs — never through the launch template, so trainers get no
-EC2 rights. A user who may not create IAM roles names an existing profile instead (`--controller-profile`);
-deepvm then creates nothing here and deletes nothing at `down`.
+credentials, describe the cluster's instances, buy replacements from the cluster's launch template, read
+their console output (where each prints its SSH host key), terminate the cluster's instances and delete the
+fleets it made. `up` makes a role with exactly that policy, limited by the cluster tag, and an instance
+profile of the same name (`controller_name`), and associates the profile with the head once it runs — never
+through the launch template, so trainers get no EC2 rights. A user who may not create IAM roles names an
+existing profile instead (`--controller-profile`); deepvm then creates nothing here and deletes nothing at
+`down`.
 
 S3 is not in the policy yet: DeepCheck's L3 mirroring of the job's logs and state from the head is a later
 addition (a statement limited to the job's bucket prefix).
@@ -25,11 +26,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, error_code
-from provisioning.cloud.names import CLUSTER_TAG, cluster_tags, controller_name
+from provisioning.cloud.aws.leftover import Leftover
+from provisioning.cloud.names import CLUSTER_TAG, CONTROLLER_POLICY, cluster_tags, controller_name
 from provisioning.cloud.types import ControllerAccess
 from provisioning.errors import CloudError
 
-POLICY_NAME = "deepvm-controller"
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
 README_SECTION = 'README §"The head node\'s cloud rights"'
 _PROPAGATION_S = 60.0  # IAM is eventually consistent: EC2 may not know a new profile for a few seconds
@@ -114,6 +115,14 @@ def controller_policy(cluster: str, region: str, node_role_arn: str | None = Non
             "Condition": owned,
         },
         {
+            # a replacement's host key is learnt from its console output (provisioning/cloud/pinning.py)
+            "Sid": "ReadClusterConsoles",
+            "Effect": "Allow",
+            "Action": "ec2:GetConsoleOutput",
+            "Resource": f"{arn}:instance/*",
+            "Condition": owned,
+        },
+        {
             "Sid": "DeleteClusterFleets",
             "Effect": "Allow",
             "Action": "ec2:DeleteFleets",
@@ -169,7 +178,7 @@ def ensure_controller(
                 )
         iam.put_role_policy(
             RoleName=name,
-            PolicyName=POLICY_NAME,
+            PolicyName=CONTROLLER_POLICY,
             PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role)),
         )
         roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
@@ -252,16 +261,16 @@ def delete_controller(ctx: AwsContext, cluster: str, known: ControllerAccess = C
     return deleted
 
 
-def controller_leftovers(ctx: AwsContext, cluster: str) -> list[str]:
+def controller_leftovers(ctx: AwsContext, cluster: str) -> list[Leftover]:
     """The cluster's controller role and profile, if they still exist ([] when IAM may not be read)."""
     name = controller_name(cluster)
     iam = ctx.client("iam")
     try:
         found = []
         if _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]):
-            found.append(f"IAM instance profile {name}")
+            found.append(Leftover("IAM instance profile", name))
         if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]):
-            found.append(f"IAM role {name}")
+            found.append(Leftover("IAM role", name))
     except ClientError as exc:
         if error_code(exc) in DENIED:
             return []

@@ -53,6 +53,14 @@ def check_cidr(cidr: str) -> str:
         raise InputError(f"--ssh-cidr {cidr!r} is not an address range like 203.0.113.7/32") from exc
 
 
+def world_open_warning(cidr: str) -> str | None:
+    """A warning when the range admits every address (0.0.0.0/0, ::/0): a scanner's SSH attempts then
+    reach every node. Still allowed: some networks have no narrower range to name."""
+    if ipaddress.ip_network(cidr, strict=False).prefixlen == 0:
+        return f"--ssh-cidr {cidr} opens the nodes' SSH port to the whole internet (only deepvm's keys log in)"
+    return None
+
+
 def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: str) -> str:
     """The cluster's group (created once, found again by name): SSH from ssh_cidr, all traffic within."""
     ec2 = ctx.client("ec2")
@@ -70,8 +78,13 @@ def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: 
                 VpcId=vpc_id,
                 TagSpecifications=[tag_spec("security-group", cluster)],
             )["GroupId"]
+        ssh_from = (
+            {"Ipv6Ranges": [{"CidrIpv6": ssh_cidr}]}
+            if ipaddress.ip_network(ssh_cidr, strict=False).version == 6
+            else {"IpRanges": [{"CidrIp": ssh_cidr}]}
+        )
         rules = [
-            {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": ssh_cidr}]},
+            {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ssh_from},
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]},
         ]
         for rule in rules:

@@ -1,27 +1,86 @@
-"""Tearing a cluster down so that nothing keeps billing, even when local state was lost.
+"""Tearing a cluster down so that nothing keeps billing, even when local state was lost or the cloud fails.
 
-Two passes: first the resources the store remembers (exact ids), then a sweep by the cluster tag that finds
-whatever an interrupted `up` or a lost state directory left behind. Every step treats "already gone" as
-success, so terminating twice is safe. The last step lists what still carries the tag; anything there is
-reported as an error rather than silently left running.
+Each step lists what it deletes afresh: the resources the store remembers (exact ids) plus a sweep by the
+cluster tag that finds whatever an interrupted `up` or a lost state directory left behind. "Already gone"
+is success, so tearing down twice is safe.
+
+Instances go first: they bill, and an instance must not outlive a failure of anything after it. Their
+fleets are deleted after them (an instant fleet is only a record once its instances are gone). A step
+that fails does not stop the next ones: a security group that cannot be deleted must not leave a key pair
+or an IAM role behind. A pass with failures is run again after a pause, because clouds fail for moments
+(throttling beyond botocore's own retries, a 5xx burst, an instance still shutting down). What is still
+there after the last pass is named, one resource per line with the command that deletes it, in a
+TeardownIncomplete error.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.aws.iam import controller_leftovers, delete_controller
 from provisioning.cloud.aws.instances import cluster_instances, describe
+from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.network import cluster_security_groups
 from provisioning.cloud.names import CLUSTER_TAG, cluster_filter
 from provisioning.cloud.types import CloudResources
 from provisioning.errors import CloudError
 
 _GONE_CODES = (".NotFound", ".Malformed", "NotFoundException")
+_PASS_PAUSES_S = (1.0, 2.0)  # a pass with failures is retried after each pause in turn
+_DEPENDENCY_WAIT_S = 120.0  # how long a security group may stay in use by instances that are shutting down
+
+
+class TeardownIncomplete(CloudError):
+    """Something of the cluster is still there after the teardown's last pass."""
+
+    def __init__(self, cluster: str, region: str, left: list[Leftover], failures: dict[str, str],
+                 endpoint_url: str | None = None) -> None:  # fmt: skip
+        self.left = tuple(left)
+        retry = f"run `deepvm down {cluster} --yes` again to retry"
+        if not left:  # the listing itself failed: say what did
+            steps = "; ".join(f"{kind}: {error}" for kind, error in failures.items())
+            super().__init__(f"cluster {cluster} may not be fully deleted ({steps}); {retry}")
+            return
+        lines = [f"cluster {cluster} is not fully deleted, {len(left)} resource(s) left; {retry}, or by hand:"]
+        for item in left:
+            why = failures.get(str(item)) or failures.get(item.kind)
+            lines.append(f"  {item}{f' ({why})' if why else ''}: {item.delete_command(region, endpoint_url)}")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class _Pass:
+    """One pass over every step: what it deleted and what failed (by resource, or by kind when listing)."""
+
+    deleted: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def attempt(self, key: str, call: Callable[[], object]) -> bool:
+        """Run one step; a failure is noted under `key` and the teardown goes on."""
+        try:
+            call()
+            return True
+        except (CloudError, ClientError, BotoCoreError) as exc:
+            self.failures[key] = _reason(exc)
+            return False
+
+    def delete(self, what: str, call: Callable[[], object]) -> None:
+        """Delete one resource: noted as deleted, as nothing when it was already gone, or as a failure."""
+        try:
+            call()
+        except ClientError as exc:
+            if not error_code(exc).endswith(_GONE_CODES):
+                self.failures[what] = _reason(exc)
+            return
+        except (CloudError, BotoCoreError) as exc:
+            self.failures[what] = _reason(exc)
+            return
+        self.deleted.append(what)
 
 
 def terminate_cluster(
@@ -31,87 +90,130 @@ def terminate_cluster(
     timeout_s: float = 600,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> list[str]:
-    """Delete everything of the cluster; return what was deleted ("instance i-..", "fleet fleet-..")."""
-    ec2 = ctx.client("ec2")
-    deleted: list[str] = []
+    """Delete everything of the cluster; return what was deleted ("instance i-..", "fleet fleet-..").
+    Raises TeardownIncomplete naming what is left when passes with pauses between them did not suffice."""
     deadline = time.monotonic() + timeout_s
-
-    instance_ids = [i.instance_id for i in cluster_instances(ctx, cluster)]
-    on_step("deleting fleets")
-    for fleet_id in _live_fleets(ctx, cluster, known.fleet_ids):
-        _delete_fleet(ctx, fleet_id)
-        deleted.append(f"fleet {fleet_id}")
-
-    on_step("terminating instances")
-    if instance_ids:
-        with cloud_errors("terminating instances"):
-            ec2.terminate_instances(InstanceIds=instance_ids)
-        deleted += [f"instance {i}" for i in instance_ids]
-
-    on_step("waiting for instances to terminate")
-    _wait_terminated(ctx, instance_ids, deadline)
-
-    on_step("deleting the controller's IAM role and instance profile")  # the head that held it is gone
-    deleted += delete_controller(ctx, cluster, known.controller)
-
-    on_step("deleting launch template")
-    with cloud_errors("listing launch templates"):
-        templates = ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
-    template_ids = dict.fromkeys([t["LaunchTemplateId"] for t in templates] + [known.launch_template_id])
-    for template_id in filter(None, template_ids):
-        if _gone_ok(lambda tid=template_id: ec2.delete_launch_template(LaunchTemplateId=tid)):
-            deleted.append(f"launch template {template_id}")
-
-    on_step("deleting security group")
-    groups = dict.fromkeys([*cluster_security_groups(ctx, cluster), known.security_group_id])
-    for group_id in filter(None, groups):
-        if _delete_group(ctx, group_id, deadline):
-            deleted.append(f"security group {group_id}")
-
-    on_step("deleting key pair")
-    with cloud_errors("listing key pairs"):
-        keys = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
-        if known.key_name:  # DeleteKeyPair succeeds for missing names: look the recorded one up first
-            by_name = [{"Name": "key-name", "Values": [known.key_name]}]
-            keys += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]
-    for key_name in dict.fromkeys(k["KeyName"] for k in keys):
-        if _gone_ok(lambda name=key_name: ec2.delete_key_pair(KeyName=name)):
-            deleted.append(f"key pair {key_name}")
-
-    on_step("deleting detached volumes")
-    with cloud_errors("listing volumes"):
-        volumes = ec2.describe_volumes(
-            Filters=[*cluster_filter(cluster), {"Name": "status", "Values": ["available"]}]
-        )["Volumes"]
-    for volume in volumes:
-        if _gone_ok(lambda vid=volume["VolumeId"]: ec2.delete_volume(VolumeId=vid)):
-            deleted.append(f"volume {volume['VolumeId']}")
-
-    left = leftovers(ctx, cluster)
+    deleted: list[str] = []
+    for pause in (*_PASS_PAUSES_S, None):
+        done = _one_pass(ctx, cluster, known, deadline, on_step)
+        deleted += [d for d in done.deleted if d not in deleted]
+        if not done.failures or pause is None or time.monotonic() + pause > deadline:
+            break
+        on_step(f"{len(done.failures)} teardown step(s) failed; trying again in {pause:g} s")
+        time.sleep(pause)
+    try:
+        left = leftovers(ctx, cluster)
+    except CloudError as exc:
+        raise TeardownIncomplete(cluster, ctx.region, [], {**done.failures, "listing": str(exc)}) from exc
     if left:
-        raise CloudError(
-            f"cluster {cluster}: still present after teardown: {', '.join(left)}; run `deepvm down` again"
-        )
+        raise TeardownIncomplete(cluster, ctx.region, left, done.failures, ctx.endpoint_url)
     return deleted
 
 
-def leftovers(ctx: AwsContext, cluster: str) -> list[str]:
+def _one_pass(
+    ctx: AwsContext, cluster: str, known: CloudResources, deadline: float, on_step: Callable[[str], None]
+) -> _Pass:
+    ec2 = ctx.client("ec2")
+    run = _Pass()
+
+    on_step("terminating instances")
+    live: list[str] = []
+
+    def terminate() -> None:
+        found = cluster_instances(ctx, cluster)
+        live.extend(i.instance_id for i in found)
+        running = [i.instance_id for i in found if i.state != "shutting-down"]
+        if running:
+            with cloud_errors("terminating instances"):
+                ec2.terminate_instances(InstanceIds=running)
+            run.deleted += [f"instance {i}" for i in running]
+
+    instances_gone = run.attempt("instance", terminate)
+
+    on_step("deleting fleets")  # after their instances: a fleet that cannot be deleted bills nothing
+    for fleet_id in _listed(run, "fleet", lambda: _live_fleets(ctx, cluster, known.fleet_ids)):
+        run.delete(f"fleet {fleet_id}", lambda f=fleet_id: _delete_fleet(ctx, f))
+
+    on_step("waiting for instances to terminate")
+    instances_gone = instances_gone and run.attempt("instance", lambda: _wait_terminated(ctx, live, deadline))
+
+    on_step("deleting the controller's IAM role and instance profile")  # the head that held it is gone
+    run.attempt("IAM role", lambda: run.deleted.extend(delete_controller(ctx, cluster, known.controller)))
+
+    on_step("deleting launch template")
+
+    def templates() -> list[str]:
+        with cloud_errors("listing launch templates"):
+            found = ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
+        return list(filter(None, dict.fromkeys([t["LaunchTemplateId"] for t in found] + [known.launch_template_id])))
+
+    for template_id in _listed(run, "launch template", templates):
+        run.delete(
+            f"launch template {template_id}", lambda t=template_id: ec2.delete_launch_template(LaunchTemplateId=t)
+        )
+
+    on_step("deleting security group")
+
+    def groups() -> list[str]:
+        return list(filter(None, dict.fromkeys([*cluster_security_groups(ctx, cluster), known.security_group_id])))
+
+    for group_id in _listed(run, "security group", groups):
+        if not instances_gone:  # instances that may still run hold it: a later pass deletes it
+            run.failures[f"security group {group_id}"] = "the cluster's instances are not terminated yet"
+        else:
+            run.delete(f"security group {group_id}", lambda g=group_id: _delete_group(ctx, g, deadline))
+
+    on_step("deleting key pair")
+
+    def key_pairs() -> list[str]:
+        with cloud_errors("listing key pairs"):
+            found = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
+            if known.key_name:  # DeleteKeyPair succeeds for missing names: look the recorded one up first
+                by_name = [{"Name": "key-name", "Values": [known.key_name]}]
+                found += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]
+        return list(dict.fromkeys(k["KeyName"] for k in found))
+
+    for key_name in _listed(run, "key pair", key_pairs):
+        run.delete(f"key pair {key_name}", lambda k=key_name: ec2.delete_key_pair(KeyName=k))
+
+    on_step("deleting detached volumes")
+
+    def volumes() -> list[str]:
+        with cloud_errors("listing volumes"):
+            found = ec2.describe_volumes(
+                Filters=[*cluster_filter(cluster), {"Name": "status", "Values": ["available"]}]
+            )["Volumes"]
+        return [v["VolumeId"] for v in found]
+
+    for volume_id in _listed(run, "volume", volumes):
+        run.delete(f"volume {volume_id}", lambda v=volume_id: ec2.delete_volume(VolumeId=v))
+    return run
+
+
+def leftovers(ctx: AwsContext, cluster: str) -> list[Leftover]:
     """Everything still tagged with the cluster that costs money, blocks a new cluster of that name, or
     grants rights (the controller's IAM role and profile)."""
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
-        found = [f"instance {i.instance_id}" for i in cluster_instances(ctx, cluster)]
-        found += [f"fleet {f}" for f in _live_fleets(ctx, cluster)]
+        found = [Leftover("instance", i.instance_id) for i in cluster_instances(ctx, cluster)]
+        found += [Leftover("fleet", f) for f in _live_fleets(ctx, cluster)]
         found += [
-            f"launch template {t['LaunchTemplateId']}"
+            Leftover("launch template", t["LaunchTemplateId"])
             for t in ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
         ]
-        found += [f"security group {g}" for g in cluster_security_groups(ctx, cluster)]
+        found += [Leftover("security group", g) for g in cluster_security_groups(ctx, cluster)]
         found += [
-            f"key pair {k['KeyName']}"
+            Leftover("key pair", k["KeyName"])
             for k in ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
         ]
     return found + controller_leftovers(ctx, cluster)
+
+
+def _listed(run: _Pass, kind: str, listing: Callable[[], list[str]]) -> list[str]:
+    """What a listing found, or nothing (noted as a failure of that kind) when it failed."""
+    found: list[str] = []
+    run.attempt(kind, lambda: found.extend(listing()))
+    return found
 
 
 def _live_fleets(ctx: AwsContext, cluster: str, known_ids: tuple[str, ...] = ()) -> list[str]:
@@ -154,31 +256,25 @@ def _wait_terminated(ctx: AwsContext, instance_ids: list[str], deadline: float) 
         if not alive:
             return
         if time.monotonic() > deadline:
-            raise CloudError(f"instances still shutting down: {', '.join(alive)}; run `deepvm down` again")
+            raise CloudError(f"instances still shutting down: {', '.join(alive)}")
         time.sleep(1.0)
 
 
-def _delete_group(ctx: AwsContext, group_id: str, deadline: float) -> bool:
-    """Delete a security group, retrying while terminating instances still hold it."""
+def _delete_group(ctx: AwsContext, group_id: str, deadline: float) -> None:
+    """Delete a security group, retrying a while as terminated instances' interfaces let go of it."""
+    until = min(deadline, time.monotonic() + _DEPENDENCY_WAIT_S)
     while True:
         try:
             ctx.client("ec2").delete_security_group(GroupId=group_id)
-            return True
+            return
         except ClientError as exc:
-            code = error_code(exc)
-            if code.endswith(_GONE_CODES):
-                return False
-            if code != "DependencyViolation" or time.monotonic() > deadline:
-                raise CloudError(f"deleting security group {group_id}: {code}") from exc
+            if error_code(exc) != "DependencyViolation" or time.monotonic() > until:
+                raise
         time.sleep(2.0)
 
 
-def _gone_ok(call: Callable[[], object]) -> bool:
-    """Run a delete; True if it deleted something, False if it was already gone."""
-    try:
-        call()
-        return True
-    except ClientError as exc:
-        if error_code(exc).endswith(_GONE_CODES):
-            return False
-        raise CloudError(f"teardown: {error_code(exc)}: {exc.response['Error'].get('Message', '')}") from exc
+def _reason(exc: BaseException) -> str:
+    """A failure in one line: the cloud's error code and message, or deepvm's own."""
+    if isinstance(exc, ClientError):
+        return f"{error_code(exc)}: {exc.response.get('Error', {}).get('Message', '')}".rstrip(": ")
+    return str(exc)

@@ -1,5 +1,5 @@
 """What every node boots from: the AMI, the imported public key and the launch template (IMDSv2 required,
-user-data with the pinned host key), all tagged with the cluster."""
+metadata one hop away, user-data with public keys only), all tagged with the cluster."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from provisioning.errors import CloudError
 # AWS publishes the current Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch-ready) under this name.
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 DLAMI_USER = "ubuntu"
+IMDS_HOP_LIMIT = 1
 
 
 def resolve_image(ctx: AwsContext, image_id: str | None) -> str:
@@ -59,17 +60,22 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
     name = resource_name(spec.name)
     # The internal key is authorised at boot, so the head reaches every node, replacements included, without
     # a staging step; only public keys go into user data (anyone on the instance can read it from IMDS).
-    boot = NodeBoot(spec.host_key_private, spec.host_key_public, (spec.ssh_public_key, spec.internal_public_key))
+    # Each node makes its own host key at boot: nothing in one template could tell one node from another.
+    boot = NodeBoot(authorized_keys=(spec.ssh_public_key, spec.internal_public_key))
     data = {
         "ImageId": spec.image_id,
         "KeyName": key_name,
         "SecurityGroupIds": [security_group_id],
         "UserData": render_user_data(boot),
-        # IMDSv2 only: a session token is required, so SSRF-style GETs cannot read instance metadata.
+        # IMDSv2 only: a session token is required, so SSRF-style GETs cannot read instance metadata. One
+        # hop: the token's reply dies at the node's own network stack, so a container behind a bridge (the
+        # Deep Learning AMI runs Docker) cannot reach the node's role credentials. deepvm's processes run
+        # on the node itself; a job whose containers need IMDS raises it per instance with
+        # `aws ec2 modify-instance-metadata-options --http-put-response-hop-limit 2 --instance-id ID`.
         "MetadataOptions": {
             "HttpTokens": "required",
             "HttpEndpoint": "enabled",
-            "HttpPutResponseHopLimit": 2,
+            "HttpPutResponseHopLimit": IMDS_HOP_LIMIT,
         },
         "InstanceInitiatedShutdownBehavior": "terminate",
         "TagSpecifications": [

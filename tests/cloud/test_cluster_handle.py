@@ -1,0 +1,86 @@
+"""The cluster handle (provisioning/cloud/cluster.py) against the moto server: opened once, it answers
+for a running cluster (nodes, logins, cost, environment), records the nodes the head's controller bought,
+terminates a node it is told to retire, and may be used from a second thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from provisioning.cloud import lifecycle
+from provisioning.cloud.cluster import Cluster, running_clusters
+from provisioning.cloud.lifecycle import UpRequest
+from provisioning.cloud.names import CLUSTER_TAG
+from provisioning.cloud.target import AwsTarget
+from provisioning.errors import NotFoundError
+from provisioning.planner.plan import Role
+from provisioning.state import ClusterStatus
+from tests.cloud.plans import REGION, make_plan
+
+
+@pytest.fixture
+def cluster(ctx, ami) -> Cluster:
+    """c1 up on the moto server: one on-demand anchor and two spot trainers (no SSH to wait for)."""
+    request = UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), ssh_cidr="198.51.100.7/32",
+                        image_id=ami, wait_ssh=False)  # fmt: skip
+    lifecycle.up(AwsTarget(), request)
+    return Cluster.open_running("c1")
+
+
+def test_a_running_cluster_answers_from_one_handle(cluster):
+    assert cluster.is_up and cluster.banner == "" and cluster.target.kind == "aws"
+    assert running_clusters() == ["c1"]
+    logins = cluster.endpoints()
+    assert sorted(e.role for e in logins) == [Role.ANCHOR, Role.TRAINER, Role.TRAINER]
+    assert {e.host.name.split("-")[0] for e in logins} == {"anchor", "trainer"}
+    assert all(e.host.known_hosts == cluster.keys.known_hosts_path for e in logins)
+    assert cluster.node_env() == {"AWS_DEFAULT_REGION": REGION}
+    assert cluster.cost_so_far() >= 0.0
+    view = cluster.view(refresh=True)
+    assert view.refreshed and [n.state for n in view.nodes] == ["running"] * 3
+
+
+def test_open_running_names_what_to_run(ctx):
+    with pytest.raises(NotFoundError, match=r"no running cluster named 'c9'; start one with `deepvm up --name c9`"):
+        Cluster.open_running("c9")
+    assert Cluster.find("c9") is None
+
+
+def test_refresh_records_a_node_the_head_bought(cluster, ctx, ami):
+    bought = ctx.client("ec2").run_instances(
+        ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": CLUSTER_TAG, "Value": "c1"}]}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+    assert bought not in {n.instance_id for n in cluster.nodes()}
+    assert cluster.refresh()
+    (adopted,) = [n for n in cluster.nodes() if n.instance_id == bought]
+    assert adopted.role is Role.ANCHOR and adopted.usd_per_hour == make_plan().nodes[0].usd_per_hour
+
+
+def test_retire_terminates_the_node_and_ends_its_cost_from_another_thread(cluster, ctx):
+    victim = next(e.instance_id for e in cluster.endpoints() if e.role is Role.TRAINER)
+    failed: list[BaseException] = []
+
+    def retire() -> None:  # the controller retires nodes on its main thread while a buyer thread runs
+        try:
+            cluster.retire([victim], "hangs")
+        except BaseException as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=retire)
+    worker.start()
+    worker.join()
+    assert failed == []
+    state = ctx.client("ec2").describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] in ("shutting-down", "terminated")
+    assert victim not in {e.instance_id for e in cluster.endpoints()}
+    assert cluster.row.status is ClusterStatus.UP
+
+
+def test_a_torn_down_cluster_is_left_alone(cluster, ctx):
+    lifecycle.down("c1")
+    victim = cluster.nodes()[0].instance_id
+    cluster.retire([victim], "too late")  # nothing of it runs: no call, no error
+    assert cluster.row.status is ClusterStatus.TERMINATED and not cluster.is_up
+    assert running_clusters() == []

@@ -1,0 +1,139 @@
+"""`up` and `down` when the cloud fails: faults injected into the EC2 and IAM clients with botocore event
+hooks, in front of a real moto server over HTTP.
+
+An injected failure is raised where botocore would raise the cloud's error (before the request is sent,
+so its own retries do not hide it); everything else reaches moto unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+
+from provisioning.cloud import lifecycle
+from provisioning.cloud.aws.leftover import Leftover
+from provisioning.cloud.aws.teardown import TeardownIncomplete, leftovers
+from provisioning.cloud.keys import cluster_dir
+from provisioning.cloud.lifecycle import UpRequest, up
+from provisioning.cloud.names import CLUSTER_TAG, controller_name
+from provisioning.cloud.target import AwsTarget
+from provisioning.errors import CloudError
+from provisioning.home import deepvm_home
+from provisioning.state import Store
+from tests.cloud.plans import REGION, make_plan, make_tiering_plan
+
+AMI = "ami-0000000000de3b0a1"
+
+
+class Faults:
+    """Records every EC2 and IAM call by operation name; fails those the test asks to fail."""
+
+    def __init__(self, ctx) -> None:
+        self.calls: list[str] = []
+        self.failed: list[str] = []
+        self.outage_s = 0.0  # how long the outage lasts once `start_outage_after` has succeeded
+        self.start_outage_after = ""
+        self.outage_until = 0.0
+        self.always: dict[str, str] = {}  # operation -> error code it always fails with
+        for service in ("ec2", "iam"):
+            events = ctx.client(service).meta.events
+            events.register(f"before-call.{service}", self._before)
+            events.register(f"after-call.{service}", self._after)
+
+    def _before(self, model, **kwargs) -> None:
+        self.calls.append(model.name)
+        code = self.always.get(model.name) or ("Unavailable" if time.monotonic() < self.outage_until else "")
+        if code:
+            self.failed.append(model.name)
+            raise ClientError({"Error": {"Code": code, "Message": "injected"}}, model.name)
+
+    def _after(self, model, **kwargs) -> None:
+        if model.name == self.start_outage_after and not self.outage_until:
+            self.outage_until = time.monotonic() + self.outage_s
+
+
+@pytest.fixture
+def aws(ctx, monkeypatch):
+    """Every AWS call of the lifecycle goes through the test's clients, and so through its faults."""
+    monkeypatch.setattr(AwsTarget, "context", lambda self, region, start=True: ctx)
+    return Faults(ctx)
+
+
+def _live(ctx) -> list[str]:
+    reservations = ctx.client("ec2").describe_instances(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "shutting-down", "stopped"]}]
+    )["Reservations"]
+    return [i["InstanceId"] for r in reservations for i in r["Instances"]]
+
+
+def _tagged_fleets(ctx) -> list[dict]:
+    fleets = ctx.client("ec2").describe_fleets()["Fleets"]
+    return [f for f in fleets if {"Key": CLUSTER_TAG, "Value": "c1"} in (f.get("Tags") or [])]
+
+
+def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, aws):
+    # EC2 and IAM stop answering once the first of the Tiering plan's two fleets is launched: the second
+    # fleet fails, and so does every call of the cleanup's first pass
+    aws.start_outage_after, aws.outage_s = "CreateFleet", 0.6
+    request = UpRequest(name="c1", plans=(make_tiering_plan(spot=2, holders=1),), image_id=AMI, wait_ssh=False)
+    with pytest.raises(CloudError) as caught:
+        up(AwsTarget(), request)
+    assert str(caught.value) == "creating the EC2 Fleet for c5.xlarge: Unavailable: injected"
+    assert aws.calls.count("CreateFleet") == 2 and aws.failed[0] == "CreateFleet"
+    cleanup_failures = aws.failed[1:]
+    assert {"DescribeInstances", "DescribeFleets", "DescribeLaunchTemplates", "DescribeKeyPairs"} <= set(
+        cleanup_failures
+    )
+    assert "TerminateInstances" in aws.calls and "DeleteFleets" in aws.calls  # ...done on a later pass
+
+    assert _live(ctx) == [] and leftovers(ctx, "c1") == []  # the first fleet's instances are gone too
+    assert all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
+    assert ctx.client("iam").list_roles()["Roles"] == []
+    assert Store().cluster("c1").status == "failed"
+    assert not (deepvm_home() / "clusters" / "c1").exists()
+
+
+def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
+    nodes = up(AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI,
+                                      wait_ssh=False)).view.nodes  # fmt: skip
+    group = ctx.client("ec2").describe_security_groups(GroupNames=["deepvm-c1"])["SecurityGroups"][0]["GroupId"]
+    aws.always["DeleteSecurityGroup"] = "UnauthorizedOperation"  # this one resource cannot be deleted
+    aws.calls.clear()
+
+    with pytest.raises(TeardownIncomplete) as caught:
+        lifecycle.down("c1")
+    assert caught.value.left == (Leftover("security group", group),)
+    first, *rest = str(caught.value).splitlines()
+    assert first == (
+        "cluster c1 is not fully deleted, 1 resource(s) left; run `deepvm down c1 --yes` again to retry, or by hand:"
+    )
+    assert rest == [
+        f"  security group {group} (UnauthorizedOperation: injected): "
+        f"aws ec2 delete-security-group --group-id {group} --region {REGION}"
+    ]
+    assert aws.failed.count("DeleteSecurityGroup") == 3  # tried on each of the three passes
+
+    # every other resource is gone, instances terminated before their fleets were deleted
+    assert aws.calls.index("TerminateInstances") < aws.calls.index("DeleteFleets")
+    assert _live(ctx) == [] and {n.instance_id for n in nodes} <= set(_all_terminated(ctx))
+    assert _tagged_fleets(ctx) and all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
+    assert leftovers(ctx, "c1") == [Leftover("security group", group)]
+    iam = ctx.client("iam")
+    assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
+    # the record and the local keys stay, for the retry
+    assert Store().cluster("c1").status == "terminating" and cluster_dir("c1").exists()
+
+    aws.always.clear()  # the permission arrives: the retry the message names finishes the job
+    retry = lifecycle.down("c1")
+    assert retry.deleted == [f"security group {group}"]
+    assert leftovers(ctx, "c1") == [] and Store().cluster("c1").status == "terminated"
+    assert controller_name("c1") not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
+
+
+def _all_terminated(ctx) -> list[str]:
+    reservations = ctx.client("ec2").describe_instances(
+        Filters=[{"Name": "instance-state-name", "Values": ["terminated"]}]
+    )["Reservations"]
+    return [i["InstanceId"] for r in reservations for i in r["Instances"]]

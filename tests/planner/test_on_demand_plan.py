@@ -1,0 +1,61 @@
+"""The on-demand-only cluster at a price cap (what `deepvm simulate` compares Spot against): the best
+DeepVM objective with on-demand prices, checked against brute force over every type and count."""
+
+from __future__ import annotations
+
+import pytest
+
+from provisioning.catalog import Market
+from provisioning.deepvm_format import load_catalog_file
+from provisioning.planner import Architecture, PlanRequest, Role
+from provisioning.planner.on_demand import on_demand_plan
+from provisioning.scaling import effective_nodes, scaling_of
+from tests.conftest import DATA
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog_file(DATA / "deepvm_data.json")
+
+
+def brute_force(catalog, cap):
+    best = None
+    for itype in catalog.gpu_types():
+        for region in catalog.regions:
+            price = catalog.on_demand_price(itype.name, region)
+            if not price:
+                continue
+            quota = catalog.quota(region, itype.quota_group, Market.ON_DEMAND)
+            most = int((cap + 1e-9) // price)
+            most = min(most, int(quota // itype.vcpus))
+            for n in range(1, most + 1):
+                z = itype.flops / price * 3600 * effective_nodes(scaling_of(itype), n)
+                if best is None or z > best[0] + 1e-9:
+                    best = (z, itype.name, n)
+    return best
+
+
+@pytest.mark.parametrize("cap", [0.6, 1.0, 3.0, 7.5, 20.0])
+def test_best_on_demand_cluster_matches_brute_force(catalog, cap):
+    plan = on_demand_plan(catalog, PlanRequest(max_price=cap))
+    z, name, count = brute_force(catalog, cap)
+    assert plan is not None
+    assert plan.objective_value == pytest.approx(z)
+    assert {g.instance_type for g in plan.nodes} == {name}
+    assert sum(g.count for g in plan.nodes) == count
+    assert all(g.market is Market.ON_DEMAND for g in plan.nodes)
+    assert plan.nodes[0].role is Role.ANCHOR and plan.architecture is Architecture.SINGLE_ANCHOR
+    assert plan.price_per_hour <= cap + 1e-9
+    itype = catalog.types[name]
+    assert plan.effective_flops == pytest.approx(itype.flops * effective_nodes(scaling_of(itype), count))
+
+
+def test_on_demand_quota_bounds_the_cluster(catalog):
+    plan = on_demand_plan(catalog, PlanRequest(max_price=20.0))
+    assert sum(g.count * catalog.types[g.instance_type].vcpus for g in plan.nodes) <= 32  # the G on-demand quota
+
+
+def test_node_limit_and_a_cap_below_every_type(catalog):
+    limited = on_demand_plan(catalog, PlanRequest(max_price=20.0, node_limit=3))
+    assert sum(g.count for g in limited.nodes) <= 3
+    assert on_demand_plan(catalog, PlanRequest(max_price=0.1)) is None

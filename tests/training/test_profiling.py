@@ -1,0 +1,148 @@
+"""`deepvm profile` without a cluster: the measuring spec, the rates of repeats, the sizes, and every input
+refused before anything runs (one line, exit >= 2). The sandbox run is in tests/cloud/test_train_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import REPO, run_cli
+
+from provisioning.catalog import Market
+from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.errors import InputError, NotFoundError
+from provisioning.planner.plan import Role
+from provisioning.state import ClusterRow, ClusterStatus, Store
+from tests.cloud.plans import make_tiering_plan
+from training.jobspec import JobSpec, load_job_spec
+from training.profiling import (
+    ProfileFailed,
+    ProfileRequest,
+    default_sizes,
+    derived_spec,
+    profile_target,
+    repeat_rates,
+    spec_hash,
+)
+
+
+def test_default_sizes_double_up_to_the_trainer_count():
+    assert default_sizes(2) == (1, 2)
+    assert default_sizes(3) == (1, 2, 3)
+    assert default_sizes(8) == (1, 2, 4, 8)
+    assert default_sizes(12) == (1, 2, 4, 8, 12)
+
+
+def test_measuring_spec_reports_every_step_and_never_checkpoints():
+    derived = JobSpec.model_validate(yaml.safe_load(derived_spec(REPO / "configs" / "resnet.yaml", 16)))
+    own = load_job_spec(REPO / "configs" / "resnet.yaml")
+    assert (derived.steps, derived.epochs, derived.log_every) == (16, None, 1)
+    assert derived.checkpoint.every_steps == 17 and derived.checkpoint.every_seconds is None
+    assert derived.checkpoint.levels == ["l1"]
+    assert derived.model_copy(update={"steps": own.steps, "log_every": own.log_every,
+                                      "checkpoint": own.checkpoint}) == own  # fmt: skip
+
+
+def test_measuring_spec_of_an_epochs_job_and_of_an_own_script(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("dataset: {kind: synthetic}\nepochs: 3\ncheckpoint: {every_seconds: 30, levels: [l1, l2]}\n")
+    derived = JobSpec.model_validate(yaml.safe_load(derived_spec(job, 20)))
+    assert (derived.steps, derived.epochs, derived.checkpoint.every_seconds) == (20, None, None)
+    script = JobSpec.model_validate(yaml.safe_load(derived_spec(REPO / "configs" / "own-script.yaml", 9)))
+    assert script.run is not None and script.steps == 9  # no worker field added beside `run:`
+
+
+def test_spec_hash_names_the_job_not_its_file(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("# mine\ndataset: {kind: synthetic}\nsteps: 5\n")
+    b.write_text("steps: 5\ndataset:\n  kind: synthetic\n  samples: 4096\n")  # the default, written out
+    assert spec_hash(load_job_spec(a)) == spec_hash(load_job_spec(b))
+    a.write_text("dataset: {kind: synthetic}\nsteps: 6\n")
+    assert spec_hash(load_job_spec(a)) != spec_hash(load_job_spec(b))
+
+
+def test_repeat_rates_sum_each_trainers_harmonic_rate():
+    """Trainer 0 does 3 steps at 10, 20, 20 samples/s of a 10-sample batch: 3 s for 30 samples, 10/s; the
+    arithmetic mean (16.7/s) would be wrong."""
+    reported = {0: {1: 99.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 5.0, 6: 5.0, 7: 5.0},
+                1: {1: 1.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 10.0, 6: 10.0, 7: 10.0}}  # fmt: skip
+    assert repeat_rates(reported, trainers=2, warmup=1, steps=3, repeats=2) == (30.0, 15.0)
+
+
+def test_repeat_rates_refuse_missing_steps_and_scripts_without_samples():
+    with pytest.raises(ProfileFailed, match="trainer 1 reported no progress for step 2"):
+        repeat_rates({0: {1: 1.0, 2: 1.0}, 1: {1: 1.0}}, trainers=2, warmup=0, steps=2, repeats=1)
+    with pytest.raises(ProfileFailed, match=r"must pass samples= to ctx\.step"):
+        repeat_rates({0: {1: 0.0}}, trainers=1, warmup=0, steps=1, repeats=1)
+
+
+def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
+    """A stored 3-trainer Tiering cluster (no cloud behind it: every check below comes before the cloud)."""
+    store = Store()
+    store.put_cluster(ClusterRow("lab", "sandbox", status, make_tiering_plan(), "tok", CloudResources(), "root", ""))
+    nodes = [NodeRecord(f"i-{i:08x}", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
+                        f"127.1.1.{i + 4}", None, 0.15) for i in range(3)]  # fmt: skip
+    nodes.append(NodeRecord("i-000000ff", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1a", "running",
+                            "127.1.1.9", None, 0.17))  # fmt: skip
+    store.put_nodes("lab", nodes)
+
+
+def profile_error(*args: str) -> tuple[int, str]:
+    result = run_cli("profile", str(REPO / "configs" / "resnet.yaml"), *args)
+    assert result.stdout == ""
+    return result.returncode, result.stderr
+
+
+def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line():
+    _cluster()
+    assert profile_error("--cluster", "lab", "--sizes", "1,2,4") == (
+        2, "deepvm: error: --sizes 4: cluster lab has 3 trainer nodes; sizes go up to 3\n")
+    Store().set_status("lab", ClusterStatus.TERMINATED)
+    assert profile_error("--cluster", "lab") == (
+        5, "deepvm: error: cluster lab is terminated, not up; `deepvm up --name lab` starts one\n")
+
+
+@pytest.mark.parametrize("cluster, sizes, error, message", [
+    ("lab", (2, 3), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
+    ("lab", (1,), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
+    ("lab", (0, 1, 2), InputError, "--sizes 0: sizes are trainer node counts from 1"),
+    ("nope", None, NotFoundError, "no cluster named 'nope'; `deepvm status` lists the clusters"),
+    ("bad name!", None, InputError, "cluster name 'bad name!' is not allowed"),
+])  # fmt: skip
+def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, message):
+    _cluster()
+    request = ProfileRequest(REPO / "configs" / "resnet.yaml", cluster, "python3", sizes)
+    with pytest.raises(error) as raised:
+        profile_target(request)
+    assert str(raised.value).startswith(message) and raised.value.exit_code >= 2
+
+
+def test_bad_sizes_text_and_step_counts_are_usage_errors():
+    assert profile_error("--sizes", "1,two") == (
+        2, "deepvm: error: --sizes must be comma-separated trainer node counts, e.g. 1,2,4; got '1,two'\n")
+    assert profile_error("--steps", "0") == (
+        2, "deepvm: error: Invalid value for '--steps': Input should be greater than or equal to 1\n")
+
+
+def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("dataset: {kind: synthetic}\nsteps: 10\nmodle: {name: resnet18}\n")
+    result = run_cli("profile", str(job), "--cluster", "nope")
+    assert (result.returncode, result.stderr) == (
+        2, f"deepvm: error: {job}:3: modle: unknown field; did you mean model?\n")
+
+
+def test_json_output_holds_the_profile_as_written(tmp_path):
+    from deepvm_cli.profile_cmd import profile_json
+    from provisioning.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
+
+    setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,
+                         "2026-11-23T13:52:25+00:00")  # fmt: skip
+    profile = make_profile(setup, [Measured(1, (10.0,)), Measured(2, (18.0,)), Measured(3, (24.0,))])
+    save_profile(profile, tmp_path / "p.json")
+    doc = json.loads(json.dumps(profile_json(profile, tmp_path / "p.json", None, 131.94, 0.02358)))
+    assert doc["profile"] == json.loads((tmp_path / "p.json").read_text())
+    assert Profile.model_validate(doc["profile"]) == profile
+    assert (doc["saved_to"], doc["plot"], doc["wall_s"], doc["cost_usd"]) == (str(tmp_path / "p.json"), None, 131.9,
+                                                                              0.02358)

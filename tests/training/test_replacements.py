@@ -1,0 +1,139 @@
+"""Replacement buying (training/replacements.py) with a buyer and a stager of our own: what is requested
+against the plan, what comes back on the queue, and that nothing is bought twice. Real threads, no cloud."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import Counter
+
+from provisioning.catalog import Market
+from provisioning.cloud.types import SshEndpoint
+from provisioning.errors import CloudError
+from provisioning.planner.plan import Role
+from training.replacements import ReplacementNote, ReplacementReady, Replacements
+from training.staging import NodeState
+from training.watcher import Notice
+
+
+def _endpoint(instance_id: str, role: Role = Role.TRAINER) -> SshEndpoint:
+    market = Market.SPOT if role is Role.TRAINER else Market.ON_DEMAND
+    return SshEndpoint(instance_id, "127.0.0.1", "10.0.0.1", 22, "root", role, market, "/k", "/kh")
+
+
+class _Cloud:
+    """Buys numbered nodes on request; `gate` holds every purchase until the test opens it."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.bought: list[tuple[Role, int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = fail
+
+    def buy(self, role: Role, count: int, note) -> list[SshEndpoint]:
+        self.gate.wait(timeout=10)
+        note(f"launching {count} {role.value}")
+        if self.fail:
+            raise CloudError(self.fail)
+        start = len(self.bought)
+        self.bought.append((role, count))
+        return [_endpoint(f"i-{role.value}-{start}-{n}", role) for n in range(count)]
+
+
+def _stage(nodes: list[SshEndpoint], note) -> dict[str, NodeState]:
+    return {e.instance_id: NodeState("/root", None) for e in nodes}
+
+
+def _replacements(cloud: _Cloud, stage=_stage, trainers: int = 3, holders: int = 1):
+    events: queue.Queue[object] = queue.Queue()
+    planned = Counter({Role.TRAINER: trainers, Role.HOLDER: holders})
+    return Replacements(planned, cloud.buy, stage, events.put), events
+
+
+def _ready(events: queue.Queue[object]) -> ReplacementReady:
+    while True:
+        item = events.get(timeout=10)
+        if isinstance(item, ReplacementReady):
+            return item
+
+
+def test_buys_what_the_plan_lacks_and_posts_the_staged_nodes():
+    cloud = _Cloud()
+    replacements, events = _replacements(cloud)
+    assert replacements.request(Role.TRAINER, usable=1) == 2
+    notes = []
+    while not isinstance(item := events.get(timeout=10), ReplacementReady):
+        notes.append(item)
+    assert notes == [ReplacementNote("launching 2 trainer")]
+    assert item.error is None and item.requested == 2 and item.role is Role.TRAINER
+    assert [e.instance_id for e in item.added] == ["i-trainer-0-0", "i-trainer-0-1"]
+    assert set(item.states) == {"i-trainer-0-0", "i-trainer-0-1"}
+    assert cloud.bought == [(Role.TRAINER, 2)]
+
+
+def test_nodes_on_their_way_are_not_bought_twice_until_settled():
+    cloud = _Cloud()
+    cloud.gate.clear()
+    replacements, events = _replacements(cloud)
+    assert replacements.request(Role.TRAINER, usable=2) == 1
+    assert replacements.on_their_way(Role.TRAINER) == 1
+    assert replacements.request(Role.TRAINER, usable=2) == 0  # the one on its way fills the plan
+    assert replacements.request(Role.TRAINER, usable=1) == 1  # another node lost meanwhile
+    cloud.gate.set()
+    done = [_ready(events), _ready(events)]
+    for item in done:
+        replacements.settled(item)
+    assert replacements.on_their_way(Role.TRAINER) == 0
+    assert sorted(c for _, c in cloud.bought) == [1, 1]
+
+
+def test_a_role_at_its_planned_count_or_outside_the_plan_buys_nothing():
+    cloud = _Cloud()
+    replacements, events = _replacements(cloud, holders=0)
+    assert replacements.request(Role.TRAINER, usable=3) == 0
+    assert replacements.request(Role.HOLDER, usable=0) == 0
+    replacements.wait(timeout_s=1)
+    assert cloud.bought == [] and events.empty()
+
+
+def test_a_refused_purchase_comes_back_as_its_reason_and_frees_the_count():
+    cloud = _Cloud(fail="InsufficientInstanceCapacity in us-east-1a")
+    replacements, events = _replacements(cloud)
+    assert replacements.request(Role.HOLDER, usable=0) == 1
+    done = _ready(events)
+    assert done == ReplacementReady(Role.HOLDER, 1, (), {}, "InsufficientInstanceCapacity in us-east-1a")
+    replacements.settled(done)
+    assert replacements.request(Role.HOLDER, usable=0) == 1  # asked again: tried again
+
+
+def test_a_node_that_cannot_be_staged_is_not_handed_over():
+    def stage(nodes, note):
+        raise CloudError("setup failed on trainer-i-1")
+
+    replacements, events = _replacements(_Cloud(), stage=stage)
+    replacements.request(Role.TRAINER, usable=2)
+    done = _ready(events)
+    assert done.added == () and done.error == "setup failed on trainer-i-1"
+
+
+def test_what_staging_found_travels_with_the_nodes():
+    notice = Notice("instance-action", '{"action": "terminate", "time": "2026-11-23T10:00:00Z"}', 1.0)
+
+    def stage(nodes, note):
+        return {e.instance_id: NodeState("/home/ubuntu", notice) for e in nodes}
+
+    replacements, events = _replacements(_Cloud(), stage=stage)
+    replacements.request(Role.TRAINER, usable=2)
+    done = _ready(events)
+    assert [s.notice for s in done.states.values()] == [notice]
+
+
+def test_wait_returns_once_the_threads_are_done():
+    cloud = _Cloud()
+    cloud.gate.clear()
+    replacements, events = _replacements(cloud)
+    replacements.request(Role.TRAINER, usable=0)
+    threading.Timer(0.2, cloud.gate.set).start()
+    replacements.wait(timeout_s=10)
+    assert cloud.bought == [(Role.TRAINER, 3)]
+    assert _ready(events).error is None
