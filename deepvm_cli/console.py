@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -23,6 +25,25 @@ def plain(message: str) -> None:
     """One unstyled, unwrapped line on stderr: streamed logs and progress when stderr is not a terminal."""
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
+
+
+@contextmanager
+def stages(first: str) -> Iterator[Callable[[str], None]]:
+    """One line on stderr while a long computation runs: a spinner, the stage it is in, the time so far.
+
+    The caller names each new stage through the function it gets. The line is erased at the end, and
+    drawn only on an interactive terminal: a script's stderr gets nothing (an error stays one line).
+    """
+    if not err.is_interactive:
+        yield lambda stage: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    line = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                    transient=True)
+    task = line.add_task(first, total=None)
+    with line:
+        yield lambda stage: line.update(task, description=stage, refresh=True)
 
 
 def warning(message: str) -> None:

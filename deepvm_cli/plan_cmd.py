@@ -85,7 +85,8 @@ def plan(
     for message in catalog.warnings:
         console.warning(message)
     catalog, profiles = plan_flags.with_profiles(profile_files or [], catalog)
-    result = plan_cluster(catalog, request)
+    with console.stages("planning") as stage:
+        result = plan_cluster(catalog, request, progress=stage)
     report = None
     if request.interruptions is not None:
         from provisioning.planner.solve import interruption_report

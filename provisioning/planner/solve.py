@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,12 @@ def plan_cluster(
     *,
     with_baselines: bool = True,
     with_architectures: bool = True,
+    progress: Callable[[str], None] = lambda stage: None,
 ) -> PlanResult:
-    """Solve one planning question; raises InfeasibleError saying why and what price would work."""
+    """Solve one planning question; raises InfeasibleError saying why and what price would work.
+
+    `progress` hears the name of each stage that can take a while as it starts (the CLI shows it).
+    """
     started = time.perf_counter()
     regions = _regions(catalog, request)
     options = trainer_options(catalog, regions)
@@ -49,17 +54,21 @@ def plan_cluster(
 
     per_architecture: dict[Architecture, Plan | None] = {}
     if with_architectures:
+        progress("the best plan of each architecture")
         for architecture in BOTH:
             best = _rank(options, costs, limits, spec, (architecture,), 1)
             per_architecture[architecture] = _to_plan(best[0], spec, catalog) if best else None
+    progress(f"the {request.top} best plans")
     plans = [_to_plan(choice, spec, catalog) for choice in _rank(options, costs, limits, spec, BOTH, request.top)]
     if request.mix:  # a mix can exist where no single type fits (e.g. a cheap anchor of another type)
-        plans = _with_mix(plans, plan_mix(catalog, regions, holders, limits, spec.objective), request.top)
+        mixed = plan_mix(catalog, regions, holders, limits, spec.objective, known=plans, progress=progress)
+        plans = _with_mix(plans, mixed, request.top)
     if not plans:
         raise InfeasibleError(_why_infeasible(catalog, request, options, holders, spec))
 
     baselines: dict[str, Plan | None] = {}
     if with_baselines:
+        progress("the paper's baselines")
         baselines["cost_first"] = _baseline_plan(cost_first(options, limits), catalog)
         baselines["performance_first"] = _baseline_plan(performance_first(options, limits), catalog)
         no_scaling = _rank(options, costs, limits, no_scaling_spec(), BOTH, 1)

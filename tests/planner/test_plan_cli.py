@@ -177,3 +177,15 @@ def test_human_output_cuts_no_number_and_no_type_name(columns, isolated_env):
         assert plan["availability_zone"] in result.stdout
         for node in plan["nodes"]:
             assert f"{node['count']} {node['instance_type']}" in result.stdout
+
+
+def test_stages_show_on_a_terminal_and_never_in_a_script():
+    """A person sees what the planner is waiting on (the mix's solves included); a script's stderr stays empty."""
+    args = ("plan", "--offline", "--max-price", "3", "--mix", "--json")
+    terminal = run_cli(*args, env={"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"})
+    assert terminal.returncode == 0, terminal.stderr
+    assert "mixed clusters: the largest effective throughput" in terminal.stderr
+    assert "mixed clusters: the cheapest at that throughput" in terminal.stderr
+    assert json.loads(terminal.stdout)["plans"]  # stdout is still exactly one JSON document
+    script = run_cli(*args)
+    assert script.returncode == 0 and script.stderr == ""
