@@ -11,7 +11,7 @@ import typer
 from deepvm_cli import console, plan_flags
 from deepvm_cli.flags import DAY_S, at_least, positive
 from provisioning.errors import InputError
-from provisioning.planner.plan_document import MAX_PLANS
+from provisioning.planner.plan import MAX_PLANS
 
 if TYPE_CHECKING:
     from provisioning.planner.interruptions import Interruptions

@@ -19,7 +19,6 @@ from deepvm_cli.flags import DAY_S, MAX_PRICE, positive, region_list
 from deepvm_cli.render_up import node_count, render_dry_run, render_launch
 from deepvm_cli.status_cmd import render_cluster
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
-from provisioning.cloud.plan_input import load_plans, plans_for_price
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
 from provisioning.home import deepvm_home
@@ -131,6 +130,8 @@ def up_command(
 
 def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:
     """The plans to launch, best first: planned now for --max-price, else read (and checked) from a file."""
+    from provisioning.cloud.plan_input import load_plans, plans_for_price  # pydantic loads only for `up`
+
     if max_price is not None:
         return plans_for_price(max_price, region, offline=offline)
     loaded = load_plans(path)

@@ -13,6 +13,10 @@ from typing import Any
 
 from provisioning.catalog import InstanceType, Market
 
+# Ranked plans in one saved file, and so the most `deepvm plan --top` may ask for. It lives here, not in
+# plan_document.py, so that the CLI's flag rule does not load pydantic at every start.
+MAX_PLANS = 32
+
 
 class Architecture(str, Enum):
     """DeepVM's cluster shapes."""

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, JsonValue
 
 from provisioning.catalog import Market
-from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
+from provisioning.planner.plan import MAX_PLANS, Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.strictdoc import Amount, DocumentError, Name, Strict, integer_in, show, text, validate
 
 # The most nodes one plan may hold. EC2 Fleet and the sandbox get a number a person has seen: the
@@ -25,7 +25,6 @@ from provisioning.strictdoc import Amount, DocumentError, Name, Strict, integer_
 # of 10^9 is refused here instead of being asked of EC2. Quotas narrow it further (plan_check.py).
 MAX_NODES = 512
 MAX_GROUPS = 64  # node groups in one plan (the planner makes at most one per type, market and role)
-MAX_PLANS = 32  # ranked plans in one file (`deepvm plan --top` shows 3 by default)
 
 
 class PlanDocumentError(DocumentError):
