@@ -25,7 +25,7 @@ def png_figure(path: Path, dpi: int, **subplots: Any) -> Iterator[tuple[Any, Any
     figure, axes = plt.subplots(**subplots)
     try:
         yield figure, axes
-        figure.savefig(path, dpi=dpi)
+        figure.savefig(path, dpi=dpi, format="png")  # whatever the name ends with: a .txt is no error
     except OSError as exc:
         raise InputError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
     finally:

@@ -69,7 +69,7 @@ def _short(value: float) -> str:
 
 
 @contextmanager
-def simulation_progress(runs: int) -> Iterator[ProgressCallback]:
+def simulation_progress() -> Iterator[ProgressCallback]:
     """A callback for compare_policies that shows how far each policy got."""
     if not console.err.is_terminal:
         yield _plain_progress()

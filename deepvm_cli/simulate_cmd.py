@@ -93,7 +93,7 @@ def simulate(
 
     from deepvm_cli.render_simulate import simulation_progress
 
-    with simulation_progress(runs) as progress:
+    with simulation_progress() as progress:
         comparison = compare_policies(policies, catalog, trace_for, workload, progress)
     if as_json:
         console.print_json(comparison.report.to_dict())
@@ -149,6 +149,12 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
     if plan_file is not None:
         if max_price is not None:
             raise InputError("give --plan FILE or --max-price X, not both (a plan file carries its price cap)")
+        planning = {"--region": region, "--catalog": catalog_file, "--offline": offline, "--refresh": refresh,
+                    "--node-limit": node_limit, "--mix": mix}
+        given = [flag for flag, value in planning.items() if value not in (None, False)]
+        if given:
+            raise InputError(f"{', '.join(given)} plan anew; a --plan FILE carries its own region and catalog "
+                             "(drop them, or drop --plan)")
         return _saved_plan(plan_file)
     if max_price is None:
         raise InputError("--plan FILE or --max-price X is required (USD per hour for the cluster)")
@@ -167,7 +173,7 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
 def _saved_plan(path: Path) -> tuple[Plan, Catalog, PlanRequest]:
     """The best plan of a plan file, checked as `deepvm up` checks it, with the cap it was planned for
     (the file's request, else the plan's own price)."""
-    from provisioning.cloud.plan_input import MAX_PLAN_BYTES, catalog_of, checked_plans
+    from provisioning.cloud.plan_input import MAX_PLAN_BYTES, checked_plans
     from provisioning.jsonfile import read_json_file
     from provisioning.planner.request import PlanRequest
 
@@ -180,7 +186,7 @@ def _saved_plan(path: Path) -> tuple[Plan, Catalog, PlanRequest]:
     cap = saved.get("max_price") if isinstance(saved, dict) else None
     if not isinstance(cap, int | float) or isinstance(cap, bool) or not math.isfinite(cap) or cap < plan.price_per_hour:
         cap = plan.price_per_hour
-    return plan, catalog_of(plan), PlanRequest(max_price=float(cap), regions=(plan.region,))
+    return plan, loaded.catalogs[0], PlanRequest(max_price=float(cap), regions=(plan.region,))
 
 
 def register(app: typer.Typer) -> None:

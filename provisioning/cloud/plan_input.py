@@ -40,6 +40,7 @@ class LoadedPlans:
 
     plans: tuple[Plan, ...]
     warnings: tuple[str, ...]
+    catalogs: tuple[Catalog, ...] = ()  # the catalog each plan was checked against, in the same order
 
 
 def load_plans(path: Path | None) -> LoadedPlans:
@@ -55,6 +56,7 @@ def checked_plans(data: Any, name: str) -> LoadedPlans:
     catalog it names; anything wrong is one InputError line naming the file and the field."""
     catalogs = _Catalogs()
     plans: list[Plan] = []
+    used: list[Catalog] = []
     warnings: list[str] = []
     try:
         for entry in read_plan_document(data):
@@ -62,10 +64,11 @@ def checked_plans(data: Any, name: str) -> LoadedPlans:
             warnings.extend(catalog.warnings)
             checked = check_plan(entry, catalog, label)
             plans.append(checked.plan)
+            used.append(catalog)
             warnings.extend(f"{name}: {w}" for w in checked.warnings)
     except PlanDocumentError as exc:
         raise InputError(f"{name}: {exc}") from None
-    return LoadedPlans(tuple(plans), tuple(dict.fromkeys(warnings)))
+    return LoadedPlans(tuple(plans), tuple(dict.fromkeys(warnings)), tuple(used))
 
 
 class _Catalogs:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -106,8 +106,7 @@ def default_trace_for(instance_type: str, region: str) -> Trace:
     note = (f"{where}: band {band} from the {snapshot.source} snapshot of {snapshot.as_of}" if recorded else
             f"{where}: no recorded band; assumed {snapshot.fallback_band} (the fallback: a type we know nothing "
             "about is assumed to be reclaimed as often as the worst band)")
-    return Trace(name=trace.name, kind=trace.kind, source=trace.source, hazard_per_h=trace.hazard_per_h,
-                 notes=(note,))
+    return replace(trace, notes=(note,))
 
 
 @cache

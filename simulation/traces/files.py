@@ -38,15 +38,17 @@ def read_trace_file(path: Path) -> Trace:
     return parse_trace_bytes(raw, str(path), f"file {path}")
 
 
-def parse_trace_bytes(raw: bytes, where: str, source: str) -> Trace:
-    """Detect the format of `raw` and parse it; `where` names it in errors."""
-    text = _text(raw, where)
-    kind = detect_format(text, where)
+def parse_trace_bytes(raw: bytes, where: str, source: str, kind: TraceKind | None = None,
+                      sections: tuple[str, ...] | None = None, request: int | None = None) -> Trace:
+    """Parse `raw` in format `kind` (detected from the content when None); `where` names it in errors.
+    `sections` (lifetimes) and `request` (capacity) are what a shipped trace's catalog entry says."""
+    text = "" if kind is TraceKind.CAPACITY else _text(raw, where)  # a capacity series is parsed as JSON bytes
+    kind = kind or detect_format(text, where)
     if kind is TraceKind.CAPACITY:
-        return parse_capacity_bytes(raw, where, source)
+        return parse_capacity_bytes(raw, where, source, request=request)
     if kind is TraceKind.EVENTS:
         return parse_events(text, where, source)
-    return parse_lifetimes(text, where, source)
+    return parse_lifetimes(text, where, source, sections=sections)
 
 
 def detect_format(text: str, where: str) -> TraceKind:

@@ -10,12 +10,12 @@ from simulation.trace import Trace
 from simulation.traces.bands import band_trace, is_rate_or_band
 from simulation.traces.errors import TraceError
 from simulation.traces.files import read_trace_file
-from simulation.traces.shipped import SHIPPED, load_shipped, shipped_names
+from simulation.traces.shipped import SHIPPED, load_shipped
 
 
 def known_traces() -> list[str]:
     """The names of the shipped traces, sorted (for help texts and "unknown trace" errors)."""
-    return shipped_names()
+    return sorted(SHIPPED)
 
 
 def resolve_trace(spec: str, alternatives: str = "a file") -> Trace:

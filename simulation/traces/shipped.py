@@ -12,9 +12,7 @@ from functools import cache
 from importlib import resources
 
 from simulation.trace import Trace, TraceKind
-from simulation.traces.capacity_json import parse_capacity_bytes
-from simulation.traces.events_csv import parse_events
-from simulation.traces.lifetimes_csv import parse_lifetimes
+from simulation.traces.files import parse_trace_bytes
 
 DATA = "data/traces"
 GCE_SOURCE = "GCE preemptible GPU lifetimes, Feb 2019 (ICAC'19, cake-lab/transient-deep-learning; Apache-2.0)"
@@ -57,18 +55,9 @@ def _catalog() -> tuple[ShippedTrace, ...]:
 SHIPPED: dict[str, ShippedTrace] = {t.name: t for t in _catalog()}
 
 
-def shipped_names() -> list[str]:
-    return sorted(SHIPPED)
-
-
 @cache
 def load_shipped(name: str) -> Trace:
     """The shipped trace `name` (a key of SHIPPED), parsed once per process (a Trace is immutable)."""
     entry = SHIPPED[name]
     raw = resources.files("simulation").joinpath(f"{DATA}/{entry.path}").read_bytes()
-    if entry.kind is TraceKind.CAPACITY:
-        return parse_capacity_bytes(raw, name, entry.source, request=entry.request)
-    text = raw.decode("utf-8")
-    if entry.kind is TraceKind.EVENTS:
-        return parse_events(text, name, entry.source)
-    return parse_lifetimes(text, name, entry.source, sections=entry.sections)
+    return parse_trace_bytes(raw, name, entry.source, entry.kind, entry.sections, entry.request)

@@ -119,3 +119,14 @@ def test_registering_simulate_keeps_plan_free_of_numpy():
             "print(sorted(m for m in ('numpy', 'matplotlib', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_plan_file_refuses_planning_flags_and_a_plot_is_png_whatever_its_name(tmp_path, capsys):
+    plan_file = save_plans(paper_result().plans, PlanRequest(max_price=3.0), tmp_path / "plan.json")
+    assert main(["simulate", "--plan", str(plan_file), "--region", "us-east-1", "--work", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--region" in err and "--plan FILE" in err, err
+    plot = tmp_path / "cdf.txt"
+    assert main(["simulate", "--plan", str(plan_file), "--work", "1000", "--runs", "5",
+                 "--interruption-rate", "0", "--json", "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
