@@ -643,6 +643,7 @@ class Controller:
         self.replacements.settled(done)
         if done.error is not None:
             self.report.note(f"no replacement node: {done.error}; continuing with what is left")
+            self._retire(done.stranded, f"replacement failed: {done.error}")
             return
         self._event("replacement", f"{', '.join(e.instance_id for e in done.added)} ready")
         self.members.update(e.instance_id for e in done.added)

@@ -64,6 +64,7 @@ class ReplacementReady:
     added: tuple[SshEndpoint, ...]
     states: dict[str, NodeState]  # instance id -> what preparing it found
     error: str | None  # None: bought and prepared
+    stranded: tuple[str, ...] = ()  # with an error: nodes bought but not prepared, for the controller to retire
 
 
 class Replacements:
@@ -106,11 +107,13 @@ class Replacements:
         def note(text: str) -> None:
             self._post(ReplacementNote(text))
 
+        added: list[SshEndpoint] = []
         try:
             added = self._buy(role, count, note)
             states = self._stage(added, note)
-        except DeepvmError as exc:
-            self._post(ReplacementReady(role, count, (), {}, str(exc)))
+        except Exception as exc:  # anything left unanswered here would keep the controller waiting forever
+            why = str(exc) if isinstance(exc, DeepvmError) else f"{type(exc).__name__}: {exc}"
+            self._post(ReplacementReady(role, count, (), {}, why, tuple(e.instance_id for e in added)))
             return
         self._post(ReplacementReady(role, count, tuple(added), states, None))
 

@@ -13,6 +13,7 @@ changed (`row`).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -30,7 +31,7 @@ from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
 from provisioning.cloud.types import InstanceInfo, NodeRecord, SshEndpoint
-from provisioning.errors import CloudError, InputError, NotFoundError
+from provisioning.errors import CloudError, DeepvmError, InputError, NotFoundError
 from provisioning.planner.plan import NodeGroup, Plan, Role
 from provisioning.state import ClusterRow, ClusterStatus, Store, cluster_lock
 
@@ -256,19 +257,27 @@ class Cluster:
                 self.event("shortage", "; ".join(s.describe() for s in outcome.shortfalls))
             if not outcome.instance_ids:
                 raise ShortageError(f"no replacement launched: {'; '.join(s.describe() for s in outcome.shortfalls)}")
-            infos = wait_instances(ctx, list(outcome.instance_ids), timeout_s,
-                                   lambda n, t: report.count("running", n, t))  # fmt: skip
-            wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
-            added = assign_roles(wanted, infos, row.ssh_user, self.target.ssh_port)
-            if inside_cluster:
-                added = [private_only(n) for n in added]
-            self._store.put_nodes(self.name, added)
-            self.event("replacement", f"added {', '.join(n.instance_id for n in added)}")
-            keys = pin_nodes(ctx, self.name, self._running(), timeout_s,
-                             lambda n, t: report.count("host keys pinned", n, t))  # fmt: skip
-            wait_reachable(endpoints(keys, added), timeout_s,
-                           lambda n, t: report.count("reachable over SSH", n, t))  # fmt: skip
-            return added
+            try:
+                return self._settle(ctx, row, group, list(outcome.instance_ids), report, timeout_s, inside_cluster)
+            except BaseException as exc:  # bought but of no use: nothing may go on billing for it
+                with contextlib.suppress(DeepvmError):  # `down`'s tag sweep is the last resort
+                    self.retire(list(outcome.instance_ids), f"replacement failed: {exc}")
+                raise
+
+    def _settle(self, ctx: AwsContext, row: ClusterRow, group: NodeGroup, instance_ids: list[str],
+                report: Reporter, timeout_s: float, inside_cluster: bool) -> list[NodeRecord]:
+        """Launched replacements until they run, are recorded, pinned and answer over SSH."""
+        infos = wait_instances(ctx, instance_ids, timeout_s, lambda n, t: report.count("running", n, t))
+        wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
+        added = assign_roles(wanted, infos, row.ssh_user, self.target.ssh_port)
+        if inside_cluster:
+            added = [private_only(n) for n in added]
+        self._store.put_nodes(self.name, added)
+        self.event("replacement", f"added {', '.join(n.instance_id for n in added)}")
+        keys = pin_nodes(ctx, self.name, self._running(), timeout_s,
+                         lambda n, t: report.count("host keys pinned", n, t))  # fmt: skip
+        wait_reachable(endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t))
+        return added
 
     def retire(self, instance_ids: list[str], why: str) -> None:
         """Terminate nodes the cluster no longer uses (a node that hangs or stopped answering) while the

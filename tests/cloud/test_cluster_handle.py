@@ -84,3 +84,18 @@ def test_a_torn_down_cluster_is_left_alone(cluster, ctx):
     cluster.retire([victim], "too late")  # nothing of it runs: no call, no error
     assert cluster.row.status is ClusterStatus.TERMINATED and not cluster.is_up
     assert running_clusters() == []
+
+
+def test_a_replacement_that_never_becomes_usable_is_terminated(cluster, ctx):
+    """Bought, running, but its host key never shows (moto's console prints none): `add_nodes` fails, and
+    the instance it bought does not go on billing until `down`."""
+    before = {n.instance_id for n in cluster.nodes()}
+    with pytest.raises(Exception):  # noqa: B017 - whichever wait gives up first; the point is what is left
+        cluster.add_nodes(Role.TRAINER, 1, timeout_s=1.0)
+    live = ctx.client("ec2").describe_instances(Filters=[
+        {"Name": f"tag:{CLUSTER_TAG}", "Values": ["c1"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]},
+    ])["Reservations"]  # fmt: skip
+    running = {i["InstanceId"] for r in live for i in r["Instances"]}
+    assert running <= before  # the replacement was terminated; the cluster's own nodes still run
+    assert len(running) == 3

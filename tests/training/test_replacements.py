@@ -137,3 +137,17 @@ def test_wait_returns_once_the_threads_are_done():
     replacements.wait(timeout_s=10)
     assert cloud.bought == [(Role.TRAINER, 3)]
     assert _ready(events).error is None
+
+
+def test_nodes_bought_but_not_staged_come_back_stranded_and_any_failure_is_answered():
+    """Whatever goes wrong after buying, the controller hears of it (it waits for the answer) and learns
+    which nodes were bought for nothing, so that it retires them instead of letting them bill."""
+
+    def stage(nodes, note):
+        raise OSError("connection reset while copying the job")
+
+    replacements, events = _replacements(_Cloud(), stage=stage)
+    replacements.request(Role.TRAINER, usable=1)
+    done = _ready(events)
+    assert done.added == () and done.error == "OSError: connection reset while copying the job"
+    assert done.stranded == ("i-trainer-0-0", "i-trainer-0-1")
