@@ -284,7 +284,7 @@ class Store:
 def cluster_lock(name: str) -> AbstractContextManager[None]:
     """Hold the cluster for one command that changes it (`up`, `down`); a second one fails at once."""
     busy = CloudError(f"another deepvm command is working on cluster {name}; wait for it to finish")
-    return exclusive_lock(name, busy)
+    return exclusive_lock(f"cluster-{name}", busy)  # its own name space: a cluster may be called train-x
 
 
 def _event(db: sqlite3.Connection, cluster: str, kind: str, message: str) -> None:

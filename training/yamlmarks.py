@@ -166,9 +166,11 @@ def _duplicate_keys(root: yaml.Node | None) -> tuple[DuplicateKey, ...]:
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != _MERGE_TAG:
                     line = key.start_mark.line + 1
-                    first = first_line.setdefault((key.tag, key.value), line)
-                    if first != line:
+                    if (key.tag, key.value) in first_line:  # also twice on one line: `{script: a, script: b}`
+                        first = first_line[(key.tag, key.value)]
                         found.append(DuplicateKey(line=line, names=(*names, key.value), first_line=first))
+                    else:
+                        first_line[(key.tag, key.value)] = line
                     stack.append((value, (*names, key.value)))
     return tuple(sorted(found, key=lambda d: d.line))
 

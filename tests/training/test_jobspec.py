@@ -259,6 +259,7 @@ def test_several_errors_are_all_reported_each_with_its_line_and_a_suggestion(tmp
         ("env: {X: \"a\\0b\"}", "11: env.X: must not contain the character '\\x00'"),
         ("setup: [\"echo \\u202e hi\"]", "11: setup.0: must not contain the character '\\u202e'"),
         ("batch_size: 9", "11: batch_size: duplicate key (first given at line 10)"),
+        ("env: {A: x, A: y}", "11: env.A: duplicate key (first given at line 11)"),
         ('"new\\nline": 1', "11: 'new\\nline': unknown field"),
     ],
 )
