@@ -63,8 +63,6 @@ def spot_node_cap(option: TrainerOption, limits: Limits, beside_anchor: bool = F
     allow (an anchor of the type counts towards the curve's bound)."""
     itype = option.itype
     cap = limits.nodes_within_quota(option.region, itype, Market.SPOT)
-    if limits.node_limit is not None:
-        cap = min(cap, limits.node_limit)
     if option.scaling.max_nodes is not None:
         cap = min(cap, option.scaling.max_nodes - (1 if beside_anchor else 0))
     return cap
@@ -86,8 +84,6 @@ def anchor_allowed(option: TrainerOption, limits: Limits) -> bool:
     if option.on_demand_price is None:
         return False
     if limits.nodes_within_quota(option.region, itype, Market.ON_DEMAND) < 1:
-        return False
-    if limits.node_limit is not None and limits.node_limit < 1:
         return False
     return itype.memory_gib is None or itype.memory_gib >= limits.checkpoint_gib
 

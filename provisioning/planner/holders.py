@@ -100,8 +100,6 @@ def _holder_terms(trainer: TrainerOption, holder: HolderOption, limits: Limits) 
             return None
         for_memory = max(1, math.ceil(limits.checkpoint_gib / memory - 1e-12))
     cap = limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND)
-    if limits.node_limit is not None:
-        cap = min(cap, limits.node_limit)
     return _HolderTerms(holder, saturation, for_memory, cap) if cap >= 1 else None
 
 

@@ -58,7 +58,8 @@ from dataclasses import dataclass
 
 import pulp
 
-from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
+from provisioning.catalog import Catalog, Market, ScalingParams
+from provisioning.planner.candidates import anchor_allowed, spot_node_cap
 from provisioning.planner.milp import SolverError, solve
 from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
@@ -97,7 +98,7 @@ def plan_mix(catalog: Catalog, regions: list[str], holders: list[HolderOption], 
     `known`: plans found otherwise (single-type ones); the best of them is the floor that prunes shapes.
     `progress` hears each solve as it starts, so that a caller can tell the user what is being waited on.
     """
-    offers = [o for o in trainer_offers(catalog, regions) if _node_cap(o.itype, o.region, Market.SPOT, limits) > 0]
+    offers = [o for o in trainer_offers(catalog, regions) if spot_node_cap(o, limits) > 0]
     if not offers:
         return None
     holders = _undominated_holders(holders)
@@ -105,11 +106,6 @@ def plan_mix(catalog: Catalog, regions: list[str], holders: list[HolderOption], 
         return _MixModel(offers, holders, limits, objective, known).best(catalog, progress)
     except _BelowFloor:
         return _MixModel(offers, holders, limits, objective, ()).best(catalog, progress)
-
-
-def _node_cap(itype: InstanceType, region: str, market: Market, limits: Limits) -> int:
-    cap = limits.nodes_within_quota(region, itype, market)
-    return cap if limits.node_limit is None else min(cap, limits.node_limit)
 
 
 @dataclass(frozen=True)
@@ -268,24 +264,19 @@ class _MixModel:
         return bound + 1  # + the anchor
 
     def _spot_cap(self, offer: TrainerOption) -> int:
-        cap = _node_cap(offer.itype, offer.region, Market.SPOT, self.limits)
-        if offer.scaling.max_nodes is not None:
-            cap = min(cap, offer.scaling.max_nodes)
+        cap = spot_node_cap(offer, self.limits)
         if self.limits.max_price is not None:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // offer.spot_price))
         return max(cap, 0)
 
     def _holder_cap(self, holder: HolderOption) -> int:
-        cap = _node_cap(holder.itype, holder.region, Market.ON_DEMAND, self.limits)
+        cap = self.limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND)
         if self.limits.max_price is not None:
             cap = min(cap, int((self.limits.max_price + PRICE_TOLERANCE) // holder.on_demand_price))
         return cap
 
     def _anchor_ok(self, offer: TrainerOption) -> bool:
-        memory = offer.itype.memory_gib
-        return (offer.on_demand_price is not None
-                and _node_cap(offer.itype, offer.region, Market.ON_DEMAND, self.limits) >= 1
-                and (memory is None or memory >= self.limits.checkpoint_gib))
+        return anchor_allowed(offer, self.limits)
 
     def _price(self) -> pulp.LpAffineExpression:
         terms = [(n, o.spot_price) for n, o in zip(self.n, self.offers)]

@@ -35,17 +35,17 @@ def on_demand_plan(catalog: Catalog, request: PlanRequest) -> Plan | None:
             continue
         cap = limits.nodes_within_quota(option.region, itype, Market.ON_DEMAND)
         cap = min(cap, int((request.max_price + PRICE_TOLERANCE) // price))
-        if request.node_limit is not None:
-            cap = min(cap, request.node_limit)
+        if option.scaling.max_nodes is not None:  # a profiled curve is trusted only so far, as for Spot
+            cap = min(cap, option.scaling.max_nodes)
         if cap < 1:
             continue
         gain, fewer = max((effective_nodes(option.scaling, n), -n) for n in range(1, cap + 1))  # ties: fewer nodes
         count = -fewer
         z = itype.flops / price * 3600.0 * gain
         if best is None or z > best[0]:
-            nodes = [NodeGroup(itype.name, Market.ON_DEMAND, 1, Role.ANCHOR, price)]
+            nodes = [NodeGroup.of(itype, Market.ON_DEMAND, 1, Role.ANCHOR, price)]
             if count > 1:
-                nodes.append(NodeGroup(itype.name, Market.ON_DEMAND, count - 1, Role.TRAINER, price))
+                nodes.append(NodeGroup.of(itype, Market.ON_DEMAND, count - 1, Role.TRAINER, price))
             best = (z, Plan(
                 architecture=Architecture.SINGLE_ANCHOR,
                 region=option.region,

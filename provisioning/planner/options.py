@@ -54,9 +54,11 @@ class Limits:
         return math.inf if q is None else q
 
     def nodes_within_quota(self, region: str, itype: InstanceType, market: Market) -> int:
-        """How many nodes of a type the vCPU quota of its group admits (MAX_NODES when unknown)."""
+        """How many nodes of a type one market admits: the vCPU quota of its group (MAX_NODES when unknown),
+        or the node limit where one replaces the quotas. Every cap on a type's count starts here."""
         quota = self.quota(region, itype.quota_group, market)
-        return MAX_NODES if math.isinf(quota) else min(MAX_NODES, int(quota // itype.vcpus))
+        cap = MAX_NODES if math.isinf(quota) else min(MAX_NODES, int(quota // itype.vcpus))
+        return cap if self.node_limit is None else min(cap, self.node_limit)
 
     def fits_price(self, price: float) -> bool:
         return self.max_price is None or price <= self.max_price + PRICE_TOLERANCE

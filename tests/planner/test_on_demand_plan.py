@@ -59,3 +59,19 @@ def test_node_limit_and_a_cap_below_every_type(catalog):
     limited = on_demand_plan(catalog, PlanRequest(max_price=20.0, node_limit=3))
     assert sum(g.count for g in limited.nodes) <= 3
     assert on_demand_plan(catalog, PlanRequest(max_price=0.1)) is None
+
+
+def test_a_profiled_curve_bounds_the_on_demand_cluster_and_groups_state_their_gpus(catalog):
+    """As for Spot: a curve fitted up to n nodes is trusted up to its bound, and the plan's groups say
+    their GPUs and TFLOPS (what `deepvm up` and training read)."""
+    import dataclasses
+
+    best = on_demand_plan(catalog, PlanRequest(max_price=20.0))
+    name = best.nodes[0].instance_type
+    itype = catalog.types[name]
+    bounded = dataclasses.replace(scaling_of(itype), max_nodes=2)
+    profiled = dataclasses.replace(catalog, types={**catalog.types, name: dataclasses.replace(itype, scaling=bounded)})
+    plan = on_demand_plan(profiled, PlanRequest(max_price=20.0))
+    assert sum(g.count for g in plan.nodes if g.instance_type == name) <= 2
+    assert all(g.gpus == catalog.types[g.instance_type].gpu_count for g in best.nodes)
+    assert all(g.tflops == catalog.types[g.instance_type].flops for g in best.nodes)
