@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +32,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from provisioning.atomicfile import write_text_atomic
 from provisioning.catalog import Catalog, ScalingParams
 from provisioning.errors import InputError
 from provisioning.jsonfile import MIB, read_json_file
@@ -207,10 +207,8 @@ def make_profile(setup: ProfileSetup, measured: Sequence[Measured]) -> Profile:
 
 def save_profile(profile: Profile, path: Path) -> None:
     """Write the profile as JSON (a temporary file, then a rename: never half a profile)."""
-    partial = path.with_name(path.name + ".part")
     try:
-        partial.write_text(profile.model_dump_json(indent=2) + "\n")
-        os.replace(partial, path)
+        write_text_atomic(path, profile.model_dump_json(indent=2) + "\n")
     except OSError as exc:
         raise InputError(f"cannot write the profile to {path}: {exc.strerror or exc}") from None
 

@@ -8,12 +8,11 @@ Written atomically (temporary file, fsync, rename) so that a crash never leaves 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from provisioning.atomicfile import write_text_atomic
 from provisioning.home import saved_plan_path
 from provisioning.planner.plan import Plan
 from provisioning.planner.request import PlanRequest
@@ -22,16 +21,7 @@ from provisioning.planner.request import PlanRequest
 def save_plans(plans: list[Plan], request: PlanRequest, path: Path | None = None) -> Path:
     target = path or saved_plan_path()
     document = {"plans": [plan.to_dict() for plan in plans], "request": _request_dict(request)}
-    fd, temp = tempfile.mkstemp(prefix=".plan-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(document, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(target, json.dumps(document, indent=2))
     return target
 
 
