@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from provisioning.catalog import Market
 from provisioning.cloud.cluster import Cluster
@@ -92,6 +93,7 @@ class ProfileTarget:
     warmup_steps: int
     steps: int
     repeats: int
+    measuring_spec: str  # the job as each launch runs it (derived_spec), fixed when the profile starts
 
     @property
     def total_steps(self) -> int:
@@ -112,6 +114,7 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     """Check the job, the cluster and the sizes (one InputError or NotFoundError line each) before
     anything runs: the cluster is up, trains on one instance type and has the trainers the sizes need."""
     spec = load_job_spec(request.job_path)
+    measuring = derived_spec(request.job_path, request.warmup + request.repeats * request.steps)
     cluster = Cluster.open(request.cluster)
     name = cluster.name
     if not cluster.is_up:
@@ -142,6 +145,7 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
         warmup_steps=request.warmup,
         steps=request.steps,
         repeats=request.repeats,
+        measuring_spec=measuring,
     )
 
 
@@ -198,7 +202,10 @@ def derived_spec(job_path: Path, total_steps: int) -> str:
     data["log_every"] = 1
     checkpoint = {k: v for k, v in dict(data.get("checkpoint") or {}).items() if k != "every_seconds"}
     data["checkpoint"] = {**checkpoint, "every_steps": total_steps + 1, "levels": ["l1"]}
-    JobSpec.model_validate(data)  # the job's own spec was valid; this one must be too
+    try:
+        JobSpec.model_validate(data)  # the job's own spec was valid; this one must be too
+    except ValidationError as exc:
+        raise InputError(f"{job_path}: cannot be profiled as it is: {exc.errors()[0]['msg']}") from None
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -305,7 +312,7 @@ class _Profiler:
         homes = {state.home for state in states.values()}
         if len(homes) != 1:
             raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
-        spec = derived_spec(self.request.job_path, self.target.total_steps).encode()
+        spec = self.target.measuring_spec.encode()  # as read before anything ran: the job the profile names
         where = f"{JobPaths(homes.pop(), self.job_id).job}/{DERIVED_SPEC}"
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
             list(pool.map(lambda host: write_files(host, {where: spec}), hosts))
