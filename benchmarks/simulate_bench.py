@@ -79,7 +79,7 @@ def paper_rows(catalog: Catalog, measured_csv: Path = MEASURED) -> list[PaperRow
     plans = {"deepvm": result.plans[0], "cost-first": result.baselines["cost_first"],
              "performance-first": result.baselines["performance_first"]}
     deepvm = sim_cluster(plans["deepvm"], catalog)
-    work = deepvm.pflop_per_hour(deepvm.trainers, deepvm.tflops) * measured["deepvm_rank1"] / 3600.0
+    work = deepvm.full_pflop_per_hour * measured["deepvm_rank1"] / 3600.0
     predicted = {}
     for policy, plan in plans.items():
         cluster = sim_cluster(plan, catalog)
@@ -96,7 +96,7 @@ def paper_rows(catalog: Catalog, measured_csv: Path = MEASURED) -> list[PaperRow
 def speed(catalog: Catalog, trace: Trace, runs: int, reference_runs: int) -> dict:
     plan = plan_cluster(catalog, PlanRequest(max_price=PAPER_CAP)).plans[0]
     cluster = sim_cluster(plan, catalog)
-    work = cluster.pflop_per_hour(cluster.trainers, cluster.tflops) * WEEK_H
+    work = cluster.full_pflop_per_hour * WEEK_H
     case = SimCase(cluster, tuple(trace for _ in cluster.spot_groups), DEEPVM_RECOVERY,
                    Workload(work, runs=runs, seed=0))
     wall, cpu = time.perf_counter(), time.process_time()

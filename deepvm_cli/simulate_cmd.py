@@ -88,7 +88,7 @@ def simulate(
     policies = plan_policies(catalog, request, plan, with_deadline=deadline is not None)
     if work is None:
         rate = sim_cluster(policies[0].plan, catalog)
-        work = steps * step_time / 3600.0 * rate.pflop_per_hour(rate.trainers, rate.tflops)
+        work = steps * step_time / 3600.0 * rate.full_pflop_per_hour
     workload = Workload(work_pflop=work, runs=runs, seed=seed, deadline_h=deadline, recovery=recovery)
 
     from deepvm_cli.render_simulate import simulation_progress

@@ -50,7 +50,7 @@ class ChaosQuestion:
     def case(self, work_factor: float = 1.0) -> SimCase:
         cluster = sim_cluster(self.plan, self.catalog)
         trace_seconds = self.steps * self.step_time_s * self.time_scale
-        work = trace_seconds / SECONDS_PER_HOUR * cluster.pflop_per_hour(cluster.trainers, cluster.tflops)
+        work = trace_seconds / SECONDS_PER_HOUR * cluster.full_pflop_per_hour
         scaled = replace(
             self.recovery,
             relaunch_s=self.recovery.relaunch_s * self.time_scale,

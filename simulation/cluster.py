@@ -84,10 +84,15 @@ class SimCluster:
         """Every trainer's FLOPS added up (before K)."""
         return sum(g.count * g.flops for g in self.groups if g.trains)
 
+    @property
+    def full_pflop_per_hour(self) -> float:
+        """The plan's rate with every trainer up: what turns a measured or wanted time into work."""
+        return self.pflop_per_hour(self.trainers, self.tflops)
+
     def deterministic_makespan_h(self, work_pflop: float) -> float:
         """Hours the plan takes for the work with every node up all the time: the planner's prediction,
         work / plan.effective_flops (tests check the two agree)."""
-        return work_pflop / self.pflop_per_hour(self.trainers, self.tflops)
+        return work_pflop / self.full_pflop_per_hour
 
 
 def sim_cluster(plan: Plan, catalog: Catalog) -> SimCluster:

@@ -310,7 +310,8 @@ class Controller:
             if holders and trainers:
                 break
             self._await_replacement(holders_lost=not holders)
-        nodes = arrange([self._node(e) for e in endpoints])
+        types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}  # one read per launch
+        nodes = arrange([cluster_node(e, self.facts.get(types.get(e.instance_id, ""), UNKNOWN)) for e in endpoints])
         homes = {self.prepared[n.instance_id].home for n in nodes}
         if len(homes) != 1:
             raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
@@ -363,10 +364,6 @@ class Controller:
                 self._handle(self.events.get_nowait(), None)
             except queue.Empty:
                 return
-
-    def _node(self, e: SshEndpoint) -> Node:
-        types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}
-        return cluster_node(e, self.facts.get(types.get(e.instance_id, ""), UNKNOWN))
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> None:
         """Push to and set up nodes not used yet; read notices on the others' spot nodes. Once the job
