@@ -22,6 +22,12 @@ class StoppedByUser(DeepvmError):
     exit_code = 130
 
 
+class JobFailed(DeepvmError):
+    """Work deepvm ran could not finish (training, a profile's launches, fitting its measurements)."""
+
+    exit_code = 6
+
+
 class InputError(DeepvmError):
     """Bad arguments, files or configuration."""
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from provisioning.catalog import ScalingParams
-from provisioning.errors import DeepvmError
+from provisioning.errors import JobFailed
 from provisioning.scaling import speedup
 
 DROP_WARN_SHARE = 0.05
@@ -41,10 +41,8 @@ RMSE_WARN_SHARE = 0.10  # DeepVM's own least-squares fits stay within 3.3% (g3s)
 _PARAMETERS = 3
 
 
-class FitError(DeepvmError):
+class FitError(JobFailed):
     """No logistic curve could be fitted to the points (the least-squares search did not converge)."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from provisioning.catalog import Market
 from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError, InputError, StoppedByUser
+from provisioning.errors import DeepvmError, InputError, JobFailed, StoppedByUser
 from provisioning.home import deepvm_home
 from provisioning.planner.plan import Role
 from provisioning.state import utc_now
@@ -107,10 +107,8 @@ class TrainingCancelled(StoppedByUser):
     exit_code = 0  # the job ended as its owner asked
 
 
-class TrainingFailed(DeepvmError):
+class TrainingFailed(JobFailed):
     """The job cannot continue (no holder left, repeated failures without progress)."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from provisioning.catalog import Market
 from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.types import NodeRecord, SshEndpoint
-from provisioning.errors import DeepvmError, InputError, NotFoundError
+from provisioning.errors import DeepvmError, InputError, JobFailed, NotFoundError
 from provisioning.planner.plan import Role
 from provisioning.profile import JobIdentity, Measured
 from provisioning.state import ClusterStatus
@@ -60,10 +60,8 @@ DERIVED_SPEC = ".deepvm-profile.yaml"  # the measuring spec, beside the job's ow
 _TRAINING = (Role.ANCHOR, Role.TRAINER)
 
 
-class ProfileFailed(DeepvmError):
+class ProfileFailed(JobFailed):
     """A launch of the profile failed, stopped early or hung; nothing was written."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)
