@@ -154,7 +154,7 @@ def status_command(
         console.out.print(f"jobs of clusters that are down, as last recorded here ({len(past)}, newest first):")
         render_jobs(past, cluster_up=False, limit=_PAST_JOBS)
         if len(past) > _PAST_JOBS:
-            console.out.print(f"{len(past) - _PAST_JOBS} older: `deepvm status CLUSTER` shows a cluster's own")
+            console.out.print(f"({len(past) - _PAST_JOBS} older not shown)")
 
 
 def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:
