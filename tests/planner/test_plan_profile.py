@@ -81,7 +81,8 @@ def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_pa
                               "(1.5 x the most nodes profiled)"] for p in doc["plans"])
     curves = {c["instance_type"]: c for c in doc["scaling_curves"]}
     assert curves["g4dn.xlarge"]["source"] == "profile" and curves["g4dn.xlarge"]["profile"] == str(path)
-    assert curves["g4dn.xlarge"]["max_nodes"] == 4
+    assert curves["g4dn.xlarge"]["max_nodes"] == 4 and curves["g4dn.xlarge"]["model"] == "speedup"
+    assert curves["g5.xlarge"]["model"] == "deepvm"
     assert curves["g5.xlarge"]["source"] == "deepvm" and curves["g6.xlarge"]["source"] == "default"
 
 
