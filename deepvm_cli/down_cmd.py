@@ -76,7 +76,7 @@ def _stop_running_jobs(cluster: Cluster, cancel_jobs: bool) -> None:
     that cannot be asked (it died, or the job never started) holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.managed.client import cancel, follow, head_of, running_jobs
+    from training.client.managed import cancel, follow, head_of, running_jobs
 
     name = cluster.name
     try:

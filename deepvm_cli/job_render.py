@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from deepvm_cli.console import duration
-from training.managed.records import LogRecord
-from training.progress import Progress
+from training.shared.progress import Progress
+from training.shared.records import LogRecord
 
 
 def describe_progress(p: Progress) -> str:

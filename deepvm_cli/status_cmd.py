@@ -12,7 +12,7 @@ from deepvm_cli import console
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import ClusterView
-    from training.jobstore import JobRow
+    from training.shared.jobstore import JobRow
 
 
 _PAST_JOBS = 5  # jobs of clusters that are down, in `deepvm status`
@@ -26,14 +26,14 @@ def _clock(timestamp: str) -> str:
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
     """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
     cluster is up and its head answers), else as last heard."""
-    from training.jobstore import LOCAL, JobStatus, JobStore
+    from training.shared.jobstore import LOCAL, JobStatus, JobStore
 
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
         from provisioning.cloud.cluster import Cluster
         from provisioning.errors import DeepvmError
-        from training.managed.client import head_of, jobs_on
+        from training.client.managed import head_of, jobs_on
 
         try:
             handle = Cluster.open_running(cluster)
@@ -46,7 +46,7 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
 
 def _job_state(job: JobRow, cluster_up: bool) -> str:
     """The stored status, except that a "running" job whose controller or cluster is gone says so."""
-    from training.jobstore import LOCAL, JobStatus, controller_running
+    from training.shared.jobstore import LOCAL, JobStatus, controller_running
 
     if job.status is not JobStatus.RUNNING:
         return job.status.value
@@ -159,7 +159,7 @@ def status_command(
 
 def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:
     """Jobs this machine ran on clusters that are down now (not among `live`), newest first."""
-    from training.jobstore import JobStore
+    from training.shared.jobstore import JobStore
 
     return [job for job in JobStore().all() if job.cluster not in live]
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from deepvm_cli import console, train_cmd
 from deepvm_cli.job_render import Eta
-from training.progress import Progress
+from training.shared.progress import Progress
 
 
 def _progress(step: int) -> Progress:

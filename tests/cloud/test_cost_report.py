@@ -27,8 +27,8 @@ from provisioning.cost import CostSegment, cluster_cost
 from provisioning.errors import InputError
 from provisioning.state import Store
 from tests.cloud.plans import make_plan, write_plans
-from training.controller import TrainingFailed, TrainingStopped
-from training.jobstore import JobRow, JobStatus, JobStore
+from training.control.controller import TrainingFailed, TrainingStopped
+from training.shared.jobstore import JobRow, JobStatus, JobStore
 
 T0 = datetime(2026, 11, 23, 14, 0, tzinfo=timezone.utc)
 BACK = timedelta(minutes=12)
