@@ -248,3 +248,13 @@ def test_a_replaced_cluster_keeps_its_cost_in_the_history():
                                                                            before.usd, before.runtime_s)  # fmt: skip
     assert past.cost.ended == before.ended and past.cost.launched == before.launched
     assert (current.status, current.cost.usd) == (ClusterStatus.PROVISIONING, 0.0)
+
+
+def test_a_state_file_from_before_the_history_is_brought_up_to_date():
+    store = Store()
+    with sqlite3.connect(store.path) as db:  # as deepvm wrote it before past_clusters existed
+        db.execute("DROP TABLE past_clusters")
+        db.execute("UPDATE schema_versions SET version = 1 WHERE name = 'clusters'")
+    assert Store().bills() == []
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT version FROM schema_versions WHERE name = 'clusters'").fetchone() == (2,)
