@@ -89,7 +89,7 @@ def render(bills: Sequence[ClusterBill]) -> None:
 def cost_report_command(
     as_json: bool = typer.Option(False, "--json", help="Print {clusters: [...], totals: [...]} as JSON."),
 ) -> None:
-    """Every cluster ever recorded, running and terminated: where, state, launched, runtime, $/h, total $."""
+    """Show what every cluster ever recorded has cost, running or terminated, with a total per cloud."""
     from provisioning.cloud.lifecycle import cost_report
 
     bills = cost_report()

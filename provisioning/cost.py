@@ -1,7 +1,7 @@
 """What a cluster cost: the one piece of arithmetic behind `status`, `down`, `cost-report` and a job's cost.
 
-The state store (provisioning/state.py) keeps one cost segment per node: its price as planned, when it was
-first seen running and when it was seen gone (open while the node runs). A cluster's cost is the sum of
+The state store (provisioning/state.py) keeps one cost segment per node: its price as planned, its launch
+and when it was seen gone (open while the node runs). A cluster's cost is the sum of
 its segments, each at its own price, and its runtime spans its first node's launch to its last node's end
 (now while a node runs). Prices are the plan's, so a report never re-reads today's prices; a Spot price
 that moved after planning is not followed (the cloud's bill is the authority).
