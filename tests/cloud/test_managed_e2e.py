@@ -2,15 +2,20 @@
 on-demand head (the holder), under its supervisor, and the user's machine only submits, follows, cancels
 and fetches. Real sshd hosts, real mpirun, real training; the "laptop" is this test's CLI processes.
 
+The laptop test's job is the shipped example script held to a slow pace until the test has seen what it
+waits for (paced_train.py): it outlasts the two minutes it must on any machine, and no more; the cancel
+test's job is ResNet-18.
 One cluster serves the module. The user's environment carries canary AWS credentials: the sandbox never
 uses them, and no node may ever see them (no file, no environment, no command line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +35,25 @@ pytestmark = [
 ]
 
 EVERY = 5  # checkpoint interval, steps
+LAPTOP_STEPS = 800  # held at PACE_S a step, the laptop job could train for 400 s: the test releases it sooner
+PACE_S = 0.5
+RELEASE = "paced-train.release"  # created in the nodes' homes, it lets paced_train.py run at full speed
 CANARY = f"canary-secret-{uuid.uuid4().hex}"  # the user's AWS secret, as far as deepvm can tell
 NAME = f"mg-{uuid.uuid4().hex[:8]}"
+
+
+def paced_yaml(steps: int, name: str) -> str:
+    """The shipped example script (configs/own_train.py), each step lasting at least PACE_S seconds until
+    the test releases it (paced_train.py): it outlasts what the test waits for on any machine, then ends."""
+    return f"""\
+name: {name}
+seed: 0
+steps: {steps}
+log_every: 1
+checkpoint: {{every_steps: {EVERY}, levels: [l1, l2], buffer_slots: 2}}
+run: {{script: paced_train.py, args: ["{PACE_S}", {RELEASE}, --batch-size, "8"]}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
 
 
 def job_yaml(steps: int, name: str) -> str:
@@ -68,10 +90,14 @@ def cluster(tmp_path_factory):
         run_cli("sandbox", "stop", env=env, timeout=120)
 
 
-def write_job(jobs: Path, steps: int, tag: str) -> Path:
+def write_job(jobs: Path, steps: int, tag: str, paced: bool = False) -> Path:
+    """The ResNet-18 job, or with `paced` the example script at PACE_S a step (its scripts beside it)."""
     path = jobs / tag / "job.yaml"
     path.parent.mkdir()
-    path.write_text(job_yaml(steps, f"{NAME}-{tag}"))
+    if paced:
+        shutil.copy(REPO / "configs" / "own_train.py", path.parent)
+        shutil.copy(Path(__file__).with_name("paced_train.py"), path.parent)
+    path.write_text((paced_yaml if paced else job_yaml)(steps, f"{NAME}-{tag}"))
     return path
 
 
@@ -116,6 +142,13 @@ def run_on_head(env: dict[str, str], script: str) -> str:
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def release_the_pace(env: dict[str, str]) -> None:
+    """From now on the laptop job trains at full speed on every node there is (paced_train.py)."""
+    for home in (Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts").glob("*/home/*"):
+        with contextlib.suppress(FileNotFoundError):  # a terminated node's host goes away
+            (home / RELEASE).touch()
 
 
 def replaced(log: str) -> bool:
@@ -185,7 +218,7 @@ def assert_no_user_credentials(env: dict[str, str]) -> None:
 @pytest.mark.timeout(900)  # it must train on for over two minutes after the laptop is gone
 def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     env, jobs = cluster
-    job = write_job(jobs, 420, "laptop")
+    job = write_job(jobs, LAPTOP_STEPS, "laptop", paced=True)
     train = subprocess.Popen(
         [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg"],
         cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -213,11 +246,15 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     time.sleep(max(0.0, 125 - (time.monotonic() - gone)))  # more than two minutes away
     state = job_state(env, job_id)
     assert state["status"] == "running" and state["step"] > 10, state
+    while not replaced(cli(env, "logs", job_id).stdout):  # the node that got the notice is replaced...
+        assert time.monotonic() - gone < 600, "the replacement was not folded in"
+        time.sleep(2)
+    release_the_pace(env)  # ...so every node of the job's last attempt is released here
     tail = cli(env, "logs", job_id, "-f", "--tail", "5", timeout=600).stdout
     assert "job completed" in tail
     log = cli(env, "logs", job_id).stdout
     state = job_state(env, job_id)
-    assert state["status"] == "completed" and state["step"] == 420, state
+    assert state["status"] == "completed" and state["step"] == LAPTOP_STEPS, state
     assert replaced(log), log[-3000:]
     (notice,) = [line for line in log.splitlines() if line.startswith("recovered (notice)")]
     assert ", 0 steps lost" in notice  # the notice's checkpoint was flushed at the step it came
@@ -225,7 +262,7 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     out = Path(env["DEEPVM_HOME"]) / "fetched"
     cli(env, "fetch", job_id, "--out", str(out))
     assert (out / "model.pt").stat().st_size > 0
-    assert json.loads((out / "metrics.json").read_text())["steps"] == 420
+    assert json.loads((out / "metrics.json").read_text())["steps"] == LAPTOP_STEPS
     assert_each_node_pinned_to_its_own_key(env)
     assert_no_user_credentials(env)
 

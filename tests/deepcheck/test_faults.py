@@ -31,8 +31,8 @@ def _run(tmp_path, chains: int, cycles: int):
 @pytest.mark.mpi
 @pytest.mark.timeout(900)
 def test_kill9_cycles(private_dir):
-    kills, results = _run(private_dir, chains=2, cycles=26)
-    assert sum(kills.values()) >= 50 and kills["trainer"] >= 16 and kills["persisting"] >= 8, kills
+    kills, results = _run(private_dir, chains=2, cycles=13)  # 26 kill -9s; the soak below runs 300
+    assert sum(kills.values()) >= 25 and kills["trainer"] >= 8 and kills["persisting"] >= 4, kills
     for r in results:  # checkpoints kept completing between kills, and restores never went backwards
         assert sum(step >= 0 for step in r.restored) >= len(r.restored) // 2
         assert r.restored[-1] > 0 and r.restored == sorted(r.restored)
