@@ -60,7 +60,7 @@ def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
         ("completed", 4),
     ]
     snap = recorder.snapshots[2]
-    assert set(snap) == {"format", "step", "model", "optimizer", "sampler", "rng"}
+    assert set(snap) == {"format", "step", "model", "optimizer", "sampler", "rng", "loss_curve"}
     assert snap["sampler"] == {"epoch": 0, "offset": 8}
     assert metrics["status"] == "completed" and metrics["steps"] == 4 and metrics["synthetic"] is True
     saved = json.loads((out / "metrics.json").read_text())
@@ -79,6 +79,31 @@ def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):
     resumed, _ = run(tmp_path, "rest", steps=6, resume=out / "state.pt")
     assert (resumed["first_step"], resumed["steps"], resumed["status"]) == (3, 6, "completed")
     assert resumed["final_loss"] == whole["final_loss"]
+    # the whole run's curve, not this attempt's: the uninterrupted run's points, and the stop's own
+    assert sorted(set(resumed["loss_curve"]) - set(whole["loss_curve"])) == [(3, stopped["final_loss"])]
+    assert set(whole["loss_curve"]) <= set(resumed["loss_curve"])
+
+
+def test_resume_at_the_last_step_keeps_the_final_loss(tmp_path):
+    """A relaunch after the last checkpoint trains nothing and only writes the outputs: its loss is the
+    run's, not NaN (a completion reported `loss nan` when the last attempt started at the last step)."""
+    whole, out = run(tmp_path, "whole", steps=4)
+    again, _ = run(tmp_path, "again", steps=4, resume=out / "state.pt")
+    assert (again["first_step"], again["steps"], again["status"]) == (4, 4, "completed")
+    assert math.isfinite(again["final_loss"]) and again["final_loss"] == whole["final_loss"]
+    assert again["loss_curve"] == whole["loss_curve"]
+
+
+def test_a_checkpoint_without_a_loss_curve_still_resumes(tmp_path):
+    """Format 1 (before the curve was saved) resumes; the curve then starts at the resume."""
+    _, out = run(tmp_path, "part", steps=5, stop_at_step=2)
+    old = torch.load(out / "state.pt", weights_only=False)
+    old["format"] = 1
+    del old["loss_curve"]
+    torch.save(old, out / "state.pt")
+    resumed, _ = run(tmp_path, "rest", steps=5, resume=out / "state.pt")
+    assert (resumed["first_step"], resumed["steps"]) == (2, 5)
+    assert next(step for step, _ in resumed["loss_curve"]) > 2
 
 
 def test_resume_with_a_larger_plan_keeps_global_batch(tmp_path):

@@ -18,7 +18,7 @@ should snapshot to memory and hand off to a background thread.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -26,7 +26,7 @@ from torch import nn
 
 from training.node.sampler import GlobalBatchSampler, SamplerPosition
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2 adds the loss curve; a format-1 checkpoint (no curve) still resumes
 
 
 @dataclass
@@ -37,6 +37,10 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     sampler: GlobalBatchSampler
     step: int = 0  # optimizer steps completed
+    # (step, loss averaged over the ranks) at each logged step. Saved with the checkpoint so that a job's
+    # metrics hold its whole curve across restarts, and an attempt that resumes at the last step (it only
+    # writes the outputs) still knows the final loss.
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
 
     def state_dict(self) -> dict[str, Any]:
         """A picklable snapshot (tensors still shared with the live model: copy before training on)."""
@@ -47,16 +51,18 @@ class TrainState:
             "optimizer": self.optimizer.state_dict(),
             "sampler": {"epoch": self.sampler.position.epoch, "offset": self.sampler.position.offset},
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "loss_curve": list(self.loss_curve),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``; the optimizer's learning rate is set again by the schedule."""
-        if state.get("format") != STATE_FORMAT:
+        if state.get("format") not in (1, STATE_FORMAT):
             raise ValueError(f"unknown train state format {state.get('format')!r}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.sampler.position = SamplerPosition(**state["sampler"])
         self.step = int(state["step"])
+        self.loss_curve = [(int(step), float(loss)) for step, loss in state.get("loss_curve", [])]
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
 

@@ -165,7 +165,6 @@ class Run:
             self.state.load_state_dict(_load_state(opts.resume, self.device))
         self.total_steps = _total_steps(spec, sampler)
         self.loss_fn = nn.CrossEntropyLoss()
-        self.curve: list[tuple[int, float]] = []
 
     def _batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed((self.spec.seed * 1_000_003 + step) * 1009 + self.env.rank)
@@ -207,7 +206,8 @@ class Run:
                 pid=os.getpid(),
             )
         )
-        first_step, status, final_loss = state.step, "completed", float("nan")
+        first_step, status = state.step, "completed"
+        final_loss = state.loss_curve[-1][1] if state.loss_curve else float("nan")
         started = window_start = time.perf_counter()
         window_steps = 0
         while state.step < self.total_steps:
@@ -219,7 +219,7 @@ class Run:
             if state.step % spec.log_every == 0 or state.step == self.total_steps or stopping:
                 now = time.perf_counter()
                 final_loss = _mean_over_ranks(loss, self.device)
-                self.curve.append((state.step, final_loss))
+                state.loss_curve.append((state.step, final_loss))
                 rate = window_steps * self.plan.per_rank[rank] / max(now - window_start, 1e-9)
                 emit(
                     Step(
@@ -257,7 +257,7 @@ class Run:
             "total_steps": self.total_steps,
             "epoch": state.sampler.epoch,
             "final_loss": final_loss,
-            "loss_curve": self.curve,
+            "loss_curve": state.loss_curve,
             "samples_per_s": trained / wall if wall > 0 else 0.0,
             "wall_s": wall,
         }
