@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import remember_cluster
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import ClusterView
@@ -108,6 +109,8 @@ def status_command(
     from provisioning.cloud.lifecycle import status
 
     views = status(name)
+    if name is not None:
+        remember_cluster(name)
     if not as_json:
         for banner in dict.fromkeys(v.banner for v in views if v.banner):
             console.info(banner)
@@ -119,7 +122,7 @@ def status_command(
         console.print_json(docs[0] if name else {"clusters": docs})
         return
     if not views:
-        console.info("no clusters; start one with `deepvm up`")
+        console.info(_start_hint())
     for view in views:
         if not view.refreshed and up(view):
             console.warning(
@@ -127,6 +130,15 @@ def status_command(
             )
         render_cluster(view)
         render_jobs(_jobs(view.cluster.name, up(view)))
+
+
+def _start_hint() -> str:
+    """What to run when there is no cluster: `up` launches the saved plan; without one, plan first."""
+    from provisioning.home import saved_plan_path
+
+    if saved_plan_path().exists():
+        return "no clusters; `deepvm up` launches the plan `deepvm plan` saved (it shows it and asks first)"
+    return "no clusters and no saved plan; `deepvm plan --max-price X` plans one for X USD/h, then `deepvm up`"
 
 
 def register(app: typer.Typer) -> None:

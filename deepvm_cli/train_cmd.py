@@ -21,9 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Column
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
 from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
 from training.progress import JobReporter
 from training.progress import Progress as JobProgress
@@ -90,7 +90,9 @@ def live_reporter() -> Iterator[JobReporter]:
 
 def train_command(
     job: Path = typer.Argument(..., help="Job spec YAML, e.g. configs/resnet.yaml."),
-    cluster: str = typer.Option(DEFAULT_CLUSTER_NAME, "--cluster", help="Cluster made by `deepvm up`."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Cluster made by `deepvm up` (default: the config file's, else the last one used)."
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue this job's newest unfinished run (after Ctrl-C or a crash)."
     ),
@@ -122,7 +124,6 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from provisioning.cloud.cluster import Cluster
     from training.controller import TrainRequest, train
     from training.jobspec import load_job_spec
 
@@ -136,14 +137,14 @@ def train_command(
         raise InputError("--detach needs the controller on the head (--controller head)")
     from deepvm_cli.jobs_cmd import default_python
 
-    found = Cluster.find(cluster)
+    found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
     if python is None:
         python = default_python(found)
-    if found is not None and found.banner:
+    if found.banner:
         console.info(found.banner)
     request = TrainRequest(
         job_path=job,
-        cluster=cluster,
+        cluster=found.name,
         python=python,
         resume=resume,
         out_dir=out,
