@@ -23,7 +23,7 @@ from rich.table import Column
 from deepvm_cli import console
 from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
-from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines
+from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
 from provisioning.errors import InputError
 from training.progress import JobReporter
 from training.progress import Progress as JobProgress
@@ -42,12 +42,12 @@ def plain_reporter() -> Iterator[JobReporter]:
             pushed.add(host)
             console.plain(f"pushed {total:,} bytes to {host}")
 
-    yield JobReporter(
+    yield screened(JobReporter(
         note=console.plain,
         log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
         progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
         push=push,
-    )
+    ))
 
 
 @contextmanager
@@ -80,12 +80,12 @@ def live_reporter() -> Iterator[JobReporter]:
                     info=describe_progress(p), eta=f"eta {left}" if left else "")
 
     with bars:
-        yield JobReporter(
+        yield screened(JobReporter(
             note=lambda text: bars.console.print(text, markup=False, highlight=False),
             log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
             progress=progress,
             push=push,
-        )
+        ))
 
 
 def train_command(

@@ -80,7 +80,7 @@ from training.launcher import (
     split_batch,
 )
 from training.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
-from training.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
+from training.progress import LAUNCHER, AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.recovery import RecoveryLog
 from training.replacements import ReplacementNote, ReplacementReady, Replacements, cloud_buyer
 from training.staging import JobPaths, NodeState, prepare_nodes, read_notices, stage_runtime
@@ -502,7 +502,7 @@ class Controller:
         if event is not None:
             self._on_event(event, node, line.at, run)
             return
-        prefix = f"{node.name} r{line.rank}" if node else "mpirun"
+        prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
         if line.stream == "stderr" and line.text.strip():
             run.errors.append(f"[{prefix}] {line.text.strip()}")
         self.report.log(prefix, line.text)

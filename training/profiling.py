@@ -50,7 +50,7 @@ from training.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.jobstore import train_lock
 from training.launcher import Attempt, AttemptExit, Launch, Node, RankLine, arrange, ready_on_head, rendezvous_port
 from training.plan_facts import UNKNOWN, type_facts
-from training.progress import JobReporter, Progress
+from training.progress import LAUNCHER, JobReporter, Progress
 from training.staging import JobPaths, NodeState, prepare_nodes, stage_runtime
 from training.stall import StallWatch
 from training.transport import run_on_hosts, write_files
@@ -368,7 +368,7 @@ class _Profiler:
             run.ended[event.rank] = event.status
         elif event is None:
             node = attempt.node_of(line.rank)
-            prefix = f"{node.name} r{line.rank}" if node else "mpirun"
+            prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
             if line.stream == "stderr" and line.text.strip():
                 run.errors.append(f"[{prefix}] {line.text.strip()}")
             self.report.log(prefix, line.text)
