@@ -56,13 +56,14 @@ def profile_command(
     from training.jobspec import load_job_spec
     from training.profiling import ProfileRequest, measure, profile_target
 
-    load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    load_job_spec(job)  # a bad job file or --sizes is its own one-line answer, before any cluster is looked at
+    counts = _sizes(sizes)
     found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=False)
     request = ProfileRequest(
         job_path=job,
         cluster=found.name,
         python=python or default_python(found),
-        sizes=_sizes(sizes),
+        sizes=counts,
         steps=steps,
         warmup=warmup,
         repeats=repeats,
