@@ -81,6 +81,9 @@ def down_command(
     banner = found.banner if found is not None else BANNER if cloud == "sandbox" else ""
     if banner:
         console.info(banner)
+    if not yes and not console.interactive():
+        raise InputError(f"down would delete cluster {name}; `deepvm down {name} --yes` confirms (no terminal to "
+                         "ask on)")  # fmt: skip
     running = _running_jobs(found, cancel_jobs) if found is not None and found.is_up else NONE_RUNNING
     if not yes:
         _confirm(choice, preview, running, cancel_jobs)
@@ -101,10 +104,8 @@ def down_command(
 
 
 def _confirm(choice: ClusterChoice, preview: DownPreview, running: RunningJobs, cancel_jobs: bool) -> None:
-    """Ask, naming what would be deleted; refuse where no one can answer."""
+    """Ask, naming what would be deleted."""
     name = choice.name
-    if not console.interactive():
-        raise InputError(f"`deepvm down {name}` deletes the cluster; confirm with --yes")
     origin = choice.origin("`deepvm down NAME`")
     named = f"{name} ({origin})" if origin else name
     if not console.confirm(f"Delete {_what(named, preview, running, cancel_jobs)}?"):

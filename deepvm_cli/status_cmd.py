@@ -137,7 +137,7 @@ def _start_hint() -> str:
     from provisioning.home import saved_plan_path
 
     if saved_plan_path().exists():
-        return "no clusters; `deepvm up` launches the plan `deepvm plan` saved (it shows it and asks first)"
+        return "no clusters; `deepvm up` launches the saved plan (it shows it and asks first)"
     return "no clusters and no saved plan; `deepvm plan --max-price X` plans one for X USD/h, then `deepvm up`"
 
 
