@@ -14,26 +14,26 @@ and CPU time are shown: on a shared machine the wall time carries other people's
 
 Paper. With no interruptions, the makespans the model predicts for the paper's real-world plans
 (DeepVM's decision, cost-first, performance-first at $3/h) against the measured ones
-(tests/data/realworld_makespan.csv): the ranking must be DeepVM < cost-first < performance-first, and
-each baseline's predicted ratio to DeepVM should be within 15 % of the measured ratio. Both are printed;
-the model is the planner's (FLOPS x n x K(n)), not tuned to these runs.
+(tests/data/realworld_makespan.csv), by benchmarks/paper_realworld.py: the ranking must be DeepVM <
+cost-first < performance-first, and each baseline's predicted ratio to DeepVM should be within 15 % of
+the measured ratio. Both are printed, for DeepVM's default curves and for profiles of DeepVM's measured
+scaling; neither is tuned to these runs.
 
-Exit status 1 if the engine and the reference disagree, or the ranking is wrong.
+Exit status 1 if the engine and the reference disagree, or a model ranks the paper's runs wrongly.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.paper_realworld import CATALOG, PAPER_CAP, paper_json, paper_lines, paper_models, ranked_as_measured  # noqa: E402
 from provisioning.catalog import Catalog  # noqa: E402
 from provisioning.deepvm_format import load_catalog_file  # noqa: E402
 from provisioning.planner import PlanRequest, plan_cluster  # noqa: E402
@@ -43,54 +43,10 @@ from simulation.engine import simulate  # noqa: E402
 from simulation.policies import DEEPVM_RECOVERY  # noqa: E402
 from simulation.recovery import Workload  # noqa: E402
 from simulation.reference import run_one  # noqa: E402
-from simulation.trace import Trace, TraceKind  # noqa: E402
+from simulation.trace import Trace  # noqa: E402
 
-CATALOG = REPO / "tests" / "data" / "deepvm_data.json"
-MEASURED = REPO / "tests" / "data" / "realworld_makespan.csv"
-PAPER_CAP = 3.0
 WEEK_H = 168.0
 TARGET_S, TARGET_RUNS = 5.0, 10_000
-RATIO_TOLERANCE = 0.15
-NO_INTERRUPTIONS = Trace("none", TraceKind.HAZARD, "no interruptions", hazard_per_h=0.0)
-PAPER_POLICIES = (("deepvm", "deepvm_rank1"), ("cost-first", "cost_first"), ("performance-first", "performance_first"))
-
-
-@dataclass(frozen=True)
-class PaperRow:
-    policy: str
-    plan: str
-    predicted_s: float
-    measured_s: float
-    predicted_ratio: float  # to DeepVM's
-    measured_ratio: float
-
-    @property
-    def ratio_error(self) -> float:
-        """How far the predicted ratio is from the measured one, as a share of the measured."""
-        return self.predicted_ratio / self.measured_ratio - 1.0
-
-
-def paper_rows(catalog: Catalog, measured_csv: Path = MEASURED) -> list[PaperRow]:
-    """Predicted (no interruptions, the engine) vs measured makespans of the paper's real-world plans,
-    the predictions scaled so that DeepVM's equals its measured makespan (only ratios are compared)."""
-    with measured_csv.open() as handle:
-        measured = {row["policy"]: float(row["makespan_seconds"]) for row in csv.DictReader(handle)}
-    result = plan_cluster(catalog, PlanRequest(max_price=PAPER_CAP))
-    plans = {"deepvm": result.plans[0], "cost-first": result.baselines["cost_first"],
-             "performance-first": result.baselines["performance_first"]}
-    deepvm = sim_cluster(plans["deepvm"], catalog)
-    work = deepvm.full_pflop_per_hour * measured["deepvm_rank1"] / 3600.0
-    predicted = {}
-    for policy, plan in plans.items():
-        cluster = sim_cluster(plan, catalog)
-        traces = tuple(NO_INTERRUPTIONS for _ in cluster.spot_groups)
-        out = simulate(SimCase(cluster, traces, DEEPVM_RECOVERY, Workload(work, runs=1, seed=0)))
-        predicted[policy] = float(out.makespan_h[0]) * 3600.0
-    return [
-        PaperRow(policy, plans[policy].summary(), predicted[policy], measured[key],
-                 predicted[policy] / predicted["deepvm"], measured[key] / measured["deepvm_rank1"])
-        for policy, key in PAPER_POLICIES
-    ]
 
 
 def speed(catalog: Catalog, trace: Trace, runs: int, reference_runs: int) -> dict:
@@ -149,12 +105,11 @@ def main() -> int:
 
     catalog = load_catalog_file(CATALOG)
     timing = speed(catalog, resolve_trace(args.trace), args.runs, args.reference_runs)
-    rows = paper_rows(catalog)
-    ranked = [r.policy for r in sorted(rows, key=lambda r: r.predicted_s)] == [r.policy for r in rows]
+    models = paper_models(catalog)
+    ranked = all(ranked_as_measured(rows) for rows in models.values())
     ok = timing["reference_agrees"] and ranked
     if args.json:
-        print(json.dumps({"speed": timing, "paper": [asdict(r) | {"ratio_error": r.ratio_error} for r in rows],
-                          "paper_ranking_ok": ranked}, indent=1))
+        print(json.dumps({"speed": timing, "paper": paper_json(models), "paper_ranking_ok": ranked}, indent=1))
         return 0 if ok else 1
     t = timing
     print(f"{t['plan']}, {t['work_hours_at_full_speed']:g} h of work at full speed, trace {t['trace']}")
@@ -167,14 +122,8 @@ def main() -> int:
     print(f"  engine vs reference: x{t['speedup']:g} wall, x{t['speedup_cpu']:g} CPU")
     print(f"  target {t['target']}: {'met' if t['target_met'] else 'MISSED'} by wall time "
           f"(projected {t['projected_target_runs_s']:.2f} s), {'met' if t['target_met_cpu'] else 'MISSED'} by CPU")
-    print("\nThe paper's real-world runs at $3/h, no interruptions (predictions scaled to DeepVM's measured 251 s):")
-    header = ("policy", "predicted s", "measured s", "pred. ratio", "meas. ratio")
-    print(f"  {header[0]:<18} {header[1]:>11} {header[2]:>10} {header[3]:>11} {header[4]:>11}  within 15%")
-    for r in rows:
-        within = "yes" if abs(r.ratio_error) <= RATIO_TOLERANCE else f"no ({r.ratio_error:+.0%})"
-        print(f"  {r.policy:<18} {r.predicted_s:>11.1f} {r.measured_s:>10.1f} {r.predicted_ratio:>11.3f} "
-              f"{r.measured_ratio:>11.3f}  {within if r.policy != 'deepvm' else '-'}")
-    print(f"  ranking DeepVM < cost-first < performance-first: {'yes' if ranked else 'NO'}")
+    print()
+    print("\n".join(paper_lines(models)))
     return 0 if ok else 1
 
 

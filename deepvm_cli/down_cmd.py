@@ -23,7 +23,8 @@ from provisioning.errors import InputError
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import Cluster
     from provisioning.cloud.lifecycle import DownPreview
-    from training.managed.client import Head, JobSummary
+    from training.client.managed import Head
+    from training.shared.records import JobSummary
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
     holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.managed.client import head_of, running_jobs
+    from training.client.managed import head_of, running_jobs
 
     name = cluster.name
     try:
@@ -158,7 +159,7 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
 
 def _cancel(head: Head, jobs: tuple[JobSummary, ...]) -> None:
     """Cancel each job after a checkpoint, and wait until it has stopped."""
-    from training.managed.client import cancel, follow
+    from training.client.managed import cancel, follow
 
     for job in jobs:
         console.info(f"cancelling {job.job_id} (after a checkpoint)")

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from deepvm_cli.console import duration
-from training.managed.records import LogRecord
-from training.progress import LAUNCHER, JobReporter, Progress
+from training.shared.progress import LAUNCHER, JobReporter, Progress
+from training.shared.records import LogRecord
 
 # Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
 # a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).

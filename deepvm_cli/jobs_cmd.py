@@ -1,7 +1,7 @@
 """`deepvm jobs`, `logs`, `cancel` and `fetch`: managed jobs, whose controllers run on their clusters' head
 nodes; and `run_managed`, what `deepvm train` does with the controller on the head.
 
-Rendering only: the work is training.managed.client's.
+Rendering only: the work is training.client.managed's.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from deepvm_cli.cluster_choice import remember_cluster
 from deepvm_cli.flags import at_least
 from deepvm_cli.job_render import record_line
 from provisioning.errors import CloudError
-from training.jobstore import JobStatus
-from training.managed.records import LogRecord
-from training.progress import JobReporter
+from training.shared.jobstore import JobStatus
+from training.shared.progress import JobReporter
+from training.shared.records import LogRecord
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import Cluster
-    from training.controller import TrainRequest
-    from training.managed.client import Head
+    from training.client.managed import Head
+    from training.control.controller import TrainRequest
 
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
 MAX_RANK = 65_535  # `logs --rank`
@@ -63,8 +63,8 @@ def _hints(job_id: str) -> None:
 def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
     """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
     Ctrl-C detaches: the job goes on."""
-    from training.controller import TrainingFailed
-    from training.managed.client import fetch_outputs, find_head, follow, submit
+    from training.client.managed import fetch_outputs, find_head, follow, submit
+    from training.control.controller import TrainingFailed
 
     job = submit(request, report)
     head = find_head(job.cluster, job.python)
@@ -95,7 +95,7 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dic
 
 def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
     """Show the job's log until its first attempt starts (or it is over already)."""
-    from training.managed.client import follow
+    from training.client.managed import follow
 
     start, deadline = 0, time.monotonic() + _DETACH_WAIT_S
     started = False
@@ -119,7 +119,7 @@ def jobs_command(
 ) -> None:
     """List managed jobs as their clusters' head nodes know them: state, step, restarts, lost steps, cost."""
     from provisioning.cloud.cluster import Cluster, running_clusters
-    from training.managed.client import head_of, jobs_on
+    from training.client.managed import head_of, jobs_on
 
     found = []
     for name in [cluster] if cluster else running_clusters():
@@ -155,7 +155,7 @@ def logs_command(
     ),
 ) -> None:
     """Show a managed job's log from its head node; reattach to a running job with -f."""
-    from training.managed.client import find_head, follow, managed_job
+    from training.client.managed import find_head, follow, managed_job
 
     row = managed_job(job)
     head = find_head(row.cluster, row.python)
@@ -177,7 +177,7 @@ def cancel_command(
     now: bool = typer.Option(False, "--now", help="Stop at once, without a last checkpoint."),
 ) -> None:
     """Stop a managed job after a checkpoint (or at once with --now), and wait until it has stopped."""
-    from training.managed.client import cancel, find_head, follow, jobs_on, managed_job
+    from training.client.managed import cancel, find_head, follow, jobs_on, managed_job
 
     row = managed_job(job)
     head = find_head(row.cluster, row.python)
@@ -194,7 +194,7 @@ def fetch_command(
     out: Path | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
     """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node."""
-    from training.managed.client import fetch_outputs, find_head, managed_job
+    from training.client.managed import fetch_outputs, find_head, managed_job
 
     row = managed_job(job)
     head = find_head(row.cluster, row.python)

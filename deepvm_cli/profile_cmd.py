@@ -1,7 +1,7 @@
 """`deepvm profile`: measure how a job speeds up on 1..N trainer nodes of a cluster that is up, fit
 DeepVM's scaling curve to it, and save the profile that `deepvm plan --profile` plans with.
 
-Rendering only: training.profiling runs and measures, provisioning.profile fits and saves. It buys
+Rendering only: training.client.profiling runs and measures, provisioning.profile fits and saves. It buys
 nothing, so it asks nothing; it says up front what the cluster bills while it runs, and once the first
 size is measured how long the rest should take.
 """
@@ -23,7 +23,7 @@ MAX_STEPS = 1_000_000  # --steps, --warmup: a profile measures minutes, not week
 
 if TYPE_CHECKING:
     from provisioning.profile import Profile
-    from training.profiling import ProfileTarget
+    from training.client.profiling import ProfileTarget
 
 
 def profile_command(
@@ -53,8 +53,8 @@ def profile_command(
     from deepvm_cli.jobs_cmd import default_python
     from deepvm_cli.train_cmd import live_reporter, plain_reporter
     from provisioning.profile import ProfileSetup, make_profile, save_profile
-    from training.jobspec import load_job_spec
-    from training.profiling import ProfileRequest, measure, profile_target
+    from training.client.profiling import ProfileRequest, measure, profile_target
+    from training.shared.jobspec import load_job_spec
 
     load_job_spec(job)  # a bad job file or --sizes is its own one-line answer, before any cluster is looked at
     counts = _sizes(sizes)

@@ -33,7 +33,8 @@ class ProfileUsed:
 
 def curves_json(types: Sequence[str], catalog: Catalog, profiles: Sequence[ProfileUsed]) -> list[dict[str, Any]]:
     """For each of `types`: where its curve came from ("profile", "catalog", "deepvm", "default"), the
-    profile's file, the curve and the most nodes a plan may hold with it."""
+    profile's file, the curve, how it is read ("speedup" for a profile, "deepvm": through K(n)) and the
+    most nodes a plan may hold with it."""
     by_type = {used.profile.instance_type: used for used in profiles}
     rows = []
     for name in types:
@@ -46,6 +47,7 @@ def curves_json(types: Sequence[str], catalog: Catalog, profiles: Sequence[Profi
             "a": curve.a,
             "b": curve.b,
             "c": curve.c,
+            "model": curve.model.value,
             "max_nodes": curve.max_nodes,
         })  # fmt: skip
     return rows

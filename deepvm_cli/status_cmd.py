@@ -13,7 +13,7 @@ from deepvm_cli.cluster_choice import remember_cluster
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import ClusterView
-    from training.jobstore import JobRow
+    from training.shared.jobstore import JobRow
 
 
 def _clock(timestamp: str) -> str:
@@ -24,14 +24,14 @@ def _clock(timestamp: str) -> str:
 def _jobs(cluster: str, up: bool) -> list[JobRow]:
     """The cluster's jobs, newest first; managed jobs with the values their head reports now (when the
     cluster is up and its head answers), else as last heard."""
-    from training.jobstore import LOCAL, JobStatus, JobStore
+    from training.shared.jobstore import LOCAL, JobStatus, JobStore
 
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
         from provisioning.cloud.cluster import Cluster
         from provisioning.errors import DeepvmError
-        from training.managed.client import head_of, jobs_on
+        from training.client.managed import head_of, jobs_on
 
         try:
             handle = Cluster.open_running(cluster)
@@ -44,7 +44,7 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
 
 def _job_state(job: JobRow) -> str:
     """The stored status, except that a "running" job whose controller is gone says so."""
-    from training.jobstore import LOCAL, JobStatus, controller_running
+    from training.shared.jobstore import LOCAL, JobStatus, controller_running
 
     if job.status is JobStatus.RUNNING and job.controller == LOCAL and not controller_running(job.cluster):
         return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "

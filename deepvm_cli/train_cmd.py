@@ -25,8 +25,8 @@ from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
 from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
 from provisioning.errors import InputError
-from training.progress import JobReporter
-from training.progress import Progress as JobProgress
+from training.shared.progress import JobReporter
+from training.shared.progress import Progress as JobProgress
 
 CONTROLLERS = ("head", "local")
 
@@ -124,8 +124,8 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from training.controller import TrainRequest, train
-    from training.jobspec import load_job_spec
+    from training.control.controller import TrainRequest, train
+    from training.shared.jobspec import load_job_spec
 
     load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
     if controller not in CONTROLLERS:

@@ -81,7 +81,7 @@ def load_config() -> UserConfig:
 
 
 def _read(path: Path) -> UserConfig:
-    from training.yamlmarks import read_yaml
+    from training.shared.yamlmarks import read_yaml
 
     doc = read_yaml(path, "config file", MAX_CONFIG_BYTES)
     if doc.duplicate_keys:

@@ -46,6 +46,13 @@ def quota_group_of(instance_type: str) -> str:
     return "Standard"
 
 
+class ScalingModel(str, Enum):
+    """How a curve turns n nodes into nodes' worth of throughput (provisioning/scaling.py)."""
+
+    DEEPVM = "deepvm"  # n K(n): DeepVM's factor, K = 1 up to the inflection point b (the paper's decisions)
+    SPEEDUP = "speedup"  # S(n) itself, at most linear: a profile's measured speed-up of the job
+
+
 @dataclass(frozen=True)
 class ScalingParams:
     """Logistic speed-up S(n) = c / (1 + exp(-a (n - b))) fitted to measured multi-node training.
@@ -53,6 +60,8 @@ class ScalingParams:
     `measured` is False when the values are defaults rather than a fit to this instance type.
     `max_nodes` bounds how many nodes of the type a plan may hold when the curve was fitted on few nodes
     (a profile's: see provisioning/profile.py), since a logistic curve extrapolates badly.
+    `model` says whether the planner reads the curve through DeepVM's K(n) or as the speed-up itself
+    (a profile's: see provisioning/scaling.py for why).
     """
 
     a: float
@@ -60,6 +69,7 @@ class ScalingParams:
     c: float
     measured: bool = True
     max_nodes: int | None = None  # None: the curve holds for any count
+    model: ScalingModel = ScalingModel.DEEPVM
 
 
 # Used for GPU types without a fit of their own: the ResNet-18 fit of g4dn.xlarge (the most common

@@ -1,5 +1,5 @@
 """deepvm's state database and its locks: what the cluster table (provisioning.state) and the job table
-(training.jobstore) share. Each layer owns its tables; this module owns the file.
+(training.shared.jobstore) share. Each layer owns its tables; this module owns the file.
 
 - One SQLite file, DEEPVM_HOME/state.db, in WAL mode with full sync: every change is one transaction, so
   a crash (or kill -9) mid-command leaves the last committed state, never a torn file; and WAL lets a

@@ -12,7 +12,7 @@ naming the file and what it was meant to be. The limits, and why:
 - A missing file suggests the path the user probably meant (`configs/resnet.yaml` for `resnet.yaml`).
 
 MAX_DEPTH bounds the nesting of the documents read (JSON here in provisioning/jsonfile.py, YAML in
-training/yamlmarks.py): Python's parsers recurse, and so does every validator after them. No deepvm
+training/shared/yamlmarks.py): Python's parsers recurse, and so does every validator after them. No deepvm
 document needs more than a handful of levels.
 """
 

@@ -8,7 +8,9 @@ the wrong curve buys nodes that do not speed the job up. A profile replaces the 
 objective, but only as far as it was measured: a logistic curve fitted on few nodes extrapolates
 badly (DeepVM's g3s data fitted on n <= 8 predict S(32) = 5.8 against a measured 12.5), so the planner
 holds at most floor(NODE_BOUND_FACTOR x the most nodes measured) nodes of the type
-(ScalingParams.max_nodes).
+(ScalingParams.max_nodes). Within that bound the planner counts n nodes as S(n) nodes' worth, the speed-up
+measured, not through DeepVM's K(n), which is 1 below the inflection point whatever was measured there
+(ScalingModel.SPEEDUP; provisioning/scaling.py).
 
 The file is a strictly typed, versioned JSON document (provisioning/strictdoc.py): every number finite
 and within its bounds (a and c positive: the planner's K(n) needs a rising curve), the sizes distinct and
@@ -33,7 +35,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from provisioning.atomicfile import write_text_atomic
-from provisioning.catalog import Catalog, ScalingParams
+from provisioning.catalog import Catalog, ScalingModel, ScalingParams
 from provisioning.errors import InputError
 from provisioning.jsonfile import MIB, read_json_file
 from provisioning.planner.plan_document import MAX_NODES
@@ -146,7 +148,8 @@ class Profile(Strict):
     def scaling(self) -> ScalingParams:
         """The curve, as the planner uses it."""
         fit = self.fit
-        return ScalingParams(a=fit.a.value, b=fit.b.value, c=fit.c.value, measured=True, max_nodes=self.node_bound)
+        return ScalingParams(a=fit.a.value, b=fit.b.value, c=fit.c.value, measured=True, max_nodes=self.node_bound,
+                             model=ScalingModel.SPEEDUP)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,22 @@ Notation (DESIGN.md, "The planner"):
     gain(n) = n K(n)                       effective nodes: throughput is flops * gain(n)
 and the network saturation point n_sat(bw): above n_sat trainers per checkpoint holder the holders'
 links saturate, so Tiering needs n / m < n_sat(min(bw_trainer, bw_holder)).
+
+K(n) = 1 up to b is DeepVM's own definition (its planner returns L(n) / L(n) there), so DeepVM's and
+the catalog's curves keep it: the planner reproduces the paper's decisions exactly. It is a ranking
+factor, not a measurement: below b it counts every node as fully used whatever S(n) says. A profile
+(`deepvm profile`, ScalingModel.SPEEDUP) is a measurement of the job's speed-up, and the planner takes it
+at its word: gain(n) = min(n, S(n)), so K(n) = min(1, S(n) / n), with K(1) = 1 (speed-ups are measured
+over one node, which is the unit, whatever the fitted curve says at n = 1). Through DeepVM's K, a
+profile of a job that gains nothing from 8 nodes (DeepVM's own ResNet-18 data on g5.xlarge: x1.03, b = 18.5
+fitted) would still be planned as 8 nodes' worth.
 """
 
 from __future__ import annotations
 
 import math
 
-from provisioning.catalog import DEFAULT_SCALING, InstanceType, ScalingParams
+from provisioning.catalog import DEFAULT_SCALING, InstanceType, ScalingModel, ScalingParams
 
 
 def speedup(p: ScalingParams, n: float) -> float:
@@ -30,7 +39,10 @@ def tangent_at_inflection(p: ScalingParams, n: float) -> float:
 
 
 def scaling_factor(p: ScalingParams, n: float) -> float:
-    """K(n): the share of linear scaling that n nodes keep (1 up to the inflection point)."""
+    """K(n): the share of linear scaling that n nodes keep (DeepVM's: 1 up to the inflection point; a
+    profile's: its speed-up over n, at most 1)."""
+    if p.model is ScalingModel.SPEEDUP:
+        return 1.0 if n <= 1 else min(1.0, speedup(p, n) / n)
     if n <= p.b:
         return 1.0
     return speedup(p, n) / tangent_at_inflection(p, n)

@@ -132,9 +132,10 @@ def _steepest_of_the_best(fits: list[_Solution]) -> _Solution:
     """The fit of least squared error; among fits as good, the steepest (largest a).
 
     Points that do not grow (a job that does not scale) are fitted equally well by a flat curve (a -> 0,
-    S = c / 2 everywhere) and by a steep one that has levelled off before the first node (b < 1). The
-    planner's K(n), measured against the tangent at b, counts every node as fully used on the flat one
-    and as nearly useless on the steep one; the steep one is what such a job does.
+    S = c / 2 everywhere) and by a steep one that has levelled off before the first node (b < 1). Read
+    as a speed-up (how the planner reads a profile's curve) both say the same; read through DeepVM's
+    K(n), measured against the tangent at b, the flat one counts every node as fully used and the steep
+    one as nearly useless. The steep one is what such a job does, however the curve is read.
     """
     least = min(fit.squared_error for fit in fits)
     tied = [fit for fit in fits if fit.squared_error <= least * (1 + 1e-6) + 1e-12]

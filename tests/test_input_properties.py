@@ -23,7 +23,7 @@ from provisioning.cloud.plan_input import checked_plans, load_plans
 from provisioning.deepvm_format import load_catalog_file
 from provisioning.errors import InputError
 from tests.documents import JOB, own_catalog, plan_document
-from training.jobspec import JobSpec, load_job_spec
+from training.shared.jobspec import JobSpec, load_job_spec
 
 _FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

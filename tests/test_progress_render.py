@@ -10,7 +10,7 @@ from rich.console import Console
 
 from deepvm_cli import console, train_cmd
 from deepvm_cli.job_render import Eta
-from training.progress import Progress
+from training.shared.progress import Progress
 
 
 def _progress(step: int) -> Progress:
@@ -55,7 +55,7 @@ def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypat
     forwarding deepvm's stop signal does not, and `deepvm logs` (the log as recorded) still shows it."""
     from deepvm_cli.job_render import record_line
     from deepvm_cli.jobs_cmd import replay
-    from training.managed.records import LogRecord
+    from training.shared.records import LogRecord
 
     screen = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
     monkeypatch.setattr(console, "err", screen)

@@ -1,1 +1,30 @@
-"""training."""
+"""deepvm's training layer, grouped by where the code runs.
+
+- `client/`: only on the user's machine. `managed` submits a job to the cluster's head (stages it there
+  and starts its supervised service), follows its log, cancels it, lists jobs and fetches outputs; none of
+  it has to keep running for the job to go on. `profiling` (`deepvm profile`) drives launches of its own
+  from the user's machine with control's launcher and staging.
+- `control/`: the recovery controller and what it drives. On the cluster's on-demand head node for a
+  managed job (the default); on the user's machine with `deepvm train --controller local`, so these
+  modules run on either side. `controller` runs a job attempt by attempt; `attempts` is its pure decision
+  core; `launcher` builds and runs one mpirun on the head over SSH; `staging` readies nodes (the client
+  also pushes the runtime to the head with it); `replacements` buys lost nodes back; `recovery` and
+  `stall` account for and notice trouble; `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
+  the head: `supervisor` keeps `service` (one managed job's controller) running, `joblog` and `mirror`
+  write and mirror its log, `headquery` answers the client over SSH.
+- `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `headrun` and
+  `keeper` supervise mpirun on the head; `rank` is what mpirun starts on every node (`worker`, or the
+  job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,
+  `sampler`, `batchplan`, `schedule`, `data/`, `models/`); `watcher` polls instance metadata for Spot
+  notices, in a rank and once per node before a launch.
+- `shared/`: read or written on both sides, so both import it: the job spec (`jobspec`, `yamlmarks`:
+  validated on the user's machine, re-read by the controller and every rank), the events ranks send the
+  controller (`events`, with `Notice`), what a run reports (`progress`), the jobs table (`jobstore`: the
+  user's machine and the head each keep one), the records that cross between the user's machine and the
+  head (`records`) and the head's file layout they name (`layout`), and SSH (`transport`).
+- `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its
+  path is part of the job-spec contract (configs/own_train.py, README); it runs on trainer ranks.
+
+Imports go one way: client -> control -> shared, node -> shared; nothing in node or shared imports
+control or client.
+"""

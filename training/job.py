@@ -66,14 +66,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from training.events import End, Start, Step, emit
+from training.shared.events import End, Start, Step, emit
 
 if TYPE_CHECKING:  # only deepvm's runner builds a context: a script importing this module needs no MPI
-    from training.checkpointing import Checkpointer
-    from training.distenv import DistEnv
-    from training.jobspec import JobSpec
-    from training.trainercomm import TrainerComm
-    from training.worker import StopRequest
+    from training.node.checkpointing import Checkpointer
+    from training.node.distenv import DistEnv
+    from training.node.trainercomm import TrainerComm
+    from training.node.worker import StopRequest
+    from training.shared.jobspec import JobSpec
 
 _attached: JobContext | None = None
 
@@ -94,7 +94,7 @@ def attach() -> JobContext:
 
 @contextmanager
 def attached(ctx: JobContext) -> Iterator[JobContext]:
-    """For deepvm's runner (training.userscript): `attach()` returns `ctx` while the script runs."""
+    """For deepvm's runner (training.node.userscript): `attach()` returns `ctx` while the script runs."""
     global _attached
     _attached = ctx
     try:

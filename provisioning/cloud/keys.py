@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from provisioning.atomicfile import write_text_atomic
 from provisioning.cloud.types import NodeRecord
 from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
@@ -105,10 +105,7 @@ def write_known_hosts(keys: ClusterKeys, nodes: Iterable[NodeRecord]) -> list[st
             lines.append(f"{host_pattern(node.address or '', node.ssh_port)} {pins[node.instance_id]}\n")
         else:
             unpinned.append(node.instance_id)
-    fd, tmp = tempfile.mkstemp(dir=keys.directory, prefix=".known_hosts.")
-    with os.fdopen(fd, "w") as f:
-        f.write("".join(lines))
-    os.replace(tmp, keys.known_hosts_path)
+    write_text_atomic(keys.known_hosts_path, "".join(lines))
     return unpinned
 
 

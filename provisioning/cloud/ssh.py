@@ -1,7 +1,7 @@
 """Logging in to a cluster's nodes over SSH: the one connect and the one probe.
 
 `up` waits with the probe until every node answers (reachability.wait_reachable); the training
-controller probes with it to tell live nodes from dead ones; training.transport pushes files and runs
+controller probes with it to tell live nodes from dead ones; training.shared.transport pushes files and runs
 commands over the connect.
 
 Host keys are pinned: a host is checked against the known_hosts file its HostSpec names (written by

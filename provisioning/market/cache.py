@@ -8,13 +8,13 @@ returned on request: an old price with a warning beats no price when AWS cannot 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from provisioning.atomicfile import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,5 @@ class DiskCache:
     def put(self, key: str, value: Any) -> CacheEntry:
         entry = CacheEntry(value, self.clock())
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}.", suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump({"fetched_at": entry.fetched_at, "value": value}, out)
-        os.replace(temporary, self._path(key))
+        write_text_atomic(self._path(key), json.dumps({"fetched_at": entry.fetched_at, "value": value}))
         return entry

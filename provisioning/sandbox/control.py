@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioning.atomicfile import write_text_atomic
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
@@ -62,10 +63,7 @@ def load_info() -> SandboxInfo | None:
 
 
 def save_info(info: SandboxInfo) -> None:
-    path = sandbox_dir() / "sandbox.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(info), indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(sandbox_dir() / "sandbox.json", json.dumps(asdict(info), indent=1))
 
 
 @contextmanager

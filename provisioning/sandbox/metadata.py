@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provisioning.atomicfile import write_text_atomic
+
 if TYPE_CHECKING:
     from provisioning.sandbox.credentials import InstanceCredentials
 
@@ -47,8 +49,8 @@ def post_interruption(host_dir: Path, deadline: datetime, now: datetime | None =
     """Post a rebalance recommendation and a Spot interruption notice ("terminate" at `deadline`)."""
     notices = host_dir / NOTICES
     notices.mkdir(exist_ok=True)
-    _write_atomic(notices / REBALANCE, {"noticeTime": iso_time(now or datetime.now(timezone.utc))})
-    _write_atomic(notices / INSTANCE_ACTION, {"action": "terminate", "time": iso_time(deadline)})
+    write_text_atomic(notices / REBALANCE, json.dumps({"noticeTime": iso_time(now or datetime.now(timezone.utc))}))
+    write_text_atomic(notices / INSTANCE_ACTION, json.dumps({"action": "terminate", "time": iso_time(deadline)}))
 
 
 def interruption_deadline(host_dir: Path) -> datetime | None:
@@ -58,12 +60,6 @@ def interruption_deadline(host_dir: Path) -> datetime | None:
     except (OSError, ValueError):
         return None
     return datetime.strptime(notice["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-
-
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 class MetadataServer(ThreadingHTTPServer):

@@ -19,7 +19,7 @@ from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.cloud_state import created_resources
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli
-from training.jobstore import JobStore
+from training.shared.jobstore import JobStore
 
 
 def _truncate(path: Path) -> None:

@@ -109,7 +109,7 @@ def spot_trainer(env: dict[str, str]) -> str:
 def run_on_head(env: dict[str, str], script: str) -> str:
     """Run a shell script on the head as the cluster's login user (the way an operator would)."""
     code = (
-        "import sys; from training.managed.client import find_head; from training.transport import run_command\n"
+        "import sys; from training.client.managed import find_head; from training.shared.transport import run_command\n"
         "out = []; h = find_head('mg', sys.executable)\n"
         "sys.exit(run_command(h.host, sys.argv[1], lambda line: print(line.text)))"
     )

@@ -104,7 +104,7 @@ def test_replacing_a_finished_cluster_drops_its_nodes():
 def test_a_cluster_called_train_x_is_not_held_by_training_on_x(isolated_env):
     """The cluster locks and the training locks are separate name spaces."""
     from provisioning.state import cluster_lock
-    from training.jobstore import controller_running, train_lock
+    from training.shared.jobstore import controller_running, train_lock
 
     with train_lock("x"), cluster_lock("train-x"):
         assert controller_running("x")

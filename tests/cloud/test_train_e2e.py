@@ -170,7 +170,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     proc = start_train(env, job)
     read_until_step(proc, 6, seen)
     head = on_demand_node(env)  # mpirun and its supervisor run there, not on this machine
-    for command in ("mpirun ", "-m training.headrun "):
+    for command in ("mpirun ", "-m training.node.headrun "):
         pids = [pid for pid, line in _our_processes(env).items() if command in f" {line}"]
         assert pids and {pid_namespace(pid) for pid in pids} == host_namespaces(head), command
     victim = trainers_in_job(env, seen)[1]
@@ -393,7 +393,7 @@ def test_controller_killed_then_resumed(cluster):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 60  # its connection closed: headrun stops mpirun, and the ranks with it
-    while (jobs := [c for c in _our_processes(env).values() if "mpirun" in c or "training.rank" in c]) and (
+    while (jobs := [c for c in _our_processes(env).values() if "mpirun" in c or "training.node.rank" in c]) and (
         time.monotonic() < deadline
     ):
         time.sleep(0.5)

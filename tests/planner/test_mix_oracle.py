@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams
+from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
 from provisioning.errors import InfeasibleError
 from provisioning.planner import Objective, Plan, PlanRequest, Role, plan_cluster
 from provisioning.planner.mix import NodeBound, heaviest, plan_mix
@@ -31,7 +31,8 @@ def catalogs(draw) -> Catalog:
                                    draw(st.sampled_from([0.3, 5.0, 25.0])), "T", 1, draw(st.floats(10, 500)),
                                    ScalingParams(draw(st.floats(0.1, 0.9)), draw(st.floats(1.0, 3.0)),
                                                  draw(st.floats(1.0, 4.0)),
-                                                 max_nodes=draw(st.one_of(st.none(), st.integers(1, 4)))))
+                                                 max_nodes=draw(st.one_of(st.none(), st.integers(1, 4))),
+                                                 model=draw(st.sampled_from(list(ScalingModel)))))
         offered = [az for az in azs if draw(st.booleans())] or azs[:1]
         prices += [Price(name, "r", az, Market.SPOT, draw(st.floats(0.05, 1.0))) for az in offered]
         if draw(st.booleans()):

@@ -10,10 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import DATA, run_cli
 
+from benchmarks.paper_realworld import paper_profiles
+from provisioning.deepvm_format import load_catalog_file
 from provisioning.errors import InputError
-from provisioning.planner import PlanRequest, plan_cluster
+from provisioning.planner import Objective, PlanRequest, Role, plan_cluster
 from provisioning.profile import (
     JobIdentity,
     Measured,
@@ -79,7 +81,8 @@ def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_pa
                               "(1.5 x the most nodes profiled)"] for p in doc["plans"])
     curves = {c["instance_type"]: c for c in doc["scaling_curves"]}
     assert curves["g4dn.xlarge"]["source"] == "profile" and curves["g4dn.xlarge"]["profile"] == str(path)
-    assert curves["g4dn.xlarge"]["max_nodes"] == 4
+    assert curves["g4dn.xlarge"]["max_nodes"] == 4 and curves["g4dn.xlarge"]["model"] == "speedup"
+    assert curves["g5.xlarge"]["model"] == "deepvm"
     assert curves["g5.xlarge"]["source"] == "deepvm" and curves["g6.xlarge"]["source"] == "default"
 
 
@@ -124,6 +127,21 @@ def test_with_profiles_as_simulate_calls_it(tmp_path):
     assert plan_cluster(profiled, request).plans[0].nodes[0].count == 4
     with pytest.raises(InputError, match=r"two profiles for g4dn\.xlarge"):
         with_profiles(catalog, [profile, profile])
+
+
+def test_a_profile_is_believed_below_the_inflection_point():
+    """DeepVM's g5.xlarge runs gain x1.03 from 8 nodes, but its fitted inflection point is 18.5, where
+    DeepVM's K(n) stops being 1: through K, 6 g5.xlarge would stay 6 nodes' worth and win the $2/h
+    throughput decision. Read as the speed-up it measured, the profile makes it 11 g4dn.xlarge."""
+    catalog = load_catalog_file(DATA / "deepvm_data.json")
+    g5 = [p for p in paper_profiles(catalog) if p.instance_type == "g5.xlarge"]
+    request = PlanRequest(max_price=2.0, objective=Objective.THROUGHPUT, top=1)
+    default = plan_cluster(catalog, request).plans[0]
+    profiled = plan_cluster(with_profiles(catalog, g5), request).plans[0]
+    assert [(g.instance_type, g.count) for g in default.nodes if g.role is Role.TRAINER] == [("g5.xlarge", 6)]
+    assert [(g.instance_type, g.count) for g in profiled.nodes if g.role is Role.TRAINER] == [("g4dn.xlarge", 11)]
+    assert profiled.effective_flops == pytest.approx(11 * 377)  # below g4dn.xlarge's b, DeepVM's curve: linear
+    assert default.effective_flops == pytest.approx(6 * 696)
 
 
 def _document(tmp_path: Path) -> dict:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams
+from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
 from provisioning.errors import InfeasibleError
 from provisioning.planner import Objective, PlanRequest, plan_cluster
 from provisioning.scaling import effective_nodes, saturation_point
@@ -31,7 +31,8 @@ def catalogs(draw) -> Catalog:
             draw(st.sampled_from([1.7, 5.0, 10.0, 25.0])), "T", 1,
             draw(st.floats(10, 500)),
             ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0)),
-                          max_nodes=draw(st.one_of(st.none(), st.integers(1, 6)))),  # a profiled curve's bound
+                          max_nodes=draw(st.one_of(st.none(), st.integers(1, 6))),  # a profiled curve's bound
+                          model=draw(st.sampled_from(list(ScalingModel)))),  # DeepVM's K or a speed-up
         )
     for i in range(draw(st.integers(0, 3))):
         name = f"c{i}.x"

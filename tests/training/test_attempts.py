@@ -1,10 +1,10 @@
-"""The controller's decision core (training/attempts.py), outcome by outcome, without SSH or mpirun."""
+"""The controller's decision core (training/control/attempts.py), outcome by outcome, without SSH or mpirun."""
 
 from __future__ import annotations
 
 import pytest
 
-from training.attempts import (
+from training.control.attempts import (
     Action,
     Outcome,
     can_continue_without_holders,

@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provisioning.errors import InputError
-from training.batchplan import plan_batches
-from training.distenv import from_environment
-from training.jobspec import ScheduleSpec
-from training.sampler import GlobalBatchSampler, SamplerPosition
-from training.schedule import lr_factor
+from training.node.batchplan import plan_batches
+from training.node.distenv import from_environment
+from training.node.sampler import GlobalBatchSampler, SamplerPosition
+from training.node.schedule import lr_factor
+from training.shared.jobspec import ScheduleSpec
 
 
 def test_per_trainer_batch_keeps_global_batch_when_shrinking():

@@ -12,10 +12,10 @@ import torch
 from cifar_files import CLASS_NAMES, batch_pickle, write_archive, write_batch_dir
 
 from provisioning.errors import InputError
-from training.data import build_dataset, load_cifar10, make_synthetic
-from training.data.augment import augment_batch
-from training.data.npickle import UnsupportedPickle, load_array_pickle
-from training.jobspec import Cifar10Data, SyntheticData
+from training.node.data import build_dataset, load_cifar10, make_synthetic
+from training.node.data.augment import augment_batch
+from training.node.data.npickle import UnsupportedPickle, load_array_pickle
+from training.shared.jobspec import Cifar10Data, SyntheticData
 
 
 @pytest.fixture

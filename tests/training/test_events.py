@@ -11,9 +11,20 @@ import math
 
 import pytest
 
-from training import events
-from training.events import End, Event, Flush, Holder, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
-from training.watcher import Notice
+from training.shared import events
+from training.shared.events import (
+    End,
+    Event,
+    Flush,
+    Holder,
+    Notice,
+    NoticeSeen,
+    Restored,
+    Saved,
+    Start,
+    Step,
+    WatcherOff,
+)
 
 WORKER_START = Start(rank=0, job="tiny", model="mlp", dataset="synthetic", synthetic=True, world_size=2, local_rank=0,
                      batch=8, global_batch=16, lr=0.1, total_steps=20, first_step=4, device="cpu", pid=123)  # fmt: skip

@@ -9,10 +9,10 @@ import stat
 import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
 
-import training.staging
+import training.control.staging
 from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
-from training.staging import JobPaths, prepare_head
+from training.control.staging import JobPaths, prepare_head
 
 pytestmark = pytest.mark.skipif(not can_run_sshd(), reason="needs /usr/sbin/sshd")
 
@@ -41,8 +41,8 @@ def test_the_head_gets_the_internal_key_and_the_launch_files(server, head, tmp_p
 
 
 def test_a_head_without_mpirun_is_one_clear_error(head, tmp_path, monkeypatch):
-    monkeypatch.setattr(training.staging, "MPIRUN", "deepvm-test-no-such-mpirun")
-    monkeypatch.setattr(training.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"),))
+    monkeypatch.setattr(training.control.staging, "MPIRUN", "deepvm-test-no-such-mpirun")
+    monkeypatch.setattr(training.control.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"),))
     internal = tmp_path / "internal_ed25519"
     internal.write_text("key\n")
     with pytest.raises(InputError, match=r"^the head node holder-1 \(.*\) has no `mpirun` on its PATH or in ") as info:
@@ -60,6 +60,6 @@ def test_mpirun_on_the_path_needs_no_prefix_and_one_outside_it_names_its_home(he
     (home / "bin").mkdir(parents=True)
     (home / "bin" / "deepvm-test-mpirun").write_text("#!/bin/sh\n")
     (home / "bin" / "deepvm-test-mpirun").chmod(0o755)
-    monkeypatch.setattr(training.staging, "MPIRUN", "deepvm-test-mpirun")
-    monkeypatch.setattr(training.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"), str(home)))
+    monkeypatch.setattr(training.control.staging, "MPIRUN", "deepvm-test-mpirun")
+    monkeypatch.setattr(training.control.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"), str(home)))
     assert prepare_head(head, paths, internal, {}) == str(home)

@@ -1,4 +1,4 @@
-"""training.headrun, the supervisor of mpirun on the head node, around a real local mpirun: the commands
+"""training.node.headrun, the supervisor of mpirun on the head node, around a real local mpirun: the commands
 on its stdin, the end of stdin and a lapsed lease, its output and its exit code, and that nothing mpirun
 started outlives it."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from training.launcher import _TAG
+from training.control.launcher import _TAG
 
 REPO = Path(__file__).resolve().parents[2]
 RANK = """\
@@ -51,7 +51,7 @@ def headrun(tmp_path: Path, mode: str, *options: str) -> subprocess.Popen:
     script.write_text(RANK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_")}  # headrun allows root itself
     command = [
-        sys.executable, "-m", "training.headrun", *options, "--",
+        sys.executable, "-m", "training.node.headrun", *options, "--",
         "mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--tag-output", sys.executable, str(script), mode,
     ]  # fmt: skip
     return subprocess.Popen(
@@ -175,7 +175,7 @@ def test_the_keeper_folds_repeated_death_signals_into_one_sigterm(tmp_path):
     script = tmp_path / "counter.py"
     script.write_text(COUNTER)
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "training.keeper", "--", sys.executable, str(script)],
+        [sys.executable, "-m", "training.node.keeper", "--", sys.executable, str(script)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert keeper.stdout is not None and keeper.stdout.readline() == "ready\n"

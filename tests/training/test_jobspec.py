@@ -8,7 +8,7 @@ import pytest
 
 from provisioning.errors import InputError, InputErrors
 from tests.documents import JOB as GOOD
-from training.jobspec import Cifar10Data, JobSpec, SyntheticData, load_job_spec
+from training.shared.jobspec import Cifar10Data, JobSpec, SyntheticData, load_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import boto3
 
-from training.managed.mirror import LogMirror, mirror_key
+from training.control.mirror import LogMirror, mirror_key
 
 
 def test_mirror_key():

@@ -11,8 +11,8 @@ from provisioning.cloud.types import CloudResources, NodeRecord
 from provisioning.planner.plan import Role
 from provisioning.state import ClusterRow, ClusterStatus
 from tests.cloud.plans import make_plan
-from training.jobstore import JobStatus
-from training.managed.records import HeadJob, JobSummary, LogRecord
+from training.shared.jobstore import JobStatus
+from training.shared.records import HeadJob, JobSummary, LogRecord
 
 
 def test_a_state_record_carries_the_status_string_and_reads_back_as_the_enum():

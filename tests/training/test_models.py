@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from provisioning.errors import InputError
-from training.models import build_model
+from training.node.models import build_model
 
 # Parameter counts of the CIFAR variants (3x3 stem, no max-pool, 10 classes) as commonly reported.
 KNOWN = {"resnet18": 11_173_962, "resnet34": 21_282_122, "resnet50": 23_520_842}

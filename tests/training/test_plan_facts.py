@@ -16,7 +16,7 @@ from provisioning.planner.plan import NodeGroup, Role
 from provisioning.snapshot import load_snapshot
 from tests.cloud.plans import make_plan
 from tests.conftest import run_cli
-from training.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
+from training.control.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
 
 GPU_TYPE = "g9x.4xlarge"  # a type of the user's own catalog: the built-in snapshot has never heard of it
 

@@ -15,8 +15,7 @@ from provisioning.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
 from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_tiering_plan
-from training.jobspec import JobSpec, load_job_spec
-from training.profiling import (
+from training.client.profiling import (
     ProfileFailed,
     ProfileRequest,
     default_sizes,
@@ -25,6 +24,7 @@ from training.profiling import (
     repeat_rates,
     spec_hash,
 )
+from training.shared.jobspec import JobSpec, load_job_spec
 
 
 def test_default_sizes_double_up_to_the_trainer_count():

@@ -1,4 +1,4 @@
-"""training.rank under a real local mpirun: DeepCheck roles, a Spot notice from a real IMDSv2 endpoint
+"""training.node.rank under a real local mpirun: DeepCheck roles, a Spot notice from a real IMDSv2 endpoint
 flushes and stops every trainer at one step, and a smaller world resumes from exactly that step."""
 
 from __future__ import annotations

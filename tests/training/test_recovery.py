@@ -12,7 +12,7 @@ from provisioning.catalog import Market
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
 from provisioning.errors import InputError
-from training.launcher import (
+from training.control.launcher import (
     Launch,
     Node,
     arrange,
@@ -22,8 +22,8 @@ from training.launcher import (
     mpirun_command,
     split_batch,
 )
-from training.recovery import RecoveryLog
-from training.staging import JobPaths
+from training.control.recovery import RecoveryLog
+from training.control.staging import JobPaths
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():
@@ -119,7 +119,7 @@ def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_priv
     assert "OMP_NUM_THREADS=1" in argv and "PYTHONPATH=/home/u/deepvm/runtime" in argv
     assert argv[argv.index("-wdir") + 1] == "/home/u/deepvm/jobs/job-1/job"
     command = shlex.split(headrun_command(_launch(nodes)))
-    assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.headrun", "--lease", "60", "--"]
+    assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.node.headrun", "--lease", "60", "--"]
     assert command[7:] == argv
 
 

@@ -1,4 +1,4 @@
-"""Replacement buying (training/replacements.py) with a buyer and a stager of our own: what is requested
+"""Replacement buying (training/control/replacements.py) with a buyer and a stager of our own: what is requested
 against the plan, what comes back on the queue, and that nothing is bought twice. Real threads, no cloud."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from provisioning.catalog import Market
 from provisioning.cloud.types import SshEndpoint
 from provisioning.errors import CloudError
 from provisioning.planner.plan import Role
-from training.replacements import ReplacementNote, ReplacementReady, Replacements
-from training.staging import NodeState
-from training.watcher import Notice
+from training.control.replacements import ReplacementNote, ReplacementReady, Replacements
+from training.control.staging import NodeState
+from training.shared.events import Notice
 
 
 def _endpoint(instance_id: str, role: Role = Role.TRAINER) -> SshEndpoint:

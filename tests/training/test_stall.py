@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.stall import StallWatch
+from training.control.stall import StallWatch
 
 
 def test_startup_gets_its_own_long_limit_before_the_first_step():

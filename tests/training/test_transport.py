@@ -14,7 +14,7 @@ from sshd import can_run_sshd, start_sshd, stop_sshd
 
 from provisioning.cloud.ssh import Answer, HostKeyRefused, TransportError, UnreadableKnownHosts, probe, probe_all
 from provisioning.cloud.types import HostSpec
-from training.transport import (
+from training.shared.transport import (
     MANIFEST,
     OutputLine,
     PushProgress,

@@ -1,4 +1,4 @@
-"""A job's own script run in-process by training.userscript, on a one-rank DeepCheck world (role "both" on
+"""A job's own script run in-process by training.node.userscript, on a one-rank DeepCheck world (role "both" on
 COMM_SELF) and a one-rank gloo group: the clean stop, the restore, and the contract's errors."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from worker_jobs import free_port
 
 import deepcheck
 from training import job
-from training.checkpointing import Checkpointer
-from training.distenv import DistEnv
-from training.jobspec import load_job_spec
-from training.trainercomm import TrainerComm
-from training.userscript import ScriptExited, run_script
+from training.node.checkpointing import Checkpointer
+from training.node.distenv import DistEnv
+from training.node.trainercomm import TrainerComm
+from training.node.userscript import ScriptExited, run_script
+from training.shared.jobspec import load_job_spec
 
 pytestmark = pytest.mark.filterwarnings("error:Converting a tensor with requires_grad")  # a loss tensor is read quietly
 

@@ -1,4 +1,4 @@
-"""A job's own script (`run:`, the shipped example configs/own_train.py) through training.rank under a real
+"""A job's own script (`run:`, the shipped example configs/own_train.py) through training.node.rank under a real
 mpirun: a Spot notice flushes every trainer at one step and stops the script, and a smaller world restores
 exactly that step, checkpoints by the job's policy and completes with the script's own output; an exception
 in a script ends every rank at once, with its traceback."""

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from imds import imds_endpoint, post_notice
 
-from training.staging import prepare_command, setup_marker, stage_runtime
-from training.watcher import Imds, MetadataUnavailable, Notice, Watcher
+from training.control.staging import prepare_command, setup_marker, stage_runtime
+from training.node.watcher import Imds, MetadataUnavailable, Watcher
+from training.shared.events import Notice
 
 REPO = Path(__file__).resolve().parents[2]
 INTERNAL = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm0o1fVvPzSgHLkwZkt7Qv7rX5O4xJf7Kq6yq0E0Dq9 deepvm-internal-c"
@@ -64,7 +65,7 @@ def test_watcher_without_metadata_turns_itself_off():
 def test_watch_once_prints_the_notice(imds):
     url, host_dir = imds
     env = dict(os.environ, PYTHONPATH=str(REPO), AWS_EC2_METADATA_SERVICE_ENDPOINT=url)
-    command = [sys.executable, "-m", "training.watcher", "--once"]
+    command = [sys.executable, "-m", "training.node.watcher", "--once"]
     assert subprocess.run(command, env=env, capture_output=True, text=True).stdout.strip() == "null"
     post_notice(host_dir)
     out = subprocess.run(command, env=env, capture_output=True, text=True).stdout

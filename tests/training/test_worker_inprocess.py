@@ -10,11 +10,11 @@ import torch
 from worker_jobs import free_port, tiny_job
 
 from provisioning.errors import InputError
-from training.distenv import DistEnv
-from training.hooks import TrainState
-from training.jobspec import load_job_spec
-from training.models import build_model
-from training.worker import WorkerOptions, main, parse_args, run_training
+from training.node.distenv import DistEnv
+from training.node.hooks import TrainState
+from training.node.models import build_model
+from training.node.worker import WorkerOptions, main, parse_args, run_training
+from training.shared.jobspec import load_job_spec
 
 
 class Recorder:

@@ -32,7 +32,7 @@ def mpirun(job: Path, out: Path, *worker_args: str, np: int = 2) -> subprocess.P
     command = [
         "mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none",
         "-x", "PYTHONPATH", "-x", f"MASTER_PORT={free_port()}",
-        sys.executable, "-m", "training.worker", str(job), "--out", str(out), "--threads", "1", *worker_args,
+        sys.executable, "-m", "training.node.worker", str(job), "--out", str(out), "--threads", "1", *worker_args,
     ]  # fmt: skip
     return subprocess.Popen(
         command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

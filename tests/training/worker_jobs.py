@@ -1,4 +1,4 @@
-"""Tiny job specs and helpers for running the worker and training.rank in tests."""
+"""Tiny job specs and helpers for running the worker and training.node.rank in tests."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def free_port() -> int:
 
 
 def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2) -> subprocess.Popen:
-    """`python -m training.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file.
+    """`python -m training.node.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file.
 
     The ranks watch the IMDSv2 endpoint at imds_url for Spot notices.
     """
@@ -51,7 +51,7 @@ def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2
     command = [
         "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
         "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
-        sys.executable, "-W", "ignore", "-m", "training.rank", str(job),
+        sys.executable, "-W", "ignore", "-m", "training.node.rank", str(job),
         "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", roles,
         "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
     ]  # fmt: skip

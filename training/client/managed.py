@@ -1,0 +1,294 @@
+"""The user's side of managed training: submit a job to the cluster's head, follow its log, cancel it,
+list jobs, fetch outputs. Every function here returns once it has what it asked for; none of them has to
+keep running for the job to go on (see training/managed/__init__.py for what runs where).
+
+A submitted job is also recorded in this machine's jobs table (controller = the head's instance id), so
+that `deepvm logs JOB` knows which cluster to ask, and `deepvm status` has the last values it heard
+from the head after the cluster is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from provisioning.cloud.cluster import Cluster
+from provisioning.cloud.head import head_node
+from provisioning.cloud.keys import HOST_KEYS_DIR, pinned_host_keys
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
+from provisioning.errors import InputError, NotFoundError
+from provisioning.home import deepvm_home
+from provisioning.state import utc_now
+from training.control.controller import TrainRequest, new_job_id
+from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
+from training.shared.jobspec import load_job_spec
+from training.shared.jobstore import JobRow, JobStatus, JobStore
+from training.shared.layout import MANAGED_HOME, JobFiles
+from training.shared.progress import JobReporter
+from training.shared.records import HeadJob, JobSummary, LogRecord
+from training.shared.transport import (
+    OutputLine,
+    PushProgress,
+    push_tree,
+    run_command,
+    run_on_hosts,
+    write_files,
+)
+
+_CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
+_ENV = f'export DEEPVM_HOME="$HOME/{MANAGED_HOME}" PYTHONPATH="$HOME/{RUNTIME_DIR}"'
+
+
+@dataclass(frozen=True)
+class Head:
+    """The node a cluster's managed jobs run on, and how this machine logs in to it."""
+
+    cluster: str
+    instance_id: str
+    host: HostSpec
+    python: str  # the head's interpreter for deepvm's own modules
+
+
+@dataclass(frozen=True)
+class FollowEnd:
+    """How following a job's log ended."""
+
+    status: JobStatus  # the job's final state, or RUNNING when only its log ended
+    text: str  # why, as the head said it
+    next_line: int  # where a later follow starts
+
+
+def find_head(cluster: str, python: str) -> Head:
+    """The head of the cluster named `cluster` (NotFoundError unless it is up)."""
+    return head_of(Cluster.open_running(cluster), python)
+
+
+def head_of(cluster: Cluster, python: str) -> Head:
+    """The cluster's head (provisioning.cloud.head), as a host this machine can log in to."""
+    endpoints = {e.instance_id: e for e in cluster.endpoints()}
+    node = head_node(cluster.nodes())
+    if node is None or node.instance_id not in endpoints:
+        raise InputError(
+            f"cluster {cluster.name} has no running on-demand node to run the job's controller on; "
+            "train with --controller local"
+        )
+    return Head(cluster.name, node.instance_id, endpoints[node.instance_id].host, python)
+
+
+def submit(request: TrainRequest, report: JobReporter) -> JobRow:
+    """Stage the job on the cluster's head and start its supervised controller there; the job's row."""
+    spec = load_job_spec(request.job_path)
+    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
+    cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
+    head = head_of(cluster, request.python)
+    busy = running_jobs(head)
+    if busy:
+        raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
+                         f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
+    keys = cluster.keys
+    job_id = new_job_id(spec.name)
+    files = JobFiles(job_id)
+
+    def push(p: PushProgress) -> None:
+        report.push(p.host, p.bytes_done, p.bytes_total)
+
+    report.note(f"staging job {job_id} on the head node {head.instance_id} ({head.host.address})")
+    with tempfile.TemporaryDirectory(prefix="deepvm-submit-") as work:
+        push_tree([head.host], stage_runtime(Path(work) / "runtime"), RUNTIME_DIR, progress=push)
+    push_tree([head.host], request.job_path.resolve().parent, files.job_dir, progress=push)
+    _authorize_internal_key(cluster, report)
+    record = HeadJob(
+        job_id=job_id,
+        cluster=cluster.row,
+        nodes=tuple(cluster.nodes()),
+        job_file=request.job_path.name,
+        python=request.python,
+        replace_nodes=request.replace_nodes,
+        max_failures=request.max_failures,
+        stall_timeout_s=request.stall_timeout_s,
+        node_env=cluster.node_env(),
+        service_env=cluster.controller_env(),
+        submitted_at=utc_now(),
+    )
+    internal = keys.internal_key_path.read_bytes()
+    cluster_dir = files.cluster_dir(head.cluster)
+    pins = {f"{cluster_dir}/{HOST_KEYS_DIR}/{iid}": f"{key}\n".encode() for iid, key in pinned_host_keys(keys).items()}
+    write_files(head.host, {
+        f"{cluster_dir}/id_ed25519": internal,  # the head logs in to the nodes with the internal key
+        f"{cluster_dir}/internal_ed25519": internal,
+        **pins,  # each node's host key as pinned here: the head checks them as this machine does
+        files.record: record.to_json().encode(),
+    })  # fmt: skip
+    out = request.out_dir or deepvm_home() / "jobs" / job_id
+    job = JobStore().put(JobRow(
+        job_id=job_id, cluster=head.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
+        status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0,
+        world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
+        out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
+        controller=head.instance_id,
+    ))  # fmt: skip
+    _run(head, _start_script(files, request.python, record.service_env), report.note)
+    report.note(f"job {job_id} runs under its controller on {head.instance_id}")
+    return job
+
+
+def _authorize_internal_key(cluster: Cluster, report: JobReporter) -> None:
+    """Let the head log in to every node with the cluster-internal key (nodes bought later get it at boot
+    from their user data)."""
+    hosts = [e.host for e in cluster.endpoints()]
+    script = "set -e\n" + "\n".join(authorize_lines(cluster.keys.internal_public))
+    codes = run_on_hosts(hosts, script, lambda line: report.log(line.host, line.text))
+    failed = [name for name, code in codes.items() if code != 0]
+    if failed:
+        raise TransportError(f"could not authorise the cluster's internal key on {', '.join(failed)}")
+
+
+def _start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> str:
+    """Start the job's supervisor on the head, detached from this SSH session: as a transient systemd
+    service that systemd restarts if it fails (AWS images), else with setsid (the sandbox's hosts)."""
+    root = f'"$HOME/{files.root}"'
+    py = shlex.quote(python)
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in service_env.items())
+    supervisor = f"{py} -m training.control.supervisor {root}"
+    setenv = " ".join(f"--setenv={k}={shlex.quote(v)}" for k, v in service_env.items())
+    unit = shlex.quote(f"deepvm-job-{files.job_id}")
+    needs = f"import importlib.util as u; [u.find_spec(m) or exit(m) for m in {list(_CONTROLLER_NEEDS)!r}]"
+    lacking = ("the head's Python lacks $missing, which the job's controller needs there: install it in the "
+               "image, or train with --controller local")  # fmt: skip
+    return "\n".join([
+        "set -e",
+        _ENV + (f" {exports}" if exports else ""),
+        f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
+        "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
+        f'  sudo -n systemd-run --quiet --collect --unit={unit} --uid="$(id -u)" --gid="$(id -g)" '
+        '-p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" '
+        f'--setenv=DEEPVM_HOME="$DEEPVM_HOME" --setenv=PYTHONPATH="$PYTHONPATH" {setenv} {supervisor}',
+        "else",
+        f"  setsid nohup {supervisor} </dev/null >>{root}/supervisor.out 2>&1 &",
+        "fi",
+        # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
+        # job whose supervisor is still starting for one that is over
+        f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
+        f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
+    ])  # fmt: skip
+
+
+def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
+    """Run a script on the head; its stdout lines (stderr goes to on_text). A failure is one error."""
+    out: list[str] = []
+    errors: list[str] = []
+
+    def line(item: OutputLine) -> None:
+        (out if item.stream == "stdout" else errors).append(item.text)
+
+    code = run_command(head.host, script, line)
+    for text in errors:
+        on_text(f"[{head.host.name}] {text}")
+    if code != 0:
+        raise TransportError(f"{head.host.where}: {errors[-1] if errors else f'exit {code}'}")
+    return out
+
+
+def _query(head: Head, args: str) -> str:
+    return f"{_ENV} && {shlex.quote(head.python)} -m training.control.headquery {args}"
+
+
+def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], start: int = 0,
+           tail: int | None = None, keep_following: bool = True) -> FollowEnd:  # fmt: skip
+    """Hand each record of the job's log to on_record, from line `start` (or the last `tail` lines), until
+    the job is over (or the log's current end, without keep_following)."""
+    flags = f"--from {start}" + (f" --tail {tail}" if tail is not None else "") + (" --follow" * keep_following)
+    state = FollowEnd(JobStatus.RUNNING, "", start)
+    errors: list[str] = []
+
+    def line(item: OutputLine) -> None:
+        nonlocal state
+        if item.stream == "stderr":
+            errors.append(item.text)
+            return
+        try:
+            record = LogRecord.from_json(item.text)
+        except (ValueError, TypeError):
+            return  # a line the head's service did not write as a record (cannot happen unless edited)
+        state = replace(state, next_line=state.next_line + 1)
+        if record.kind == "state" and record.status is not None:
+            state = replace(state, status=record.status, text=record.text)
+        on_record(record)
+
+    code = run_command(head.host, _query(head, f"log {shlex.quote(job_id)} {flags}"), line)
+    if code == 2:
+        raise _no_such_job(head, job_id)
+    if code != 0:
+        why = errors[-1] if errors else f"exit {code}"
+        raise TransportError(f"{head.host.where}: reading the job's log failed: {why}")
+    return state
+
+
+def _no_such_job(head: Head, job_id: str) -> NotFoundError:
+    return NotFoundError(f"no job {job_id} on cluster {head.cluster}'s head; `deepvm jobs {head.cluster}` lists them")
+
+
+def jobs_on(head: Head) -> list[JobSummary]:
+    """The jobs the head knows, newest first; this machine's rows are brought up to date with them."""
+    # a head that never ran a managed job has no jobs, and maybe no deepvm runtime to ask with yet
+    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{_query(head, "jobs")}'
+    summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
+    _remember(summaries)
+    return summaries
+
+
+def running_jobs(head: Head) -> list[JobSummary]:
+    """The head's jobs whose controller runs now."""
+    return [s for s in jobs_on(head) if s.status is JobStatus.RUNNING and s.controller_alive]
+
+
+def _remember(summaries: list[JobSummary]) -> None:
+    jobs = JobStore()
+    for s in summaries:
+        mine = jobs.get(s.job_id)
+        if mine is not None and s.cluster:
+            jobs.put(replace(mine, status=s.status, step=s.step, total_steps=s.total_steps, loss=s.loss,
+                             world_size=s.world_size, checkpoint_step=s.checkpoint_step, restarts=s.restarts,
+                             lost_steps=s.lost_steps, cost_usd=s.cost_usd, message=s.message))  # fmt: skip
+
+
+def cancel(head: Head, job_id: str, now: bool) -> None:
+    """Ask the job's controller to stop (after a checkpoint, or at once with `now`)."""
+    code = run_command(head.host, _query(head, f"cancel {shlex.quote(job_id)}" + " --now" * now), lambda _: None)
+    if code == 2:
+        raise _no_such_job(head, job_id)
+    if code != 0:
+        raise TransportError(f"{head.host.where}: cancelling {job_id} failed (exit {code})")
+
+
+def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> dict | None:
+    """Copy the job's outputs from the head into out_dir; the job's result (TrainResult as a dict, its
+    out_dir this one) once it has completed, else None."""
+    from training.shared.transport import fetch_files, fetch_tree
+
+    files = JobFiles(job_id)
+    fetch_tree(head.host, files.out, out_dir)
+    try:
+        with tempfile.TemporaryDirectory(prefix="deepvm-result-") as work:
+            fetch_files(head.host, files.root, ["result.json"], Path(work))
+            result = json.loads((Path(work) / "result.json").read_text())
+    except TransportError:
+        return None
+    return {**result, "out_dir": str(out_dir)}
+
+
+def managed_job(job_id: str) -> JobRow:
+    """This machine's record of a managed job (which cluster, which head)."""
+    row = JobStore().get(job_id)
+    if row is None:
+        known = [j.job_id for j in JobStore().all()][:5]
+        hint = f"; known jobs: {', '.join(known)}" if known else ""
+        raise NotFoundError(f"no job {job_id!r} was submitted from this machine (`deepvm jobs` lists them){hint}")
+    if row.controller == "local":
+        raise InputError(f"job {job_id} ran with --controller local: its log was printed by `deepvm train`")
+    return row

@@ -1,0 +1,91 @@
+"""The controller's decisions, as pure functions: what an attempt's end means and what comes next.
+
+training.control.controller runs attempts (mpirun over SSH), watches them and acts; every rule it acts on is
+here, where it can be read in one place and tested without SSH, mpirun or a cloud
+(tests/training/test_attempts.py). The rules:
+
+- An attempt ends COMPLETED (mpirun exit 0 and trainer 0 said "completed"), INTERRUPTED (the user or
+  `deepvm cancel` stopped it; this wins over anything the ranks said), STOPPED (mpirun exit 0 after a
+  clean stop: a notice or a fold-in asked the trainers to flush and leave) or FAILED (anything else: a
+  node died, mpirun aborted, the stall watch killed it).
+- COMPLETED finishes the job; INTERRUPTED stops it (resumable) or cancels it (final).
+- Otherwise the job relaunches. An attempt that made no progress and was not a clean stop counts as a
+  failure in a row; max_failures in a row give up (a job that crashes at start would loop forever).
+  A FAILED attempt first probes the nodes and replaces the dead; a STOPPED one relaunches at once.
+- A replacement node is folded in (the running attempt is asked to stop cleanly and relaunched with it)
+  only once the attempt has trained a step and no recovery is in flight: stopping an attempt that is
+  still starting wastes its start, and one recovery at a time keeps the accounting of lost steps exact.
+- Nodes are bought until the plan's count of a role is met again, counting those on their way.
+- With no holder left, the job can only continue from checkpoints in S3 (level l3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class Action(str, Enum):
+    FINISH = "finish"  # fetch the outputs; the job is done
+    CANCEL = "cancel"  # `deepvm cancel`: final
+    STOP = "stop"  # the user stopped it (Ctrl-C with --controller local): resumable
+    GIVE_UP = "give-up"  # too many failures in a row without progress
+    RECOVER = "recover"  # probe the nodes, drop and replace the dead, relaunch from the newest checkpoint
+    RELAUNCH = "relaunch"  # relaunch at once (after a clean stop: notice, fold-in, restart)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    failures: int  # attempts in a row that failed without progress, this one included
+
+
+def classify(returncode: int, end_status: str, user_stopped: bool) -> Outcome:
+    """What an attempt's end means. `end_status` is what trainer 0 reported ("" if nothing)."""
+    if returncode == 0 and end_status == "completed":
+        return Outcome.COMPLETED
+    if user_stopped:
+        return Outcome.INTERRUPTED
+    if returncode == 0 and end_status == "stopped":
+        return Outcome.STOPPED
+    return Outcome.FAILED
+
+
+def progressed(first_step: int, last_step: int) -> bool:
+    """Whether the attempt trained at least one step past the one it started from."""
+    return last_step > first_step >= 0
+
+
+def decide(outcome: Outcome, made_progress: bool, failures: int, max_failures: int, cancelling: bool) -> Decision:
+    """What to do after an attempt ended; `failures` counts the earlier ones in a row."""
+    if outcome is Outcome.COMPLETED:
+        return Decision(Action.FINISH, 0)
+    if outcome is Outcome.INTERRUPTED:
+        return Decision(Action.CANCEL if cancelling else Action.STOP, failures)
+    failures = 0 if made_progress or outcome is Outcome.STOPPED else failures + 1
+    if failures >= max_failures:
+        return Decision(Action.GIVE_UP, failures)
+    return Decision(Action.RECOVER if outcome is Outcome.FAILED else Action.RELAUNCH, failures)
+
+
+def fold_in_now(first_step: int, last_step: int, recovery_in_flight: bool) -> bool:
+    """Whether a ready replacement should stop the running attempt now (else: at its next step)."""
+    return progressed(first_step, last_step) and not recovery_in_flight
+
+
+def nodes_to_buy(planned: int, usable: int, on_their_way: int) -> int:
+    """How many nodes of a role to buy so that the plan's count is met again."""
+    return max(0, planned - usable - on_their_way)
+
+
+def can_continue_without_holders(levels: Collection[str]) -> bool:
+    """Checkpoints live on the holders (RAM, disk); without any, only S3 (l3) still has them."""
+    return "l3" in levels

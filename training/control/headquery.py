@@ -1,0 +1,154 @@
+"""What the user's machine asks the head about its managed jobs, over SSH:
+
+    python -m training.control.headquery jobs                 one JobSummary (JSON) per line, newest first
+    python -m training.control.headquery log JOB_ID [--from N] [--follow]
+                                                              the job's log records from line N; with
+                                                              --follow, until the job is over
+    python -m training.control.headquery cancel JOB_ID [--now]
+
+It reads the head's files and state store and changes nothing but the cancel request, so any number of
+clients can ask at once while the job runs. Run with DEEPVM_HOME set to the head's managed home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from provisioning.home import deepvm_home
+from training.shared.jobstore import JobRow, JobStatus, JobStore
+from training.shared.records import JobSummary, LogRecord
+
+_POLL_S = 0.2
+
+
+def job_root(job_id: str) -> Path:
+    return deepvm_home() / "jobs" / job_id
+
+
+def supervisor_alive(root: Path) -> bool:
+    """Whether the job's supervisor process runs (its pid file names a live process running it)."""
+    try:
+        pid = int((root / "supervisor.pid").read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"training.control.supervisor" in cmdline
+
+
+def summaries() -> list[JobSummary]:
+    found = []
+    for row in _job_rows():
+        root = job_root(row.job_id)
+        found.append(JobSummary(
+            job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
+            total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
+            checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
+            cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
+            message=row.message, controller_alive=supervisor_alive(root),
+        ))  # fmt: skip
+    known = {s.job_id for s in found}
+    jobs_dir = deepvm_home() / "jobs"
+    for root in sorted(jobs_dir.iterdir()) if jobs_dir.is_dir() else []:
+        if root.name not in known:  # its controller has not written its row (yet, or ever)
+            alive = supervisor_alive(root)
+            status, text = (JobStatus.RUNNING, "starting") if alive else _last_state(root)
+            found.append(JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text,
+                                    alive))  # fmt: skip
+    return found
+
+
+def _last_state(root: Path) -> tuple[JobStatus, str]:
+    """The last state the job's log records (FAILED when it records none: nothing runs it any more)."""
+    status, text = JobStatus.FAILED, "its controller stopped before it started"
+    with contextlib.suppress(OSError), open(root / "log.jsonl") as log:
+        for line in log:
+            with contextlib.suppress(ValueError, TypeError):
+                record = LogRecord.from_json(line)
+                if record.kind == "state" and record.status is not None:
+                    status, text = record.status, record.text
+    return status, text
+
+
+def _job_rows() -> list[JobRow]:
+    return JobStore().all() if (deepvm_home() / "state.db").exists() else []
+
+
+def follow(job_id: str, start: int, tail: int | None, keep_following: bool) -> int:
+    """Print the log's lines from line `start` (or its last `tail` lines); with `keep_following`, until
+    the job is over and its supervisor gone. Returns 0, or 2 when there is no such job."""
+    root = job_root(job_id)
+    if not (root / "job.json").exists():
+        print(f"no job {job_id} on this head", file=sys.stderr)
+        return 2
+    path, seen, partial = root / "log.jsonl", 0, b""
+    if tail is not None and path.exists():
+        with open(path, "rb") as counting:
+            start = max(start, sum(1 for _ in counting) - tail)
+    with contextlib.ExitStack() as stack:
+        handle = None
+        while True:
+            if handle is None and path.exists():
+                handle = stack.enter_context(open(path, "rb"))
+            over = not supervisor_alive(root) and _final(job_id)
+            chunk = handle.read() if handle is not None else b""
+            if chunk:
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    if seen >= start:
+                        sys.stdout.buffer.write(line + b"\n")
+                    seen += 1
+                sys.stdout.flush()
+                continue
+            if not keep_following or over:
+                return 0
+            time.sleep(_POLL_S)
+
+
+def _final(job_id: str) -> bool:
+    """Whether the job's state is final (or it never got a row and nothing runs it)."""
+    if not (deepvm_home() / "state.db").exists():
+        return True
+    row = JobStore().get(job_id)
+    return row is None or row.status.final
+
+
+def cancel(job_id: str, now: bool) -> int:
+    root = job_root(job_id)
+    if not (root / "job.json").exists():
+        print(f"no job {job_id} on this head", file=sys.stderr)
+        return 2
+    temp = root / "cancel.tmp"
+    temp.write_text("now" if now else "checkpoint")
+    os.replace(temp, root / "cancel")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.control.headquery")
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("jobs")
+    log = sub.add_parser("log")
+    log.add_argument("job_id")
+    log.add_argument("--from", dest="start", type=int, default=0)
+    log.add_argument("--tail", type=int)
+    log.add_argument("--follow", action="store_true")
+    stop = sub.add_parser("cancel")
+    stop.add_argument("job_id")
+    stop.add_argument("--now", action="store_true")
+    args = parser.parse_args(argv)
+    if args.what == "jobs":
+        for summary in summaries():
+            print(summary.to_json())
+        return 0
+    if args.what == "log":
+        return follow(args.job_id, args.start, args.tail, args.follow)
+    return cancel(args.job_id, args.now)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

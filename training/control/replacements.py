@@ -1,0 +1,130 @@
+"""Replacement nodes: buying a cluster's lost nodes back, in the background, while the job trains on.
+
+The controller decides *when* a role is short (a notice, a node dead after a failure, a node found with a
+notice while being prepared) and *what* a ready node means for the running attempt (fold it in now or at
+the next launch: training.control.attempts). This module does the buying in between:
+
+1. `Replacements.request(role, usable)` counts the nodes of the role still usable and those already on
+   their way against the plan (training.control.attempts.nodes_to_buy), and starts one thread for the rest;
+2. that thread buys them with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` asks the
+   cluster's handle), then stages them (push, setup, checks: `NodeStager`), so the next launch can use them at
+   once;
+3. it posts what happened on the controller's event queue: `ReplacementNote`s while it works and one
+   `ReplacementReady` at the end, with the nodes it added or why there are none. The controller hands
+   the latter back to `settled`, which takes the nodes off the count of those on their way.
+
+Threads only post: every decision and every change of the controller's state stays on its main thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from provisioning.cloud.cluster import Cluster
+from provisioning.cloud.progress import Reporter
+from provisioning.cloud.types import SshEndpoint
+from provisioning.errors import DeepvmError
+from provisioning.planner.plan import Role
+from training.control.attempts import nodes_to_buy
+from training.control.staging import NodeState
+
+Note = Callable[[str], None]
+
+
+class NodeBuyer(Protocol):
+    def __call__(self, role: Role, count: int, note: Note) -> list[SshEndpoint]:
+        """Buy `count` nodes of `role` like the plan's; return them once they answer over SSH (a
+        DeepvmError says why not)."""
+        ...
+
+
+class NodeStager(Protocol):
+    def __call__(self, nodes: list[SshEndpoint], note: Note) -> dict[str, NodeState]:
+        """Push the runtime and the job to fresh nodes and set them up; {instance id: what was found}."""
+        ...
+
+
+@dataclass(frozen=True)
+class ReplacementNote:
+    """A line of what a buying thread is doing, for the job's report."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplacementReady:
+    """The end of one request: the nodes bought and prepared, or why there are none."""
+
+    role: Role
+    requested: int
+    added: tuple[SshEndpoint, ...]
+    states: dict[str, NodeState]  # instance id -> what preparing it found
+    error: str | None  # None: bought and prepared
+    stranded: tuple[str, ...] = ()  # with an error: nodes bought but not prepared, for the controller to retire
+
+
+class Replacements:
+    """The replacement requests of one job: the counts of nodes on their way, and their threads."""
+
+    def __init__(self, planned: Counter[Role], buy: NodeBuyer, stage: NodeStager,
+                 post: Callable[[object], None]) -> None:  # fmt: skip
+        self.planned = planned  # nodes per role in the plan: what replacements restore
+        self._buy, self._stage, self._post = buy, stage, post
+        self._on_their_way: Counter[Role] = Counter()
+        self._threads: list[threading.Thread] = []
+
+    def on_their_way(self, role: Role) -> int:
+        """Nodes of `role` requested and not yet settled."""
+        return self._on_their_way[role]
+
+    def request(self, role: Role, usable: int) -> int:
+        """Start buying what `role` lacks against the plan, given `usable` nodes of it; how many (0: none)."""
+        missing = nodes_to_buy(self.planned[role], usable, self._on_their_way[role])
+        if missing <= 0:
+            return 0
+        self._on_their_way[role] += missing
+        thread = threading.Thread(target=self._work, args=(role, missing), name=f"replace-{role.value}",
+                                  daemon=True)  # fmt: skip
+        self._threads.append(thread)
+        thread.start()
+        return missing
+
+    def settled(self, done: ReplacementReady) -> None:
+        """The controller has the request's result: its nodes are no longer on their way."""
+        self._on_their_way[done.role] -= done.requested
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait for the requests still running (so that a node being bought is recorded and `down`
+        finds it), at most `timeout_s` each."""
+        for thread in self._threads:
+            thread.join(timeout=timeout_s)
+
+    def _work(self, role: Role, count: int) -> None:
+        def note(text: str) -> None:
+            self._post(ReplacementNote(text))
+
+        added: list[SshEndpoint] = []
+        try:
+            added = self._buy(role, count, note)
+            states = self._stage(added, note)
+        except Exception as exc:  # anything left unanswered here would keep the controller waiting forever
+            why = str(exc) if isinstance(exc, DeepvmError) else f"{type(exc).__name__}: {exc}"
+            self._post(ReplacementReady(role, count, (), {}, why, tuple(e.instance_id for e in added)))
+            return
+        self._post(ReplacementReady(role, count, tuple(added), states, None))
+
+
+def cloud_buyer(cluster: Cluster, inside_cluster: bool) -> NodeBuyer:
+    """Buy from the cluster's cloud, with its launch template, recorded in its store (Cluster.add_nodes).
+    `inside_cluster`: the buyer runs on the cluster's head, which reaches nodes at private addresses."""
+
+    def buy(role: Role, count: int, note: Note) -> list[SshEndpoint]:
+        added = cluster.add_nodes(role, count, Reporter(step=note), inside_cluster=inside_cluster)
+        ids = {n.instance_id for n in added}
+        return [e for e in cluster.endpoints() if e.instance_id in ids]
+
+    return buy

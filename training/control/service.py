@@ -1,0 +1,105 @@
+"""The managed job's controller on the head node: `python -m training.control.service JOB_ROOT`.
+
+It runs training.control.controller for one job, as `deepvm train --controller local` would on the user's
+machine, with three differences that make it independent of that machine:
+
+- its state store is the head's own (DEEPVM_HOME is deepvm/managed on the head), seeded from the
+  cluster record in job.json the first time; replacements it buys are recorded there;
+- its cloud client has no keys: boto3 finds the credentials of the head's instance profile in the
+  instance metadata, as on any EC2 instance (the sandbox's metadata endpoint serves them too);
+- it reaches the other nodes at their private addresses with the cluster-internal key.
+
+Its exit code tells the supervisor what to do: 0 the job is over (completed or cancelled), FINAL the job
+cannot go on (it failed for good, or the request is wrong), anything else (a crash, a signal) restart it
+— a restarted service finds its job in the head's store and resumes it from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from provisioning.cloud.cluster import private_only
+from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
+from provisioning.errors import InputError
+from provisioning.state import ClusterStatus, Store
+from training.control.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
+from training.control.joblog import JobLog
+from training.control.mirror import LogMirror
+from training.shared.jobspec import load_job_spec
+from training.shared.jobstore import ControllerBusy, JobStatus
+from training.shared.records import HeadJob
+
+FINAL = 3  # the job failed for good: the supervisor does not restart it
+
+
+def seed_store(job: HeadJob) -> None:
+    """Give the head's store the cluster the first time a job of it runs here; afterwards the head's
+    own record (with the replacements it bought) is the newer one and is kept. The head talks to the
+    cloud's API itself (real or the sandbox's), hence cloud "aws"."""
+    store = Store()
+    if store.cluster(job.cluster.name) is None:
+        store.put_cluster(replace(job.cluster, cloud="aws", status=ClusterStatus.UP))
+        store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
+    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
+    running = [n for n in store.nodes(job.cluster.name) if n.state == "running"]
+    write_known_hosts(keys, running)
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]).resolve()
+    job = HeadJob.from_json((root / "job.json").read_text())
+    log = JobLog(root / "log.jsonl")
+    (root / "service.pid").write_text(str(os.getpid()))
+    mirror = None
+    try:
+        checkpoint = load_job_spec(root / "job" / job.job_file).checkpoint
+        if "l3" in checkpoint.levels and checkpoint.s3_prefix:
+            mirror = LogMirror(checkpoint.s3_prefix, job.job_id, root, log.note).start()
+        seed_store(job)
+        request = TrainRequest(
+            job_path=root / "job" / job.job_file,
+            cluster=job.cluster.name,
+            python=job.python,
+            out_dir=root / "out",
+            replace_nodes=job.replace_nodes,
+            max_failures=job.max_failures,
+            stall_timeout_s=job.stall_timeout_s,
+            job_id=job.job_id,
+            node_env=job.node_env,
+            cancel_file=root / "cancel",
+            inside_cluster=True,
+        )
+        result = train(request, log.reporter())
+        _write_atomic(root / "result.json", json.dumps(result.to_dict()))
+        log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
+        return 0
+    except TrainingCancelled as exc:
+        log.state(JobStatus.CANCELLED, str(exc))
+        return 0
+    except (TrainingFailed, InputError, ControllerBusy) as exc:
+        log.state(JobStatus.FAILED, str(exc))
+        return FINAL
+    except BaseException as exc:  # a crash: the supervisor restarts the service, which resumes the job
+        log.note(f"controller error: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if mirror is not None:
+            mirror.close()
+        log.close()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temp = path.with_suffix(".tmp")
+    with open(temp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

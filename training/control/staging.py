@@ -1,0 +1,273 @@
+"""Getting nodes ready for a launch: the deepvm runtime and the job pushed, setup run once, notices read.
+
+Layout on every node, relative to the login user's home (where SFTP starts):
+
+    deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
+    deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
+    deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
+    deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
+    deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
+    deepvm/jobs/JOB_ID/hostfile, known_hosts   the current launch's, on the head node only
+    deepvm/ssh/id_ed25519         the cluster-internal private key, on the head node only
+
+Pushes are incremental (transport.push_tree compares content hashes), so preparing a node again costs
+one manifest read; setup runs once per node and set of commands, whatever the number of launches; and
+each prepared spot node reports whether an interruption notice is already posted, so a node that was
+noticed between two runs is never launched on. Preparing also checks that the node's Python has what
+ranks import, so a missing package is one clear error, not a job that crashes on every relaunch.
+
+mpirun runs on a head node (see launcher) and logs in to every node, itself included, with the cluster's
+internal key: preparing a node authorises that key's public half there (once), so a replacement node
+is reachable from the head as soon as it is prepared. The head gets the private half, the launch's
+hostfile and a known_hosts file pinning every node's host key at each launch (prepare_head), since
+which node is the head and which nodes take part can change between launches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import deepcheck
+import provisioning
+import training
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import HostSpec
+from provisioning.errors import InputError
+from training.shared.events import Notice
+from training.shared.transport import (
+    OutputLine,
+    PushProgress,
+    push_tree,
+    run_command,
+    run_on_hosts,
+    write_files,
+)
+
+RUNTIME_DIR = "deepvm/runtime"
+INTERNAL_KEY = "deepvm/ssh/id_ed25519"
+# ranks import training and deepcheck; the managed controller on the head also runs provisioning (its
+# state store, the cloud provider), so the runtime carries all three
+_PACKAGES = tuple(Path(p.__file__).parent for p in (training, deepcheck, provisioning))
+_MARK = "@@deepvm "
+_NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where one job lives on a node (absolute, once the node's home is known)."""
+
+    home: str
+    job_id: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.home}/deepvm/jobs/{self.job_id}"
+
+    @property
+    def runtime(self) -> str:
+        return f"{self.home}/{RUNTIME_DIR}"
+
+    @property
+    def job(self) -> str:
+        return f"{self.root}/job"
+
+    @property
+    def out(self) -> str:
+        return f"{self.root}/out"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.root}/checkpoints"
+
+    @property
+    def hostfile(self) -> str:
+        return f"{self.root}/hostfile"
+
+    @property
+    def known_hosts(self) -> str:
+        return f"{self.root}/known_hosts"
+
+    @property
+    def internal_key(self) -> str:
+        return f"{self.home}/{INTERNAL_KEY}"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What preparing one node found."""
+
+    home: str  # the login user's home directory
+    notice: Notice | None  # the interruption notice posted to the node, if any
+
+
+def stage_runtime(target: Path) -> Path:
+    """Copy deepvm's code for the nodes into `target` (emptied first), ready to push."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in _PACKAGES:
+        shutil.copytree(package, target / package.name, ignore=ignore)
+    return target
+
+
+def setup_marker(commands: Sequence[str]) -> str:
+    digest = hashlib.sha256(json.dumps(list(commands)).encode()).hexdigest()[:16]
+    return f"deepvm/setup/{digest}.done"
+
+
+def _notice_lines(python: str) -> list[str]:
+    py = shlex.quote(python)
+    return [
+        f"notice=$(PYTHONPATH={RUNTIME_DIR} {py} -m training.node.watcher --once)",
+        f'echo "{_MARK}notice $notice"',
+    ]
+
+
+def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool, authorize: str) -> str:
+    """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
+    run setup once, check the Python, report home (and notice)."""
+    root = f"deepvm/jobs/{job_id}"
+    lines = [
+        "set -e",
+        f"mkdir -p {root}/out {root}/checkpoints deepvm/setup",
+        *authorize_lines(authorize),
+        f'echo "{_MARK}home $HOME"',
+    ]
+    if setup:
+        marker = setup_marker(setup)
+        body = "\n".join(setup)
+        lines.append(f"if [ ! -e {marker} ]; then (cd {root}/job && set -e\n{body}\n) && touch {marker}; fi")
+    # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
+    check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
+    lines.append(f'{shlex.quote(python)} -c "{check}"')
+    if check_notice:
+        lines += _notice_lines(python)
+    return "\n".join(lines)
+
+
+def authorize_lines(public_key: str) -> list[str]:
+    """Shell lines that authorise `public_key` for the login user, once (running them again adds nothing)."""
+    key = shlex.quote(public_key)
+    return [
+        'mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"',
+        f'grep -qxF {key} "$HOME/.ssh/authorized_keys" 2>/dev/null || echo {key} >> "$HOME/.ssh/authorized_keys"',
+    ]
+
+
+def _run_marked(
+    hosts: Sequence[HostSpec],
+    command: Callable[[HostSpec], str],
+    on_line: Callable[[OutputLine], None],
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    """Run each host's command in parallel; exit codes, and the `@@deepvm KEY VALUE` lines by host.
+    Other output goes to on_line."""
+    found: dict[str, dict[str, str]] = {h.name: {} for h in hosts}
+
+    def collect(line: OutputLine) -> None:
+        if line.stream == "stdout" and line.text.startswith(_MARK):
+            key, _, value = line.text[len(_MARK) :].partition(" ")
+            found[line.host][key] = value
+        else:
+            on_line(line)
+
+    codes: dict[str, int] = {}
+    for text in dict.fromkeys(command(h) for h in hosts):  # one parallel round per distinct command
+        group = [h for h in hosts if command(h) == text]
+        codes.update(run_on_hosts(group, text, collect, env=env))
+    return codes, found
+
+
+def prepare_nodes(
+    hosts: Sequence[HostSpec],
+    spot: set[str],
+    *,
+    runtime_dir: Path,
+    job_dir: Path,
+    job_id: str,
+    setup: Sequence[str],
+    env: dict[str, str],
+    python: str,
+    authorize: str,
+    on_push: Callable[[PushProgress], None],
+    on_line: Callable[[OutputLine], None],
+) -> dict[str, NodeState]:
+    """Push, set up and check every host in parallel; {host name: NodeState}. `spot` names the hosts
+    whose notices are read; `authorize` is the cluster-internal public key. Setup output is streamed
+    through on_line; a failing setup is an error."""
+    push_tree(hosts, runtime_dir, RUNTIME_DIR, progress=on_push)
+    push_tree(hosts, job_dir, f"deepvm/jobs/{job_id}/job", progress=on_push)
+    codes, found = _run_marked(
+        hosts,
+        lambda h: prepare_command(job_id, setup, python, check_notice=h.name in spot, authorize=authorize),
+        on_line,
+        env,
+    )
+    failed = sorted(name for name, code in codes.items() if code != 0)
+    if failed:
+        where = next(h.where for h in hosts if h.name == failed[0])
+        more = f" (and {len(failed) - 1} more nodes)" if len(failed) > 1 else ""
+        raise InputError(
+            f"preparing {where} failed (exit {codes[failed[0]]}): a setup command failed, or the Python at "
+            f"{python!r} lacks torch, mpi4py, pyyaml or pydantic; the node's output is above{more}"
+        )
+    states = {}
+    for host in hosts:
+        values = found[host.name]
+        if "home" not in values:
+            raise TransportError(f"{host.where}: the node did not report its home directory")
+        states[host.name] = NodeState(values["home"], _notice(values))
+    return states
+
+
+MPIRUN = "mpirun"
+# Open MPI installs that a non-interactive SSH command has no PATH to: AWS's Deep Learning AMIs and the EFA
+# installer put Open MPI here and add it to PATH only for login shells.
+OPEN_MPI_HOMES = ("/opt/amazon/openmpi",)
+_HOME_MARK = "open-mpi-home="
+
+
+def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str]) -> str | None:
+    """Make `head` ready to run mpirun for a launch: the cluster-internal private key (0600; no other node
+    gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself.
+
+    Returns None when mpirun is on the head's PATH, else the Open MPI installation it was found in
+    (OPEN_MPI_HOMES), which mpirun must then be given as --prefix so that its daemons on the other nodes
+    find their programs and libraries too."""
+    write_files(head, {paths.internal_key: internal_key.read_bytes(), **{p: t.encode() for p, t in files.items()}})
+    probe = [f"command -v {MPIRUN} >/dev/null && exit 0"]
+    for home in map(shlex.quote, OPEN_MPI_HOMES):
+        probe.append(f"if [ -x {home}/bin/{MPIRUN} ]; then echo {_HOME_MARK}{home}; exit 0; fi")
+    said: list[str] = []
+    if run_command(head, "\n".join([*probe, "exit 1"]), lambda line: said.append(line.text.strip())) != 0:
+        raise InputError(
+            f"the head node {head.where} has no `mpirun` on its PATH or in {', '.join(OPEN_MPI_HOMES)}: mpirun "
+            "runs there, so the nodes need Open MPI (e.g. `apt-get install -y openmpi-bin` in the job's setup, "
+            "or an image that has it)"
+        )
+    return next((line.removeprefix(_HOME_MARK) for line in said if line.startswith(_HOME_MARK)), None)
+
+
+def read_notices(
+    hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
+) -> dict[str, Notice | None]:
+    """The interruption notice posted to each (already prepared) host, or None."""
+    codes, found = _run_marked(hosts, lambda h: "set -e\n" + "\n".join(_notice_lines(python)), on_line)
+    bad = [h.where for h in hosts if codes[h.name] != 0]
+    if bad:
+        raise TransportError(f"{bad[0]}: reading its instance metadata failed")
+    return {h.name: _notice(found[h.name]) for h in hosts}
+
+
+def _notice(values: dict[str, str]) -> Notice | None:
+    """The notice `python -m training.node.watcher --once` printed (its fields as JSON, or null), if any."""
+    text = values.get("notice", "")
+    fields = json.loads(text) if text else None
+    return None if fields is None else Notice(**fields)

@@ -1,0 +1,89 @@
+"""Keeps a managed job's service running on the head: `python -m training.control.supervisor JOB_ROOT`.
+
+Where the head runs systemd (AWS images), the client starts this process as a transient systemd unit
+that is itself restarted on failure; where there is none (the sandbox's hosts), it is started detached
+(setsid) and is the only supervisor. Either way this is the process that decides, from the service's
+exit code, whether the job is over (0: completed or cancelled; service.FINAL: failed for good) or the
+controller crashed and must come back. A controller that keeps crashing is given up on after
+_MAX_CRASHES within _CRASH_WINDOW_S, and the job is marked failed, rather than restarted forever while
+the cluster bills.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+
+from training.control.joblog import JobLog
+from training.control.service import FINAL
+from training.shared.jobstore import JobStatus, JobStore
+
+_MAX_CRASHES = 5
+_CRASH_WINDOW_S = 600.0
+_RESTART_DELAY_S = 1.0
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit {code}"
+
+
+def supervise(root: Path) -> int:
+    (root / "supervisor.pid").write_text(str(os.getpid()))
+    crashes: deque[float] = deque()
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:  # stop the service with us (systemd stop, kill)
+        nonlocal stopping
+        stopping = True
+        if service is not None:
+            service.send_signal(signal.SIGTERM)
+
+    service: subprocess.Popen | None = None
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may end
+    with open(root / "service.out", "ab") as output:
+        while True:
+            service = subprocess.Popen(
+                [sys.executable, "-m", "training.control.service", str(root)],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+            )
+            code = service.wait()
+            if code in (0, FINAL) or stopping:
+                return 0 if code in (0, FINAL) else code
+            now = time.monotonic()
+            crashes.append(now)
+            while crashes and now - crashes[0] > _CRASH_WINDOW_S:
+                crashes.popleft()
+            log = JobLog(root / "log.jsonl")
+            try:
+                if len(crashes) >= _MAX_CRASHES:
+                    text = (f"the controller crashed {len(crashes)} times in {_CRASH_WINDOW_S / 60:.0f} minutes "
+                            f"(last: {_describe(code)}; see {root / 'service.out'}); giving up")  # fmt: skip
+                    _mark_failed(root.name, text)
+                    log.state(JobStatus.FAILED, text)
+                    return FINAL
+                log.note(f"the controller stopped ({_describe(code)}); restarting it")
+            finally:
+                log.close()
+            time.sleep(_RESTART_DELAY_S)
+
+
+def _mark_failed(job_id: str, text: str) -> None:
+    jobs = JobStore()
+    row = jobs.get(job_id)
+    if row is not None:
+        jobs.put(replace(row, status=JobStatus.FAILED, message=text))
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(Path(sys.argv[1]).resolve()))

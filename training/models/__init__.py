@@ -1,5 +1,0 @@
-"""Models the worker can train, by name."""
-
-from training.models.resnet import ARCHITECTURES, ResNet, build_model
-
-__all__ = ["ARCHITECTURES", "ResNet", "build_model"]

@@ -1,0 +1,205 @@
+"""What mpirun starts on every node: `python -m training.node.rank JOB.yaml --roles ... --out ... --checkpoint-dir ...`.
+
+All ranks form one DeepCheck world (MPI_COMM_WORLD); each rank's role comes from `--roles`, one per MPI
+rank, as the launcher derived it from the plan's architecture (Tiering: the on-demand CPU nodes hold
+checkpoints; Single Anchor: the anchor trains and holds). Trainers then form the torch.distributed
+group among themselves (holders never train): torch rank = trainer index, world size = number of
+trainers, rendezvous at trainer 0's node. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
+exported for code that reads them.
+
+Trainers then run deepvm's worker, or the job's own script (`run:`, training.node.userscript); either way
+the job's checkpoint policy is applied by one Checkpointer (training.node.checkpointing), which agrees
+among trainers over their own MPI group (training.node.trainercomm).
+
+A trainer on a node with instance metadata runs the Spot watcher: a notice prints a NoticeSeen event and
+asks DeepCheck to flush; the Checkpointer then flushes at the next step on every trainer and the run
+ends cleanly. Holders ignore SIGUSR1 and SIGTERM (which mpirun forwards to every rank when the
+controller asks the job to stop): they must stay to receive the trainers' last flush, and leave when
+every trainer has closed.
+
+Any error ends the whole job at once (MPI_Abort), so no rank waits forever in a collective for a peer
+that is gone; the controller then restarts from the newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpi4py import MPI
+
+import deepcheck
+from provisioning.errors import DeepvmError, InputError
+from training.node.checkpointing import Checkpointer, DeepCheckHook
+from training.node.distenv import DistEnv
+from training.node.trainercomm import TrainerComm
+from training.node.userscript import run_script
+from training.node.watcher import Watcher
+from training.node.worker import WorkerOptions, run_training
+from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
+from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
+
+ROLES = ("trainer", "holder", "both")
+
+
+@dataclass(frozen=True)
+class RankOptions:
+    job: Path
+    out: Path  # trainer 0 writes model.pt, state.pt, metrics.json here (a `run:` script: its own files too)
+    checkpoint_dir: Path  # holders' L2 directory
+    roles: tuple[str, ...]  # by MPI rank
+    planned_trainers: int  # trainers the plan has: the policy keeps the global batch of that many
+    master_addr: str
+    master_port: int
+    rank_batches: tuple[int, ...] | None = None  # per trainer, for mixed plans
+    device: str = "auto"
+    watch: bool = True
+
+
+def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
+    p = argparse.ArgumentParser(prog="python -m training.node.rank", description=__doc__.splitlines()[0])
+    p.add_argument("job", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--checkpoint-dir", type=Path, required=True)
+    p.add_argument("--roles", required=True, help="comma-separated role of each MPI rank")
+    p.add_argument("--planned-trainers", type=int, required=True)
+    p.add_argument("--master-addr", required=True)
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("--rank-batches", help="comma-separated batch size per trainer")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--no-watch", dest="watch", action="store_false", help="do not poll instance metadata")
+    a = p.parse_args(argv)
+    roles = tuple(a.roles.split(","))
+    if any(r not in ROLES for r in roles):
+        raise InputError(f"--roles {a.roles!r}: each must be one of {', '.join(ROLES)}")
+    return RankOptions(
+        a.job,
+        a.out,
+        a.checkpoint_dir,
+        roles,
+        a.planned_trainers,
+        a.master_addr,
+        a.master_port,
+        tuple(int(b) for b in a.rank_batches.split(",")) if a.rank_batches else None,
+        a.device,
+        a.watch,
+    )
+
+
+def _s3(policy: CheckpointSpec) -> deepcheck.S3Config | None:
+    if "l3" not in policy.levels or not policy.s3_prefix:
+        return None
+    bucket, _, prefix = policy.s3_prefix.removeprefix("s3://").partition("/")
+    return deepcheck.S3Config(bucket=bucket, prefix=prefix or "deepcheck")
+
+
+def _trainer_env(trainer_index: int, trainers: int, opts: RankOptions) -> DistEnv:
+    env = DistEnv(
+        rank=trainer_index,
+        world_size=trainers,
+        local_rank=int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")),
+        local_size=int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")),
+        master_addr=opts.master_addr,
+        master_port=opts.master_port,
+    )
+    os.environ.update(
+        RANK=str(env.rank),
+        WORLD_SIZE=str(env.world_size),
+        LOCAL_RANK=str(env.local_rank),
+        MASTER_ADDR=env.master_addr,
+        MASTER_PORT=str(env.master_port),
+    )
+    return env
+
+
+def _threads() -> int | None:
+    """torch intra-op threads: the job's OMP_NUM_THREADS when it sets one (the worker's default otherwise)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def run_rank(spec: JobSpec, opts: RankOptions) -> None:
+    comm = MPI.COMM_WORLD
+    if len(opts.roles) != comm.Get_size():
+        raise InputError(f"--roles names {len(opts.roles)} ranks but the job has {comm.Get_size()}")
+    role = opts.roles[comm.Get_rank()]
+    if role == "holder":
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    holds = role in ("holder", "both")
+    ck = deepcheck.init(
+        comm,
+        role,
+        directory=opts.checkpoint_dir if holds else None,
+        keep=2,
+        keep_ram=spec.checkpoint.buffer_slots,
+        s3=_s3(spec.checkpoint),
+    )
+    if not ck.world.is_trainer:
+        emit(Holder(rank=comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir)))
+        ck.serve(timeout=None)
+        return
+    env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
+    trainers = TrainerComm(comm, ck.world.trainers)
+    checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
+    watcher = None
+    if opts.watch:
+
+        def on_notice(notice: Notice) -> None:
+            ck.request_flush()
+            emit(NoticeSeen(rank=env.rank, notice=notice))
+
+        watcher = Watcher(on_notice, lambda why: emit(WatcherOff(rank=env.rank, reason=why)))
+        watcher.start()
+    try:
+        if spec.run is not None:
+            run_script(spec, opts.job, env, opts.device, opts.planned_trainers, opts.out, checkpointer, trainers)
+        else:
+            run_training(spec, env, _worker_options(env, opts), [DeepCheckHook(checkpointer)])
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    ck.close()
+    trainers.free()
+
+
+def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
+    return WorkerOptions(
+        job=opts.job,
+        out=opts.out,
+        master_addr=env.master_addr,
+        master_port=env.master_port,
+        rank_batches=opts.rank_batches,
+        planned_world_size=opts.planned_trainers,
+        device=opts.device,
+        threads=_threads(),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        opts = parse_args(argv)
+        spec = load_job_spec(opts.job)
+    except DeepvmError as exc:
+        print(f"deepvm rank: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    try:
+        run_rank(spec, opts)
+    except BaseException as exc:  # whatever it is, no peer may wait for this rank
+        if isinstance(exc, DeepvmError):
+            print(f"deepvm rank: {exc}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(getattr(exc, "exit_code", 1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

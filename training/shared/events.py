@@ -1,0 +1,221 @@
+"""What ranks tell the controller: typed events, one JSON object per line on a rank's stdout.
+
+mpirun merges every rank's stdout and tags each line with the rank it came from; the controller
+(training.control.controller) turns each line back into a record with `parse` and acts on its type. Ranks print
+other lines too (a user script's own prints, library warnings): a line is an event only when `parse`
+makes one of it, and the controller shows every other line as the rank's output.
+
+Who sends what:
+- every trainer: Start, Step (every log_every steps, the last one, and the one it stops at), End;
+  a trainer's watcher: NoticeSeen, or WatcherOff when the node has no instance metadata to watch;
+- trainer 0 only (training.node.checkpointing): Restored, Saved, Flush;
+- every holder rank: Holder, once, before it serves checkpoints.
+
+The wire format, pinned by tests/training/test_events.py because the tests that run ranks read their
+stdout as plain JSON: {"event": KIND, "rank": RANK, FIELD: VALUE, ...}, flat, the fields in the record's
+order. A field that only some senders have (deepvm's worker and a user's script do not report
+the same facts) defaults to None and is left out of the line when None. JSON arrays come back as tuples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An interruption notice as a node's watcher (training.node.watcher) saw it: carried by NoticeSeen, read
+    back from `python -m training.node.watcher --once` before a launch, and handed to the decision as is."""
+
+    kind: str  # "instance-action" (the two-minute notice) or "rebalance" (the earlier recommendation)
+    body: str  # the metadata document, e.g. {"action": "terminate", "time": "2026-...Z"}
+    seen_at: float  # time.time() on the node when the watcher first saw it
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One event from a rank; the subclasses are the kinds."""
+
+    EVENT: ClassVar[str]  # the kind's name on the wire, the value of "event"
+
+    rank: int  # the trainer's index (training.node.distenv RANK); for Holder, the MPI world rank
+
+    def _fields(self) -> dict[str, Any]:
+        """The line's fields after "event": every field, less the optional ones that are None."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None or f.default is not None
+        }
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Event:
+        """The record from a line's fields after "event"; TypeError or KeyError when they are not its own."""
+        return cls(**{name: tuple(v) if isinstance(v, list) else v for name, v in fields.items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start(Event):
+    """A trainer is about to take its first step of this launch (after restoring any checkpoint)."""
+
+    EVENT: ClassVar[str] = "start"
+
+    job: str  # the job spec's name
+    model: str | None = None  # deepvm's worker: the model's name
+    dataset: str | None = None  # deepvm's worker: the dataset's kind
+    script: str | None = None  # a user's script: its path, as the job spec names it
+    synthetic: bool  # trained on generated data (deepvm's worker only; a user's script: always False)
+    world_size: int  # trainers in this launch
+    local_rank: int | None = None  # deepvm's worker: the trainer's index on its node
+    planned_world_size: int | None = None  # a user's script: trainers the plan was made for
+    batch: int | None = None  # deepvm's worker: this trainer's share of the global batch
+    global_batch: int | None = None  # deepvm's worker: samples per step over all trainers
+    lr: float | None = None  # deepvm's worker: the base learning rate, scaled for the global batch
+    total_steps: int  # the step the job completes at
+    first_step: int  # steps done before this launch: where it resumes (0: a fresh start)
+    device: str  # the torch device it trains on, e.g. "cpu" or "cuda:0"
+    pid: int  # the trainer's process id on its node
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restored(Event):
+    """Trainer 0 restored a checkpoint before its first step."""
+
+    EVENT: ClassVar[str] = "restored"
+
+    step: int  # the step the checkpoint was taken at
+    checkpoint: str  # the checkpoint's name in DeepCheck
+    levels: tuple[str, ...]  # the DeepCheck levels it was read from, e.g. ("L1",)
+    seconds: float  # how long restoring took
+    fallbacks: tuple[str, ...]  # newer checkpoints skipped because they failed verification, and why
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step(Event):
+    """Progress after a step: every log_every steps, at the last step, and at the step a run stops at."""
+
+    EVENT: ClassVar[str] = "step"
+
+    step: int  # steps done, counting from 1
+    epoch: int  # the epoch the step was in
+    loss: float  # this trainer's loss at the step
+    global_loss: float  # the loss averaged over all trainers
+    lr: float | None = None  # deepvm's worker: the learning rate the step used
+    samples_per_s: float  # this trainer's samples per second since the previous Step
+    synthetic: bool  # trained on generated data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Saved(Event):
+    """Trainer 0: a checkpoint due by the job's policy was taken (asynchronously; safe later)."""
+
+    EVENT: ClassVar[str] = "saved"
+
+    step: int  # the step it was taken at
+    stall_s: float  # how long training waited for it
+    bytes: int  # the size of the whole state stream
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flush(Event):
+    """Trainer 0: a checkpoint was flushed and is safe, before the run ends (a notice, or a clean stop)."""
+
+    EVENT: ClassVar[str] = "flush"
+
+    step: int  # the step it was taken at
+    reason: str  # "notice" (an interruption notice on some trainer) or "stop" (a clean stop was asked)
+    level: str  # the DeepCheck level it is safe at, e.g. "L2"
+    seconds: float  # how long the flush took
+    stall_s: float  # how long training waited for it
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticeSeen(Event):
+    """A trainer's watcher saw an interruption notice on its node (the trainers flush, then stop)."""
+
+    EVENT: ClassVar[str] = "notice"
+
+    notice: Notice  # what the watcher saw; on the wire its fields sit flat beside "rank"
+
+    def _fields(self) -> dict[str, Any]:
+        return {"rank": self.rank, **self.notice.to_dict()}
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Event:
+        fields = dict(fields)
+        return cls(rank=fields.pop("rank"), notice=Notice(**fields))
+
+
+@dataclass(frozen=True, kw_only=True)
+class End(Event):
+    """A trainer's run ended without error (completed, or stopped cleanly after its checkpoint)."""
+
+    EVENT: ClassVar[str] = "end"
+
+    status: str  # "completed" or "stopped"
+    steps: int  # steps done when it ended
+    final_loss: float  # the last global loss reported (NaN when no Step was)
+    wall_s: float | None = None  # deepvm's worker: seconds from the first step to the end
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatcherOff(Event):
+    """A trainer's node has no instance metadata to watch for notices (not on EC2, no sandbox)."""
+
+    EVENT: ClassVar[str] = "watcher_off"
+
+    reason: str  # why, as the metadata client said it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holder(Event):
+    """A holder rank started serving checkpoints (it trains nothing, and says nothing more)."""
+
+    EVENT: ClassVar[str] = "holder"
+
+    pid: int  # its process id on its node
+    directory: str  # where it keeps checkpoints on disk
+
+
+_KINDS: dict[str, type[Event]] = {
+    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, NoticeSeen, End, WatcherOff, Holder)
+}
+
+
+def emit(event: Event) -> None:
+    """Print `event` on stdout as one line, written in one piece so ranks' lines never mix."""
+    sys.stdout.write(json.dumps({"event": event.EVENT, **event._fields()}) + "\n")
+    sys.stdout.flush()
+
+
+def parse(line: str) -> Event | None:
+    """The event on `line`, or None when it carries none.
+
+    None also for a line that looks like an event but is not one of ours (an unknown kind, fields missing
+    or unknown): a user's script may print JSON of its own, and such a line is then shown as the rank's
+    output instead of being taken for progress or stopping the controller. Values are taken as the JSON
+    gives them, unchecked: every rank runs the deepvm code the controller staged, these very records.
+    """
+    if not line.startswith("{"):  # most output is not JSON: skip the parser
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind = data.pop("event", None)
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return None
+    try:
+        return cls._from_fields(data)
+    except (TypeError, KeyError):  # not exactly the record's fields
+        return None

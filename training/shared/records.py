@@ -1,0 +1,125 @@
+"""The records that cross between the user's machine and the head node, each with one way to write it
+and one way to read it back (JSON), so that neither side indexes free-form dicts by string keys.
+
+- HeadJob: what the client hands the head to run one job (written once, as job.json).
+- LogRecord: one line of a job's log (log.jsonl), written by the head's service and supervisor and read
+  by `deepvm train` / `deepvm logs`. A log line stays a LogRecord from the head to the renderer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from provisioning.catalog import Market
+from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.planner.plan import Plan, Role
+from provisioning.state import ClusterRow, ClusterStatus
+from training.shared.jobstore import JobStatus
+from training.shared.progress import Progress
+
+
+@dataclass(frozen=True)
+class HeadJob:
+    """One job handed to the head: the request, and the cluster as the user's machine knows it (the head
+    seeds its own state store from it the first time, then keeps it up to date itself)."""
+
+    job_id: str
+    cluster: ClusterRow
+    nodes: tuple[NodeRecord, ...]
+    job_file: str  # the YAML's name inside the job directory
+    python: str  # the interpreter on the nodes (and of the controller on the head)
+    replace_nodes: bool
+    max_failures: int
+    stall_timeout_s: float | None
+    node_env: dict[str, str]  # what the ranks' AWS clients need (never the user's credentials)
+    service_env: dict[str, str]  # what the controller's AWS clients need: region, endpoint; never keys
+    submitted_at: str
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["cluster"]["plan"] = self.cluster.plan.to_dict()
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> HeadJob:
+        data = json.loads(text)
+        c = data["cluster"]
+        cluster = ClusterRow(**{**c, "status": ClusterStatus(c["status"]), "plan": Plan.from_dict(c["plan"]),
+                                "resources": _resources(c["resources"])})  # fmt: skip
+        nodes = tuple(
+            NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
+        )
+        return cls(**{**data, "cluster": cluster, "nodes": nodes})
+
+
+def _resources(data: dict[str, Any]) -> CloudResources:
+    known = {f.name for f in fields(CloudResources)}
+    return CloudResources(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One line of a managed job's log.
+
+    kind: note (a controller event), log (a rank's or node's own output; `source` names it, `rank` is the
+    MPI rank when known), progress (`progress` set), push (bytes pushed to `source`: `done`/`total`),
+    state (the job's state changed: `status`, with `text` saying why). `at` is the head's wall clock."""
+
+    kind: str
+    at: float
+    text: str = ""
+    source: str = ""
+    rank: int | None = None
+    progress: Progress | None = None
+    done: int = 0
+    total: int = 0
+    status: JobStatus | None = None  # set in state records
+
+    def to_json(self) -> str:
+        data = {k: v for k, v in asdict(self).items() if v not in ("", None, 0) or k in ("kind", "at")}
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> LogRecord:
+        data = json.loads(line)
+        if not isinstance(data, dict) or "kind" not in data:
+            raise ValueError(f"not a log record: {line[:80]!r}")
+        progress = data.pop("progress", None)
+        status = data.pop("status", None)
+        return cls(**data, progress=Progress(**progress) if progress else None,
+                   status=JobStatus(status) if status else None)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job as `deepvm jobs` lists it: the head's job row and whether its controller runs now."""
+
+    job_id: str
+    cluster: str
+    name: str
+    status: JobStatus
+    step: int
+    total_steps: int
+    loss: float | None  # at the newest step
+    world_size: int  # trainers in the current (or last) attempt
+    checkpoint_step: int  # newest step checkpointed (-1: none yet)
+    restarts: int
+    lost_steps: int
+    cost_usd: float
+    started_at: str
+    updated_at: str
+    message: str
+    controller_alive: bool  # the head's supervisor process runs (a running job without one is orphaned)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> JobSummary:
+        data = json.loads(line)
+        return cls(**{**data, "status": JobStatus(data["status"])})
