@@ -239,8 +239,8 @@ def test_detached_job_cancelled_after_a_checkpoint_and_down_guards_it(cluster):
     assert time.monotonic() - started < 120  # returns once the job runs, not when it ends
     assert local_deepvm(env) == []  # nothing of the job runs on the user's side
     job_id = newest_job(env)
-    follow_hint = re.search(r"^  follow it: (deepvm .+)$", detached.stderr, re.MULTILINE)
-    stop_hint = re.search(r"^  stop it: +(deepvm .+)$", detached.stderr, re.MULTILINE)
+    follow_hint = re.search(r"follow it: (deepvm logs \S+ -f)", detached.stderr)
+    stop_hint = re.search(r"stop it: +(deepvm cancel \S+)", detached.stderr)
     assert follow_hint and stop_hint, detached.stderr
     assert job_state(env, job_id)["controller_alive"]
     wait_for(env, job_id, 8)
