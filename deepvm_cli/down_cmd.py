@@ -22,7 +22,7 @@ from provisioning.errors import InputError
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import Cluster
-    from provisioning.cloud.lifecycle import DownPreview
+    from provisioning.cloud.lifecycle import DownPreview, DownResult
     from training.client.managed import Head
     from training.shared.records import JobSummary
 
@@ -96,12 +96,24 @@ def down_command(
     if result.unreadable_state:
         console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
                         "aside (with its -wal and -shm files) before the next command")  # fmt: skip
+    _summary(result, as_json)
+
+
+def _summary(result: DownResult, as_json: bool) -> None:
+    """What was deleted, and what the cluster cost in all and how long it ran (from its record)."""
+    from provisioning.cost import cost_fields
+
     if as_json:
-        console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record})
+        console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record,
+                            **cost_fields(result.cost)})  # fmt: skip
         return
     for item in result.deleted:
         console.out.print(f"deleted {item}")
-    console.info(f"cluster {name} is down" + ("" if result.deleted else " (nothing was left to delete)"))
+    line = f"cluster {result.name} is down" + ("" if result.deleted else " (nothing was left to delete)")
+    if result.cost is not None:
+        line += f": ran {console.duration(result.cost.runtime_s)}, cost ${result.cost.usd:.4f}"
+        line += " at AWS prices (the sandbox bills nothing)" if result.cloud == "sandbox" else ""
+    console.info(line)
 
 
 def _confirm(choice: ClusterChoice, preview: DownPreview, running: RunningJobs, cancel_jobs: bool) -> None:

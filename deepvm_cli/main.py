@@ -59,6 +59,7 @@ def _register_commands() -> None:
     from deepvm_cli import (
         chaos_cmd,
         config_cmd,
+        cost_cmd,
         down_cmd,
         interrupt_cmd,
         jobs_cmd,
@@ -73,8 +74,8 @@ def _register_commands() -> None:
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, interrupt_cmd,
-        sandbox_cmd, simulate_cmd, chaos_cmd, config_cmd,
+        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, cost_cmd,
+        interrupt_cmd, sandbox_cmd, simulate_cmd, chaos_cmd, config_cmd,
     ):
         module.register(app)
 

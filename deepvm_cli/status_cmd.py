@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from training.shared.jobstore import JobRow
 
 
+_PAST_JOBS = 5  # jobs of clusters that are down, in `deepvm status`
+
+
 def _clock(timestamp: str) -> str:
     """"2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
     return timestamp.replace("T", " ")[:16] if timestamp else "-"
@@ -42,14 +45,22 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
     return rows
 
 
-def _job_state(job: JobRow) -> str:
-    """The stored status, except that a "running" job whose controller is gone says so."""
+def _job_state(job: JobRow, cluster_up: bool) -> str:
+    """The stored status, except that a "running" job whose controller or cluster is gone says so."""
     from training.shared.jobstore import LOCAL, JobStatus, controller_running
 
-    if job.status is JobStatus.RUNNING and job.controller == LOCAL and not controller_running(job.cluster):
+    if job.status is not JobStatus.RUNNING:
+        return job.status.value
+    if not cluster_up:
+        return f"ended with its cluster (last heard running at step {job.step})"
+    if job.controller == LOCAL and not controller_running(job.cluster):
         return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
                 "--controller local --resume` continues)")  # fmt: skip
     return job.status.value
+
+
+def _job_doc(job: JobRow, cluster_up: bool) -> dict[str, object]:
+    return {**job.to_dict(), "state": _job_state(job, cluster_up), "cluster_up": cluster_up}
 
 
 def up(view: ClusterView) -> bool:
@@ -58,11 +69,13 @@ def up(view: ClusterView) -> bool:
     return view.cluster.status is ClusterStatus.UP
 
 
-def render_jobs(jobs: list[JobRow]) -> None:
-    for job in jobs[:3]:
+def render_jobs(jobs: list[JobRow], cluster_up: bool, limit: int = 3) -> None:
+    """The newest jobs, one line each; a cluster that is down: as this machine last recorded them."""
+    for job in jobs[:limit]:
         loss = "-" if job.loss is None else f"{job.loss:.4f}"
+        where = "" if cluster_up else f"  on {job.cluster} (down)"
         console.out.print(
-            f"job {job.job_id}  {_job_state(job)}  step {job.step}/{job.total_steps}  loss {loss}  "
+            f"job {job.job_id}{where}  {_job_state(job, cluster_up)}  step {job.step}/{job.total_steps}  loss {loss}  "
             f"trainers {job.world_size}  restarts {job.restarts}  lost steps {job.lost_steps}  "
             f"checkpoint {_checkpoint(job.checkpoint_step)}  ${job.cost_usd:.4f}",
             markup=False,
@@ -73,12 +86,23 @@ def _checkpoint(step: int) -> str:
     return "none yet" if step < 0 else f"at step {step}"
 
 
+def _cost(view: ClusterView) -> str:
+    """While it bills: its $/h, cost so far and time up; once down: how long it ran, when it ended and what
+    it cost in all (no $/h: it bills nothing)."""
+    cost = view.cost
+    if up(view) or cost.billing:
+        return f"${view.usd_per_hour:.4f}/h  cost so far ${cost.usd:.4f}  up {console.duration(cost.runtime_s)}"
+    ended = f" to {_clock(cost.ended.isoformat())}" if cost.ended else ""
+    return f"ran {console.duration(cost.runtime_s)}{ended}  cost ${cost.usd:.4f} in all"
+
+
 def render_cluster(view: ClusterView) -> None:
     c = view.cluster
+    # two lines: at 80 columns a long name wraps the first, never the figures of the second
     console.out.print(
-        f"[bold]{c.name}[/]  {c.status.value}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}  "
-        f"${view.usd_per_hour:.4f}/h  cost so far ${view.cost_so_far:.4f}  up {console.duration(view.uptime_s)}"
+        f"[bold]{c.name}[/]  {c.status.value}  {c.cloud}  {c.availability_zone}  {c.plan.architecture.value}"
     )
+    console.out.print(_cost(view), markup=False)
     # Fits 80 columns: ids, addresses and prices never wrap or get cut; role, market and type share a cell.
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
     for column in ("instance", "node", "state", "address", "$/h", "launched"):
@@ -111,15 +135,14 @@ def status_command(
     views = status(name)
     if name is not None:
         remember_cluster(name)
+    past = [] if name else _jobs_of_clusters_down({v.cluster.name for v in views})
     if not as_json:
         for banner in dict.fromkeys(v.banner for v in views if v.banner):
             console.info(banner)
     if as_json:
-        docs = [
-            {**v.to_dict(), "jobs": [{**j.to_dict(), "state": _job_state(j)} for j in _jobs(v.cluster.name, up(v))]}
-            for v in views
-        ]
-        console.print_json(docs[0] if name else {"clusters": docs})
+        docs = [{**v.to_dict(), "jobs": [_job_doc(j, up(v)) for j in _jobs(v.cluster.name, up(v))]} for v in views]
+        console.print_json(docs[0] if name else {"clusters": docs,
+                                                 "jobs_of_clusters_down": [_job_doc(j, False) for j in past]})
         return
     if not views:
         console.info(_start_hint())
@@ -129,7 +152,19 @@ def status_command(
                 f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
             )
         render_cluster(view)
-        render_jobs(_jobs(view.cluster.name, up(view)))
+        render_jobs(_jobs(view.cluster.name, up(view)), up(view))
+    if past:
+        console.out.print(f"jobs of clusters that are down, as last recorded here ({len(past)}, newest first):")
+        render_jobs(past, cluster_up=False, limit=_PAST_JOBS)
+        if len(past) > _PAST_JOBS:
+            console.out.print(f"({len(past) - _PAST_JOBS} older not shown)")
+
+
+def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:
+    """Jobs this machine ran on clusters that are down now (not among `live`), newest first."""
+    from training.shared.jobstore import JobStore
+
+    return [job for job in JobStore().all() if job.cluster not in live]
 
 
 def _start_hint() -> str:

@@ -24,7 +24,7 @@ from deepvm_cli import console
 from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
 from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
-from provisioning.errors import InputError
+from provisioning.errors import DeepvmError, InputError
 from training.shared.progress import JobReporter
 from training.shared.progress import Progress as JobProgress
 
@@ -152,22 +152,56 @@ def train_command(
         stall_timeout_s=stall_timeout,
     )
     live = console.err.is_terminal and not as_json
-    with live_reporter() if live else plain_reporter() as report:
-        if controller == "head":
-            from deepvm_cli.jobs_cmd import run_managed
+    with billing_reminder(found.name):
+        with live_reporter() if live else plain_reporter() as report:
+            if controller == "head":
+                from deepvm_cli.jobs_cmd import run_managed
 
-            result = run_managed(request, report, detach=detach)
-        else:
-            console.warning("--controller local: the job's controller runs in this process; the job stops "
-                            "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
-            result = train(request, report).to_dict()
-    if result is None:  # detached
+                result = run_managed(request, report, detach=detach)
+            else:
+                console.warning("--controller local: the job's controller runs in this process; the job stops "
+                                "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
+                result = train(request, report).to_dict()
+        if result is None:  # detached
+            return
+        if as_json:
+            console.print_json(result)
+            return
+        for line in result_lines(result):
+            console.out.print(line, markup=False, highlight=False)
+
+
+@contextmanager
+def billing_reminder(cluster: str) -> Iterator[None]:
+    """After the block (the job completed, failed, was detached from or stopped with Ctrl-C), one line
+    saying that the cluster still bills and the command that stops it: the job's end does not end the
+    cluster. Not after a mistake in the input (that line stays alone)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (DeepvmError, KeyboardInterrupt):
+        _remind(cluster)
+        raise
+    _remind(cluster)
+
+
+def _remind(cluster: str) -> None:
+    from provisioning.cloud.cluster import Cluster
+    from provisioning.state import ClusterStatus
+
+    try:
+        found = Cluster.find(cluster)
+        view = found.view(refresh=True) if found is not None and found.is_up else None  # nodes bought or lost
+    except DeepvmError as exc:  # the job's own outcome stays what the user sees
+        console.warning(f"could not check whether cluster {cluster} is still up ({exc})")
         return
-    if as_json:
-        console.print_json(result)
+    if view is None or view.cluster.status is not ClusterStatus.UP:  # a sandbox found stopped meanwhile
         return
-    for line in result_lines(result):
-        console.out.print(line, markup=False, highlight=False)
+    rate = f"${view.usd_per_hour:.4f}/h"
+    bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if view.cluster.cloud == "sandbox"
+             else f"still billing {rate}")  # fmt: skip
+    console.plain(f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it")  # unwrapped: one command
 
 
 def register(app: typer.Typer) -> None:

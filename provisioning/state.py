@@ -18,6 +18,7 @@ from pathlib import Path
 
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.cost import ClusterCost, CostSegment, cluster_cost, iso
 from provisioning.db import Database, Schema, exclusive_lock
 from provisioning.errors import CloudError
 from provisioning.planner.plan import Plan, Role
@@ -72,14 +73,28 @@ CREATE TABLE IF NOT EXISTS costs (
     started_at TEXT NOT NULL,
     ended_at TEXT                     -- NULL while the node runs
 )"""
+_PAST_CLUSTERS = """
+CREATE TABLE IF NOT EXISTS past_clusters (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    cloud TEXT NOT NULL,
+    region TEXT NOT NULL,
+    status TEXT NOT NULL,             -- terminated | failed, as it ended
+    created_at TEXT NOT NULL,
+    launched_at TEXT,                 -- its first node's launch (NULL: none ever ran)
+    ended_at TEXT,
+    runtime_s REAL NOT NULL,
+    cost_usd REAL NOT NULL
+)"""
 SCHEMA = Schema(
     name="clusters",
-    version=1,
+    version=2,  # 2: past_clusters
     statements=(
         _CLUSTERS,
         _NODES,
         _EVENTS,
         _COSTS,
+        _PAST_CLUSTERS,
         "CREATE INDEX IF NOT EXISTS nodes_by_cluster ON nodes(cluster)",
         "CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster)",
         "CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster)",
@@ -134,6 +149,18 @@ class ClusterRow:
 
 
 @dataclass(frozen=True)
+class ClusterBill:
+    """A cluster in `deepvm cost-report`: where it ran, how it ended, what it cost."""
+
+    name: str
+    cloud: str
+    region: str
+    status: ClusterStatus
+    created_at: str
+    cost: ClusterCost
+
+
+@dataclass(frozen=True)
 class Event:
     at: str
     kind: str
@@ -151,9 +178,20 @@ class Store:
     # clusters
 
     def put_cluster(self, row: ClusterRow) -> None:
-        """Insert the cluster, replacing a finished one of the same name (its nodes and costs go with it)."""
+        """Insert the cluster, replacing a finished one of the same name: its nodes and cost segments go
+        with it, its cost and runtime stay in past_clusters for `deepvm cost-report`."""
         now = utc_now()
         with self._db.transaction() as db:
+            replaced = self.cluster(row.name)
+            bill = None if replaced is None else self._bill(replaced)
+            if bill is not None:
+                cost = bill.cost
+                db.execute(
+                    "INSERT INTO past_clusters (name, cloud, region, status, created_at, launched_at, ended_at, "
+                    "runtime_s, cost_usd) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (bill.name, bill.cloud, bill.region, bill.status.value, bill.created_at, iso(cost.launched),
+                     iso(cost.ended), cost.runtime_s, cost.usd),
+                )  # fmt: skip
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
             db.execute(
                 "INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -261,14 +299,27 @@ class Store:
                 (cluster,),
             )
 
-    def cost_so_far(self, cluster: str, now: datetime | None = None) -> float:
+    def cost(self, cluster: str, now: datetime | None = None) -> ClusterCost:
+        """What the cluster has cost so far (provisioning/cost.py), at its nodes' planned prices."""
+        rows = self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,))
+        return cluster_cost(map(_segment, rows), now or datetime.now(timezone.utc))
+
+    def bills(self, now: datetime | None = None) -> list[ClusterBill]:
+        """Every cluster ever recorded, oldest first: those in the clusters table with their cost as of
+        `now`, and those a later cluster of the same name replaced, as they ended."""
         now = now or datetime.now(timezone.utc)
-        total = 0.0
-        for row in self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,)):
-            end = _parse(row["ended_at"]) if row["ended_at"] else now
-            hours = max(0.0, (end - _parse(row["started_at"])).total_seconds() / 3600)
-            total += hours * row["usd_per_hour"]
-        return total
+        segments: dict[str, list[CostSegment]] = {}
+        for row in self._db.read("SELECT * FROM costs"):
+            segments.setdefault(row["cluster"], []).append(_segment(row))
+        current = [
+            ClusterBill(r.name, r.cloud, r.region, r.status, r.created_at, cluster_cost(segments.get(r.name, []), now))
+            for r in self.clusters()
+        ]
+        past = [_past_bill(r) for r in self._db.read("SELECT * FROM past_clusters ORDER BY id")]
+        return sorted(past + current, key=lambda b: b.created_at)
+
+    def _bill(self, row: ClusterRow, now: datetime | None = None) -> ClusterBill:
+        return ClusterBill(row.name, row.cloud, row.region, row.status, row.created_at, self.cost(row.name, now))
 
     # events
 
@@ -332,6 +383,18 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _segment(row: sqlite3.Row) -> CostSegment:
+    ended = row["ended_at"]
+    return CostSegment(row["usd_per_hour"], _parse(row["started_at"]), _parse(ended) if ended else None)
+
+
+def _past_bill(row: sqlite3.Row) -> ClusterBill:
+    launched, ended = row["launched_at"], row["ended_at"]
+    cost = ClusterCost(usd=row["cost_usd"], usd_per_hour=0.0, launched=_parse(launched) if launched else None,
+                       ended=_parse(ended) if ended else None, runtime_s=row["runtime_s"])  # fmt: skip
+    return ClusterBill(row["name"], row["cloud"], row["region"], ClusterStatus(row["status"]), row["created_at"], cost)
 
 
 def _node_record(row: sqlite3.Row) -> NodeRecord:

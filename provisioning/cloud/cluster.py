@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any
 
@@ -31,6 +30,7 @@ from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.target import AwsTarget, CloudTarget, resolve_target
 from provisioning.cloud.types import InstanceInfo, NodeRecord, SshEndpoint
+from provisioning.cost import ClusterCost, cost_fields
 from provisioning.errors import CloudError, DeepvmError, InputError, NotFoundError
 from provisioning.planner.plan import NodeGroup, Plan, Role
 from provisioning.state import ClusterRow, ClusterStatus, Store, cluster_lock
@@ -49,8 +49,7 @@ class ClusterView:
     cluster: ClusterRow
     nodes: list[NodeRecord]
     usd_per_hour: float  # running nodes at their planned prices
-    cost_so_far: float
-    uptime_s: float
+    cost: ClusterCost  # so far; a cluster that is down: what it cost in all, and how long it ran
     refreshed: bool  # node states were read from the cloud just now
     banner: str = ""  # what every command on its cloud says first ("" for AWS)
 
@@ -64,9 +63,8 @@ class ClusterView:
             "availability_zone": c.availability_zone,
             "architecture": c.plan.architecture.value,
             "created_at": c.created_at,
-            "uptime_s": round(self.uptime_s, 1),
+            **cost_fields(self.cost),
             "usd_per_hour": round(self.usd_per_hour, 6),
-            "cost_so_far_usd": round(self.cost_so_far, 6),
             "prices_as_of": c.plan.prices_as_of,
             "catalog_source": c.plan.catalog_source,
             "refreshed": self.refreshed,
@@ -177,8 +175,9 @@ class Cluster:
                 pin_nodes(ctx, self.name, running, timeout_s=None)
         return endpoints(self.keys, running)
 
-    def cost_so_far(self) -> float:
-        return self._store.cost_so_far(self.name)
+    def cost(self) -> ClusterCost:
+        """What it has cost so far, and costs per hour now (provisioning/cost.py)."""
+        return self._store.cost(self.name)
 
     def event(self, kind: str, message: str) -> None:
         """Add to the cluster's event log (what `status` and `down` show happened)."""
@@ -199,14 +198,12 @@ class Cluster:
         refreshed = self.refresh() if refresh and self.is_up else False
         row = self.row
         nodes = self.nodes()
-        now = datetime.now(timezone.utc)
         running = [n for n in nodes if n.state == RUNNING]
         return ClusterView(
             cluster=row,
             nodes=nodes,
             usd_per_hour=sum(n.usd_per_hour for n in running),
-            cost_so_far=self._store.cost_so_far(self.name, now),
-            uptime_s=(now - datetime.fromisoformat(row.created_at)).total_seconds() if self.is_up else 0.0,
+            cost=self.cost(),
             refreshed=refreshed,
             banner=self.banner,
         )

@@ -47,10 +47,11 @@ from provisioning.cloud.types import (
     ShortagePolicy,
     Shortfall,
 )
+from provisioning.cost import ClusterCost
 from provisioning.db import StateFileError
 from provisioning.errors import CloudError, InputError, NotFoundError
 from provisioning.planner.plan import Plan
-from provisioning.state import ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
+from provisioning.state import ClusterBill, ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class DownResult:
     deleted: list[str]
     had_record: bool
     unreadable_state: str = ""  # what is wrong with the state file, when it could not be read
+    cost: ClusterCost | None = None  # what it cost in all and how long it ran; None without a record
+    cloud: str = ""  # aws | sandbox
 
 
 # up
@@ -224,6 +227,16 @@ def status(name: str | None = None, refresh: bool = True) -> list[ClusterView]:
     return [Cluster(store, r).view(refresh) for r in rows]
 
 
+def cost_report() -> list[ClusterBill]:
+    """Every cluster ever recorded with what it cost (`deepvm cost-report`). The ones that are up are read
+    again from the cloud first: a node found gone stops counting, one the head bought starts."""
+    store = Store()
+    for row in store.clusters():
+        if row.status is ClusterStatus.UP:
+            Cluster(store, row).refresh()
+    return store.bills()
+
+
 # down
 
 
@@ -243,7 +256,9 @@ def down(
             regions, known = target.regions(region), CloudResources()
             tagged_with(name, target, regions, store, unreadable)  # NotFoundError when nothing is
         deleted = _destroy(store, name, target, regions, known, report)
-    return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable)
+        cost = store.cost(name) if store is not None and row is not None else None
+    return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable, cost=cost,
+                      cloud=target.kind)
 
 
 def tagged_with(

@@ -67,10 +67,10 @@ def test_cost_is_the_sum_of_segments_at_planned_prices():
     store.put_cluster(_row())
     store.put_nodes("c1", [_node("i-1"), _node("i-2")])
     now = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
-    assert abs(store.cost_so_far("c1", now) - 2 * 2 * 0.5) < 1e-9
+    assert abs(store.cost("c1", now).usd - 2 * 2 * 0.5) < 1e-9
     store.put_nodes("c1", [_node("i-2", state="terminated")])  # closes i-2's segment (at wall-clock now)
     later = datetime.now(timezone.utc) + timedelta(hours=1)
-    assert store.cost_so_far("c1", later) < store.cost_so_far("c1", later + timedelta(hours=1))
+    assert store.cost("c1", later).usd < store.cost("c1", later + timedelta(hours=1)).usd
     assert [e.kind for e in store.events("c1")][-1] == "node-gone"
     assert store.find_node("i-2")[1].state == "terminated"
 

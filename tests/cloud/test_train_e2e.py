@@ -55,6 +55,8 @@ shrink: {{keep_global_batch_by: per_trainer_batch}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 _STEP = re.compile(r"^step (\d+)/\d+ ")
+_REMINDER = re.compile(r"^cluster e2e is still up \(\$\d+\.\d{4}/h at AWS prices; the sandbox bills nothing\): "
+                       r"`deepvm down e2e` stops it$")
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +167,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
         line for line in reference_lines if not _STEP.match(line)
     )
     assert reference["synthetic"] is True and (Path(reference["out_dir"]) / "model.pt").stat().st_size > 40e6
+    assert _REMINDER.match(reference_lines[-1]), reference_lines[-1]  # the job is over, the cluster is not
 
     seen: list[str] = []
     proc = start_train(env, job)
@@ -369,9 +372,10 @@ def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cl
     read_until_step(proc, 8, seen)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
-    last = stderr.strip().splitlines()[-1]
+    reminder, last = stderr.strip().splitlines()[-2:]
     assert proc.returncode == 130, "\n".join((seen + stderr.splitlines())[-30:])
     assert last.startswith("deepvm: stopped at step") and "error" not in last, last
+    assert _REMINDER.match(reminder), reminder
     hint = re.search(r"`(deepvm train [^`]+)`", last)
     assert hint, last
     argv = shlex.split(hint[1])
@@ -379,6 +383,7 @@ def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cl
     resumed = subprocess.run([sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"], cwd=REPO,
                              env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _REMINDER.match(resumed.stderr.strip().splitlines()[-1]), resumed.stderr[-3000:]  # completed, still up
     result = json.loads(resumed.stdout)
     assert result["steps"] == STEPS and result["restarts"] == 0, result
     assert result["recoveries"][0]["reason"] == "user-resume"
@@ -428,6 +433,10 @@ def _key_material(private_key: Path) -> bytes:
 
 def test_zz_down_leaves_nothing_running(cluster):
     env, _ = cluster
-    assert run_cli("down", "e2e", "--yes", env=env, timeout=180).returncode == 0
+    down = run_cli("down", "e2e", "--yes", env=env, timeout=180)  # train's reminder's command (no terminal: --yes)
+    assert down.returncode == 0, down.stderr
+    summary = re.fullmatch(r"cluster e2e is down: ran (\d+h\d\dm|\d+m\d\ds), cost \$(\d+\.\d{4}) at AWS prices "
+                           r"\(the sandbox bills nothing\)", down.stderr.strip().splitlines()[-1])
+    assert summary and summary[1] != "0m00s" and float(summary[2]) > 0, down.stderr
     assert run_cli("sandbox", "stop", env=env, timeout=120).returncode == 0
     assert _our_processes(env) == {}

@@ -236,12 +236,12 @@ class Controller:
             JobRow(job_id=job_id, cluster=self.cluster.name, name=spec.name, spec_path=str(request.job_path.resolve()),
                    status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0,
                    total_steps=spec.steps or 0, world_size=0, loss=None, restarts=0, lost_steps=0,
-                   checkpoint_step=-1, cost_base_usd=self.cluster.cost_so_far(), cost_usd=0.0,
+                   checkpoint_step=-1, cost_base_usd=self.cluster.cost().usd, cost_usd=0.0,
                    out_dir=str(out), python=request.python, message="starting")
         )  # fmt: skip
 
     def _save(self, **changes: Any) -> None:
-        cost = self.cluster.cost_so_far() - self.job.cost_base_usd
+        cost = self.cluster.cost().usd - self.job.cost_base_usd
         self.job = self.jobs.put(replace(self.job, cost_usd=max(cost, 0.0), **changes))
         self.saved_at = time.monotonic()
 
