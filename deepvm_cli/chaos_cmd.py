@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least, positive
 from deepvm_cli.simulate_cmd import MAX_SEED, MAX_STEPS
 from provisioning.errors import CloudError, InputError
@@ -27,7 +28,9 @@ MAX_TIME_SCALE = 1_000_000.0  # a trace hour in 3.6 ms: beyond that the schedule
 
 
 def chaos(
-    cluster: str = typer.Option(None, "--cluster", help="The running cluster to interrupt (see `deepvm status`)."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="The running cluster to interrupt (default: the config file's, else the last one used)."
+    ),
     trace: str = typer.Option(None, "--trace", help="A shipped trace's name, or a trace file."),
     steps: int = typer.Option(None, "--steps", callback=positive(MAX_STEPS), help="Training steps of the job."),
     step_time: float = typer.Option(
@@ -46,16 +49,16 @@ def chaos(
     as_json: bool = typer.Option(False, "--json", help="Print the executed schedule as one JSON object."),
 ) -> None:
     """Interrupt the cluster's Spot nodes on one simulated run's schedule, drawn from a trace."""
-    for flag, value in (("--cluster", cluster), ("--trace", trace), ("--steps", steps), ("--step-time", step_time)):
+    for flag, value in (("--trace", trace), ("--steps", steps), ("--step-time", step_time)):
         if value is None:
             raise InputError(f"{flag} is required")
-    from provisioning.cloud.cluster import Cluster
     from provisioning.cloud.plan_input import catalog_of
     from simulation.chaos import ChaosQuestion, SlotMap, recovery_here
     from simulation.traces import resolve_trace
 
     chosen = resolve_trace(trace)
-    handle = Cluster.open(cluster)
+    handle = open_chosen(choose_cluster(cluster), "--cluster NAME", running=False)
+    cluster = handle.name
     if not handle.is_up:
         raise CloudError(f"cluster {cluster!r} is {handle.row.status.value}, not up")
     plan = handle.plan

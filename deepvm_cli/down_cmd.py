@@ -1,27 +1,59 @@
-"""`deepvm down`: delete a cluster and everything tagged with it."""
+"""`deepvm down`: delete a cluster and everything tagged with it.
+
+Before it asks, `down` finds what it would delete (the record, or what is tagged with the name in the
+cloud), so nobody confirms deleting a cluster that is not there; the question names the cluster (and
+where its name came from when the user gave none), its running nodes, their $/h and its running jobs.
+With --yes nothing is asked, so --yes needs the cluster's name: a default never deletes anything.
+"""
 
 from __future__ import annotations
 
-import sys
+from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import typer
 
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
+from deepvm_cli.cluster_choice import ClusterChoice, Source, choose_cluster, forget_cluster
+from deepvm_cli.user_config import Defaults
 from provisioning.errors import InputError
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import Cluster
-    from provisioning.cloud.lifecycle import DownResult
+    from provisioning.cloud.lifecycle import DownPreview, DownResult
+    from training.client.managed import Head
+    from training.shared.records import JobSummary
+
+
+@dataclass(frozen=True)
+class RunningJobs:
+    """The cluster's managed jobs that run now, as its head node says (known False: it could not be asked)."""
+
+    head: Head | None
+    jobs: tuple[JobSummary, ...]
+    known: bool
+
+    def text(self, cancel_jobs: bool) -> str:
+        if not self.known:
+            return "running jobs unknown (its head node did not answer)"
+        if not self.jobs:
+            return "no running jobs"
+        ids = ", ".join(j.job_id for j in self.jobs)
+        return f"running job {ids}" + (" (cancelled first, after a checkpoint)" if cancel_jobs else "")
+
+
+NONE_RUNNING = RunningJobs(None, (), True)
 
 
 def down_command(
-    name: str = typer.Argument(DEFAULT_CLUSTER_NAME, help="Cluster name."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-    cloud: str = typer.Option(
-        "auto", "--cloud", help="Where to sweep when the cluster is not in the local state."
+    name: str | None = typer.Argument(
+        None, help="Cluster name (default: the config file's cluster, else the last one used, else deepvm)."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (needs NAME)."),
+    cloud: str | None = typer.Option(
+        None, "--cloud", help="Where to sweep when the cluster is not in the local state (default: auto)."
     ),
     region: str | None = typer.Option(
         None, "--region", help="Region to sweep when the cluster is not recorded."
@@ -32,22 +64,35 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
-    from provisioning.cloud.lifecycle import down, recorded_cluster
+    from provisioning.cloud.lifecycle import down, down_preview
     from provisioning.sandbox.control import BANNER
 
-    found = recorded_cluster(name)
+    defaults = Defaults()
+    choice = choose_cluster(name, defaults.config)
+    if yes and choice.source is not Source.GIVEN:
+        raise InputError(f"down --yes deletes without asking, so it needs the cluster's name: `deepvm down "
+                         f"{choice.name} --yes` deletes {choice.name} ({choice.origin()})")  # fmt: skip
+    name = choice.name
+    cloud = defaults.fill(cloud, "cloud") or "auto"
+    region = defaults.fill(region, "region")
+    preview = down_preview(name, cloud, region)
+    found = preview.cluster
+    if found is None:
+        defaults.announce()  # the file's cloud and region chose where the sweep looked
     banner = found.banner if found is not None else BANNER if cloud == "sandbox" else ""
     if banner:
         console.info(banner)
+    if not yes and not console.interactive():
+        raise InputError(f"down would delete cluster {name}; `deepvm down {name} --yes` confirms (no terminal to "
+                         "ask on)")  # fmt: skip
+    running = _running_jobs(found, cancel_jobs) if found is not None and found.is_up else NONE_RUNNING
     if not yes:
-        if not sys.stdin.isatty():
-            raise InputError(f"`deepvm down {name}` deletes the cluster; confirm with --yes")
-        if not typer.confirm(f"Delete cluster {name} and everything tagged with it?"):
-            raise typer.Exit(1)
-    if found is not None and found.is_up:
-        _stop_running_jobs(found, cancel_jobs)
+        _confirm(choice, preview, running, cancel_jobs)
+    if running.head is not None:
+        _cancel(running.head, running.jobs)
     with progress_reporter(quiet=as_json) as report:
         result = down(name, cloud=cloud, region=region, report=report)
+    forget_cluster(name)
     if result.unreadable_state:
         console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
                         "aside (with its -wal and -shm files) before the next command")  # fmt: skip
@@ -71,29 +116,64 @@ def _summary(result: DownResult, as_json: bool) -> None:
     console.info(line)
 
 
-def _stop_running_jobs(cluster: Cluster, cancel_jobs: bool) -> None:
-    """Refuse to take a running managed job's cluster away, unless told to cancel the job first. A head
-    that cannot be asked (it died, or the job never started) holds nothing to wait for."""
+def _confirm(choice: ClusterChoice, preview: DownPreview, running: RunningJobs, cancel_jobs: bool) -> None:
+    """Ask, naming what would be deleted."""
+    name = choice.name
+    origin = choice.origin("`deepvm down NAME`")
+    named = f"{name} ({origin})" if origin else name
+    if not console.confirm(f"Delete {_what(named, preview, running, cancel_jobs)}?"):
+        console.info("nothing deleted")
+        raise typer.Exit(1)
+
+
+def _what(named: str, preview: DownPreview, running: RunningJobs, cancel_jobs: bool) -> str:
+    """What the question says is deleted: the cluster's nodes, $/h and jobs; or what is tagged with it."""
+    from provisioning.cloud.cluster import RUNNING
+
+    cluster = preview.cluster
+    if cluster is None:
+        kinds = Counter(item.kind for item in preview.tagged)
+        listed = ", ".join(f"{count} {kind}{'s' * (count > 1)}" for kind, count in kinds.items())
+        return f"what is tagged with cluster {named} (it is not in the local state): {listed}"
+    view = cluster.view(refresh=False)
+    if not cluster.is_up:
+        return f"cluster {named}, {view.cluster.status.value} (and whatever is still tagged with it)"
+    nodes = Counter(n.market.value for n in view.nodes if n.state == RUNNING)
+    shown = " + ".join(f"{count} {market}" for market, count in sorted(nodes.items(), reverse=True))
+    total = sum(nodes.values())
+    return (f"cluster {named}: {total} node{'s' * (total != 1)} ({shown or 'none running'}), "
+            f"${view.usd_per_hour:.4f}/h, {running.text(cancel_jobs)}")  # fmt: skip
+
+
+def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
+    """The cluster's running managed jobs; a refusal when there are some and --cancel-jobs was not given (a
+    running job's cluster is not taken away). A head that cannot be asked (it died, or no job ever ran)
+    holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
     from provisioning.errors import DeepvmError
-    from training.client.managed import cancel, follow, head_of, running_jobs
+    from training.client.managed import head_of, running_jobs
 
     name = cluster.name
     try:
         head = head_of(cluster, default_python(cluster))
-        running = running_jobs(head)
+        running = tuple(running_jobs(head))
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
-        return
-    if not running:
-        return
-    ids = ", ".join(s.job_id for s in running)
-    if not cancel_jobs:
+        return RunningJobs(None, (), known=False)
+    if running and not cancel_jobs:
         raise InputError(
-            f"cluster {name} has a running job ({ids}); `deepvm cancel {running[0].job_id}` stops it, "
+            f"cluster {name} has a running job ({', '.join(s.job_id for s in running)}); "
+            f"`deepvm cancel {running[0].job_id}` stops it, "
             f"or `deepvm down {name} --cancel-jobs` cancels it and deletes the cluster"
         )
-    for job in running:
+    return RunningJobs(head, running, known=True)
+
+
+def _cancel(head: Head, jobs: tuple[JobSummary, ...]) -> None:
+    """Cancel each job after a checkpoint, and wait until it has stopped."""
+    from training.client.managed import cancel, follow
+
+    for job in jobs:
         console.info(f"cancelling {job.job_id} (after a checkpoint)")
         cancel(head, job.job_id, now=False)
         follow(head, job.job_id, lambda record: None, tail=0)

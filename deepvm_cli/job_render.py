@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from deepvm_cli.console import duration
-from training.shared.progress import Progress
+from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.records import LogRecord
+
+# Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
+# a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).
+_LAUNCHER_CHATTER = re.compile(r"^(mpirun|prterun): Forwarding signal \d+ to job\s*$")
+
+
+def screened(report: JobReporter) -> JobReporter:
+    """`report`, without the launcher's chatter: the one filter between a job's lines and the screen."""
+    log = report.log
+
+    def shown(prefix: str, text: str) -> None:
+        if not (prefix == LAUNCHER and _LAUNCHER_CHATTER.match(text)):
+            log(prefix, text)
+
+    return dataclasses.replace(report, log=shown)
 
 
 def describe_progress(p: Progress) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import remember_cluster
 from deepvm_cli.flags import at_least
 from deepvm_cli.job_render import record_line
 from provisioning.errors import CloudError
@@ -124,6 +125,8 @@ def jobs_command(
     for name in [cluster] if cluster else running_clusters():
         handle = Cluster.open_running(name)
         found += jobs_on(head_of(handle, default_python(handle)))
+    if cluster:
+        remember_cluster(cluster)
     if as_json:
         console.print_json([s.to_dict() for s in found])
         return

@@ -58,6 +58,7 @@ def _register_commands() -> None:
         return
     from deepvm_cli import (
         chaos_cmd,
+        config_cmd,
         cost_cmd,
         down_cmd,
         interrupt_cmd,
@@ -74,7 +75,7 @@ def _register_commands() -> None:
 
     for module in (
         plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, cost_cmd,
-        interrupt_cmd, sandbox_cmd, simulate_cmd, chaos_cmd,
+        interrupt_cmd, sandbox_cmd, simulate_cmd, chaos_cmd, config_cmd,
     ):
         module.register(app)
 

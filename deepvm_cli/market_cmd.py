@@ -10,6 +10,7 @@ from rich.table import Table
 
 from deepvm_cli import console
 from deepvm_cli.flags import region_list
+from deepvm_cli.user_config import Defaults
 from provisioning.catalog import Catalog, InstanceType
 from provisioning.market.summary import MarketRow, market_rows
 from provisioning.snapshot import snapshot_label, snapshot_notes
@@ -37,6 +38,11 @@ def market(
         None, "--save-snapshot", help="Write the live AWS catalog to FILE in the built-in snapshot's form."
     ),
 ) -> None:
+    if region is None and catalog_file is None:  # a catalog file's regions are its own
+        defaults = Defaults()
+        configured = defaults.fill(None, "region")
+        region = [configured] if configured else None
+        defaults.announce()
     regions = _split_regions(region)
     if save_snapshot is not None:
         saved = save_live_snapshot(save_snapshot, regions=regions, refresh=refresh)

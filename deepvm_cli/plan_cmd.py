@@ -10,6 +10,7 @@ import typer
 
 from deepvm_cli import console, plan_flags
 from deepvm_cli.flags import DAY_S, at_least, positive
+from deepvm_cli.user_config import Defaults
 from provisioning.errors import InputError
 from provisioning.planner.plan import MAX_PLANS
 
@@ -63,6 +64,11 @@ def plan(
     from provisioning.planner.saved import save_plans
     from provisioning.sources import resolve_catalog
 
+    defaults = Defaults()
+    max_price = defaults.fill(max_price, "max_price")
+    if catalog_file is None:  # a catalog file's regions are its own
+        region = defaults.fill(region, "region")
+    defaults.announce()
     request = PlanRequest(
         max_price=_check_price(max_price, deadline),
         objective=Objective(objective.value),

@@ -15,8 +15,8 @@ import typer
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.render_curves import estimate_text
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
 from provisioning.errors import InputError
 
 MAX_STEPS = 1_000_000  # --steps, --warmup: a profile measures minutes, not weeks
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 def profile_command(
     job: Path = typer.Argument(..., help="Job spec YAML, e.g. configs/resnet.yaml."),
-    cluster: str = typer.Option(DEFAULT_CLUSTER_NAME, "--cluster", help="A cluster made by `deepvm up`."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="A cluster made by `deepvm up` (default: the config file's, else the last one used)."
+    ),
     sizes: str | None = typer.Option(
         None, "--sizes", help="Trainer node counts to measure, e.g. 1,2,4 (default: 1, 2, 4, ... and all of them)."
     ),
@@ -50,15 +52,18 @@ def profile_command(
 
     from deepvm_cli.jobs_cmd import default_python
     from deepvm_cli.train_cmd import live_reporter, plain_reporter
-    from provisioning.cloud.cluster import Cluster
     from provisioning.profile import ProfileSetup, make_profile, save_profile
     from training.client.profiling import ProfileRequest, measure, profile_target
+    from training.shared.jobspec import load_job_spec
 
+    load_job_spec(job)  # a bad job file or --sizes is its own one-line answer, before any cluster is looked at
+    counts = _sizes(sizes)
+    found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=False)
     request = ProfileRequest(
         job_path=job,
-        cluster=cluster,
-        python=python or default_python(Cluster.find(cluster)),
-        sizes=_sizes(sizes),
+        cluster=found.name,
+        python=python or default_python(found),
+        sizes=counts,
         steps=steps,
         warmup=warmup,
         repeats=repeats,

@@ -15,6 +15,7 @@ import typer
 
 from deepvm_cli import console, plan_flags
 from deepvm_cli.flags import DAY_S, at_least, positive
+from deepvm_cli.user_config import Defaults
 from provisioning.errors import InputError
 
 if TYPE_CHECKING:
@@ -156,8 +157,13 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
             raise InputError(f"{', '.join(given)} plan anew; a --plan FILE carries its own region and catalog "
                              "(drop them, or drop --plan)")
         return _saved_plan(plan_file)
+    defaults = Defaults()
+    max_price = defaults.fill(max_price, "max_price")
+    if catalog_file is None:  # a catalog file's regions are its own
+        region = defaults.fill(region, "region")
     if max_price is None:
         raise InputError("--plan FILE or --max-price X is required (USD per hour for the cluster)")
+    defaults.announce()
     from provisioning.sources import resolve_catalog
 
     regions = plan_flags.regions(region)

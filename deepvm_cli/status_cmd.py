@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import remember_cluster
 
 if TYPE_CHECKING:
     from provisioning.cloud.cluster import ClusterView
@@ -132,6 +133,8 @@ def status_command(
     from provisioning.cloud.lifecycle import status
 
     views = status(name)
+    if name is not None:
+        remember_cluster(name)
     past = [] if name else _jobs_of_clusters_down({v.cluster.name for v in views})
     if not as_json:
         for banner in dict.fromkeys(v.banner for v in views if v.banner):
@@ -142,7 +145,7 @@ def status_command(
                                                  "jobs_of_clusters_down": [_job_doc(j, False) for j in past]})
         return
     if not views:
-        console.info("no clusters; start one with `deepvm up`")
+        console.info(_start_hint())
     for view in views:
         if not view.refreshed and up(view):
             console.warning(
@@ -162,6 +165,15 @@ def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:
     from training.shared.jobstore import JobStore
 
     return [job for job in JobStore().all() if job.cluster not in live]
+
+
+def _start_hint() -> str:
+    """What to run when there is no cluster: `up` launches the saved plan; without one, plan first."""
+    from provisioning.home import saved_plan_path
+
+    if saved_plan_path().exists():
+        return "no clusters; `deepvm up` launches the saved plan (it shows it and asks first)"
+    return "no clusters and no saved plan; `deepvm plan --max-price X` plans one for X USD/h, then `deepvm up`"
 
 
 def register(app: typer.Typer) -> None:

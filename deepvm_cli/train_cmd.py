@@ -21,9 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Column
 
 from deepvm_cli import console
+from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
-from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME
+from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
 from provisioning.errors import DeepvmError, InputError
 from training.shared.progress import JobReporter
 from training.shared.progress import Progress as JobProgress
@@ -42,12 +42,12 @@ def plain_reporter() -> Iterator[JobReporter]:
             pushed.add(host)
             console.plain(f"pushed {total:,} bytes to {host}")
 
-    yield JobReporter(
+    yield screened(JobReporter(
         note=console.plain,
         log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
         progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
         push=push,
-    )
+    ))
 
 
 @contextmanager
@@ -80,17 +80,19 @@ def live_reporter() -> Iterator[JobReporter]:
                     info=describe_progress(p), eta=f"eta {left}" if left else "")
 
     with bars:
-        yield JobReporter(
+        yield screened(JobReporter(
             note=lambda text: bars.console.print(text, markup=False, highlight=False),
             log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
             progress=progress,
             push=push,
-        )
+        ))
 
 
 def train_command(
     job: Path = typer.Argument(..., help="Job spec YAML, e.g. configs/resnet.yaml."),
-    cluster: str = typer.Option(DEFAULT_CLUSTER_NAME, "--cluster", help="Cluster made by `deepvm up`."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Cluster made by `deepvm up` (default: the config file's, else the last one used)."
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue this job's newest unfinished run (after Ctrl-C or a crash)."
     ),
@@ -122,7 +124,6 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from provisioning.cloud.cluster import Cluster
     from training.control.controller import TrainRequest, train
     from training.shared.jobspec import load_job_spec
 
@@ -136,14 +137,14 @@ def train_command(
         raise InputError("--detach needs the controller on the head (--controller head)")
     from deepvm_cli.jobs_cmd import default_python
 
-    found = Cluster.find(cluster)
+    found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
     if python is None:
         python = default_python(found)
-    if found is not None and found.banner:
+    if found.banner:
         console.info(found.banner)
     request = TrainRequest(
         job_path=job,
-        cluster=cluster,
+        cluster=found.name,
         python=python,
         resume=resume,
         out_dir=out,
@@ -151,7 +152,7 @@ def train_command(
         stall_timeout_s=stall_timeout,
     )
     live = console.err.is_terminal and not as_json
-    with billing_reminder(cluster):
+    with billing_reminder(found.name):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
                 from deepvm_cli.jobs_cmd import run_managed

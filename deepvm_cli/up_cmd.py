@@ -15,10 +15,11 @@ import typer
 
 from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
+from deepvm_cli.cluster_choice import choose_cluster, remember_cluster
 from deepvm_cli.flags import DAY_S, MAX_PRICE, positive, region_list
 from deepvm_cli.render_up import node_count, render_dry_run, render_launch
 from deepvm_cli.status_cmd import render_cluster
-from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
+from deepvm_cli.user_config import Defaults
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.errors import InputError
 from provisioning.home import deepvm_home
@@ -32,12 +33,15 @@ def up_command(
     max_price: float | None = typer.Option(
         None, "--max-price", callback=positive(MAX_PRICE), help="Plan now for this USD/hour cap."
     ),
-    name: str = typer.Option(DEFAULT_CLUSTER_NAME, "--name", help="Cluster name."),
-    region: str | None = typer.Option(
-        None, "--region", callback=region_list, help="Region (must match the plan's)."
+    name: str | None = typer.Option(
+        None, "--name", help="Cluster name (default: the config file's cluster, else the last one used, else deepvm)."
     ),
-    cloud: str = typer.Option(
-        "auto", "--cloud", help="auto | aws | sandbox (auto: sandbox without AWS keys)."
+    region: str | None = typer.Option(
+        None, "--region", callback=region_list,
+        help="Region (must match the plan's; with --max-price, the config file's region by default).",
+    ),
+    cloud: str | None = typer.Option(
+        None, "--cloud", help="auto | aws | sandbox (auto, the default: sandbox without AWS keys)."
     ),
     on_shortage: ShortagePolicy = typer.Option(
         ShortagePolicy.FAIL, "--on-shortage", help="fail | accept | next-plan"
@@ -76,7 +80,13 @@ def up_command(
 
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
-    check_cluster_name(name)
+    defaults = Defaults()
+    choice = choose_cluster(name, defaults.config)
+    name = choice.name
+    cloud = defaults.fill(cloud, "cloud") or "auto"
+    if max_price is not None:
+        region = defaults.fill(region, "region")  # a plan file carries its region; a plan made now takes the default
+    defaults.announce()
     deepvm_home()  # keys, state and locks go there: a home that cannot be written fails before anything is shown
     target = resolve_target(cloud)
     if target.banner:
@@ -86,6 +96,7 @@ def up_command(
         raise InputError(
             f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"
         )
+    choice.announce("--name NAME")
     launchable = plans if on_shortage is ShortagePolicy.NEXT_PLAN else plans[:1]
     crowded = target.check_capacity(max(node_count(p) for p in launchable))
     if crowded:
@@ -116,6 +127,7 @@ def up_command(
     )
     with progress_reporter(quiet=as_json) as report:
         result = up(target, request, report)
+    remember_cluster(name)
     if as_json:
         console.print_json(result.view.to_dict())
         return

@@ -15,9 +15,15 @@ from provisioning.errors import InputError
 _FIX = "set DEEPVM_HOME to a directory you can write"
 
 
+def home_path() -> Path:
+    """Where the state directory is, without creating it: for reading what may be there (the config file)
+    in commands that must not fail, or create anything, when it is not."""
+    return Path(os.environ.get("DEEPVM_HOME") or Path.home() / ".deepvm").expanduser()
+
+
 def deepvm_home() -> Path:
     """The state directory, created with owner-only permissions (it holds private keys), and writable."""
-    home = Path(os.environ.get("DEEPVM_HOME") or Path.home() / ".deepvm").expanduser()
+    home = home_path()
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -33,6 +39,11 @@ def _read_only_mount(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+def config_path() -> Path:
+    """The user's defaults for flags (deepvm_cli/user_config.py); not created by deepvm unless asked."""
+    return home_path() / "config.yaml"
 
 
 def saved_plan_path() -> Path:

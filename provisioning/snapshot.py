@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import date, datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,18 @@ def load_snapshot() -> Catalog:
 def snapshot_notes() -> list[str]:
     """How the snapshot's numbers were obtained (which are published figures and which are estimates)."""
     return list(_snapshot_document().get("notes", []))
+
+
+def snapshot_age(as_of: str, today: date | None = None) -> str:
+    """How old a snapshot dated `as_of` (ISO date or time) is, as a reader counts: "17 months old", "12 days
+    old". Prices move within months, so the age is what tells a user how far to trust them."""
+    taken = date.fromisoformat(as_of[:10])
+    today = today or datetime.now(timezone.utc).date()
+    months = (today.year - taken.year) * 12 + today.month - taken.month - (today.day < taken.day)
+    if months >= 2:
+        return f"{months} months old"
+    days = max((today - taken).days, 0)
+    return f"{days} day{'s' * (days != 1)} old"
 
 
 def snapshot_label(catalog: Catalog) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from provisioning.catalog import Catalog
 from provisioning.deepvm_format import load_catalog_file
 from provisioning.errors import CloudError, InputError
-from provisioning.snapshot import load_snapshot, save_snapshot, snapshot_label
+from provisioning.snapshot import load_snapshot, save_snapshot, snapshot_age, snapshot_label
 
 ALL_REGIONS = "all"
 FALLBACK_REGION = "us-east-1"
@@ -50,8 +50,17 @@ def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
         label = snapshot_label(snapshot)
         fallback = restrict(snapshot, regions, default_region=_default_region(regions), label=label,
                             why=exc.reason)
-        fallback.warnings.append(f"{exc.reason}; using {label}")
+        fallback.warnings.append(f"{exc.reason}; using {label} ({snapshot_age(snapshot.as_of)}){_fix(exc.reason)}")
         return fallback
+
+
+def _fix(reason: str) -> str:
+    """How to get live prices instead, when the reason is the user's to fix (their credentials)."""
+    from provisioning.market.aws import NO_CREDENTIALS, REFUSED_CREDENTIALS
+
+    if reason.startswith((NO_CREDENTIALS, REFUSED_CREDENTIALS)):
+        return "; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
+    return ""
 
 
 def _live(regions: list[str] | None, refresh: bool) -> Catalog:

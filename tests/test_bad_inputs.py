@@ -412,6 +412,59 @@ def _flag_rows() -> list[Row]:
 
 ROWS += _flag_rows()
 
+# the config file of defaults ($DEEPVM_HOME/config.yaml; the row's home is {d}/deepvm-home): read by every
+# command that takes one of its keys, as strictly as a plan file
+
+
+def config_then(content: str | None, *args: str) -> Command:
+    """Write the config file (None: make it a directory), then run `deepvm ARGS`."""
+
+    def command(d: Path) -> list[str]:
+        path = d / "deepvm-home" / "config.yaml"
+        path.parent.mkdir(exist_ok=True)
+        if content is None:
+            path.mkdir()
+        else:
+            path.write_text(content)
+        return [*args]
+
+    return command
+
+
+CONFIG = "{d}/deepvm-home/config.yaml"
+PLAN_OFFLINE = ("plan", "--offline")
+ROWS += [
+    Row("config-unknown-key", config_then("regoin: us-east-1\n", *PLAN_OFFLINE, "--max-price", "3"),
+        f"{CONFIG}: regoin: unknown key (did you mean region?); the keys are region, cloud, max_price, cluster"),
+    Row("config-price-text", config_then("max_price: cheap\n", *PLAN_OFFLINE),
+        f'{CONFIG}: max_price: must be a number above 0 and at most 1,000,000 (USD per hour), got "cheap"'),
+    Row("config-price-negative", config_then("max_price: -3\n", *PLAN_OFFLINE), f"{CONFIG}: max_price: ",
+        contains="got -3"),
+    Row("config-price-nan", config_then("max_price: .nan\n", *PLAN_OFFLINE), f"{CONFIG}: max_price: ",
+        contains="got NaN"),
+    Row("config-price-bool", config_then("max_price: yes\n", *PLAN_OFFLINE), f"{CONFIG}: max_price: ",
+        contains="got true"),
+    Row("config-price-huge", config_then("max_price: 1.0e+308\n", *PLAN_OFFLINE), f"{CONFIG}: max_price: ",
+        contains="got 1e+308"),
+    Row("config-region", config_then('region: "us east"\n', "market", "--offline"),
+        f"{CONFIG}: region: must be a name of at most 64 letters"),
+    Row("config-cloud", config_then("cloud: gcp\n", "up", "--yes", "--max-price", "3"),
+        f"{CONFIG}: cloud: must be 'auto', 'aws' or 'sandbox', got \"gcp\""),
+    Row("config-cluster", config_then("cluster: a b\n", "train", str(REPO / "configs" / "resnet.yaml")),
+        f"{CONFIG}: cluster: cluster name 'a b' is not allowed"),
+    Row("config-cluster-number", config_then("cluster: 7\n", "down", "--yes"),
+        f"{CONFIG}: cluster: must be a cluster name, got 7"),
+    Row("config-list", config_then("- region\n", *PLAN_OFFLINE),
+        f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster), not a list"),
+    Row("config-twice", config_then("region: us-east-1\nregion: us-west-2\n", *PLAN_OFFLINE),
+        f"{CONFIG}:2: region: given twice (first at line 1)"),
+    Row("config-yaml", config_then("max_price: [3\n", *PLAN_OFFLINE), f"{CONFIG}:2: invalid YAML"),
+    Row("config-directory", config_then(None, *PLAN_OFFLINE), f"config file is a directory: {CONFIG}"),
+    Row("config-set-bad", argv("config", "set", "max_price", "0"), "{d}/deepvm-home/config.yaml: max_price: ",
+        contains="got 0"),
+    Row("config-set-unknown", argv("config", "set", "price", "3"), "price: unknown key"),
+]
+
 # an unusable home: every command that keeps state says which directory and what to do
 
 HOME_COMMANDS: list[tuple[str, list[str]]] = [
@@ -440,7 +493,8 @@ ROWS += [
 def test_the_table_covers_the_issue():
     """Every row names a file, a field or a flag; the generated rows reach every command with numbers."""
     for row in ROWS:
-        assert any(mark in row.starts for mark in ("{d}", "--", "/dev/zero", "resnet.yaml", "cluster name")), row.id
+        marks = ("{d}", "--", "/dev/zero", "resnet.yaml", "cluster name", ": unknown key")
+        assert any(mark in row.starts for mark in marks), row.id
     assert {words[0] for words, _, _ in numeric_options()} >= {"plan", "up", "interrupt", "train", "logs"}
     assert len({row.id for row in ROWS}) == len(ROWS)
 

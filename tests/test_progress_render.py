@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -46,3 +47,27 @@ def test_live_progress_keeps_counter_bar_and_eta_at_any_width(monkeypatch, width
     assert "120/420" in text and "eta " in text and "━" in text
     assert "$12.3456" in text and "12,345.6" in text  # details wrap below, never cut
     assert "…" not in text
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypatch, capsys, live):
+    """What a managed job's head logged reaches the screen through the train reporter; Open MPI's note on
+    forwarding deepvm's stop signal does not, and `deepvm logs` (the log as recorded) still shows it."""
+    from deepvm_cli.job_render import record_line
+    from deepvm_cli.jobs_cmd import replay
+    from training.shared.records import LogRecord
+
+    screen = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
+    monkeypatch.setattr(console, "err", screen)
+    chatter = LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="mpirun")
+    records = [chatter, LogRecord("log", 0.0, text="loss is fine", source="node-1 r0"),
+               LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="node-1 r0"),  # a rank's own
+               LogRecord("log", 0.0, text="mpirun noticed that process rank 1 exited on signal 9", source="mpirun")]
+    with train_cmd.live_reporter() if live else train_cmd.plain_reporter() as report:
+        for record in records:
+            replay(report)(record)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.file.getvalue() + capsys.readouterr().err)  # cursor codes
+    assert [line.strip() for line in text.splitlines() if line.strip()] == [
+        "[node-1 r0] loss is fine", "[node-1 r0] mpirun: Forwarding signal 10 to job",
+        "[mpirun] mpirun noticed that process rank 1 exited on signal 9"]
+    assert record_line(chatter) == "[mpirun] mpirun: Forwarding signal 10 to job"

@@ -97,19 +97,23 @@ class Cluster:
         self._row = row
 
     @classmethod
-    def open(cls, name: str, store: Store | None = None) -> Cluster:
-        """The recorded cluster `name`; NotFoundError when there is none."""
+    def open(cls, name: str, store: Store | None = None, why: str = "") -> Cluster:
+        """The recorded cluster `name`; NotFoundError listing the clusters there are when there is none.
+        `why` says where the name came from when the user did not give it ("the last one used")."""
+        store = store or Store()
         found = cls.find(name, store)
         if found is None:
-            raise NotFoundError(f"no cluster named {name!r}; `deepvm status` lists the clusters")
+            raise NotFoundError(f"no cluster named {name!r}{_why(why)}; {cluster_listing(store)}")
         return found
 
     @classmethod
-    def open_running(cls, name: str) -> Cluster:
-        """The cluster `name` if it is up; NotFoundError saying how to start it otherwise."""
-        found = cls.find(name)
+    def open_running(cls, name: str, why: str = "") -> Cluster:
+        """The cluster `name` if it is up; NotFoundError listing the clusters and saying how to start it."""
+        store = Store()
+        found = cls.find(name, store)
         if found is None or not found.is_up:
-            raise NotFoundError(f"no running cluster named {name!r}; start one with `deepvm up --name {name}`")
+            raise NotFoundError(f"no running cluster named {name!r}{_why(why)}; {cluster_listing(store)}; "
+                                f"start it with `deepvm up --name {name}`")  # fmt: skip
         return found
 
     @classmethod
@@ -328,6 +332,24 @@ class Cluster:
 def running_clusters() -> list[str]:
     """The names of the clusters that are up, oldest first."""
     return [r.name for r in Store().clusters() if r.status is ClusterStatus.UP]
+
+
+def _why(why: str) -> str:
+    return f" ({why})" if why else ""
+
+
+LISTED_CLUSTERS = 10  # a "no cluster named" line stays one readable line
+
+
+def cluster_listing(store: Store) -> str:
+    """The recorded clusters for a "no cluster named X" error, newest first: "clusters: ux (up), old
+    (terminated)", or that there are none."""
+    rows = store.clusters()[::-1]
+    if not rows:
+        return "there are no clusters yet"
+    shown = ", ".join(f"{r.name} ({r.status.value})" for r in rows[:LISTED_CLUSTERS])
+    more = f" and {len(rows) - LISTED_CLUSTERS} more (`deepvm status`)" if len(rows) > LISTED_CLUSTERS else ""
+    return f"clusters: {shown}{more}"
 
 
 def target_for(cloud: str) -> CloudTarget:

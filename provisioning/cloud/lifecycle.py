@@ -23,12 +23,13 @@ from provisioning.cloud.aws.provider import (
     terminate_cluster,
     wait_instances,
 )
-from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.aws.teardown import Leftover, leftovers
 from provisioning.cloud.cluster import (
     Cluster,
     ClusterView,
     ShortageError,
     assign_roles,
+    cluster_listing,
     endpoints,
     started,
     target_for,
@@ -253,23 +254,46 @@ def down(
         else:
             target = resolve_target(cloud)
             regions, known = target.regions(region), CloudResources()
-            if not any(_leftovers(target, r, name) for r in regions):
-                where = ", ".join(regions) or "the sandbox"
-                raise NotFoundError(
-                    f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
-                    f"in {where}" + (f" ({unreadable})" if unreadable else "")
-                )
+            tagged_with(name, target, regions, store, unreadable)  # NotFoundError when nothing is
         deleted = _destroy(store, name, target, regions, known, report)
         cost = store.cost(name) if store is not None and row is not None else None
     return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable, cost=cost,
                       cloud=target.kind)
 
 
-def recorded_cluster(name: str) -> Cluster | None:
-    """The cluster as recorded, or None when there is no record or the state file cannot be read (`down`
-    then finds the cluster by its tags)."""
-    store, _ = _readable_store(check_cluster_name(name))
-    return Cluster.find(name, store) if store is not None else None
+def tagged_with(
+    name: str, target: CloudTarget, regions: list[str], store: Store | None, unreadable: str = ""
+) -> list[Leftover]:
+    """What is tagged with cluster `name` in `regions` of `target` (for a cluster without a record), or a
+    NotFoundError that lists the clusters the local state has."""
+    found = [item for r in regions for item in _leftovers(target, r, name)]
+    if not found:
+        where = ", ".join(regions) or "the sandbox"
+        raise NotFoundError(
+            f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
+            f"in {where}" + (f"; {cluster_listing(store)}" if store is not None else f" ({unreadable})")
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class DownPreview:
+    """What `down NAME` would delete, found before it asks: the recorded cluster, or (without a readable
+    record) what is tagged with it in the cloud."""
+
+    cluster: Cluster | None
+    tagged: tuple[Leftover, ...] = ()
+
+
+def down_preview(name: str, cloud: str = "auto", region: str | None = None) -> DownPreview:
+    """The cluster `down` would delete; NotFoundError (listing the clusters there are) when there is none,
+    so that nobody is asked to confirm deleting nothing."""
+    store, unreadable = _readable_store(check_cluster_name(name))
+    found = Cluster.find(name, store) if store is not None else None
+    if found is not None:
+        return DownPreview(found)
+    target = resolve_target(cloud)
+    return DownPreview(None, tuple(tagged_with(name, target, target.regions(region), store, unreadable)))
 
 
 def _readable_store(name: str) -> tuple[Store | None, str]:
@@ -283,7 +307,7 @@ def _readable_store(name: str) -> tuple[Store | None, str]:
     return store, ""
 
 
-def _leftovers(target: CloudTarget, region: str, name: str) -> list[str]:
+def _leftovers(target: CloudTarget, region: str, name: str) -> list[Leftover]:
     ctx = target.context(region, start=False)
     return [] if ctx is None else leftovers(ctx, name)
 

@@ -38,6 +38,10 @@ AUTH_ERROR_CODES = frozenset({
 })
 
 
+NO_CREDENTIALS = "no AWS credentials found"
+REFUSED_CREDENTIALS = "AWS refused the credentials"
+
+
 class AwsUnavailable(Exception):
     """AWS cannot be used right now (no credentials, no connection, credentials refused).
 
@@ -64,7 +68,7 @@ class AwsClients:
     def require_credentials(self) -> None:
         """Fail fast, before any network call, when the session has no credentials at all."""
         if self.session.get_credentials() is None:
-            raise AwsUnavailable("no AWS credentials found")
+            raise AwsUnavailable(NO_CREDENTIALS)
 
     def default_region(self) -> str | None:
         return self.session.region_name
@@ -86,7 +90,7 @@ def paginate(client: Any, operation: str, result_key: str, **params: Any) -> Ite
 def unavailable_reason(exc: BaseException) -> str | None:
     """A user-facing reason when `exc` means AWS cannot be used at all; None for any other error."""
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return "no AWS credentials found"
+        return NO_CREDENTIALS
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError)):
         return f"AWS could not be reached ({exc})"
     if isinstance(exc, ReadTimeoutError):
@@ -98,7 +102,7 @@ def unavailable_reason(exc: BaseException) -> str | None:
         if code in AUTH_ERROR_CODES:
             message = exc.response.get("Error", {}).get("Message", "")
             detail = f"{code}: {message}" if message else code
-            return f"AWS refused the credentials ({detail})"
+            return f"{REFUSED_CREDENTIALS} ({detail})"
     return None
 
 

@@ -150,13 +150,13 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
         (
             ("status", "ghost"),
             5,
-            "deepvm: error: no cluster named 'ghost'; `deepvm status` lists the clusters",
+            "deepvm: error: no cluster named 'ghost'; there are no clusters yet",
         ),
         (("down", "ghost", "--yes", "--cloud", "aws"), 5, "deepvm: error: no cluster named 'ghost'"),
         (("status", "bad name!"), 2, "deepvm: error: cluster name 'bad name!' is not allowed"),
         (("interrupt", "i-0123456789"), 5, "deepvm: error: no node 'i-0123456789' in any cluster"),
         (("up", "--yes", "--cloud", "moon"), 2, "deepvm: error: --cloud must be one of auto, aws, sandbox"),
-        (("down", "c1"), 2, "deepvm: error: `deepvm down c1` deletes the cluster; confirm with --yes"),
+        (("down", "c1"), 5, "deepvm: error: no cluster named 'c1': not in the local state, and nothing tagged"),
     ],
 )
 def test_bad_input_is_one_line_and_an_exit_code(moto, args, code, message):

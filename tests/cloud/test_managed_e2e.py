@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -271,17 +272,24 @@ def test_detached_job_cancelled_after_a_checkpoint_and_down_guards_it(cluster):
     env, jobs = cluster
     job = write_job(jobs, 400, "cancel")
     started = time.monotonic()
-    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    detached = cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
     assert time.monotonic() - started < 120  # returns once the job runs, not when it ends
     assert local_deepvm(env) == []  # nothing of the job runs on the user's side
     job_id = newest_job(env)
+    follow_hint = re.search(r"follow it: (deepvm logs \S+ -f)", detached.stderr)
+    stop_hint = re.search(r"stop it: +(deepvm cancel \S+)", detached.stderr)
+    assert follow_hint and stop_hint, detached.stderr
     assert job_state(env, job_id)["controller_alive"]
     wait_for(env, job_id, 8)
     refused = run_cli("down", "mg", "--yes", env=env, timeout=120)
     assert refused.returncode != 0 and "running job" in refused.stderr and "--cancel-jobs" in refused.stderr
-    cli(env, "cancel", job_id)
+    cancel_hint = re.search(r"`(deepvm cancel [^`]+)`", refused.stderr)
+    assert cancel_hint and cancel_hint[1] == stop_hint[1] == f"deepvm cancel {job_id}", refused.stderr
+    cli(env, *shlex.split(cancel_hint[1])[1:])  # the hints, run as printed
     state = job_state(env, job_id)
     assert state["status"] == "cancelled" and not state["controller_alive"], state
+    followed = cli(env, *shlex.split(follow_hint[1])[1:], timeout=120).stdout  # the job is over: -f ends
+    assert "cancel requested (checkpoint)" in followed
     log = cli(env, "logs", job_id).stdout
     assert "cancel requested (checkpoint)" in log
     stopped = re.search(r"^job cancelled: cancelled at step (\d+) \(checkpoint at step (\d+)\)$", log, re.MULTILINE)

@@ -7,9 +7,10 @@ import pytest
 from conftest import DATA, run_cli
 from moto.server import ThreadedMotoServer
 
-from provisioning.snapshot import load_snapshot
+from provisioning.snapshot import load_snapshot, snapshot_age
 
 SNAPSHOT_DATE = load_snapshot().as_of
+AGE = snapshot_age(SNAPSHOT_DATE)
 
 
 def _json(*args, env=None):
@@ -69,9 +70,10 @@ def test_no_credentials_warns_on_stderr_and_uses_the_snapshot(tmp_path):
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none")}
     document, stderr = _json(env=env)
     assert document["source"] == "snapshot"
-    message = f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE}"
+    message = (f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}); for live "
+               "prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)")
     assert document["warnings"] == [message]
-    assert f"warning: {message}" in stderr
+    assert f"warning: {message}" in " ".join(stderr.split())  # two lines at 120 columns
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,7 @@ def test_moto_server_without_a_pricing_api_falls_back_with_the_reason(moto_serve
     assert document["source"] == "snapshot"
     assert document["warnings"] == [
         "AWS failed to return on-demand prices in us-east-1 (HTTP 500); "
-        f"using the built-in price snapshot of {SNAPSHOT_DATE}"
+        f"using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE})"
     ]
 
 

@@ -2,6 +2,7 @@
 
 import socket
 import time
+from datetime import date
 
 import pytest
 from conftest import DATA
@@ -11,12 +12,15 @@ from provisioning import sources
 from provisioning.deepvm_format import DEEPVM_REGION, load_catalog_file
 from provisioning.errors import CloudError, InputError
 from provisioning.market import live
-from provisioning.snapshot import load_snapshot
+from provisioning.snapshot import load_snapshot, snapshot_age
 from provisioning.sources import resolve_catalog, save_live_snapshot
 
 from .fake_aws import FakeMarketClients
 
 SNAPSHOT_DATE = load_snapshot().as_of
+AGE = snapshot_age(SNAPSHOT_DATE)
+CREDENTIALS_FIX = ("; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
+                   "(as for the AWS CLI)")
 
 
 @pytest.fixture
@@ -66,7 +70,7 @@ def test_no_credentials_falls_back_to_the_snapshot_and_says_why(no_credentials):
     catalog = resolve_catalog(regions=None, offline=False, catalog_file=None)
     assert catalog.source == "snapshot" and catalog.regions == ["us-east-1"]
     assert catalog.warnings == [
-        f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE}"]
+        f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}){CREDENTIALS_FIX}"]
 
 
 def test_unreachable_endpoint_falls_back_quickly(monkeypatch):
@@ -80,7 +84,7 @@ def test_unreachable_endpoint_falls_back_quickly(monkeypatch):
     assert catalog.source == "snapshot" and catalog.regions == ["us-west-2"]
     (warning,) = catalog.warnings
     assert warning.startswith(f"AWS could not be reached (Could not connect to the endpoint URL: \"http://127.0.0.1:{port}/\"")
-    assert warning.endswith(f"using the built-in price snapshot of {SNAPSHOT_DATE}")
+    assert warning.endswith(f"using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE})")  # not the user's to fix
 
 
 def test_fallback_to_a_region_the_snapshot_lacks_is_one_clear_error(no_credentials):
@@ -137,3 +141,14 @@ def test_unknown_profile_is_an_input_error(monkeypatch):
     assert str(info.value) == (
         "The config profile (nope) could not be found; "
         "set AWS_PROFILE to a profile in your AWS config, or unset it")
+
+
+@pytest.mark.parametrize(("as_of", "today", "age"), [
+    ("2025-07-01", date(2026, 11, 23), "16 months old"),  # the "17 months" ran from July to late November
+    ("2025-07-01T00:00:00Z", date(2026, 12, 1), "17 months old"),
+    ("2026-11-01", date(2026, 11, 23), "22 days old"),
+    ("2026-09-24", date(2026, 11, 23), "60 days old"),  # not two whole months yet
+    ("2026-11-23", date(2026, 11, 23), "0 days old"),
+])
+def test_the_snapshot_warning_says_how_old_the_prices_are(as_of, today, age):
+    assert snapshot_age(as_of, today) == age

@@ -107,7 +107,7 @@ def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line()
     ("lab", (2, 3), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
     ("lab", (1,), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
     ("lab", (0, 1, 2), InputError, "--sizes 0: sizes are trainer node counts from 1"),
-    ("nope", None, NotFoundError, "no cluster named 'nope'; `deepvm status` lists the clusters"),
+    ("nope", None, NotFoundError, "no cluster named 'nope'; clusters: lab (up)"),
     ("bad name!", None, InputError, "cluster name 'bad name!' is not allowed"),
 ])  # fmt: skip
 def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, message):

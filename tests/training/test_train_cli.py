@@ -11,7 +11,8 @@ def test_no_cluster_is_one_line_and_exit_5():
     result = run_cli("train", str(REPO / "configs" / "resnet.yaml"))
     assert result.returncode == 5
     assert result.stderr == (
-        "deepvm: error: no running cluster named 'deepvm'; start one with `deepvm up --name deepvm`\n"
+        "deepvm: error: no running cluster named 'deepvm' (the default name; --cluster NAME picks another); there "
+        "are no clusters yet; start it with `deepvm up --name deepvm`\n"
     )
 
 

@@ -61,7 +61,7 @@ from training.control.stall import StallWatch
 from training.shared.events import End, Step, parse
 from training.shared.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.shared.jobstore import train_lock
-from training.shared.progress import JobReporter, Progress
+from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.transport import run_on_hosts, write_files
 from training.shared.yamlmarks import read_yaml
 
@@ -377,7 +377,7 @@ class _Profiler:
             run.ended[event.rank] = event.status
         elif event is None:
             node = attempt.node_of(line.rank)
-            prefix = f"{node.name} r{line.rank}" if node else "mpirun"
+            prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
             if line.stream == "stderr" and line.text.strip():
                 run.errors.append(f"[{prefix}] {line.text.strip()}")
             self.report.log(prefix, line.text)

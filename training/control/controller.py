@@ -96,7 +96,7 @@ from training.shared.events import (
 )
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore, train_lock
-from training.shared.progress import AttemptRecord, JobReporter, Progress, Recovery, TrainResult
+from training.shared.progress import LAUNCHER, AttemptRecord, JobReporter, Progress, Recovery, TrainResult
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
@@ -513,7 +513,7 @@ class Controller:
         if event is not None:
             self._on_event(event, node, line.at, run)
             return
-        prefix = f"{node.name} r{line.rank}" if node else "mpirun"
+        prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
         if line.stream == "stderr" and line.text.strip():
             run.errors.append(f"[{prefix}] {line.text.strip()}")
         self.report.log(prefix, line.text)

@@ -77,6 +77,9 @@ class TrainResult:
         return asdict(self)
 
 
+LAUNCHER = "mpirun"  # JobReporter.log's prefix for a line that no rank wrote: the launcher's own
+
+
 @dataclass(frozen=True)
 class JobReporter:
     """How the controller shows what happens (the CLI renders it)."""
