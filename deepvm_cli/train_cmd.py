@@ -1,6 +1,6 @@
 """`deepvm train`: run a job on a cluster made by `deepvm up`, through Spot interruptions.
 
-By default the job's controller runs on the cluster's on-demand head node (training.managed): this
+By default the job's controller runs on the cluster's on-demand head node (training.client.managed): this
 command stages the job there, starts it and follows its log; Ctrl-C only detaches, and `--detach` returns
 once the job runs. `--controller local` runs the controller in this process instead, as before: the job
 then stops when this process does.

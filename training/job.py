@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from training.shared.events import End, Start, Step, emit
+from training.shared.events import End, EndStatus, Start, Step, emit
 
 if TYPE_CHECKING:  # only deepvm's runner builds a context: a script importing this module needs no MPI
     from training.node.checkpointing import Checkpointer
@@ -172,7 +172,7 @@ class JobContext:
 
     def finish(self) -> dict[str, Any]:
         """For deepvm's runner, once the script returned: the End event; the run's metrics."""
-        status = "stopped" if self._leaving else "completed"
+        status = EndStatus.STOPPED if self._leaving else EndStatus.COMPLETED
         steps = max(self._last_step, self.start_step)
         final_loss = self._curve[-1][1] if self._curve else float("nan")
         emit(End(rank=self.rank, status=status, steps=steps, final_loss=final_loss))

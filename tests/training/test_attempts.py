@@ -6,7 +6,6 @@ import pytest
 
 from training.control.attempts import (
     Action,
-    Outcome,
     can_continue_without_holders,
     classify,
     decide,
@@ -14,20 +13,22 @@ from training.control.attempts import (
     nodes_to_buy,
     progressed,
 )
+from training.shared.events import EndStatus
+from training.shared.progress import Outcome
 
 
 @pytest.mark.parametrize(
     ("returncode", "end_status", "user_stopped", "expected"),
     [
-        (0, "completed", False, Outcome.COMPLETED),
-        (0, "completed", True, Outcome.COMPLETED),  # it finished before the stop took effect
-        (0, "stopped", True, Outcome.INTERRUPTED),  # the user's stop wins over the ranks' clean stop
-        (137, "", True, Outcome.INTERRUPTED),  # a second Ctrl-C (or cancel --now) killed it
-        (0, "stopped", False, Outcome.STOPPED),  # a notice or a fold-in: trainers flushed and left
-        (0, "", False, Outcome.FAILED),  # mpirun exited 0 but trainer 0 never said how it ended
-        (1, "stopped", False, Outcome.FAILED),  # a rank failed while stopping
-        (255, "", False, Outcome.FAILED),  # lost the connection to the head
-        (143, "completed", False, Outcome.FAILED),  # killed after trainer 0 finished: outputs unsure
+        (0, EndStatus.COMPLETED, False, Outcome.COMPLETED),
+        (0, EndStatus.COMPLETED, True, Outcome.COMPLETED),  # it finished before the stop took effect
+        (0, EndStatus.STOPPED, True, Outcome.INTERRUPTED),  # the user's stop wins over the ranks' clean stop
+        (137, None, True, Outcome.INTERRUPTED),  # a second Ctrl-C (or cancel --now) killed it
+        (0, EndStatus.STOPPED, False, Outcome.STOPPED),  # a notice or a fold-in: trainers flushed and left
+        (0, None, False, Outcome.FAILED),  # mpirun exited 0 but trainer 0 never said how it ended
+        (1, EndStatus.STOPPED, False, Outcome.FAILED),  # a rank failed while stopping
+        (255, None, False, Outcome.FAILED),  # lost the connection to the head
+        (143, EndStatus.COMPLETED, False, Outcome.FAILED),  # killed after trainer 0 finished: outputs unsure
     ],
 )
 def test_classify(returncode, end_status, user_stopped, expected):

@@ -14,6 +14,7 @@ import pytest
 from training.shared import events
 from training.shared.events import (
     End,
+    EndStatus,
     Event,
     Flush,
     Holder,
@@ -48,9 +49,10 @@ WIRE = [
     (Flush(rank=0, step=9, reason="notice", level="L1", seconds=0.5, stall_s=0.01),
      ["event", "rank", "step", "reason", "level", "seconds", "stall_s"]),
     (NoticeSeen(rank=1, notice=NOTICE), ["event", "rank", "kind", "body", "seen_at"]),
-    (End(rank=0, status="completed", steps=20, final_loss=1.5, wall_s=12.5),
+    (End(rank=0, status=EndStatus.COMPLETED, steps=20, final_loss=1.5, wall_s=12.5),
      ["event", "rank", "status", "steps", "final_loss", "wall_s"]),
-    (End(rank=0, status="stopped", steps=9, final_loss=1.5), ["event", "rank", "status", "steps", "final_loss"]),
+    (End(rank=0, status=EndStatus.STOPPED, steps=9, final_loss=1.5),
+     ["event", "rank", "status", "steps", "final_loss"]),
     (WatcherOff(rank=0, reason="no instance metadata at http://169.254.169.254/"), ["event", "rank", "reason"]),
     (Holder(rank=2, pid=789, directory="/home/u/deepvm/jobs/j/checkpoints"), ["event", "rank", "pid", "directory"]),
 ]  # fmt: skip
@@ -85,8 +87,8 @@ def test_a_notice_is_a_notice_on_the_wire_and_back(capsys):
 
 def test_nan_loss_round_trips(capsys):
     # a run that stopped before reporting any step ends with final_loss NaN, which JSON writes bare
-    parsed = events.parse(emitted(End(rank=0, status="stopped", steps=0, final_loss=math.nan), capsys))
-    assert isinstance(parsed, End) and math.isnan(parsed.final_loss)
+    parsed = events.parse(emitted(End(rank=0, status=EndStatus.STOPPED, steps=0, final_loss=math.nan), capsys))
+    assert isinstance(parsed, End) and math.isnan(parsed.final_loss) and parsed.status is EndStatus.STOPPED
 
 
 @pytest.mark.parametrize(
@@ -105,6 +107,7 @@ def test_nan_loss_round_trips(capsys):
         '{"event": "watcher_off", "rank": 0, "reason": "x", "extra": 1}',  # a field not its own
         '{"event": "notice", "kind": "rebalance", "body": "{}", "seen_at": 1.0}',  # a notice without a rank
         '{"event": "notice", "rank": 0, "kind": "rebalance"}',  # a notice without all of its fields
+        '{"event": "end", "rank": 0, "status": "paused", "steps": 1, "final_loss": 1.0}',  # no EndStatus
     ],
 )
 def test_a_line_that_is_not_one_of_our_events_is_none(line):

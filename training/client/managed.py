@@ -1,6 +1,6 @@
 """The user's side of managed training: submit a job to the cluster's head, follow its log, cancel it,
 list jobs, fetch outputs. Every function here returns once it has what it asked for; none of them has to
-keep running for the job to go on (see training/managed/__init__.py for what runs where).
+keep running for the job to go on (see training/__init__.py for what runs where).
 
 A submitted job is also recorded in this machine's jobs table (controller = the head's instance id), so
 that `deepvm logs JOB` knows which cluster to ask, and `deepvm status` has the last values it heard
@@ -41,7 +41,16 @@ from training.shared.transport import (
 )
 
 _CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
-_ENV = f'export DEEPVM_HOME="$HOME/{MANAGED_HOME}" PYTHONPATH="$HOME/{RUNTIME_DIR}"'
+# what every deepvm program on the head runs with (shell words, expanded by the head's login shell)
+_HEAD_ENV = {"DEEPVM_HOME": f'"$HOME/{MANAGED_HOME}"', "PYTHONPATH": f'"$HOME/{RUNTIME_DIR}"'}
+
+
+def _export(env: dict[str, str]) -> str:
+    """The shell line that exports `env` (its values are shell words already)."""
+    return "export " + " ".join(f"{name}={value}" for name, value in env.items())
+
+
+_ENV = _export(_HEAD_ENV)
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
         controller=head.instance_id,
     ))  # fmt: skip
-    _run(head, _start_script(files, request.python, record.service_env), report.note)
+    _run(head, start_script(files, request.python, record.service_env), report.note)
     report.note(f"job {job_id} runs under its controller on {head.instance_id}")
     return job
 
@@ -148,34 +157,55 @@ def _authorize_internal_key(cluster: Cluster, report: JobReporter) -> None:
         raise TransportError(f"could not authorise the cluster's internal key on {', '.join(failed)}")
 
 
-def _start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> str:
-    """Start the job's supervisor on the head, detached from this SSH session: as a transient systemd
-    service that systemd restarts if it fails (AWS images), else with setsid (the sandbox's hosts)."""
-    root = f'"$HOME/{files.root}"'
+def start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> str:
+    """The script that starts the job's supervisor on the head, detached from this SSH session, and returns
+    once it runs. One command (supervisor_command), one environment (the script's exports), two launchers,
+    picked on the head: a transient systemd service that systemd restarts if it fails where the head runs
+    systemd and the login user may sudo (AWS images: systemd_launch), else setsid (the sandbox's hosts:
+    detached_launch). Only the setsid path runs in the sandbox; tests/training/test_supervisor_start.py
+    pins the argv systemd-run gets, but nothing here has run it."""
     py = shlex.quote(python)
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in service_env.items())
-    supervisor = f"{py} -m training.control.supervisor {root}"
-    setenv = " ".join(f"--setenv={k}={shlex.quote(v)}" for k, v in service_env.items())
-    unit = shlex.quote(f"deepvm-job-{files.job_id}")
+    exports = {**_HEAD_ENV, **{name: shlex.quote(value) for name, value in service_env.items()}}
+    supervisor = supervisor_command(files, python)
+    root = f'"$HOME/{files.root}"'
     needs = f"import importlib.util as u; [u.find_spec(m) or exit(m) for m in {list(_CONTROLLER_NEEDS)!r}]"
     lacking = ("the head's Python lacks $missing, which the job's controller needs there: install it in the "
                "image, or train with --controller local")  # fmt: skip
     return "\n".join([
         "set -e",
-        _ENV + (f" {exports}" if exports else ""),
+        _export(exports),
         f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
         "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
-        f'  sudo -n systemd-run --quiet --collect --unit={unit} --uid="$(id -u)" --gid="$(id -g)" '
-        '-p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" '
-        f'--setenv=DEEPVM_HOME="$DEEPVM_HOME" --setenv=PYTHONPATH="$PYTHONPATH" {setenv} {supervisor}',
+        "  " + systemd_launch(f"deepvm-job-{files.job_id}", supervisor, list(exports)),
         "else",
-        f"  setsid nohup {supervisor} </dev/null >>{root}/supervisor.out 2>&1 &",
+        "  " + detached_launch(supervisor, f"{root}/supervisor.out"),
         "fi",
         # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
         # job whose supervisor is still starting for one that is over
         f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
         f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
     ])  # fmt: skip
+
+
+def supervisor_command(files: JobFiles, python: str) -> str:
+    """The head's command line (for its login shell) that runs the job's supervisor, whichever launcher
+    starts it: built once, so that the systemd path runs exactly what the sandbox's setsid path runs."""
+    return f'{shlex.quote(python)} -m training.control.supervisor "$HOME/{files.root}"'
+
+
+def systemd_launch(unit: str, command: str, env_names: list[str]) -> str:
+    """`command` as a transient systemd service (AWS images): run as the login user in its home, restarted
+    2 s after a failure, collected when it ends; it gets the named variables of the launching shell (sudo
+    and systemd pass on no environment of their own accord)."""
+    setenv = " ".join(f'--setenv={name}="${name}"' for name in env_names)
+    return (f"sudo -n systemd-run --quiet --collect --unit={shlex.quote(unit)} --uid=\"$(id -u)\" "
+            f'--gid="$(id -g)" -p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" {setenv} {command}')
+
+
+def detached_launch(command: str, log: str) -> str:
+    """`command` detached from the SSH session (no systemd, as on the sandbox's hosts): its own session,
+    stdin closed, output appended to `log`. Nothing restarts this process; it restarts the service."""
+    return f"setsid nohup {command} </dev/null >>{log} 2>&1 &"
 
 
 def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:

@@ -38,7 +38,7 @@ import yaml
 from pydantic import ValidationError
 
 from provisioning.catalog import Market
-from provisioning.cloud.cluster import Cluster
+from provisioning.cloud.cluster import RUNNING, Cluster
 from provisioning.cloud.types import NodeRecord, SshEndpoint
 from provisioning.errors import DeepvmError, InputError, JobFailed, NotFoundError
 from provisioning.planner.plan import Role
@@ -58,7 +58,7 @@ from training.control.launcher import (
 from training.control.plan_facts import UNKNOWN, type_facts
 from training.control.staging import JobPaths, NodeState, prepare_nodes, stage_runtime
 from training.control.stall import StallWatch
-from training.shared.events import End, Step, parse
+from training.shared.events import End, EndStatus, Step, parse
 from training.shared.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.shared.jobstore import train_lock
 from training.shared.progress import LAUNCHER, JobReporter, Progress
@@ -137,7 +137,7 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     if view.cluster.status is not ClusterStatus.UP or len(running) < sizes[-1]:
         raise NotFoundError(f"cluster {name} is {view.cluster.status} with {len(running)} trainer nodes running; "
                             f"profiling up to {sizes[-1]} needs them running")  # fmt: skip
-    if not any(n.state == "running" and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
+    if not any(n.state == RUNNING and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
         raise NotFoundError(f"cluster {name} has no on-demand node running (anchor or holder): its jobs, the "
                             "profile's too, launch from there")  # fmt: skip
     _no_running_job(name, request.python)
@@ -179,7 +179,7 @@ def spec_hash(spec: JobSpec) -> str:
 
 def _trainer_nodes(nodes: list[NodeRecord]) -> list[NodeRecord]:
     """The running trainer nodes, in the order sizes take them: the anchor (the head), then by id."""
-    running = [n for n in nodes if n.state == "running" and n.role in _TRAINING]
+    running = [n for n in nodes if n.state == RUNNING and n.role in _TRAINING]
     return sorted(running, key=lambda n: (n.role is not Role.ANCHOR, n.instance_id))
 
 
@@ -222,7 +222,7 @@ class _SizeRun:
 
     trainers: int  # trainer ranks
     rates: dict[int, dict[int, float]] = field(default_factory=dict)  # trainer -> step -> samples/s
-    ended: dict[int, str] = field(default_factory=dict)  # trainer -> End status
+    ended: dict[int, EndStatus] = field(default_factory=dict)  # trainer -> End status
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
 
 
@@ -400,7 +400,7 @@ class _Profiler:
         if returncode != 0:
             errors = " | ".join(run.errors) or "no error output"
             raise ProfileFailed(f"profiling on {where} failed (mpirun exit {returncode}): {errors}")
-        if any(status != "completed" for status in run.ended.values()):
+        if any(status is not EndStatus.COMPLETED for status in run.ended.values()):
             raise ProfileFailed(f"the job stopped early on {where} (a Spot notice?); nothing was written")
         target = self.target
         rates = repeat_rates(run.rates, run.trainers, target.warmup_steps, target.steps, target.repeats)

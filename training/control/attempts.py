@@ -25,12 +25,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
-
-class Outcome(str, Enum):
-    COMPLETED = "completed"
-    INTERRUPTED = "interrupted"
-    STOPPED = "stopped"
-    FAILED = "failed"
+from training.shared.events import EndStatus
+from training.shared.progress import Outcome
 
 
 class Action(str, Enum):
@@ -48,13 +44,13 @@ class Decision:
     failures: int  # attempts in a row that failed without progress, this one included
 
 
-def classify(returncode: int, end_status: str, user_stopped: bool) -> Outcome:
-    """What an attempt's end means. `end_status` is what trainer 0 reported ("" if nothing)."""
-    if returncode == 0 and end_status == "completed":
+def classify(returncode: int, end_status: EndStatus | None, user_stopped: bool) -> Outcome:
+    """What an attempt's end means. `end_status` is what trainer 0 reported (None if nothing)."""
+    if returncode == 0 and end_status is EndStatus.COMPLETED:
         return Outcome.COMPLETED
     if user_stopped:
         return Outcome.INTERRUPTED
-    if returncode == 0 and end_status == "stopped":
+    if returncode == 0 and end_status is EndStatus.STOPPED:
         return Outcome.STOPPED
     return Outcome.FAILED
 

@@ -58,7 +58,6 @@ from provisioning.planner.plan import Role
 from provisioning.state import utc_now
 from training.control.attempts import (
     Action,
-    Outcome,
     can_continue_without_holders,
     classify,
     decide,
@@ -83,6 +82,7 @@ from training.control.staging import JobPaths, NodeState, prepare_nodes, read_no
 from training.control.stall import StallWatch
 from training.shared.events import (
     End,
+    EndStatus,
     Event,
     Flush,
     Notice,
@@ -96,7 +96,15 @@ from training.shared.events import (
 )
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore, train_lock
-from training.shared.progress import LAUNCHER, AttemptRecord, JobReporter, Progress, Recovery, TrainResult
+from training.shared.progress import (
+    LAUNCHER,
+    AttemptRecord,
+    JobReporter,
+    Outcome,
+    Progress,
+    Recovery,
+    TrainResult,
+)
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
@@ -150,7 +158,7 @@ class _Run:
     started: int = 0  # trainers that reported "start"
     first_step: int = -1
     last_step: int = -1
-    status: str = ""  # from trainer 0's "end" event
+    status: EndStatus | None = None  # from trainer 0's "end" event
     hung: bool = False  # the stall watch killed it
     startup_s: float | None = None  # mpirun started -> first step
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
@@ -269,7 +277,7 @@ class Controller:
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
                 self.attempts.append(
                     AttemptRecord(run.attempt.number, tuple(n.instance_id for n in launch.nodes), run.trainers,
-                                  run.first_step, run.last_step, outcome.value, run.attempt.returncode or 0,
+                                  run.first_step, run.last_step, outcome, run.attempt.returncode or 0,
                                   run.startup_s)
                 )  # fmt: skip
                 decision = decide(outcome, progressed(run.first_step, run.last_step), failures,
@@ -691,7 +699,7 @@ class Controller:
         return TrainResult(
             job_id=self.job.job_id,
             cluster=self.cluster.name,
-            status="completed",
+            status=JobStatus.COMPLETED,
             steps=int(metrics["steps"]),
             total_steps=int(metrics["total_steps"]),
             final_loss=metrics["final_loss"],

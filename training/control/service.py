@@ -22,7 +22,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from provisioning.cloud.cluster import private_only
+from provisioning.cloud.cluster import RUNNING, private_only
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
 from provisioning.errors import InputError
 from provisioning.state import ClusterStatus, Store
@@ -45,7 +45,7 @@ def seed_store(job: HeadJob) -> None:
         store.put_cluster(replace(job.cluster, cloud="aws", status=ClusterStatus.UP))
         store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
     keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
-    running = [n for n in store.nodes(job.cluster.name) if n.state == "running"]
+    running = [n for n in store.nodes(job.cluster.name) if n.state == RUNNING]
     write_known_hosts(keys, running)
 
 

@@ -28,7 +28,7 @@ import torch
 import deepcheck
 from training.node.hooks import TrainState
 from training.node.trainercomm import TrainerComm
-from training.shared.events import Event, Flush, Restored, Saved, emit
+from training.shared.events import EndStatus, Event, Flush, Restored, Saved, emit
 from training.shared.jobspec import CheckpointSpec
 
 Tree = Callable[[], Any]  # builds the state tree to save, called only when one is saved
@@ -129,8 +129,8 @@ class DeepCheckHook:
     def on_step(self, state: TrainState, step: int) -> bool:
         return self.checkpointer.after_step(step, lambda: _saved_tree(state), state.sampler.epoch)
 
-    def on_stop(self, state: TrainState, step: int, reason: str) -> None:
-        if reason == "stopped":
+    def on_stop(self, state: TrainState, step: int, reason: EndStatus) -> None:
+        if reason is EndStatus.STOPPED:
             self.checkpointer.stopped(step, lambda: _saved_tree(state), state.sampler.epoch)
 
 

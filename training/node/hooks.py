@@ -8,7 +8,7 @@ are all a resumed run needs; the torch RNG state is saved too for user code that
 
 Call order on every rank: on_start once (after a resume, if any, and before the "start" event, so a
 hook may restore state itself), on_step after every optimizer step, on_stop once when the loop ends
-(reason "completed", "stopped" or "failed"). on_step may return True to end the run cleanly after that
+(reason: the EndStatus, completed or stopped). on_step may return True to end the run cleanly after that
 step, like a stop signal; it must then do so on every rank at the same step (decide collectively, as
 DeepCheck's should_flush() does), or the ranks would disagree on when to stop. Hooks run inside
 the training loop: whatever blocks there blocks training, so a hook that copies state elsewhere
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from training.node.sampler import GlobalBatchSampler, SamplerPosition
+from training.shared.events import EndStatus
 
 STATE_FORMAT = 2  # 2 adds the loss curve; a format-1 checkpoint (no curve) still resumes
 
@@ -74,4 +75,4 @@ class CheckpointHook(Protocol):
 
     def on_step(self, state: TrainState, step: int) -> bool | None: ...
 
-    def on_stop(self, state: TrainState, step: int, reason: str) -> None: ...
+    def on_stop(self, state: TrainState, step: int, reason: EndStatus) -> None: ...

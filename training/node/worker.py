@@ -37,7 +37,7 @@ from training.node.hooks import CheckpointHook, TrainState
 from training.node.models import build_model
 from training.node.sampler import GlobalBatchSampler
 from training.node.schedule import build_optimizer, lr_factor, set_lr
-from training.shared.events import End, Start, Step, emit
+from training.shared.events import End, EndStatus, Start, Step, emit
 from training.shared.jobspec import JobSpec, load_job_spec
 
 RANK_BATCHES_ENV = "DEEPVM_RANK_BATCHES"
@@ -206,7 +206,7 @@ class Run:
                 pid=os.getpid(),
             )
         )
-        first_step, status = state.step, "completed"
+        first_step, status = state.step, EndStatus.COMPLETED
         final_loss = state.loss_curve[-1][1] if state.loss_curve else float("nan")
         started = window_start = time.perf_counter()
         window_steps = 0
@@ -235,7 +235,7 @@ class Run:
                 )
                 window_start, window_steps = now, 0
             if stopping:
-                status = "stopped"
+                status = EndStatus.STOPPED
                 break
         wall = time.perf_counter() - started
         for hook in self.hooks:

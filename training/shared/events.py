@@ -23,6 +23,7 @@ import dataclasses
 import json
 import sys
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any, ClassVar
 
 
@@ -153,16 +154,30 @@ class NoticeSeen(Event):
         return cls(rank=fields.pop("rank"), notice=Notice(**fields))
 
 
+class EndStatus(str, Enum):
+    """How a trainer's run ended without error: End's status, and the "status" of the run's metrics.json."""
+
+    COMPLETED = "completed"  # it trained every step
+    STOPPED = "stopped"  # it left early and cleanly after its checkpoint (a notice, a fold-in, a stop request)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True, kw_only=True)
 class End(Event):
     """A trainer's run ended without error (completed, or stopped cleanly after its checkpoint)."""
 
     EVENT: ClassVar[str] = "end"
 
-    status: str  # "completed" or "stopped"
+    status: EndStatus
     steps: int  # steps done when it ended
     final_loss: float  # the last global loss reported (NaN when no Step was)
     wall_s: float | None = None  # deepvm's worker: seconds from the first step to the end
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Event:
+        return cls(**{**fields, "status": EndStatus(fields["status"])})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,5 +232,5 @@ def parse(line: str) -> Event | None:
         return None
     try:
         return cls._from_fields(data)
-    except (TypeError, KeyError):  # not exactly the record's fields
+    except (TypeError, KeyError, ValueError):  # not exactly the record's fields, or a value none of ours
         return None

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
+
+from training.shared.jobstore import JobStatus
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,18 @@ class Recovery:
     detect_to_resumed_s: float | None  # to the first step trained after the relaunch
 
 
+class Outcome(str, Enum):
+    """What an attempt's end means (training.control.attempts.classify decides it; the next action follows)."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     """One mpirun."""
@@ -51,7 +66,7 @@ class AttemptRecord:
     world_size: int  # trainers
     first_step: int  # the step it started from (restored)
     last_step: int  # the newest step it reported
-    status: str  # completed | stopped | failed | interrupted
+    status: Outcome
     returncode: int
     startup_s: float | None  # mpirun started -> its first step trained (None: it never trained)
 
@@ -60,7 +75,7 @@ class AttemptRecord:
 class TrainResult:
     job_id: str
     cluster: str
-    status: str  # completed (a stopped or failed run raises instead)
+    status: JobStatus  # COMPLETED (a stopped or failed run raises instead)
     steps: int
     total_steps: int
     final_loss: float | None
