@@ -9,7 +9,9 @@ the cluster's plan, the trace, the seed and the work. Work is given as steps at 
 here (wall seconds); the simulator sees it in trace time (x time_scale), as it sees every duration.
 The schedule is drawn from a run three times as long on the same draws: a run's events do not depend on
 how much work is left, so the first part is the run itself, and the sandbox, slower or faster than
-predicted, still has the trace's later events to meet.
+predicted, still has the trace's later events to meet. The draws do not depend on the work either (a
+fixed block size), so the prediction can be asked after the run, with the figures the run measured: its
+relaunch times, its replacement delay and its step time per trainer count (`measured_speeds`).
 
 Slots are the simulator's Spot positions (numbered across the plan's Spot groups in plan order); each is
 held by one live node at a time. `SlotMap` gives the live Spot nodes of each type the vacant slots of
