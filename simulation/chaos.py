@@ -9,7 +9,9 @@ the cluster's plan, the trace, the seed and the work. Work is given as steps at 
 here (wall seconds); the simulator sees it in trace time (x time_scale), as it sees every duration.
 The schedule is drawn from a run three times as long on the same draws: a run's events do not depend on
 how much work is left, so the first part is the run itself, and the sandbox, slower or faster than
-predicted, still has the trace's later events to meet.
+predicted, still has the trace's later events to meet. The draws do not depend on the work either (a
+fixed block size), so the prediction can be asked after the run, with the figures the run measured: its
+relaunch times, its replacement delay and its step time per trainer count (`measured_speeds`).
 
 Slots are the simulator's Spot positions (numbered across the plan's Spot groups in plan order); each is
 held by one live node at a time. `SlotMap` gives the live Spot nodes of each type the vacant slots of
@@ -25,13 +27,15 @@ from dataclasses import dataclass, replace
 from provisioning.catalog import Catalog
 from provisioning.planner.plan import Plan
 from simulation.case import SimCase
-from simulation.cluster import sim_cluster
+from simulation.cluster import SimCluster, sim_cluster
+from simulation.draws import Draws
 from simulation.policies import DEEPVM_RECOVERY
 from simulation.recovery import SECONDS_PER_HOUR, RecoveryModel, Workload
 from simulation.reference import EventKind, RunResult, run_one
 from simulation.trace import Trace
 
 LOOKAHEAD = 3.0  # the schedule covers this many times the run's own simulated makespan
+_BLOCK = 64  # occupants per slot drawn at once (draws.block_size's largest)
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,14 @@ class ChaosQuestion:
     step_time_s: float  # seconds per step here, on the whole plan
     time_scale: float  # trace time passes this many times faster here
     recovery: RecoveryModel  # in seconds here (relaunch, restart, replacement delay, checkpoint interval)
+    # seconds per step here with 1, 2, .. all trainers, where measured (the last is step_time_s); None: the
+    # planner's scaling model from step_time_s
+    seconds_per_step: tuple[float, ...] | None = None
 
     def case(self, work_factor: float = 1.0) -> SimCase:
         cluster = sim_cluster(self.plan, self.catalog)
+        if self.seconds_per_step is not None:
+            cluster = measured_speeds(cluster, self.seconds_per_step)
         trace_seconds = self.steps * self.step_time_s * self.time_scale
         work = trace_seconds / SECONDS_PER_HOUR * cluster.full_pflop_per_hour
         scaled = replace(
@@ -57,25 +66,51 @@ class ChaosQuestion:
             restart_s=self.recovery.restart_s * self.time_scale,
             checkpoint_interval_s=self.recovery.checkpoint_interval_s * self.time_scale,
             replacement_delay_s=self.recovery.replacement_delay_s * self.time_scale,
+            launch_s=None if self.recovery.launch_s is None else self.recovery.launch_s * self.time_scale,
         )
         workload = Workload(work_pflop=work * work_factor, runs=1, seed=self.seed, recovery=scaled)
         return SimCase(cluster, tuple(self.trace for _ in cluster.spot_groups), DEEPVM_RECOVERY, workload)
 
+    def draws(self) -> Draws:
+        """The run's random numbers. A simulation sizes its blocks of lifetimes by the work it expects,
+        which would give a question asked again with a measured step time other lives; one run's blocks
+        are small, so they have one fixed size, and every prediction of the question sees the lives its
+        schedule saw."""
+        case = self.case()
+        return Draws(case.traces, tuple(p.group.count for p in case.pools), 1, self.seed,
+                     self.recovery.notice_share, _BLOCK)
+
     def predict(self) -> RunResult:
         """The simulator's run: makespan in trace hours (÷ time_scale for hours here), its restarts."""
-        case = self.case()
-        return run_one(case, case.draws(), 0, record=True)
+        return run_one(self.case(), self.draws(), 0, record=True)
 
     def schedule(self) -> tuple[ChaosStep, ...]:
         """The run's losses, and those of the same run carried on past its end, in seconds here."""
-        case = self.case()
-        draws = case.draws()  # the run's own numbers: the longer run replays them, then goes on
-        longer = run_one(self.case(LOOKAHEAD), draws, 0, record=True)
+        longer = run_one(self.case(LOOKAHEAD), self.draws(), 0, record=True)  # the run's lives, and on
         return tuple(
             ChaosStep(at_s=e.at_h * SECONDS_PER_HOUR / self.time_scale, trace_at_h=e.at_h, slot=e.slot,
                       instance_type=e.instance_type, notice=bool(e.notice))
             for e in longer.events if e.kind is EventKind.LOST
         )
+
+
+def measured_speeds(cluster: SimCluster, seconds_per_step: tuple[float, ...]) -> SimCluster:
+    """`cluster` training at the speeds measured here: `seconds_per_step[n - 1]` with n trainers.
+
+    The planner's K(n) describes GPUs on machines of their own. A sandbox's nodes share one machine's cores,
+    so with fewer trainers each does more of the same work on the same cores, and a step takes about as
+    long: the simulator is told the measured speeds instead, as `deepvm profile` tells the planner a
+    measured curve. The rate with every trainer stays the plan's (work is still steps x the full step
+    time); K is rescaled for fewer. One trainer type only: the measured time is per trainer count.
+    """
+    trainers = cluster.trainers
+    if len(seconds_per_step) != trainers or min(seconds_per_step) <= 0:
+        raise ValueError(f"need a positive step time for each of 1..{trainers} trainers, got {seconds_per_step}")
+    if len({g.instance_type for g in cluster.groups if g.trains}) != 1:
+        raise ValueError("measured step times describe a plan with one trainer type")
+    full, k_full = seconds_per_step[-1], cluster.k_min[trainers]
+    k_min = (0.0, *(k_full * trainers * full / (n * s) for n, s in enumerate(seconds_per_step, start=1)))
+    return replace(cluster, k_min=k_min)
 
 
 @dataclass(frozen=True)
@@ -130,15 +165,15 @@ class SlotMap:
         return instance_id
 
 
-def recovery_here(time_scale: float, notice_share: float, replacement_delay_s: float | None = None,
-                  relaunch_s: float | None = None, restart_s: float | None = None) -> RecoveryModel:
-    """The recovery figures in seconds here: the ones given, else the simulator's (real-world) defaults
-    compressed like the trace."""
+def recovery_here(time_scale: float, notice_share: float, replacement_delay_s: float | None = None) -> RecoveryModel:
+    """The recovery figures in seconds here: the simulator's (real-world) defaults compressed like the
+    trace, and the replacement delay if given (the one figure that decides which node the schedule takes:
+    a replacement's life starts when it joins)."""
     default = RecoveryModel()
     return RecoveryModel(
         notice_share=notice_share,
-        relaunch_s=default.relaunch_s / time_scale if relaunch_s is None else relaunch_s,
-        restart_s=default.restart_s / time_scale if restart_s is None else restart_s,
+        relaunch_s=default.relaunch_s / time_scale,
+        restart_s=default.restart_s / time_scale,
         checkpoint_interval_s=default.checkpoint_interval_s / time_scale,
         replacement_delay_s=default.replacement_delay_s / time_scale if replacement_delay_s is None
         else replacement_delay_s,

@@ -214,7 +214,7 @@ class _Runs:
         dying = np.flatnonzero(~finishing & (t_death <= t_arrive))
         arriving = np.flatnonzero(~finishing & (t_death > t_arrive))
         self._deaths(dying, rate, running)
-        self._arrivals(arriving, running)
+        self._arrivals(arriving, rate, running)
         if self.rules.deadline_fallback and self.workload.deadline_h is not None:
             self._check_deadline(np.concatenate([dying, arriving]), self.workload.deadline_h)
         ended = finishing & self.live
@@ -249,13 +249,12 @@ class _Runs:
             lost = np.minimum(share[runs] * recovery.checkpoint_interval_h * rate[runs], done - self.checkpoint[runs])
             self.done[runs] = np.where(loss, done - lost, done)
         self.checkpoint[runs] = self.done[runs]
-        self.restarts[runs] += running[runs]
         if self.rules.restart_all:
+            self.restarts[runs] += running[runs]
             self.alive[:, runs], self.death[:, runs] = False, np.inf
             self._request_all(runs)
             return
-        pause = np.where(loss, recovery.loss_pause_h, recovery.notice_pause_h)
-        self.pause[runs] = np.maximum(self.pause[runs], self.t[runs] + pause)
+        self._relaunch(runs, loss)
         if self.rules.replace:
             self._request(rows, cols, self.recover[cols, rows])
             return
@@ -273,7 +272,18 @@ class _Runs:
         slots = self.alive.shape[0]
         self._request(np.tile(runs, slots), np.repeat(np.arange(slots), runs.size))
 
-    def _arrivals(self, runs: np.ndarray, running: np.ndarray) -> None:
+    def _relaunch(self, runs: np.ndarray, fails: np.ndarray | bool) -> None:
+        """These runs relaunch for what happened now (`fails`: a loss without notice), unless the coming
+        launch takes it in: one relaunch at a time (the reference's _relaunch, elementwise)."""
+        recovery = self.recovery
+        t, pause = self.t[runs], self.pause[runs]
+        now = t >= pause - recovery.launch_h
+        start = np.where(fails, t, np.maximum(t, pause))
+        self.pause[runs] = np.where(now, start + np.where(fails, recovery.loss_pause_h, recovery.notice_pause_h),
+                                    pause)
+        self.restarts[runs] += now
+
+    def _arrivals(self, runs: np.ndarray, rate: np.ndarray, running: np.ndarray) -> None:
         if runs.size == 0:
             return
         rows, cols = self._pairs(self.arrive, runs)
@@ -290,10 +300,15 @@ class _Runs:
         joined = np.zeros(self.t.size, bool)
         joined[rows] = True
         runs = np.flatnonzero(joined)
-        self.restarts[runs] += running[runs]
         self.checkpoint[runs] = self.done[runs]
-        pause = self.recovery.loss_pause_h if self.rules.restart_all else self.recovery.notice_pause_h
-        self.pause[runs] = np.maximum(self.pause[runs], self.t[runs] + pause)
+        if self.rules.restart_all:  # relaunched once the whole cluster is up
+            self.restarts[runs] += running[runs]
+            self.pause[runs] = np.maximum(self.pause[runs], self.t[runs] + self.recovery.loss_pause_h)
+            return
+        training = rate[runs] > 0
+        self._relaunch(runs[training], False)
+        idle = runs[~training]  # nothing trains: the job is launched with them
+        self.pause[idle] = np.maximum(self.pause[idle], self.t[idle] + self.recovery.notice_pause_h)
 
     def _check_deadline(self, runs: np.ndarray, deadline_h: float) -> None:
         runs = runs[~self.fallen_back[runs]]

@@ -38,6 +38,9 @@ class RecoveryModel:
     restart_s: float = 7.0  # no notice: node gone -> training again from the last checkpoint
     checkpoint_interval_s: float = 600.0  # periodic checkpoints; a loss without notice loses U(0, 1) of one
     replacement_delay_s: float = REPLACEMENT_DELAY_S  # node lost (or capacity back) -> a node ready to join
+    # the end of a relaunch, once its nodes are chosen (mpirun and the ranks starting, the first step): what
+    # happens before it joins the relaunch, what happens after it waits for it; None: the whole relaunch
+    launch_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.notice_share <= 1.0:
@@ -46,11 +49,18 @@ class RecoveryModel:
             value = getattr(self, name)
             if not 0.0 <= value < float("inf"):
                 raise ValueError(f"{name} must be a finite non-negative number, got {value}")
+        if self.launch_s is not None and not 0.0 <= self.launch_s < float("inf"):
+            raise ValueError(f"launch_s must be a finite non-negative number, got {self.launch_s}")
 
     @property
     def notice_pause_h(self) -> float:
         """Training stops this long for a notice or a fold-in."""
         return self.relaunch_s / SECONDS_PER_HOUR
+
+    @property
+    def launch_h(self) -> float:
+        """How long before a relaunch ends its nodes are fixed (see reference.py: one relaunch at a time)."""
+        return (self.relaunch_s if self.launch_s is None else self.launch_s) / SECONDS_PER_HOUR
 
     @property
     def loss_pause_h(self) -> float:

@@ -25,9 +25,15 @@ The model (times in hours; W the work in PFLOP):
 - The deadline fallback (Can't Be Late's idea for a cluster): after each event, if the projected finish
   (relaunch end + remaining work / rate) is later than deadline - margin, every missing Spot node is
   bought on demand instead, and so is every later replacement.
-- Events landing while a relaunch is under way are folded into it: one restart, the pause extended.
-  `restarts` counts relaunches of a running job, as `deepvm train` counts them; `interruptions` counts
-  lost Spot nodes.
+- deepvm relaunches for every loss and for every fold-in, one relaunch at a time (training/attempts.py):
+  a loss or a replacement that is ready while the job trains starts a relaunch now. One that comes while
+  a relaunch is under way joins it if that relaunch has not launched its nodes yet (the last `launch_s`
+  of a relaunch are mpirun and the ranks starting on the nodes already chosen); otherwise it waits for it:
+  a replacement is folded in, and a noticed node that was launched stops the job again, at the relaunch's
+  first step (one more relaunch after it), while a node lost without notice fails the starting attempt at
+  once (a restart from then). Nodes lost at the same instant are one event. A replacement that is ready
+  while nothing trains (no trainer left) is simply launched with. `restarts` counts relaunches of a
+  running job, as `deepvm train` counts them; `interruptions` counts lost Spot nodes.
 - Cost integrates the $/h of every node alive (on-demand nodes all along) until the work is done. A node
   lost with notice bills until it is gone; a replacement bills from when it is ready.
 """
@@ -170,7 +176,7 @@ class _Run:
             if t_death <= t_arrive:
                 self._deaths(rate, running)
             else:
-                self._arrivals(running)
+                self._arrivals(rate, running)
             if self.rules.deadline_fallback and self.workload.deadline_h is not None and not self.fallen_back:
                 self._check_deadline(self.workload.deadline_h)
 
@@ -191,15 +197,15 @@ class _Run:
         if loss:
             self.done = self.done - min(share * recovery.checkpoint_interval_h * rate, self.done - self.checkpoint)
         self.checkpoint = self.done
-        self.restarts += running
         if self.rules.restart_all:
+            self.restarts += running
             for s in range(len(self.alive)):
                 if self.alive[s]:
                     self.alive[s], self.death[s] = False, math.inf
                     self.spot_alive[self.pool_of[s]] -= 1
                 self._request(s, t)
             return
-        self.pause = max(self.pause, t + (recovery.loss_pause_h if loss else recovery.notice_pause_h))
+        self._relaunch(fails=loss)
         if self.rules.replace or self.fallen_back:
             for s in dying:
                 self._request(s, t)
@@ -207,7 +213,7 @@ class _Run:
             for s in range(len(self.alive)):  # shrink-only with nothing left: the plan's nodes again
                 self._request(s, t)
 
-    def _arrivals(self, running: bool) -> None:
+    def _arrivals(self, rate: float, running: bool) -> None:
         t = self.t
         joined = False
         for s, a in enumerate(self.arrive):
@@ -222,11 +228,26 @@ class _Run:
             self._start_node(s, t)
             joined = True
             self._note(EventKind.JOINED, s, None)
-        if joined:
+        if not joined:
+            return
+        self.checkpoint = self.done
+        if self.rules.restart_all:  # relaunched once the whole cluster is up
             self.restarts += running
-            self.checkpoint = self.done
-            pause = self.recovery.loss_pause_h if self.rules.restart_all else self.recovery.notice_pause_h
-            self.pause = max(self.pause, t + pause)
+            self.pause = max(self.pause, t + self.recovery.loss_pause_h)
+        elif rate > 0:
+            self._relaunch(fails=False)
+        else:  # nothing trains: the job is launched with it
+            self.pause = max(self.pause, t + self.recovery.notice_pause_h)
+
+    def _relaunch(self, fails: bool) -> None:
+        """The job relaunches for what happened now (a loss, `fails` when without notice; a node to fold
+        in), unless the coming launch takes it in: one relaunch at a time (see the module docstring)."""
+        recovery = self.recovery
+        if self.t < self.pause - recovery.launch_h:
+            return
+        start = self.t if fails else max(self.t, self.pause)
+        self.pause = start + (recovery.loss_pause_h if fails else recovery.notice_pause_h)
+        self.restarts += 1
 
     def _check_deadline(self, deadline_h: float) -> None:
         rate = self._rate()

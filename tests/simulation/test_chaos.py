@@ -7,7 +7,8 @@ import pytest
 
 from deepvm_cli.main import main
 from provisioning.cloud.plan_input import catalog_of
-from simulation.chaos import ChaosQuestion, LiveNode, SlotMap, recovery_here
+from simulation.chaos import ChaosQuestion, LiveNode, SlotMap, measured_speeds, recovery_here
+from simulation.cluster import sim_cluster
 from simulation.reference import EventKind
 from simulation.traces import resolve_trace
 from tests.cloud.plans import make_tiering_plan
@@ -16,11 +17,13 @@ PLAN = make_tiering_plan(spot=3, holders=1)
 CATALOG = catalog_of(PLAN)
 
 
-def question(scale: float = 180.0, notice_share: float = 0.5, seed: int = 3) -> ChaosQuestion:
+def question(scale: float = 180.0, notice_share: float = 0.5, seed: int = 3, step_s: float = 90.0,
+             seconds_per_step: tuple[float, ...] | None = None) -> ChaosQuestion:
     """300 steps of 90 trace-seconds each, replacements joining 45 trace-minutes after a loss."""
     return ChaosQuestion(PLAN, CATALOG, resolve_trace("aws-g4dn-bamboo"), seed, steps=300,
-                         step_time_s=90.0 / scale, time_scale=scale,
-                         recovery=recovery_here(scale, notice_share, replacement_delay_s=2700.0 / scale))
+                         step_time_s=step_s / scale, time_scale=scale,
+                         recovery=recovery_here(scale, notice_share, replacement_delay_s=2700.0 / scale),
+                         seconds_per_step=seconds_per_step)
 
 
 def test_the_schedule_is_the_simulated_run_in_compressed_time():
@@ -43,6 +46,30 @@ def test_a_faster_clock_gives_the_same_losses_sooner():
     for a, b in zip(slow, fast):
         assert (a.trace_at_h, a.slot, a.notice) == (b.trace_at_h, b.slot, b.notice)
         assert a.at_s == pytest.approx(2 * b.at_s)
+
+
+def test_a_prediction_with_the_step_time_measured_later_sees_the_lives_the_schedule_saw():
+    """The sandbox's step time is known only after the run; the question asked again with it must replay the
+    same lives (the same losses, until the run ends), or the prediction is of another run."""
+    schedule = question(step_s=90.0).schedule()
+    for step_s in (60.0, 240.0):
+        again = question(step_s=step_s)
+        lost = [(e.at_h, e.slot, e.notice) for e in again.predict().events if e.kind is EventKind.LOST]
+        assert lost and lost == [(s.trace_at_h, s.slot, s.notice) for s in schedule][:len(lost)]
+
+
+def test_measured_step_times_set_the_speed_with_fewer_trainers():
+    cluster = sim_cluster(PLAN, CATALOG)
+    flops = cluster.spot_groups[0].flops
+    measured = measured_speeds(cluster, (2.0, 1.0, 1.0))  # one trainer: twice the time per step
+    assert measured.full_pflop_per_hour == cluster.full_pflop_per_hour
+    assert measured.pflop_per_hour(2, 2 * flops) == pytest.approx(cluster.full_pflop_per_hour)
+    assert measured.pflop_per_hour(1, flops) == pytest.approx(cluster.full_pflop_per_hour / 2)
+    slow = question(seconds_per_step=(180.0 / 180, 180.0 / 180, 90.0 / 180)).predict()
+    plain = question().predict()
+    assert slow.interruptions > 0 and slow.makespan_h > plain.makespan_h  # a node down costs more
+    with pytest.raises(ValueError, match=r"1\.\.3 trainers"):
+        measured_speeds(cluster, (1.0, 1.0))
 
 
 def test_notice_share_splits_interrupts_from_terminations():

@@ -27,8 +27,13 @@ from tests.simulation.sim_cases import (
 )
 
 HALF_NOTICE = RecoveryModel(notice_share=0.5)
+# relaunches as long as the time between events: losses and joins land while one is under way, before and
+# after it launches its nodes
+CROWDED = RecoveryModel(notice_share=0.5, relaunch_s=1800.0, restart_s=900.0, launch_s=1200.0,
+                        replacement_delay_s=1500.0)
 CASES = {
     "deepvm on a hazard": lambda: case(paper_plan(), hazard(0.05)),
+    "deepvm, relaunches crowded with events": lambda: case(paper_plan(), hazard(0.1), recovery=CROWDED),
     "shrink-only, half the reclaims without notice": lambda: case(paper_plan(), hazard(0.08), PolicyRules(False),
                                                                   recovery=HALF_NOTICE),
     "deepvm on a capacity series": lambda: case(paper_plan(), capacity(DAY), recovery=HALF_NOTICE),

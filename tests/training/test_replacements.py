@@ -151,3 +151,29 @@ def test_nodes_bought_but_not_staged_come_back_stranded_and_any_failure_is_answe
     done = _ready(events)
     assert done.added == () and done.error == "OSError: connection reset while copying the job"
     assert done.stranded == ("i-trainer-0-0", "i-trainer-0-1")
+
+
+def test_purchases_take_turns_so_a_second_loss_is_replaced_too():
+    """Buying holds the cluster's lock, which refuses a second purchase at once: a loss while a replacement
+    is being bought must wait for it, not fail and leave the cluster a node short."""
+    cloud = _Cloud()
+    cloud.gate.clear()
+    buying = threading.Lock()
+    plain_buy = cloud.buy
+
+    def locked_buy(role, count, note):
+        if not buying.acquire(blocking=False):
+            raise CloudError("another deepvm command is working on cluster c; wait for it to finish")
+        try:
+            return plain_buy(role, count, note)
+        finally:
+            buying.release()
+
+    events: queue.Queue[object] = queue.Queue()
+    replacements = Replacements(Counter({Role.TRAINER: 3}), locked_buy, _stage, events.put)
+    assert replacements.request(Role.TRAINER, usable=2) == 1
+    assert replacements.request(Role.TRAINER, usable=1) == 1  # a second loss while the first is bought
+    threading.Timer(0.3, cloud.gate.set).start()
+    done = [_ready(events), _ready(events)]
+    assert [d.error for d in done] == [None, None]
+    assert cloud.bought == [(Role.TRAINER, 1), (Role.TRAINER, 1)]

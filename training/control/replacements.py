@@ -8,7 +8,9 @@ the next launch: training.control.attempts). This module does the buying in betw
    their way against the plan (training.control.attempts.nodes_to_buy), and starts one thread for the rest;
 2. that thread buys them with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` asks the
    cluster's handle), then stages them (push, setup, checks: `NodeStager`), so the next launch can use them at
-   once;
+   once. Purchases take turns: buying holds the cluster's lock (one command changing a cluster at a time),
+   so a second loss while a replacement is being bought waits for that purchase instead of failing on the
+   lock and leaving the cluster short;
 3. it posts what happened on the controller's event queue: `ReplacementNote`s while it works and one
    `ReplacementReady` at the end, with the nodes it added or why there are none. The controller hands
    the latter back to `settled`, which takes the nodes off the count of those on their way.
@@ -76,6 +78,7 @@ class Replacements:
         self._buy, self._stage, self._post = buy, stage, post
         self._on_their_way: Counter[Role] = Counter()
         self._threads: list[threading.Thread] = []
+        self._buying = threading.Lock()  # one purchase at a time (each holds the cluster's lock)
 
     def on_their_way(self, role: Role) -> int:
         """Nodes of `role` requested and not yet settled."""
@@ -109,7 +112,8 @@ class Replacements:
 
         added: list[SshEndpoint] = []
         try:
-            added = self._buy(role, count, note)
+            with self._buying:
+                added = self._buy(role, count, note)
             states = self._stage(added, note)
         except Exception as exc:  # anything left unanswered here would keep the controller waiting forever
             why = str(exc) if isinstance(exc, DeepvmError) else f"{type(exc).__name__}: {exc}"
