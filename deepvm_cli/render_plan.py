@@ -23,6 +23,11 @@ _BASELINE_MEANING = (
     "most FLOPS; linear = DeepVM's objective without its scaling factor K(n)"
 )
 
+_DEEPVM_UNITS = (
+    "units: FLOPP = TFLOP bought per dollar (TFLOPS x 3600 / $/h); objective = DeepVM's Z = the GPU type's "
+    "spot FLOPP x n GPU nodes x K(n), in TFLOP per dollar (K(n) = scaling efficiency, 1 = linear)"
+)
+
 OBJECTIVE_LABEL = {
     Objective.DEEPVM: "Z (FLOPP x n x K(n))",
     Objective.THROUGHPUT: "effective TFLOPS",
@@ -66,6 +71,8 @@ def render_plan_result(
     out.print(f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
               f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
               f"{OBJECTIVE_LABEL[best.objective]} = {number(best.objective_value)}")
+    if best.objective is Objective.DEEPVM:
+        console.info(_DEEPVM_UNITS)
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
     if result.baselines:
         found = {_BASELINE_LABEL[name]: p for name, p in result.baselines.items() if p}

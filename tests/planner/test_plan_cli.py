@@ -55,6 +55,8 @@ def test_human_output_shows_the_four_stages_and_the_snapshot_date():
     for stage in ("Instance-level analysis", "Best plan per architecture", "Decision:", "Ranked plans"):
         assert stage in result.stdout
     assert "snapshot" in result.stdout and "as of" in result.stdout
+    units = " ".join(result.stderr.split())  # the line may wrap
+    assert "FLOPP = TFLOP bought per dollar" in units and "in TFLOP per dollar" in units
 
 
 @pytest.mark.parametrize(
