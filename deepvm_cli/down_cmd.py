@@ -155,8 +155,9 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
 
     name = cluster.name
     try:
-        head = head_of(cluster, default_python(cluster))
-        running = tuple(running_jobs(head))
+        with console.stages(f"asking the head node of {name} about running jobs"):  # up to SSH's timeout
+            head = head_of(cluster, default_python(cluster))
+            running = tuple(running_jobs(head))
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")
         return RunningJobs(None, (), known=False)
