@@ -86,9 +86,13 @@ def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):
 
 def test_resume_at_the_last_step_keeps_the_final_loss(tmp_path):
     """A relaunch after the last checkpoint trains nothing and only writes the outputs: its loss is the
-    run's, not NaN (a completion reported `loss nan` when the last attempt started at the last step)."""
-    whole, out = run(tmp_path, "whole", steps=4)
-    again, _ = run(tmp_path, "again", steps=4, resume=out / "state.pt")
+    run's, not NaN (a completion reported `loss nan` when the last attempt started at the last step). The
+    state resumed from is the one a checkpoint hook is shown at the last step, as DeepCheck saves it."""
+    recorder = Recorder()
+    whole, _ = run(tmp_path, "whole", steps=4, hooks=[recorder])
+    assert recorder.snapshots[4]["loss_curve"] == whole["loss_curve"]  # the last point is in the checkpoint
+    torch.save(recorder.snapshots[4], tmp_path / "at-last-step.pt")
+    again, _ = run(tmp_path, "again", steps=4, resume=tmp_path / "at-last-step.pt")
     assert (again["first_step"], again["steps"], again["status"]) == (4, 4, "completed")
     assert math.isfinite(again["final_loss"]) and again["final_loss"] == whole["final_loss"]
     assert again["loss_curve"] == whole["loss_curve"]

@@ -214,12 +214,19 @@ class Run:
             epoch = state.sampler.epoch
             loss = self._one_step()
             window_steps += 1
-            hook_stop = any([bool(hook.on_step(state, state.step)) for hook in self.hooks])  # call every hook
-            stopping = stop.agreed(self.device) or hook_stop or state.step == self.opts.stop_at_step
-            if state.step % spec.log_every == 0 or state.step == self.total_steps or stopping:
-                now = time.perf_counter()
+            # A logged step's point joins the curve before the hooks run, so that the checkpoint they take
+            # at this step holds it (a resume at the last step then reports the run's final loss).
+            logged = state.step % spec.log_every == 0 or state.step == self.total_steps
+            if logged:
                 final_loss = _mean_over_ranks(loss, self.device)
                 state.loss_curve.append((state.step, final_loss))
+            hook_stop = any([bool(hook.on_step(state, state.step)) for hook in self.hooks])  # call every hook
+            stopping = stop.agreed(self.device) or hook_stop or state.step == self.opts.stop_at_step
+            if stopping and not logged:  # every rank agrees to stop, so every rank takes part in the mean
+                final_loss = _mean_over_ranks(loss, self.device)
+                state.loss_curve.append((state.step, final_loss))
+            if logged or stopping:
+                now = time.perf_counter()
                 rate = window_steps * self.plan.per_rank[rank] / max(now - window_start, 1e-9)
                 emit(
                     Step(
