@@ -1,8 +1,9 @@
 """Which cluster a command works on when the user names none, as `sky` remembers its last cluster.
 
 The order is: the flag (or argument), the config file's `cluster:` (deepvm_cli/user_config.py), the last
-cluster used, then `deepvm`. "Used" means launched by `up`, or named by the user in a command that found
-it (train, profile, chaos, status, jobs), so a typo never becomes the default; `down` forgets it.
+cluster used, then `deepvm`. "Used" means launched by `up`, or chosen for a command that found it (train,
+profile, chaos, status, jobs; named by the user or taken from the config file), so a typo never becomes
+the default; `down` forgets it. `up` alone skips the last cluster used: it names a new cluster.
 
 A command says which cluster it chose whenever the user did not name it, and an error about a cluster
 that is not there says where its name came from, so a default is never silent. `down` goes further: it
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deepvm_cli import console
-from deepvm_cli.user_config import UserConfig, load_config
+from deepvm_cli.user_config import Defaults, load_config
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
 from provisioning.errors import InputError
 from provisioning.home import deepvm_home, home_path
@@ -61,17 +62,18 @@ class ClusterChoice:
             console.info(f"cluster {self.name} ({self.origin(flag)})")
 
 
-def choose_cluster(given: str | None, config: UserConfig | None = None) -> ClusterChoice:
-    """The cluster for a command whose flag or argument holds `given` (None: not given); `config` is the
-    config file when the command has read it already."""
+def choose_cluster(given: str | None, defaults: Defaults | None = None, last: bool = True) -> ClusterChoice:
+    """The cluster for a command whose flag or argument holds `given` (None: not given); `defaults` is the
+    command's config file reader when it has one. `last=False` for `up`: a new cluster is not named after
+    the last one used (a second `up` would find that one up and launch nothing)."""
     if given is not None:
         return ClusterChoice(check_cluster_name(given), Source.GIVEN)
-    config = config or load_config()
+    config = defaults.config if defaults is not None else load_config()
     if config.cluster is not None:
         return ClusterChoice(config.cluster, Source.CONFIG, config.path)
-    last = last_cluster()
-    if last is not None:
-        return ClusterChoice(last, Source.LAST)
+    remembered = last_cluster() if last else None
+    if remembered is not None:
+        return ClusterChoice(remembered, Source.LAST)
     return ClusterChoice(DEFAULT_CLUSTER_NAME, Source.DEFAULT)
 
 
@@ -110,4 +112,5 @@ def remember_cluster(name: str) -> None:
 def forget_cluster(name: str) -> None:
     """After `down NAME`: NAME is no longer a cluster to default to."""
     if last_cluster() == name:
-        (home_path() / LAST_CLUSTER_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # best effort, as remember_cluster: the cluster is gone already
+            (home_path() / LAST_CLUSTER_FILE).unlink(missing_ok=True)

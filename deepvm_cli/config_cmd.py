@@ -18,10 +18,11 @@ _KEY_HELP = f"One of {', '.join(KEYS)}."
 def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the file's defaults and the cluster a command takes when none is named."""
     from deepvm_cli.cluster_choice import choose_cluster
-    from deepvm_cli.user_config import load_config
+    from deepvm_cli.user_config import Defaults
 
-    config = load_config()
-    choice = choose_cluster(None, config)
+    defaults = Defaults()
+    config = defaults.config
+    choice = choose_cluster(None, defaults)
     if as_json:
         console.print_json({"file": str(config.path), "defaults": config.values(),
                             "cluster": {"name": choice.name, "source": choice.source.value}})  # fmt: skip

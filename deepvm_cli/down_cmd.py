@@ -67,8 +67,8 @@ def down_command(
     from provisioning.cloud.lifecycle import down, down_preview
     from provisioning.sandbox.control import BANNER
 
-    defaults = Defaults()
-    choice = choose_cluster(name, defaults.config)
+    defaults = Defaults(tolerant=True)  # a broken config file never stops a teardown
+    choice = choose_cluster(name, defaults)
     if yes and choice.source is not Source.GIVEN:
         raise InputError(f"down --yes deletes without asking, so it needs the cluster's name: `deepvm down "
                          f"{choice.name} --yes` deletes {choice.name} ({choice.origin()})")  # fmt: skip

@@ -65,7 +65,8 @@ def plan(
     from provisioning.sources import resolve_catalog
 
     defaults = Defaults()
-    max_price = defaults.fill(max_price, "max_price")
+    if deadline is None:  # a deadline plan is at any hourly price unless --max-price caps it here
+        max_price = defaults.fill(max_price, "max_price")
     if catalog_file is None:  # a catalog file's regions are its own
         region = defaults.fill(region, "region")
     defaults.announce()

@@ -81,7 +81,7 @@ def up_command(
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
     defaults = Defaults()
-    choice = choose_cluster(name, defaults.config)
+    choice = choose_cluster(name, defaults, last=False)
     name = choice.name
     cloud = defaults.fill(cloud, "cloud") or "auto"
     if max_price is not None:

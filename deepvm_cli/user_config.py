@@ -51,9 +51,24 @@ class Defaults:
     """The config file's values, handed to a command for each flag it was not given; it then says which
     values came from the file, so that a default is never a surprise."""
 
-    def __init__(self) -> None:
-        self.config = load_config()
+    def __init__(self, tolerant: bool = False) -> None:
+        self._config: UserConfig | None = None
         self._used: list[str] = []
+        self._tolerant = tolerant  # a broken file is a warning, not an error (for `down`)
+
+    @property
+    def config(self) -> UserConfig:
+        """The file, read the first time a value is needed: a command given every value never reads it, so
+        a broken file cannot stop, say, `down NAME --yes` while the cluster bills."""
+        if self._config is None:
+            try:
+                self._config = load_config()
+            except InputError as exc:
+                if not self._tolerant:
+                    raise
+                console.warning(f"{exc}; the config file is ignored")
+                self._config = UserConfig(config_path())
+        return self._config
 
     def fill(self, given: T | None, key: str) -> T | None:
         """`given` (the flag's value), else the file's `key` (None when the file does not set it)."""
@@ -90,6 +105,21 @@ def _read(path: Path) -> UserConfig:
     return _checked(path, {} if doc.data is None else doc.data)
 
 
+def _raw(path: Path) -> dict[Any, Any]:
+    """The file's mapping as written, unchecked, for `config set` and `unset` to repair: a wrong key or value
+    is theirs to fix, so it must not stop them (the result is checked whole before it is written)."""
+    from training.shared.yamlmarks import read_yaml
+
+    if not path.exists() and not path.is_symlink():
+        return {}
+    data = read_yaml(path, "config file", MAX_CONFIG_BYTES).data
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: must be a mapping of keys ({', '.join(KEYS)}), not a {type(data).__name__}")
+    return data
+
+
 def _checked(path: Path, data: Any) -> UserConfig:
     """`data` (the parsed file, or what `deepvm config set` would write) as defaults, or one InputError."""
     from deepvm_cli.config_document import check_document
@@ -99,7 +129,7 @@ def _checked(path: Path, data: Any) -> UserConfig:
         raise InputError(f"{path}: must be a mapping of keys ({', '.join(KEYS)}), not a {type(data).__name__}")
     for key in data:
         if key not in KEYS:
-            raise InputError(f"{path}: {key}: unknown key{_did_you_mean(str(key))}; the keys are {', '.join(KEYS)}")
+            raise _unknown_key(key, f"{path}: ")
     try:
         document = check_document(data)
     except DocumentError as exc:
@@ -107,32 +137,35 @@ def _checked(path: Path, data: Any) -> UserConfig:
     return UserConfig(path, **document.model_dump())
 
 
-def _did_you_mean(key: str) -> str:
-    close = difflib.get_close_matches(key, KEYS, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+def _unknown_key(key: object, where: str = "") -> InputError:
+    close = difflib.get_close_matches(str(key), KEYS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return InputError(f"{where}{key}: unknown key{hint}; the keys are {', '.join(KEYS)}")
 
 
 def set_value(key: str, text: str) -> UserConfig:
     """Write `key: text` into the file (created if need be), after checking the whole result; the file is
     rewritten in deepvm's order, without comments."""
-    config = load_config()
+    path = config_path()
+    written = _raw(path)
     if key not in KEYS:
-        raise InputError(f"{key}: unknown key{_did_you_mean(key)}; the keys are {', '.join(KEYS)}")
+        raise _unknown_key(key)
     value: str | float = text
     if key == "max_price":
         try:
             value = float(text)
         except ValueError:
             raise InputError(f"max_price must be a number (USD per hour), got {text!r}") from None
-    return _write(config.path, {**config.values(), key: value})
+    return _write(path, {**written, key: value})
 
 
 def unset_value(key: str) -> UserConfig:
     """Remove `key` from the file (nothing to do when it is not set)."""
-    config = load_config()
-    if key not in KEYS:
-        raise InputError(f"{key}: unknown key{_did_you_mean(key)}; the keys are {', '.join(KEYS)}")
-    return _write(config.path, {k: v for k, v in config.values().items() if k != key})
+    path = config_path()
+    written = _raw(path)
+    if key not in KEYS and key not in written:  # a misspelt key in the file can be removed by its name
+        raise _unknown_key(key)
+    return _write(path, {k: v for k, v in written.items() if k != key})
 
 
 def _write(path: Path, values: dict[str, Any]) -> UserConfig:

@@ -25,7 +25,7 @@ The model (times in hours; W the work in PFLOP):
 - The deadline fallback (Can't Be Late's idea for a cluster): after each event, if the projected finish
   (relaunch end + remaining work / rate) is later than deadline - margin, every missing Spot node is
   bought on demand instead, and so is every later replacement.
-- deepvm relaunches for every loss and for every fold-in, one relaunch at a time (training/attempts.py):
+- deepvm relaunches for every loss and for every fold-in, one relaunch at a time (training/control/attempts.py):
   a loss or a replacement that is ready while the job trains starts a relaunch now. One that comes while
   a relaunch is under way joins it if that relaunch has not launched its nodes yet (the last `launch_s`
   of a relaunch are mpirun and the ranks starting on the nodes already chosen); otherwise it waits for it:

@@ -452,7 +452,7 @@ ROWS += [
         f"{CONFIG}: cloud: must be 'auto', 'aws' or 'sandbox', got \"gcp\""),
     Row("config-cluster", config_then("cluster: a b\n", "train", str(REPO / "configs" / "resnet.yaml")),
         f"{CONFIG}: cluster: cluster name 'a b' is not allowed"),
-    Row("config-cluster-number", config_then("cluster: 7\n", "down", "--yes"),
+    Row("config-cluster-number", config_then("cluster: 7\n", "train", str(REPO / "configs" / "resnet.yaml")),
         f"{CONFIG}: cluster: must be a cluster name, got 7"),
     Row("config-list", config_then("- region\n", *PLAN_OFFLINE),
         f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster), not a list"),

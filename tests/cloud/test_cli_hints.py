@@ -162,3 +162,34 @@ def test_config_set_show_unset(isolated_env, deepvm):
     assert f"a command given no cluster takes ux (from {isolated_env / 'config.yaml'})" in err
     assert deepvm("config", "unset", "cluster")[0] == 0
     assert (isolated_env / "config.yaml").read_text() == "max_price: 12.0\n"
+
+
+def test_up_names_a_new_cluster_not_the_last_one_used(ctx, c1, ami, tmp_path, deepvm):
+    """c1 is up and the last one used; `up` without --name must not aim at it (it would launch nothing)."""
+    plan = write_plans(tmp_path / "other.json", make_plan(spot=1, on_demand=1))
+    code, _, err = deepvm("up", "--dry-run", "--cloud", "aws", "--plan", str(plan), "--ami", ami)
+    assert code == 0, err
+    assert "cluster deepvm (the default name; --name NAME picks another)" in err and "c1" not in err
+
+
+def test_a_broken_config_file_never_stops_down_and_config_repairs_it(ctx, c1, isolated_env, deepvm):
+    config = isolated_env / "config.yaml"
+    config.write_text("regoin: us-west-2\n")
+    code, _, err = deepvm("config", "show")
+    assert code == 2 and "regoin: unknown key (did you mean region?)" in err
+    code, _, err = deepvm("down", "ghost", "--yes")  # a teardown reads the file, warns, and goes on
+    assert code == 5 and "the config file is ignored" in err and "no cluster named 'ghost'" in err
+    assert deepvm("config", "unset", "regoin")[0] == 0 and config.read_text() == ""
+    config.write_text("max_price: nope\n")
+    code, _, err = deepvm("config", "set", "max_price", "3")
+    assert code == 0, err
+    assert config.read_text() == "max_price: 3.0\n"
+
+
+def test_a_deadline_plan_is_not_capped_by_the_config_max_price(isolated_env, deepvm):
+    isolated_env.mkdir()
+    (isolated_env / "config.yaml").write_text("max_price: 0.7\n")
+    code, _, err = deepvm("plan", "--offline", "--deadline", "10", "--work", "1000")
+    assert code == 0, err
+    assert "config.yaml" not in err
+    assert json.loads((isolated_env / "plan.json").read_text())["plans"][0]["price_per_hour"] > 0.7

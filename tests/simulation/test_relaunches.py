@@ -1,4 +1,4 @@
-"""The model relaunches as `deepvm train` does (training/attempts.py): a relaunch for every loss and one
+"""The model relaunches as `deepvm train` does (training/control/attempts.py): a relaunch for every loss and one
 for every fold-in, one at a time. A replacement ready before the relaunch on the survivors launches its
 nodes is in that launch; one ready during the launch is folded in after it; one ready later is folded in
 while the job trains. Engine and reference agree on each."""
