@@ -81,7 +81,7 @@ def test_a_four_gpu_node_runs_four_trainer_ranks(tmp_path):
         assert (metrics["status"], metrics["steps"], metrics["world_size"]) == ("completed", 8, 4)
         assert metrics["rank_batches"] == [4, 4, 4, 4] and metrics["global_batch"] == 16
         (note,) = [line for line in train.stderr.splitlines() if line.startswith("attempt 1:")]
-        assert note.startswith("attempt 1: 4 trainers + 1 holders") and " x4" in note
+        assert note.startswith("attempt 1: 4 trainers + 1 holder (") and " x4" in note
         status = json.loads(run_cli("status", "mg", "--json", env=env).stdout)
         assert status["jobs"][0]["world_size"] == 4
     finally:

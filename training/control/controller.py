@@ -268,10 +268,11 @@ class Controller:
                 run = _Run(Attempt(len(self.attempts) + 1, launch, self.events.put), launch.trainer_ranks)
                 self.stall.started(run.attempt.started_at)
                 self._save(world_size=run.trainers, message=f"attempt {run.attempt.number} running")
+                holders = len(launch.nodes) - len(launch.trainers)
                 self.report.note(
-                    f"attempt {run.attempt.number}: {run.trainers} trainers + "
-                    f"{len(launch.nodes) - len(launch.trainers)} holders "
-                    f"({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})"
+                    f"attempt {run.attempt.number}: {_count(run.trainers, 'trainer')}"
+                    + (f" + {_count(holders, 'holder')}" if holders else "")
+                    + f" ({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})"
                 )
                 outcome = self._watch(run)
                 self.recovery.attempt_ended(run.attempt.number, run.last_step)
@@ -724,3 +725,8 @@ def cluster_node(e: SshEndpoint, facts: TypeFacts) -> Node:
     facts (training.control.plan_facts)."""
     return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
                 facts.gpus)  # fmt: skip
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 holder`, `3 trainers`: a count a person reads, not `1 holders`."""
+    return f"{number} {noun}" + ("" if number == 1 else "s")
