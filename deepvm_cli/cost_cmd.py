@@ -49,14 +49,6 @@ def totals(bills: Sequence[ClusterBill]) -> list[CloudTotal]:
     ]
 
 
-def _bill_doc(bill: ClusterBill) -> dict[str, object]:
-    from provisioning.cost import cost_fields
-
-    return {"name": bill.name, "cloud": bill.cloud, "region": bill.region, "status": bill.status.value,
-            "created_at": bill.created_at, **cost_fields(bill.cost),
-            "usd_per_hour": round(bill.cost.usd_per_hour, 6)}  # fmt: skip
-
-
 def render(bills: Sequence[ClusterBill]) -> None:
     """The table, then a total per cloud. Fits 80 columns: names and clouds wrap, numbers and times never."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
@@ -94,7 +86,7 @@ def cost_report_command(
 
     bills = cost_report()
     if as_json:
-        console.print_json({"clusters": [_bill_doc(b) for b in bills],
+        console.print_json({"clusters": [b.to_dict() for b in bills],
                             "totals": [t.to_dict() for t in totals(bills)]})  # fmt: skip
         return
     if not bills:

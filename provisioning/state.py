@@ -18,7 +18,7 @@ from pathlib import Path
 
 from provisioning.catalog import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
-from provisioning.cost import ClusterCost, CostSegment, cluster_cost, iso
+from provisioning.cost import ClusterCost, CostSegment, cluster_cost, cost_fields, iso
 from provisioning.db import Database, Schema, exclusive_lock
 from provisioning.errors import CloudError
 from provisioning.planner.plan import Plan, Role
@@ -158,6 +158,12 @@ class ClusterBill:
     status: ClusterStatus
     created_at: str
     cost: ClusterCost
+
+    def to_dict(self) -> dict[str, object]:
+        """The cluster as `cost-report --json` states it (cost fields as in `status` and `down`)."""
+        return {"name": self.name, "cloud": self.cloud, "region": self.region, "status": self.status.value,
+                "created_at": self.created_at, **cost_fields(self.cost),
+                "usd_per_hour": round(self.cost.usd_per_hour, 6)}  # fmt: skip
 
 
 @dataclass(frozen=True)
