@@ -47,6 +47,7 @@ _DESCRIBE = (
     "ec2:DescribeLaunchTemplateVersions",
 )
 _LAUNCH = ("ec2:CreateFleet", "ec2:RunInstances")
+_CREATE_ACTIONS = ("CreateFleet", "RunInstances")  # ec2:CreateAction values: EC2 API operation names
 
 
 def trust_policy() -> dict[str, Any]:
@@ -89,22 +90,39 @@ def controller_policy(cluster: str, region: str, node_role_arn: str | None = Non
             "Condition": tagged,
         },
         {
+            # the AMI's snapshots too: the root volume is made from them (Karpenter's reference policy grants
+            # them; AWS's reference lists snapshot among RunInstances' resources without saying when)
             "Sid": "LaunchWithTheTemplatesParts",
             "Effect": "Allow",
             "Action": list(_LAUNCH),
             "Resource": [
-                f"{arn}:{kind}/*"
-                for kind in ("image", "subnet", "security-group", "key-pair", "spot-instances-request")
+                f"{arn}:{kind}/*" for kind in ("image", "snapshot", "subnet", "security-group", "key-pair")
             ],
             "Condition": {"ArnLike": {"ec2:LaunchTemplate": f"{arn}:launch-template/*"}},
         },
         {
+            # A spot launch is also authorised on the spot request it makes. AWS's Service Authorization
+            # Reference lists no such resource (nor condition key) for RunInstances/CreateFleet, yet real
+            # spot launches are checked against it (Karpenter's reference policy grants it): undocumented,
+            # so granted on the safe side, unconditioned. It launches nothing by itself: every other
+            # resource of the same request is limited by the statements above.
+            "Sid": "LaunchAsSpot",
+            "Effect": "Allow",
+            "Action": list(_LAUNCH),
+            "Resource": f"{arn}:spot-instances-request/*",
+        },
+        {
+            # ec2:CreateAction holds the bare name of the API operation that creates the resource
+            # ("RunInstances", not "ec2:RunInstances"): AWS's own examples in
+            # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html .
+            # EC2 authorises ec2:CreateTags for every resource a launch tags, so a wrong value here refuses
+            # every replacement the head buys (UnauthorizedOperation).
             "Sid": "TagOnlyWhileLaunching",
             "Effect": "Allow",
             "Action": "ec2:CreateTags",
             "Resource": f"{arn}:*/*",
             "Condition": {
-                "StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": cluster, "ec2:CreateAction": list(_LAUNCH)}
+                "StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": cluster, "ec2:CreateAction": list(_CREATE_ACTIONS)}
             },
         },
         {
