@@ -61,6 +61,10 @@ def down_command(
     cancel_jobs: bool = typer.Option(
         False, "--cancel-jobs", help="Cancel the cluster's running managed jobs (after a checkpoint) first."
     ),
+    cluster_id: str = typer.Option(
+        "", "--cluster-id", help="Which cluster of that name to sweep when it is not recorded here and several "
+        "are tagged (their ids are listed then)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
@@ -75,7 +79,7 @@ def down_command(
     name = choice.name
     cloud = defaults.fill(cloud, "cloud") or "auto"
     region = defaults.fill(region, "region")
-    preview = down_preview(name, cloud, region)
+    preview = down_preview(name, cloud, region, cluster_id)
     found = preview.cluster
     if found is None:
         defaults.announce()  # the file's cloud and region chose where the sweep looked
@@ -91,7 +95,7 @@ def down_command(
     if running.head is not None:
         _cancel(running.head, running.jobs)
     with progress_reporter(quiet=as_json) as report:
-        result = down(name, cloud=cloud, region=region, report=report)
+        result = down(name, cloud=cloud, region=region, report=report, cluster_id=cluster_id)
     forget_cluster(name)
     if result.unreadable_state:
         console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "

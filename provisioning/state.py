@@ -17,9 +17,10 @@ from enum import Enum
 from pathlib import Path
 
 from provisioning.catalog import Market
+from provisioning.cloud.names import ClusterIdentity
 from provisioning.cloud.types import CloudResources, NodeRecord
 from provisioning.cost import ClusterCost, CostSegment, cluster_cost, cost_fields, iso
-from provisioning.db import Database, Schema, exclusive_lock
+from provisioning.db import AddedColumn, Database, Schema, exclusive_lock
 from provisioning.errors import CloudError
 from provisioning.planner.plan import Plan, Role
 
@@ -37,7 +38,8 @@ CREATE TABLE IF NOT EXISTS clusters (
                                       -- the head's instance profile
     ssh_user TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    cluster_id TEXT NOT NULL DEFAULT ''  -- the id `up` gave it (provisioning.cloud.names); '' before ids
 )"""
 _NODES = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -88,7 +90,7 @@ CREATE TABLE IF NOT EXISTS past_clusters (
 )"""
 SCHEMA = Schema(
     name="clusters",
-    version=2,  # 2: past_clusters
+    version=3,  # 2: past_clusters; 3: clusters.cluster_id (a cluster recorded before has '': named as then)
     statements=(
         _CLUSTERS,
         _NODES,
@@ -99,6 +101,7 @@ SCHEMA = Schema(
         "CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster)",
         "CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster)",
     ),
+    added_columns=(AddedColumn("clusters", "cluster_id", "TEXT NOT NULL DEFAULT ''"),),
 )
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
@@ -138,6 +141,12 @@ class ClusterRow:
     ssh_user: str
     created_at: str
     updated_at: str = ""
+    cluster_id: str = ""  # the id `up` gave it; "" for a cluster recorded before ids (named as then)
+
+    @property
+    def identity(self) -> ClusterIdentity:
+        """The cluster in the cloud: what its resources are named and tagged with."""
+        return ClusterIdentity(self.name, self.cluster_id)
 
     @property
     def region(self) -> str:
@@ -200,7 +209,9 @@ class Store:
                 )  # fmt: skip
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
             db.execute(
-                "INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO clusters (name, cloud, region, availability_zone, status, plan_json, prices_as_of, "
+                "launch_token, resources_json, ssh_user, created_at, updated_at, cluster_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     row.name,
                     row.cloud,
@@ -214,6 +225,7 @@ class Store:
                     row.ssh_user,
                     row.created_at or now,
                     now,
+                    row.cluster_id,
                 ),
             )
             _event(db, row.name, "created", f"cluster recorded ({row.cloud}, {row.region})")
@@ -362,6 +374,7 @@ def _resources_json(resources: CloudResources) -> str:
             "controller_profile": resources.controller_profile,
             "controller_role": resources.controller_role,
             "controller_owned": resources.controller_owned,
+            "holders_role": resources.holders_role,
         }
     )
 
@@ -384,10 +397,12 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             controller_profile=res.get("controller_profile", ""),
             controller_role=res.get("controller_role", ""),
             controller_owned=res.get("controller_owned", False),
+            holders_role=res.get("holders_role", ""),
         ),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        cluster_id=row["cluster_id"],
     )
 
 

@@ -10,13 +10,17 @@ and the sandbox reuses that implementation against its moto server. The contract
   Shortage is data, not an exception: `LaunchOutcome.shortfalls` says what is missing and why.
 - `wait_instances(ctx, ids, timeout) -> list[InstanceInfo]` polls until all run. EC2 is eventually
   consistent: ids that are not visible yet are retried within the time budget.
+- `cluster` is a `ClusterIdentity` (provisioning.cloud.names): the user's name and the id `up` gave this
+  cluster, which every cloud name and the sweep tag carry, so clusters of one name in one account (two
+  users, both `deepvm`) never touch each other's resources.
 - `query_instances(ctx, cluster) -> list[InstanceInfo]` finds a cluster's live instances by tag alone.
-- `ensure_controller(ctx, cluster, user_profile, node_profile) -> ControllerAccess` makes the IAM role
-  and instance profile `deepvm-CLUSTER-controller` with the controller's tag-scoped policy (or takes the
-  user's profile as given); `attach_to_head(ctx, access, instance_id)` associates it with the head node
-  only, once it runs. A refusal by IAM says to pass `--controller-profile`.
+- `ensure_controller(ctx, cluster, user_profile, node_profile, with_holders) -> ControllerAccess` makes the
+  IAM role and instance profile `deepvm-NAME-ID-REGION-controller` with the controller's tag-scoped policy
+  (or takes the user's profile as given), and the holders' role; `attach_to_head(ctx, access, instance_id)`
+  associates it with the head node only, once it runs, `attach_to_holders` the holders' with the other
+  holders. A refusal by IAM says to pass `--controller-profile`.
 - `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, by the recorded ids and by
-  sweeping the cluster tag (and the controller role's fixed name), instances first; a failed step does not
+  sweeping the cluster's tag (and the roles' fixed names), instances first; a failed step does not
   stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one
   line per resource). Safe to call twice, or with no record at all.
 

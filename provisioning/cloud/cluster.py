@@ -22,7 +22,7 @@ from typing import Any
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.aws.instances import describe
-from provisioning.cloud.aws.provider import add_instances, query_instances, wait_instances
+from provisioning.cloud.aws.provider import add_instances, attach_to_holders, query_instances, wait_instances
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
@@ -222,7 +222,7 @@ class Cluster:
         try:
             with cloud_errors("reading node states"):
                 seen = {i.instance_id: i for i in describe(ctx, [n.instance_id for n in nodes])}
-                tagged = query_instances(ctx, self.name)
+                tagged = query_instances(ctx, row.identity)
         except CloudError:
             return False
         self._store.put_nodes(self.name, [replace(n, state=seen[n.instance_id].state if n.instance_id in seen
@@ -251,8 +251,8 @@ class Cluster:
                 raise InputError(f"cluster {self.name}'s plan has no {role.value} nodes to replace")
             ctx = started(self.target, row.region)
             report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
-            outcome = add_instances(ctx, self.name, row.resources, row.availability_zone, replace(group, count=count),
-                                    uuid.uuid4().hex)  # fmt: skip
+            outcome = add_instances(ctx, row.identity, row.resources, row.availability_zone,
+                                    replace(group, count=count), uuid.uuid4().hex)  # fmt: skip
             self._store.set_resources(self.name, outcome.resources)
             if outcome.shortfalls:
                 self.event("shortage", "; ".join(s.describe() for s in outcome.shortfalls))
@@ -269,6 +269,8 @@ class Cluster:
                 report: Reporter, timeout_s: float, inside_cluster: bool) -> list[NodeRecord]:
         """Launched replacements until they run, are recorded, pinned and answer over SSH."""
         infos = wait_instances(ctx, instance_ids, timeout_s, lambda n, t: report.count("running", n, t))
+        if group.role is Role.HOLDER:  # a holder's S3 rights come with deepvm's holders profile
+            attach_to_holders(ctx, row.resources.controller, [i.instance_id for i in infos])
         wanted = replace(row.plan, nodes=(replace(group, count=len(infos)),))
         added = assign_roles(wanted, infos, row.ssh_user, self.target.ssh_port)
         if inside_cluster:

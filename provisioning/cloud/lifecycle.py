@@ -17,13 +17,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.aws.provider import (
     attach_to_head,
+    attach_to_holders,
     ensure_controller,
     query_instances,
     run_instances,
     terminate_cluster,
     wait_instances,
 )
-from provisioning.cloud.aws.teardown import Leftover, leftovers
+from provisioning.cloud.aws.teardown import Leftover, clusters_named, leftovers
 from provisioning.cloud.cluster import (
     Cluster,
     ClusterView,
@@ -36,7 +37,7 @@ from provisioning.cloud.cluster import (
 )
 from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import ensure_cluster_keys, forget_cluster_keys
-from provisioning.cloud.names import check_cluster_name
+from provisioning.cloud.names import ClusterIdentity, check_cluster_id, check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
@@ -50,7 +51,7 @@ from provisioning.cloud.types import (
 from provisioning.cost import ClusterCost
 from provisioning.db import StateFileError
 from provisioning.errors import CloudError, InputError, NotFoundError
-from provisioning.planner.plan import Plan
+from provisioning.planner.plan import Plan, Role
 from provisioning.state import ClusterBill, ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
 
 
@@ -106,7 +107,7 @@ def up(target: CloudTarget, request: UpRequest, report: Reporter = Reporter()) -
             report.step(f"cleaning up an interrupted earlier attempt of {name}")
             _destroy(
                 store,
-                existing.name,
+                existing.identity,
                 target_for(existing.cloud),
                 [existing.region],
                 existing.resources,
@@ -128,12 +129,13 @@ def _launch(
 ) -> UpResult:
     name = request.name
     ctx = started(target, plan.region)
-    strays = query_instances(ctx, name)
-    if strays:
-        raise CloudError(
-            f"cluster {name} already has {len(strays)} instance(s) in {plan.region} that deepvm has no "
-            f"record of (was the state directory lost?); run `deepvm down {name}` first"
-        )
+    # a new id for every cluster `up` makes: its cloud names and tags are its own, whoever else in the
+    # account has a cluster of this name (provisioning.cloud.names)
+    identity = ClusterIdentity.new(name)
+    others = [c.cluster_id or "none" for c in clusters_named(ctx, name)]
+    if others:  # not refused: they may be another user's; but if they are a lost record's, they bill
+        report.step(f"other clusters named {name} are in {plan.region} (ids {', '.join(others)}): another "
+                    f"user's, or ones this machine has no record of (`deepvm down {name} --cluster-id ID`)")
     keys = ensure_cluster_keys(name)
     report.step("preparing key pair, security group and launch template")
     spec = ClusterSpec(
@@ -147,6 +149,7 @@ def _launch(
         internal_public_key=keys.internal_public,
         launch_token=uuid.uuid4().hex,
         instance_profile=request.instance_profile,
+        cluster_id=identity.cluster_id,
     )
     store.put_cluster(
         ClusterRow(
@@ -158,13 +161,15 @@ def _launch(
             CloudResources(),
             spec.ssh_user,
             created_at=utc_now(),
+            cluster_id=identity.cluster_id,
         )
     )
     resources = CloudResources()
     try:
         # IAM first: a refusal costs nothing yet, and the role is recorded before any instance exists
         report.step("preparing the head node's IAM role and instance profile")
-        controller = ensure_controller(ctx, name, request.controller_profile, request.instance_profile)
+        holders = any(g.role is Role.HOLDER for g in plan.nodes)  # holders besides the head: their own role
+        controller = ensure_controller(ctx, identity, request.controller_profile, request.instance_profile, holders)
         resources = CloudResources().with_controller(controller)
         store.set_resources(name, resources)
         total = sum(g.count for g in plan.nodes)
@@ -190,6 +195,8 @@ def _launch(
         if head is not None:  # no on-demand node (an accepted shortage): no controller rights anywhere
             attach_to_head(ctx, controller, head.instance_id)
             store.add_event(name, "controller-profile", f"{controller.profile} on the head {head.instance_id}")
+            others = [n.instance_id for n in nodes if n.role is Role.HOLDER and n.instance_id != head.instance_id]
+            attach_to_holders(ctx, controller, others)
         if request.wait_ssh:  # else the first command that needs the nodes pins them (Cluster.endpoints)
             pin_nodes(ctx, name, nodes, request.timeout_s, lambda n, t: report.count("host keys pinned", n, t))
             wait_reachable(
@@ -202,7 +209,7 @@ def _launch(
         report.step(f"cleaning up after: {exc or type(exc).__name__}")
         try:
             _destroy(
-                store, name, target, [plan.region], resources, report, final_status=ClusterStatus.FAILED,
+                store, identity, target, [plan.region], resources, report, final_status=ClusterStatus.FAILED,
                 reason=str(exc),
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
@@ -241,39 +248,54 @@ def cost_report() -> list[ClusterBill]:
 
 
 def down(
-    name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter()
+    name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter(), cluster_id: str = ""
 ) -> DownResult:
     """Delete everything of the cluster, recorded or only tagged; safe to run again. A state file that
-    cannot be read is passed over: the cluster is then found by its tags, as when the file is gone."""
+    cannot be read is passed over: the cluster is then found by its tags, as when the file is gone
+    (`cluster_id` picks one when other clusters of that name are tagged there too)."""
     name = check_cluster_name(name)
     with cluster_lock(name):
         store, unreadable = _readable_store(name)
         row = store.cluster(name) if store is not None else None
         if row is not None:
-            target, regions, known = target_for(row.cloud), [row.region], row.resources
+            target, regions, known, identity = target_for(row.cloud), [row.region], row.resources, row.identity
         else:
             target = resolve_target(cloud)
             regions, known = target.regions(region), CloudResources()
-            tagged_with(name, target, regions, store, unreadable)  # NotFoundError when nothing is
-        deleted = _destroy(store, name, target, regions, known, report)
+            identity, _ = tagged_with(name, target, regions, store, unreadable, cluster_id)  # NotFoundError if none
+        deleted = _destroy(store, identity, target, regions, known, report)
         cost = store.cost(name) if store is not None and row is not None else None
     return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable, cost=cost,
                       cloud=target.kind)
 
 
 def tagged_with(
-    name: str, target: CloudTarget, regions: list[str], store: Store | None, unreadable: str = ""
-) -> list[Leftover]:
-    """What is tagged with cluster `name` in `regions` of `target` (for a cluster without a record), or a
-    NotFoundError that lists the clusters the local state has."""
-    found = [item for r in regions for item in _leftovers(target, r, name)]
+    name: str, target: CloudTarget, regions: list[str], store: Store | None, unreadable: str = "",
+    cluster_id: str = "",
+) -> tuple[ClusterIdentity, list[Leftover]]:
+    """The cluster called `name` that is tagged in `regions` of `target` (for a cluster without a record)
+    and what is tagged with it; a NotFoundError that lists the clusters the local state has when there is
+    none, an InputError listing their ids when there are several and `cluster_id` picks none of them
+    (another user of the account may own one: `down` never guesses)."""
+    where = ", ".join(regions) or "the sandbox"
+    named = list(dict.fromkeys(c for r in regions for c in _clusters_named(target, r, name)))
+    if cluster_id:
+        named = [c for c in named if c.cluster_id == check_cluster_id(cluster_id)]
+    found = [(c, [item for r in regions for item in _leftovers(target, r, c)]) for c in named]
+    found = [(c, items) for c, items in found if items]
     if not found:
-        where = ", ".join(regions) or "the sandbox"
+        which = f"{name!r} with id {cluster_id}" if cluster_id else repr(name)
         raise NotFoundError(
-            f"no cluster named {name!r}: not in the local state, and nothing tagged with it "
+            f"no cluster named {which}: not in the local state, and nothing tagged with it "
             f"in {where}" + (f"; {cluster_listing(store)}" if store is not None else f" ({unreadable})")
         )
-    return found
+    if len(found) > 1:
+        ids = ", ".join(c.cluster_id or "none (made before ids)" for c, _ in found)
+        pick = next(c.cluster_id for c, _ in found if c.cluster_id)
+        raise InputError(f"{len(found)} clusters named {name} are tagged in {where} (ids: {ids}), and this machine "
+                         "has no record of any; another user of the account may own some: pick one with "
+                         f"`deepvm down {name} --cluster-id {pick}`")  # fmt: skip
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -285,7 +307,7 @@ class DownPreview:
     tagged: tuple[Leftover, ...] = ()
 
 
-def down_preview(name: str, cloud: str = "auto", region: str | None = None) -> DownPreview:
+def down_preview(name: str, cloud: str = "auto", region: str | None = None, cluster_id: str = "") -> DownPreview:
     """The cluster `down` would delete; NotFoundError (listing the clusters there are) when there is none,
     so that nobody is asked to confirm deleting nothing."""
     store, unreadable = _readable_store(check_cluster_name(name))
@@ -293,7 +315,8 @@ def down_preview(name: str, cloud: str = "auto", region: str | None = None) -> D
     if found is not None:
         return DownPreview(found)
     target = resolve_target(cloud)
-    return DownPreview(None, tuple(tagged_with(name, target, target.regions(region), store, unreadable)))
+    _, tagged = tagged_with(name, target, target.regions(region), store, unreadable, cluster_id)
+    return DownPreview(None, tuple(tagged))
 
 
 def _readable_store(name: str) -> tuple[Store | None, str]:
@@ -307,14 +330,19 @@ def _readable_store(name: str) -> tuple[Store | None, str]:
     return store, ""
 
 
-def _leftovers(target: CloudTarget, region: str, name: str) -> list[Leftover]:
+def _leftovers(target: CloudTarget, region: str, cluster: ClusterIdentity) -> list[Leftover]:
     ctx = target.context(region, start=False)
-    return [] if ctx is None else leftovers(ctx, name)
+    return [] if ctx is None else leftovers(ctx, cluster)
+
+
+def _clusters_named(target: CloudTarget, region: str, name: str) -> list[ClusterIdentity]:
+    ctx = target.context(region, start=False)
+    return [] if ctx is None else clusters_named(ctx, name)
 
 
 def _destroy(
     store: Store | None,
-    name: str,
+    cluster: ClusterIdentity,
     target: CloudTarget,
     regions: list[str],
     known: CloudResources,
@@ -324,6 +352,7 @@ def _destroy(
 ) -> list[str]:
     """Terminate and delete everything of the cluster in the regions; mark the record (if there is a
     readable one), forget its keys."""
+    name = cluster.name
     record = store if store is not None and store.cluster(name) is not None else None
     if record is not None:
         record.set_status(name, ClusterStatus.TERMINATING, "tearing down")
@@ -335,9 +364,9 @@ def _destroy(
             continue
         instance_ids = {n.instance_id for n in record.nodes(name)} if record is not None else set()
         with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
-            instance_ids |= {i.instance_id for i in query_instances(ctx, name)}
+            instance_ids |= {i.instance_id for i in query_instances(ctx, cluster)}
         try:
-            deleted += terminate_cluster(ctx, name, known, on_step=report.step)
+            deleted += terminate_cluster(ctx, cluster, known, on_step=report.step)
         except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
             incomplete.append(exc)
             continue

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from provisioning.catalog import Market
+from provisioning.cloud.names import ClusterIdentity
 from provisioning.planner.plan import NodeGroup, Plan, Role
 
 
@@ -36,6 +37,11 @@ class ClusterSpec:
     internal_public_key: str  # the cluster's internal key, also authorised: how the head logs in to nodes
     launch_token: str  # stable per cluster: client tokens derive from it, so a retried `up` is one cluster
     instance_profile: str | None = None  # IAM instance profile name or ARN: how nodes reach S3 without keys
+    cluster_id: str = ""  # the id `up` gave this cluster (provisioning.cloud.names.ClusterIdentity)
+
+    @property
+    def identity(self) -> ClusterIdentity:
+        return ClusterIdentity(self.name, self.cluster_id)
 
     @property
     def region(self) -> str:
@@ -63,13 +69,37 @@ class Shortfall:
 
 @dataclass(frozen=True)
 class ControllerAccess:
-    """The IAM instance profile that gives the cluster's head node, and no other, the controller's cloud
-    rights: one deepvm made for the cluster (role and profile `deepvm-CLUSTER-controller`, deleted by
-    `down`), or one the user named with `--controller-profile` (never deleted)."""
+    """The IAM instance profiles of the cluster's nodes that hold checkpoints. The head's gives it, and no
+    other node, the controller's cloud rights: one deepvm made for the cluster (role and profile
+    `deepvm-NAME-ID-REGION-controller`, deleted by `down`), or one the user named with
+    `--controller-profile` (never deleted). With its own, deepvm also makes a role and profile for the other
+    checkpoint holders (`...-holders`): no rights at `up`, a job's S3 area at `train` (iam.put_job_storage)."""
 
-    profile: str = ""  # instance profile name or ARN; "" when none was set up
+    profile: str = ""  # the head's instance profile name or ARN; "" when none was set up
     role: str = ""  # the role deepvm created for it; "" for a user's profile
     owned: bool = False  # deepvm created role and profile, so `down` deletes them
+    holders: str = ""  # the holders' role and instance profile deepvm made (one name); "" when none
+
+
+@dataclass(frozen=True)
+class S3Area:
+    """Objects under one key prefix of one S3 bucket, as a job uses them (provisioning.cloud.aws.policies)."""
+
+    bucket: str
+    prefix: str  # "" for the whole bucket, else a key prefix ending in "/"
+    writes: bool  # True: also put, delete and abort uploads; False: list and read only
+
+
+@dataclass(frozen=True)
+class JobStorage:
+    """The S3 areas one job uses, by the nodes that use them (training.shared.storage builds it)."""
+
+    holders: tuple[S3Area, ...]  # every checkpoint holder (the head included): DeepCheck's L3 shards and manifests
+    head: tuple[S3Area, ...] = ()  # the head besides: the job's log mirror, a dataset when the head trains
+
+    @property
+    def head_areas(self) -> tuple[S3Area, ...]:
+        return tuple(dict.fromkeys((*self.holders, *self.head)))
 
 
 @dataclass(frozen=True)
@@ -87,18 +117,18 @@ class CloudResources:
     controller_profile: str = ""
     controller_role: str = ""
     controller_owned: bool = False
+    holders_role: str = ""
 
     def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))
 
     @property
     def controller(self) -> ControllerAccess:
-        return ControllerAccess(self.controller_profile, self.controller_role, self.controller_owned)
+        return ControllerAccess(self.controller_profile, self.controller_role, self.controller_owned, self.holders_role)
 
     def with_controller(self, access: ControllerAccess) -> CloudResources:
-        return replace(
-            self, controller_profile=access.profile, controller_role=access.role, controller_owned=access.owned
-        )
+        return replace(self, controller_profile=access.profile, controller_role=access.role,
+                       controller_owned=access.owned, holders_role=access.holders)  # fmt: skip
 
 
 @dataclass(frozen=True)

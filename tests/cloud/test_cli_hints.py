@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from deepvm_cli.main import main
-from provisioning.cloud.aws.teardown import leftovers
+from tests.cloud.cloud_state import left_of
 from tests.cloud.plans import make_plan, write_plans
 from tests.conftest import REPO
 
@@ -79,7 +79,7 @@ def test_up_and_down_print_commands_that_do_what_they_say_and_down_names_its_def
     assert code == 2 and refused.splitlines() == [
         "deepvm: error: down would delete cluster c1; `deepvm down c1 --yes` confirms (no terminal to ask on)"]
     (confirmed,) = _hints(refused)
-    assert leftovers(ctx, "c1"), "nothing may be deleted before a yes"
+    assert left_of(ctx, "c1"), "nothing may be deleted before a yes"
 
     # c1 is the last cluster used: `down` alone takes it, and says so in its question, naming what goes
     code, _, asked = deepvm("down", answer="n\n")
@@ -91,11 +91,11 @@ def test_up_and_down_print_commands_that_do_what_they_say_and_down_names_its_def
     assert code == 2 and refused.splitlines() == [
         "deepvm: error: down --yes deletes without asking, so it needs the cluster's name: `deepvm down c1 --yes` "
         "deletes c1 (the last one used)"]
-    assert _hints(refused) == [confirmed] and leftovers(ctx, "c1")
+    assert _hints(refused) == [confirmed] and left_of(ctx, "c1")
 
     code, _, deleted = deepvm(*confirmed)
     assert code == 0, deleted
-    assert "cluster c1 is down" in deleted and leftovers(ctx, "c1") == []
+    assert "cluster c1 is down" in deleted and left_of(ctx, "c1") == []
     code, _, after = deepvm("down")  # down forgot c1: the default is deepvm again, which does not exist
     assert code == 5 and "no cluster named 'deepvm'" in after
 
@@ -105,7 +105,7 @@ def test_down_checks_the_cluster_exists_before_asking_and_lists_those_that_do(ct
     assert code == 5 and err.splitlines() == [
         "deepvm: error: no cluster named 'ghost': not in the local state, and nothing tagged with it in us-east-1; "
         "clusters: c1 (up)"]
-    assert leftovers(ctx, "c1")
+    assert left_of(ctx, "c1")
 
 
 def test_status_without_clusters_says_how_to_start_one_and_up_does_it(moto, isolated_env, deepvm):
@@ -137,7 +137,7 @@ def test_the_config_file_cluster_comes_before_the_last_one_used(ctx, c1, isolate
     assert code == 5 and err.splitlines() == [
         f"deepvm: error: no running cluster named 'c2' (from {config}; --cluster NAME picks another); clusters: "
         "c1 (up); start it with `deepvm up --name c2`"]
-    assert leftovers(ctx, "c1")
+    assert left_of(ctx, "c1")
 
 
 def test_config_defaults_fill_flags_and_flags_win(isolated_env, deepvm):

@@ -11,7 +11,7 @@ import pytest
 from provisioning.cloud import lifecycle
 from provisioning.cloud.cluster import Cluster, running_clusters
 from provisioning.cloud.lifecycle import UpRequest
-from provisioning.cloud.names import CLUSTER_TAG
+from provisioning.cloud.names import CLUSTER_TAG, cluster_tags
 from provisioning.cloud.target import AwsTarget
 from provisioning.errors import NotFoundError
 from provisioning.planner.plan import Role
@@ -51,7 +51,7 @@ def test_open_running_names_what_to_run(ctx):
 def test_refresh_records_a_node_the_head_bought(cluster, ctx, ami):
     bought = ctx.client("ec2").run_instances(
         ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": CLUSTER_TAG, "Value": "c1"}]}],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": cluster_tags(cluster.row.identity)}],
     )["Instances"][0]["InstanceId"]  # fmt: skip
     assert bought not in {n.instance_id for n in cluster.nodes()}
     assert cluster.refresh()

@@ -11,18 +11,31 @@ import pytest
 from botocore.exceptions import ClientError
 
 from provisioning.cloud import lifecycle
-from provisioning.cloud.aws.iam import attach_to_head, controller_policy
-from provisioning.cloud.aws.teardown import leftovers
+from provisioning.cloud.aws.policies import controller_policy
+from provisioning.cloud.aws.provider import attach_to_head
 from provisioning.cloud.lifecycle import UpRequest
-from provisioning.cloud.names import CLUSTER_TAG, controller_name
+from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, ClusterIdentity, role_name
 from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ControllerAccess
 from provisioning.errors import CloudError
 from provisioning.state import Store
+from tests.cloud.cloud_state import identity, left_of, named
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli
 
-ROLE = "deepvm-c1-controller"
+C1 = ClusterIdentity("c1", "0a1b2c3d")
+ROLE = f"deepvm-c1-0a1b2c3d-{REGION}-controller"  # the cluster's role when `up` gives c1 the id C1's
+
+
+@pytest.fixture
+def fixed_id(monkeypatch):
+    """`up` in this process gives c1 the id 0a1b2c3d (ids are random: a test names the role it expects)."""
+    monkeypatch.setattr(ClusterIdentity, "new", classmethod(lambda cls, name: ClusterIdentity(name, C1.cluster_id)))
+
+
+def _role() -> str:
+    """The controller role of c1 as recorded (by an `up` in another process: its id is random)."""
+    return role_name(identity("c1"), REGION)
 
 
 def _statements(policy: dict) -> list[dict]:
@@ -38,7 +51,7 @@ def _actions(statement: dict) -> list[str]:
 
 
 def test_the_policy_grants_no_wildcard_action_and_nothing_of_iam_or_s3():
-    policy = controller_policy("c1", REGION)
+    policy = controller_policy(C1, REGION)
     actions = [a for s in _statements(policy) for a in _actions(s)]
     assert all("*" not in a for a in actions)
     assert all(a.startswith("ec2:") for a in actions)
@@ -46,7 +59,7 @@ def test_the_policy_grants_no_wildcard_action_and_nothing_of_iam_or_s3():
 
 
 def test_only_describe_is_unscoped_and_every_change_is_limited_to_the_cluster():
-    policy = controller_policy("c1", REGION)
+    policy = controller_policy(C1, REGION)
     for statement in _statements(policy):
         if statement["Resource"] == "*":
             assert all(a.startswith("ec2:Describe") for a in _actions(statement))
@@ -60,33 +73,34 @@ def test_only_describe_is_unscoped_and_every_change_is_limited_to_the_cluster():
             assert all(r.startswith(f"arn:aws:ec2:{REGION}:") for r in resources)
 
 
-def test_terminate_and_fleet_deletion_need_the_cluster_tag_on_the_resource():
-    by_action = {a: s for s in _statements(controller_policy("c1", REGION)) for a in _actions(s)}
-    for action in ("ec2:TerminateInstances", "ec2:DeleteFleets"):
-        assert by_action[action]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": "c1"}}
+def test_terminating_and_reading_consoles_need_the_cluster_tag_on_the_resource():
+    by_action = {a: s for s in _statements(controller_policy(C1, REGION)) for a in _actions(s)}
+    assert "ec2:DeleteFleets" not in by_action  # the head deletes no fleet (`down` does, on the user's side)
+    for action in ("ec2:TerminateInstances", "ec2:GetConsoleOutput"):
+        assert by_action[action]["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
 
 
 def test_launching_needs_the_cluster_template_and_tags_what_it_creates():
-    statements = {s["Sid"]: s for s in _statements(controller_policy("c1", REGION))}
+    statements = {s["Sid"]: s for s in _statements(controller_policy(C1, REGION))}
     template = statements["LaunchFromTheClusterTemplate"]
     assert set(_actions(template)) == {"ec2:CreateFleet", "ec2:RunInstances"}
     assert template["Resource"] == f"arn:aws:ec2:{REGION}:*:launch-template/*"
-    assert template["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": "c1"}}
+    assert template["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
     created = statements["LaunchClusterTaggedResources"]
     assert {r.rsplit(":", 1)[1] for r in created["Resource"]} == {
         "fleet/*", "instance/*", "volume/*", "network-interface/*"
     }  # fmt: skip
-    assert created["Condition"] == {"StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": "c1"}}
+    assert created["Condition"] == {"StringEquals": {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
     parts = statements["LaunchWithTheTemplatesParts"]
     assert parts["Condition"] == {"ArnLike": {"ec2:LaunchTemplate": f"arn:aws:ec2:{REGION}:*:launch-template/*"}}
     tags = statements["TagOnlyWhileLaunching"]["Condition"]["StringEquals"]
     # bare EC2 operation names, as AWS documents the key (the contract test checks them against botocore)
-    assert tags == {f"aws:RequestTag/{CLUSTER_TAG}": "c1", "ec2:CreateAction": ["CreateFleet", "RunInstances"]}
+    assert tags == {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d", "ec2:CreateAction": ["CreateFleet", "RunInstances"]}
 
 
 def test_the_nodes_role_may_be_passed_to_ec2_and_no_other():
     arn = "arn:aws:iam::123456789012:role/nodes"
-    extra = [s for s in _statements(controller_policy("c1", REGION, arn)) if _actions(s) == ["iam:PassRole"]]
+    extra = [s for s in _statements(controller_policy(C1, REGION, arn)) if _actions(s) == ["iam:PassRole"]]
     assert extra == [
         {
             "Sid": "PassTheNodesRoleToEc2",
@@ -98,11 +112,16 @@ def test_the_nodes_role_may_be_passed_to_ec2_and_no_other():
     ]
 
 
-def test_the_role_name_is_fixed_per_cluster_and_fits_iam():
-    assert controller_name("c1") == ROLE
-    long_a, long_b = "a" * 63, "a" * 62 + "b"
-    assert len(controller_name(long_a)) == 64 and controller_name(long_a) != controller_name(long_b)
-    assert controller_name(long_a) == controller_name(long_a)
+def test_the_role_name_is_fixed_per_cluster_and_region_and_fits_iam():
+    assert role_name(C1, REGION) == ROLE
+    assert role_name(C1, "ap-southeast-2") != ROLE and role_name(ClusterIdentity("c1", "ffffffff"), REGION) != ROLE
+    long_a, long_b = ClusterIdentity("a" * 63, "0a1b2c3d"), ClusterIdentity("a" * 62 + "b", "0a1b2c3e")
+    assert len(role_name(long_a, "ap-southeast-2", "holders")) <= 64
+    assert len(role_name(long_a, "ap-southeast-2")) <= 64 and role_name(long_a, REGION) != role_name(long_b, REGION)
+    # a cluster recorded before ids keeps the name its role was made with
+    assert role_name(ClusterIdentity("c1"), REGION) == "deepvm-c1-controller"
+    old_a, old_b = ClusterIdentity("a" * 63), ClusterIdentity("a" * 62 + "b")
+    assert len(role_name(old_a, REGION)) == 64 and role_name(old_a, REGION) != role_name(old_b, REGION)
 
 
 # `up` and `down` against the moto server
@@ -130,6 +149,7 @@ def _exists(call) -> bool:
 
 
 def _iam_gone(ctx, name: str = ROLE) -> bool:
+    """Neither the role nor the instance profile `name` exists."""
     iam = ctx.client("iam")
     return not _exists(lambda: iam.get_role(RoleName=name)) and not _exists(
         lambda: iam.get_instance_profile(InstanceProfileName=name)
@@ -147,29 +167,30 @@ def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami,
     assert result.returncode == 0, result.stderr
     head = _head_id(json.loads(result.stdout)["nodes"])
 
-    iam = ctx.client("iam")
-    role = iam.get_role(RoleName=ROLE)["Role"]
-    assert {"Key": CLUSTER_TAG, "Value": "c1"} in role["Tags"]
+    iam, role_id = ctx.client("iam"), _role()
+    role = iam.get_role(RoleName=role_id)["Role"]
+    assert {"Key": CLUSTER_TAG, "Value": "c1"} in role["Tags"] and role["Path"] == "/deepvm/"
+    assert {"Key": CLUSTER_ID_TAG, "Value": identity().cluster_id} in role["Tags"]
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-    (policy_name,) = iam.list_role_policies(RoleName=ROLE)["PolicyNames"]
-    document = iam.get_role_policy(RoleName=ROLE, PolicyName=policy_name)["PolicyDocument"]
-    assert document == controller_policy("c1", REGION)
-    profile = iam.get_instance_profile(InstanceProfileName=ROLE)["InstanceProfile"]
-    assert [r["RoleName"] for r in profile["Roles"]] == [ROLE]
+    (policy_name,) = iam.list_role_policies(RoleName=role_id)["PolicyNames"]
+    document = iam.get_role_policy(RoleName=role_id, PolicyName=policy_name)["PolicyDocument"]
+    assert document == controller_policy(identity(), REGION)
+    profile = iam.get_instance_profile(InstanceProfileName=role_id)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [role_id]
     assert {"Key": CLUSTER_TAG, "Value": "c1"} in profile["Tags"]
 
     assert _associations(ctx) == {head: profile["Arn"]}  # the head only: trainers get no EC2 rights
-    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName="deepvm-c1")[
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())[
         "LaunchTemplateVersions"
     ][0]["LaunchTemplateData"]
     assert "IamInstanceProfile" not in data
     row = Store().cluster("c1")
-    assert row.resources.controller == ControllerAccess(profile=ROLE, role=ROLE, owned=True)
+    assert row.resources.controller == ControllerAccess(profile=role_id, role=role_id, owned=True)
 
     down = run_cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr
-    assert {f"IAM role {ROLE}", f"IAM instance profile {ROLE}"} <= set(json.loads(down.stdout)["deleted"])
-    assert _iam_gone(ctx) and _associations(ctx) == {} and leftovers(ctx, "c1") == []
+    assert {f"IAM role {role_id}", f"IAM instance profile {role_id}"} <= set(json.loads(down.stdout)["deleted"])
+    assert _iam_gone(ctx, role_id) and _associations(ctx) == {} and left_of(ctx, "c1") == []
 
 
 def test_controller_profile_is_used_as_given_and_kept_at_down(ctx, ami, tmp_path):
@@ -181,7 +202,7 @@ def test_controller_profile_is_used_as_given_and_kept_at_down(ctx, ami, tmp_path
     result = _up(plan, ami, "--json", "--controller-profile", "ops-controller")
     assert result.returncode == 0, result.stderr
     assert _associations(ctx) == {_head_id(json.loads(result.stdout)["nodes"]): arn}
-    assert _iam_gone(ctx)  # deepvm made no role of its own
+    assert iam.list_roles(PathPrefix="/deepvm/")["Roles"] == []  # deepvm made no role of its own
     assert Store().cluster("c1").resources.controller == ControllerAccess(profile="ops-controller")
     assert run_cli("down", "c1", "--yes").returncode == 0
     assert iam.get_instance_profile(InstanceProfileName="ops-controller")["InstanceProfile"]["Roles"]
@@ -196,10 +217,10 @@ def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(c
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
     result = _up(plan, ami, "--json", "--instance-profile", "nodes")
     assert result.returncode == 0, result.stderr
-    document = iam.get_role_policy(RoleName=ROLE, PolicyName="deepvm-controller")["PolicyDocument"]
-    assert document == controller_policy("c1", REGION, node_role)
+    document = iam.get_role_policy(RoleName=_role(), PolicyName="deepvm-controller")["PolicyDocument"]
+    assert document == controller_policy(identity(), REGION, node_role)
     head = _head_id(json.loads(result.stdout)["nodes"])
-    assert _associations(ctx)[head].endswith(f"instance-profile/{ROLE}")
+    assert _associations(ctx)[head].endswith(f"instance-profile/deepvm/{_role()}")
     assert run_cli("down", "c1", "--yes").returncode == 0
 
 
@@ -246,14 +267,14 @@ def _denied(code: str, operation: str) -> ClientError:
 @pytest.mark.parametrize(
     ("operation", "code"), [("CreateRole", "AccessDenied"), ("PutRolePolicy", "UnauthorizedOperation")]
 )
-def test_a_refused_iam_role_says_what_to_pass_and_leaves_nothing(ctx, ami, monkeypatch, operation, code):
+def test_a_refused_iam_role_says_what_to_pass_and_leaves_nothing(ctx, ami, monkeypatch, fixed_id, operation, code):
     _fail(ctx, "iam", operation, _denied(code, operation))
     with pytest.raises(CloudError) as caught:
         _in_process_up(ctx, monkeypatch, ami)
     message = str(caught.value)
     assert message.startswith(f"cannot create the controller's IAM role ({code}); ask for an instance profile")
     assert message.endswith("and pass --controller-profile NAME") and "\n" not in message
-    assert leftovers(ctx, "c1") == [] and _iam_gone(ctx)
+    assert left_of(ctx, "c1") == [] and _iam_gone(ctx)
     assert ctx.client("ec2").describe_instances()["Reservations"] == []
     assert Store().cluster("c1").status == "failed"
 
@@ -267,32 +288,34 @@ def test_a_refused_iam_role_says_what_to_pass_and_leaves_nothing(ctx, ami, monke
     ],
 )
 def test_a_crash_in_the_middle_of_up_leaves_nothing_down_does_not_sweep(
-    ctx, ami, monkeypatch, isolated_env, operation, service, state_lost
+    ctx, ami, monkeypatch, isolated_env, fixed_id, operation, service, state_lost
 ):
     monkeypatch.setattr(lifecycle, "_destroy", lambda *args, **kwargs: [])  # a dead process cleans nothing
     _fail(ctx, service, operation, _Crash())
     with pytest.raises(_Crash):
         _in_process_up(ctx, monkeypatch, ami)
-    assert leftovers(ctx, "c1")  # something was left behind...
+    assert left_of(ctx, "c1")  # something was left behind...
     if state_lost:
         shutil.rmtree(isolated_env)
     result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION)
     assert result.returncode == 0, result.stderr
-    assert leftovers(ctx, "c1") == [] and _iam_gone(ctx) and _associations(ctx) == {}  # ...and swept
+    assert left_of(ctx, "c1") == [] and _iam_gone(ctx) and _associations(ctx) == {}  # ...and swept
     live = ctx.client("ec2").describe_instances(
         Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
     )["Reservations"]
     assert live == []
 
 
-def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx):
-    ctx.client("iam").create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")
-    assert leftovers(ctx, "c1") == []
+@pytest.mark.parametrize("path", ["/", "/deepvm/"])
+def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx, path):
+    for name in ("deepvm-c1-controller", ROLE):  # as named before ids, and since
+        ctx.client("iam").create_role(RoleName=name, Path=path, AssumeRolePolicyDocument="{}")
+    assert left_of(ctx, "c1") == []
     assert run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION).returncode == 5
-    assert ctx.client("iam").get_role(RoleName=ROLE)
+    assert ctx.client("iam").get_role(RoleName=ROLE) and ctx.client("iam").get_role(RoleName="deepvm-c1-controller")
 
 
-def test_up_never_takes_over_a_role_of_that_name_deepvm_did_not_make(ctx, ami, monkeypatch):
+def test_up_never_takes_over_a_role_of_that_name_deepvm_did_not_make(ctx, ami, monkeypatch, fixed_id):
     ctx.client("iam").create_role(RoleName=ROLE, AssumeRolePolicyDocument="{}")
     with pytest.raises(CloudError, match=f"an IAM role named {ROLE} exists that deepvm did not make"):
         _in_process_up(ctx, monkeypatch, ami)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.cluster import ShortageError
 from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.state import Store
+from tests.cloud.cloud_state import left_of
 from tests.cloud.plans import make_plan
 
 
@@ -81,7 +81,7 @@ def test_default_fails_reports_and_deletes_everything(ctx):
     assert "everything created was deleted" in str(caught.value)
     assert requests[0]["SpotOptions"]["MinTargetCapacity"] == 3  # all or nothing asked of EC2
     assert requests[0]["OnDemandOptions"]["MinTargetCapacity"] == 1
-    assert _live(ctx) == [] and leftovers(ctx, "c1") == []
+    assert _live(ctx) == [] and left_of(ctx, "c1") == []
     assert Store().cluster("c1").status == "failed"
     assert any(e.kind == "shortage" for e in Store().events("c1"))
 
@@ -109,4 +109,4 @@ def test_quota_exceeded_with_nothing_launched_fails_even_when_accepting(ctx):
     inject_shortage(ctx, drop_spot=3, code="VcpuLimitExceeded")
     with pytest.raises(ShortageError, match="VcpuLimitExceeded"):
         up(FixedTarget(ctx), _request(make_plan(spot=3, on_demand=0), policy=ShortagePolicy.ACCEPT))
-    assert _live(ctx) == [] and leftovers(ctx, "c1") == []
+    assert _live(ctx) == [] and left_of(ctx, "c1") == []

@@ -14,14 +14,15 @@ from botocore.exceptions import ClientError
 
 from provisioning.cloud import lifecycle
 from provisioning.cloud.aws.leftover import Leftover
-from provisioning.cloud.aws.teardown import TeardownIncomplete, leftovers
+from provisioning.cloud.aws.teardown import TeardownIncomplete
 from provisioning.cloud.keys import cluster_dir
 from provisioning.cloud.lifecycle import UpRequest, up
-from provisioning.cloud.names import CLUSTER_TAG, controller_name
+from provisioning.cloud.names import CLUSTER_TAG
 from provisioning.cloud.target import AwsTarget
 from provisioning.errors import CloudError
 from provisioning.home import deepvm_home
 from provisioning.state import Store
+from tests.cloud.cloud_state import left_of, named
 from tests.cloud.plans import REGION, make_plan, make_tiering_plan
 
 AMI = "ami-0000000000de3b0a1"
@@ -88,7 +89,7 @@ def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, 
     )
     assert "TerminateInstances" in aws.calls and "DeleteFleets" in aws.calls  # ...done on a later pass
 
-    assert _live(ctx) == [] and leftovers(ctx, "c1") == []  # the first fleet's instances are gone too
+    assert _live(ctx) == [] and left_of(ctx, "c1") == []  # the first fleet's instances are gone too
     assert all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
     assert ctx.client("iam").list_roles()["Roles"] == []
     assert Store().cluster("c1").status == "failed"
@@ -98,7 +99,7 @@ def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, 
 def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
     nodes = up(AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI,
                                       wait_ssh=False)).view.nodes  # fmt: skip
-    group = ctx.client("ec2").describe_security_groups(GroupNames=["deepvm-c1"])["SecurityGroups"][0]["GroupId"]
+    group = ctx.client("ec2").describe_security_groups(GroupNames=[named()])["SecurityGroups"][0]["GroupId"]
     aws.always["DeleteSecurityGroup"] = "UnauthorizedOperation"  # this one resource cannot be deleted
     aws.calls.clear()
 
@@ -119,7 +120,7 @@ def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
     assert aws.calls.index("TerminateInstances") < aws.calls.index("DeleteFleets")
     assert _live(ctx) == [] and {n.instance_id for n in nodes} <= set(_all_terminated(ctx))
     assert _tagged_fleets(ctx) and all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
-    assert leftovers(ctx, "c1") == [Leftover("security group", group)]
+    assert left_of(ctx, "c1") == [Leftover("security group", group)]
     iam = ctx.client("iam")
     assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
     # the record and the local keys stay, for the retry
@@ -128,8 +129,8 @@ def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
     aws.always.clear()  # the permission arrives: the retry the message names finishes the job
     retry = lifecycle.down("c1")
     assert retry.deleted == [f"security group {group}"]
-    assert leftovers(ctx, "c1") == [] and Store().cluster("c1").status == "terminated"
-    assert controller_name("c1") not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
+    assert left_of(ctx, "c1") == [] and Store().cluster("c1").status == "terminated"
+    assert iam.list_roles()["Roles"] == []
 
 
 def _all_terminated(ctx) -> list[str]:

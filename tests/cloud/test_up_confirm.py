@@ -77,9 +77,9 @@ def test_dry_run_lists_what_it_would_create_and_creates_nothing(ctx, ami, tmp_pa
     result = run_cli(*_args(plan, ami, "--dry-run"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "would create key pair deepvm-c1",
-        "would create security group deepvm-c1",
-        "would create launch template deepvm-c1",
+        "would create key pair deepvm-c1-<id>",  # the id is made by `up` itself
+        "would create security group deepvm-c1-<id>",
+        "would create launch template deepvm-c1-<id>",
         "would create EC2 Fleet (instant) of g4dn.xlarge: 3 spot + 1 on-demand in us-east-1a",
     ]
     assert "dry run: nothing was created" in result.stderr

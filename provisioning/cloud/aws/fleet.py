@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
-from provisioning.cloud.names import tag_spec
+from provisioning.cloud.names import ClusterIdentity, tag_spec
 from provisioning.cloud.types import ClusterSpec, Shortfall, groups_by_type
 from provisioning.planner.plan import NodeGroup
 
@@ -35,7 +35,7 @@ class FleetResult:
 class LaunchSite:
     """Where a cluster's fleets launch: its launch template in one subnet of one zone."""
 
-    cluster: str
+    cluster: ClusterIdentity
     launch_template_id: str
     subnet_id: str
     availability_zone: str

@@ -1,25 +1,33 @@
-"""The controller's cloud rights: an IAM role and instance profile for the cluster's head node, and only it.
+"""The cluster's IAM roles: the head's controller role, the other checkpoint holders' role, and the per-job
+S3 policy both get at `train`.
 
 The job's controller runs on the head node (`provisioning.cloud.head.head_node`) and must, with no copied
 credentials, describe the cluster's instances, buy replacements from the cluster's launch template, read
-their console output (where each prints its SSH host key), terminate the cluster's instances and delete the
-fleets it made. `up` makes a role with exactly that policy, limited by the cluster tag, and an instance
-profile of the same name (`controller_name`), and associates the profile with the head once it runs — never
-through the launch template, so trainers get no EC2 rights. A user who may not create IAM roles names an
-existing profile instead (`--controller-profile`); deepvm then creates nothing here and deletes nothing at
-`down`.
+their console output (where each prints its SSH host key) and terminate the cluster's instances. `up` makes
+a role with exactly that policy (provisioning.cloud.aws.policies), limited by the cluster's tag, and an
+instance profile of the same name, and associates the profile with the head once it runs
+(provisioning.cloud.aws.profiles) — never through the launch template, so trainers get no EC2 rights. A user
+who may not create IAM roles names an existing profile instead (`--controller-profile`); deepvm then creates
+nothing here and deletes nothing at `down`.
 
-S3 is not in the policy yet: DeepCheck's L3 mirroring of the job's logs and state from the head is a later
-addition (a statement limited to the job's bucket prefix).
+S3 (DeepCheck's L3, the job's log mirror): the prefix is chosen per job, at `train`, while the roles are made
+at `up`; so `train` writes one more inline policy, `deepvm-job-storage`, on the head's role and on the
+holders' role, naming exactly that job's areas (and deletes it for a job without them). Why a policy per job
+rather than a bucket per cluster: the job names its own bucket (often one that outlives every cluster), and
+a later job on the same cluster must not keep the earlier job's rights. A bucket deepvm makes for a cluster
+(issue 25's outputs) is one more area of the same policy. The holders other than the head get deepvm's
+holders role (associated at `up`, and by the head when it buys a holder), since their launch template
+profile is the user's `--instance-profile`, which deepvm cannot see into; trainers keep that profile, and
+need S3 only to read a dataset.
 
-Every IAM resource made here carries the cluster tag, and its name is fixed per cluster, so the teardown
-sweep finds it with no local state, and never deletes a role of that name that deepvm did not tag.
+Every IAM resource made here carries the cluster's tags and lives under the path /deepvm/, and its name is
+fixed per cluster and region, so the teardown sweep finds it with no local state, and never deletes a role
+of that name that deepvm did not tag.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,181 +35,46 @@ from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, error_code
 from provisioning.cloud.aws.leftover import Leftover
-from provisioning.cloud.names import CLUSTER_TAG, CONTROLLER_POLICY, cluster_tags, controller_name
-from provisioning.cloud.types import ControllerAccess
+from provisioning.cloud.aws.policies import (
+    CONTROLLER_POLICY,
+    JOB_STORAGE_POLICY,
+    controller_policy,
+    job_storage_policy,  # fmt: skip
+    trust_policy,
+)
+from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, IAM_PATH, ClusterIdentity, cluster_tags, role_name
+from provisioning.cloud.types import ControllerAccess, JobStorage
 from provisioning.errors import CloudError
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
-README_SECTION = 'README §"The head node\'s cloud rights"'
-_PROPAGATION_S = 60.0  # IAM is eventually consistent: EC2 may not know a new profile for a few seconds
-
-# Describe* actions support neither resource ARNs nor tag conditions on AWS, so they cannot be limited
-# to the cluster: the head may read every instance and fleet of the account in any region. It may change
-# only what carries the cluster's tag.
-_DESCRIBE = (
-    "ec2:DescribeInstances",
-    "ec2:DescribeInstanceStatus",
-    "ec2:DescribeFleets",
-    "ec2:DescribeFleetInstances",
-    "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeLaunchTemplateVersions",
-)
-_LAUNCH = ("ec2:CreateFleet", "ec2:RunInstances")
-_CREATE_ACTIONS = ("CreateFleet", "RunInstances")  # ec2:CreateAction values: EC2 API operation names
-
-
-def trust_policy() -> dict[str, Any]:
-    """Who may assume the role: EC2 instances (through the instance profile), nobody else."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
-        ],
-    }
-
-
-def controller_policy(cluster: str, region: str, node_role_arn: str | None = None) -> dict[str, Any]:
-    """The controller's inline policy: what it needs on the cluster, limited by the cluster tag.
-
-    A replacement is an instant EC2 Fleet from the cluster's launch template (tagged with the cluster), and
-    EC2 checks every resource of the launch against the policy: the template must carry the cluster tag,
-    the instances, volumes, network interfaces and the fleet are created with it, and the template's AMI,
-    subnet, security group and key pair may be used only through a launch template. Tags may be set only
-    while creating. `node_role_arn` is the role of the nodes' own profile (`--instance-profile`), which is
-    in the launch template: launching with it needs iam:PassRole for exactly that role, to EC2 only.
-    """
-    arn = f"arn:aws:ec2:{region}:*"
-    tagged = {"StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": cluster}}
-    owned = {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": cluster}}
-    statements: list[dict[str, Any]] = [
-        {"Sid": "DescribeTheCluster", "Effect": "Allow", "Action": list(_DESCRIBE), "Resource": "*"},
-        {
-            "Sid": "LaunchFromTheClusterTemplate",
-            "Effect": "Allow",
-            "Action": list(_LAUNCH),
-            "Resource": f"{arn}:launch-template/*",
-            "Condition": owned,
-        },
-        {
-            "Sid": "LaunchClusterTaggedResources",
-            "Effect": "Allow",
-            "Action": list(_LAUNCH),
-            "Resource": [f"{arn}:{kind}/*" for kind in ("fleet", "instance", "volume", "network-interface")],
-            "Condition": tagged,
-        },
-        {
-            # the AMI's snapshots too: the root volume is made from them (Karpenter's reference policy grants
-            # them; AWS's reference lists snapshot among RunInstances' resources without saying when)
-            "Sid": "LaunchWithTheTemplatesParts",
-            "Effect": "Allow",
-            "Action": list(_LAUNCH),
-            "Resource": [
-                f"{arn}:{kind}/*" for kind in ("image", "snapshot", "subnet", "security-group", "key-pair")
-            ],
-            "Condition": {"ArnLike": {"ec2:LaunchTemplate": f"{arn}:launch-template/*"}},
-        },
-        {
-            # A spot launch is also authorised on the spot request it makes. AWS's Service Authorization
-            # Reference lists no such resource (nor condition key) for RunInstances/CreateFleet, yet real
-            # spot launches are checked against it (Karpenter's reference policy grants it): undocumented,
-            # so granted on the safe side, unconditioned. It launches nothing by itself: every other
-            # resource of the same request is limited by the statements above.
-            "Sid": "LaunchAsSpot",
-            "Effect": "Allow",
-            "Action": list(_LAUNCH),
-            "Resource": f"{arn}:spot-instances-request/*",
-        },
-        {
-            # ec2:CreateAction holds the bare name of the API operation that creates the resource
-            # ("RunInstances", not "ec2:RunInstances"): AWS's own examples in
-            # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html .
-            # EC2 authorises ec2:CreateTags for every resource a launch tags, so a wrong value here refuses
-            # every replacement the head buys (UnauthorizedOperation).
-            "Sid": "TagOnlyWhileLaunching",
-            "Effect": "Allow",
-            "Action": "ec2:CreateTags",
-            "Resource": f"{arn}:*/*",
-            "Condition": {
-                "StringEquals": {f"aws:RequestTag/{CLUSTER_TAG}": cluster, "ec2:CreateAction": list(_CREATE_ACTIONS)}
-            },
-        },
-        {
-            "Sid": "TerminateClusterInstances",
-            "Effect": "Allow",
-            "Action": "ec2:TerminateInstances",
-            "Resource": f"{arn}:instance/*",
-            "Condition": owned,
-        },
-        {
-            # a replacement's host key is learnt from its console output (provisioning/cloud/pinning.py)
-            "Sid": "ReadClusterConsoles",
-            "Effect": "Allow",
-            "Action": "ec2:GetConsoleOutput",
-            "Resource": f"{arn}:instance/*",
-            "Condition": owned,
-        },
-        {
-            "Sid": "DeleteClusterFleets",
-            "Effect": "Allow",
-            "Action": "ec2:DeleteFleets",
-            "Resource": f"{arn}:fleet/*",
-            "Condition": owned,
-        },
-    ]
-    if node_role_arn:
-        statements.append(
-            {
-                "Sid": "PassTheNodesRoleToEc2",
-                "Effect": "Allow",
-                "Action": "iam:PassRole",
-                "Resource": node_role_arn,
-                "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
-            }
-        )
-    return {"Version": "2012-10-17", "Statement": statements}
+README_SECTION = 'README §"What deepvm needs from your AWS account"'
+_KINDS = ("controller", "holders")
 
 
 def ensure_controller(
-    ctx: AwsContext, cluster: str, user_profile: str | None, node_profile: str | None
-) -> ControllerAccess:
+    ctx: AwsContext, cluster: ClusterIdentity, user_profile: str | None, node_profile: str | None,
+    with_holders: bool = False,
+) -> ControllerAccess:  # fmt: skip
     """The head's instance profile: the user's `--controller-profile` as given, else deepvm's own role and
-    profile for the cluster, created or brought up to date (a rerun after a crash reuses them).
+    profile for the cluster, created or brought up to date (a rerun after a crash reuses them); with
+    `with_holders` (the plan has holders besides the head), also the holders' role and profile.
 
     Raises a CloudError that says to pass --controller-profile when IAM refuses.
     """
     if user_profile:
         return ControllerAccess(profile=user_profile)
-    name = controller_name(cluster)
     iam = ctx.client("iam")
-    tags = cluster_tags(cluster, Name=name)
+    name = role_name(cluster, ctx.region, "controller")
+    holders = role_name(cluster, ctx.region, "holders") if with_holders else ""
     try:
         node_role = _profile_role_arn(iam, node_profile) if node_profile else None
-        _create_if_missing(
-            lambda: iam.create_role(
-                RoleName=name,
-                AssumeRolePolicyDocument=json.dumps(trust_policy()),
-                Description=f"deepvm: the controller of cluster {cluster}, on its head node",
-                Tags=tags,
-            )
-        )
-        _create_if_missing(lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags))
-        for kind, get in (
-            ("role", lambda: iam.get_role(RoleName=name)["Role"]),
-            ("instance profile", lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]),
-        ):
-            if _tagged(cluster, get) is None:  # someone else's of that name: never take it over
-                raise CloudError(
-                    f"an IAM {kind} named {name} exists that deepvm did not make for cluster {cluster}; "
-                    "delete it, or pass it as --controller-profile NAME"
-                )
+        holders_arn = _ensure_role(iam, cluster, holders, "the checkpoint holders but the head") if holders else None
+        _ensure_role(iam, cluster, name, "the controller, on its head node")
         iam.put_role_policy(
             RoleName=name,
             PolicyName=CONTROLLER_POLICY,
-            PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role)),
+            PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role, holders_arn)),
         )
-        roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
-        if name not in {r["RoleName"] for r in roles}:
-            iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
     except ClientError as exc:
         code = error_code(exc)
         if code in DENIED:
@@ -210,90 +83,147 @@ def ensure_controller(
                 f"policy in {README_SECTION}, and pass --controller-profile NAME"
             ) from exc
         raise CloudError(f"creating the controller's IAM role {name}: {code}: {exc}") from exc
-    return ControllerAccess(profile=name, role=name, owned=True)
+    return ControllerAccess(profile=name, role=name, owned=True, holders=holders)
 
 
-def attach_to_head(ctx: AwsContext, access: ControllerAccess, instance_id: str) -> None:
-    """Give the head node the controller's profile. A head launched with the nodes' own profile
-    (`--instance-profile`) has it replaced: an instance holds one profile at a time."""
-    ec2 = ctx.client("ec2")
-    spec = {"Arn" if access.profile.startswith("arn:") else "Name": access.profile}
-    deadline = time.monotonic() + (_PROPAGATION_S if access.owned else 0.0)
-    while True:
+def _ensure_role(iam: Any, cluster: ClusterIdentity, name: str, what: str) -> str:
+    """Role and instance profile `name` (the role in the profile), made if missing; the role's ARN."""
+    tags = cluster_tags(cluster, Name=name)
+    _create_if_missing(
+        lambda: iam.create_role(
+            RoleName=name,
+            Path=IAM_PATH,
+            AssumeRolePolicyDocument=json.dumps(trust_policy()),
+            Description=f"deepvm: {what} of cluster {cluster.describe()}",
+            Tags=tags,
+        )
+    )
+    _create_if_missing(lambda: iam.create_instance_profile(InstanceProfileName=name, Path=IAM_PATH, Tags=tags))
+    role = _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"])
+    profile = _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"])
+    for kind, entity in (("role", role), ("instance profile", profile)):
+        if entity is None:  # someone else's of that name: never take it over
+            raise CloudError(
+                f"an IAM {kind} named {name} exists that deepvm did not make for cluster {cluster.describe()}; "
+                "delete it, or pass it as --controller-profile NAME"
+            )
+    assert role is not None and profile is not None
+    if name not in {r["RoleName"] for r in profile["Roles"]}:
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    return str(role["Arn"])
+
+
+def put_job_storage(ctx: AwsContext, access: ControllerAccess, storage: JobStorage | None) -> None:
+    """Give deepvm's roles of the cluster exactly the job's S3 areas (the head's role its own and the
+    holders', the holders' role theirs), replacing an earlier job's; None takes them away. A user's
+    --controller-profile is not touched. IAM applies a changed policy within seconds
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency):
+    before the job's first checkpoint reaches L3."""
+    if not access.owned:
+        return
+    iam = ctx.client("iam")
+    for role, areas in ((access.role, storage.head_areas if storage else ()),
+                        (access.holders, storage.holders if storage else ())):  # fmt: skip
+        if not role:
+            continue
         try:
-            current = ec2.describe_iam_instance_profile_associations(
-                Filters=[
-                    {"Name": "instance-id", "Values": [instance_id]},
-                    {"Name": "state", "Values": ["associating", "associated"]},
-                ]
-            )["IamInstanceProfileAssociations"]
-            if current:
-                ec2.replace_iam_instance_profile_association(
-                    IamInstanceProfile=spec, AssociationId=current[0]["AssociationId"]
-                )
+            if areas:
+                iam.put_role_policy(RoleName=role, PolicyName=JOB_STORAGE_POLICY,
+                                    PolicyDocument=json.dumps(job_storage_policy(areas)))  # fmt: skip
             else:
-                ec2.associate_iam_instance_profile(IamInstanceProfile=spec, InstanceId=instance_id)
-            return
+                _gone_ok(lambda r=role: iam.delete_role_policy(RoleName=r, PolicyName=JOB_STORAGE_POLICY))
         except ClientError as exc:
             code = error_code(exc)
-            if code == "InvalidParameterValue" and time.monotonic() < deadline:
-                time.sleep(2.0)  # a profile created seconds ago is not visible to EC2 yet
-                continue
-            if code in DENIED:
-                raise CloudError(
-                    f"cannot give the head node {instance_id} the controller's instance profile ({code}); "
-                    "it needs ec2:AssociateIamInstanceProfile, ec2:ReplaceIamInstanceProfileAssociation and "
-                    f"iam:PassRole on the profile's role ({README_SECTION})"
-                ) from exc
-            raise CloudError(f"giving {instance_id} the instance profile {access.profile}: {code}") from exc
+            fix = f"your credentials need iam:PutRolePolicy and iam:DeleteRolePolicy on it ({README_SECTION})"
+            raise CloudError(f"cannot give the cluster's role {role} the job's S3 rights ({code}); "
+                             + (fix if code in DENIED else str(exc))) from exc  # fmt: skip
 
 
-def delete_controller(ctx: AwsContext, cluster: str, known: ControllerAccess = ControllerAccess()) -> list[str]:
-    """Delete the cluster's controller role and profile, found by name and checked by tag (a role of that
-    name deepvm did not tag is left alone); already gone is success. A user's --controller-profile is
-    never touched. When IAM may not even be read, deepvm could not have made them either: nothing to do,
-    unless the record says deepvm did."""
-    name = controller_name(cluster)
+def delete_controller(
+    ctx: AwsContext, cluster: ClusterIdentity, known: ControllerAccess = ControllerAccess()
+) -> list[str]:
+    """Delete the cluster's controller and holders roles and profiles, found by name and checked by tag (a
+    role of that name deepvm did not tag is left alone); already gone is success. A user's
+    --controller-profile is never touched. When IAM may not even be read, deepvm could not have made them
+    either: nothing to do, unless the record says deepvm did."""
     iam = ctx.client("iam")
     deleted: list[str] = []
-    try:
-        profile = _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"])
-        if profile is not None:
-            for role in profile["Roles"]:
-                _gone_ok(lambda r=role: iam.remove_role_from_instance_profile(
-                    InstanceProfileName=name, RoleName=r["RoleName"]))  # fmt: skip
-            if _gone_ok(lambda: iam.delete_instance_profile(InstanceProfileName=name)):
-                deleted.append(f"IAM instance profile {name}")
-        if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]) is not None:
-            for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
-                _gone_ok(lambda p=policy: iam.delete_role_policy(RoleName=name, PolicyName=p))
-            for other in iam.list_instance_profiles_for_role(RoleName=name)["InstanceProfiles"]:
-                _gone_ok(lambda o=other: iam.remove_role_from_instance_profile(
-                    InstanceProfileName=o["InstanceProfileName"], RoleName=name))  # fmt: skip
-            if _gone_ok(lambda: iam.delete_role(RoleName=name)):
-                deleted.append(f"IAM role {name}")
-    except ClientError as exc:
-        if error_code(exc) in DENIED and not known.owned:
-            return deleted
-        raise CloudError(f"deleting the controller's IAM role {name}: {error_code(exc)}") from exc
+    for name in _role_names(ctx, cluster, known):
+        try:
+            deleted += _delete_role_and_profile(iam, cluster, name)
+        except ClientError as exc:
+            if error_code(exc) in DENIED and not known.owned:
+                return deleted
+            raise CloudError(f"deleting the cluster's IAM role {name}: {error_code(exc)}") from exc
     return deleted
 
 
-def controller_leftovers(ctx: AwsContext, cluster: str) -> list[Leftover]:
-    """The cluster's controller role and profile, if they still exist ([] when IAM may not be read)."""
-    name = controller_name(cluster)
+def _delete_role_and_profile(iam: Any, cluster: ClusterIdentity, name: str) -> list[str]:
+    deleted = []
+    profile = _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"])
+    if profile is not None:
+        for role in profile["Roles"]:
+            _gone_ok(lambda r=role: iam.remove_role_from_instance_profile(
+                InstanceProfileName=name, RoleName=r["RoleName"]))  # fmt: skip
+        if _gone_ok(lambda: iam.delete_instance_profile(InstanceProfileName=name)):
+            deleted.append(f"IAM instance profile {name}")
+    if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]) is not None:
+        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+            _gone_ok(lambda p=policy: iam.delete_role_policy(RoleName=name, PolicyName=p))
+        for other in iam.list_instance_profiles_for_role(RoleName=name)["InstanceProfiles"]:
+            _gone_ok(lambda o=other: iam.remove_role_from_instance_profile(
+                InstanceProfileName=o["InstanceProfileName"], RoleName=name))  # fmt: skip
+        if _gone_ok(lambda: iam.delete_role(RoleName=name)):
+            deleted.append(f"IAM role {name}")
+    return deleted
+
+
+def controller_leftovers(ctx: AwsContext, cluster: ClusterIdentity) -> list[Leftover]:
+    """The cluster's roles and profiles, if they still exist ([] when IAM may not be read)."""
     iam = ctx.client("iam")
+    found = []
+    for name in _role_names(ctx, cluster):
+        try:
+            if _tagged(cluster, lambda n=name: iam.get_instance_profile(InstanceProfileName=n)["InstanceProfile"]):
+                found.append(Leftover("IAM instance profile", name))
+            if _tagged(cluster, lambda n=name: iam.get_role(RoleName=n)["Role"]):
+                found.append(Leftover("IAM role", name))
+        except ClientError as exc:
+            if error_code(exc) in DENIED:
+                return []
+            raise CloudError(f"checking for the cluster's IAM role {name}: {error_code(exc)}") from exc
+    return found
+
+
+def identities_in_iam(ctx: AwsContext, name: str) -> list[ClusterIdentity]:
+    """The clusters called `name` whose IAM roles for this region exist (for `down NAME` without a record:
+    an `up` may have died after making them and before anything else); [] when IAM may not be read."""
+    iam = ctx.client("iam")
+    found: list[ClusterIdentity] = []
     try:
-        found = []
-        if _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]):
-            found.append(Leftover("IAM instance profile", name))
-        if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]):
-            found.append(Leftover("IAM role", name))
+        pages = iam.get_paginator("list_roles").paginate(PathPrefix=IAM_PATH)
+        candidates = [r["RoleName"] for page in pages for r in page["Roles"]]
+        candidates.append(role_name(ClusterIdentity(name), ctx.region))  # from before ids: no path
+        for candidate in dict.fromkeys(candidates):
+            role = _tagged(ClusterIdentity(name), lambda c=candidate: iam.get_role(RoleName=c)["Role"], by_name=True)
+            if role is None:
+                continue
+            tags = {t["Key"]: t["Value"] for t in role.get("Tags") or []}
+            identity = ClusterIdentity(name, tags.get(CLUSTER_ID_TAG, ""))
+            if candidate in {role_name(identity, ctx.region, kind) for kind in _KINDS}:  # this region's
+                found.append(identity)
     except ClientError as exc:
         if error_code(exc) in DENIED:
             return []
-        raise CloudError(f"checking for the controller's IAM role {name}: {error_code(exc)}") from exc
-    return found
+        raise CloudError(f"listing deepvm's IAM roles: {error_code(exc)}") from exc
+    return list(dict.fromkeys(found))
+
+
+def _role_names(ctx: AwsContext, cluster: ClusterIdentity, known: ControllerAccess = ControllerAccess()) -> list[str]:
+    """The names the cluster's roles have: as recorded, else as `up` names them."""
+    named = [known.role if known.owned and known.role else role_name(cluster, ctx.region, "controller"),
+             known.holders or role_name(cluster, ctx.region, "holders")]  # fmt: skip
+    return list(dict.fromkeys(named))
 
 
 def _profile_role_arn(iam: Any, profile: str) -> str | None:
@@ -311,16 +241,21 @@ def _create_if_missing(create: Callable[[], object]) -> None:
             raise
 
 
-def _tagged(cluster: str, get: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """The IAM entity if it exists and carries the cluster tag, else None."""
+def _tagged(
+    cluster: ClusterIdentity, get: Callable[[], dict[str, Any]], by_name: bool = False
+) -> dict[str, Any] | None:
+    """The IAM entity if it exists and is the cluster's (by_name: carries the cluster's name, whatever
+    its id), else None."""
     try:
         entity = get()
     except ClientError as exc:
         if error_code(exc) == "NoSuchEntity":
             return None
         raise
-    tags = {t["Key"]: t["Value"] for t in entity.get("Tags") or []}
-    return entity if tags.get(CLUSTER_TAG) == cluster else None
+    tags = entity.get("Tags") or []
+    if by_name:
+        return entity if {t["Key"]: t["Value"] for t in tags}.get(CLUSTER_TAG) == cluster.name else None
+    return entity if cluster.owns(tags) else None
 
 
 def _gone_ok(call: Callable[[], object]) -> bool:

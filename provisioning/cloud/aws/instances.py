@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
-from provisioning.cloud.names import cluster_filter
+from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by
 from provisioning.cloud.types import InstanceInfo
 from provisioning.errors import CloudError
 
@@ -64,13 +64,14 @@ def wait_running(
 
 
 def cluster_instances(
-    ctx: AwsContext, cluster: str, states: tuple[str, ...] = LIVE_STATES
+    ctx: AwsContext, cluster: ClusterIdentity, states: tuple[str, ...] = LIVE_STATES
 ) -> list[InstanceInfo]:
     """Every instance tagged with the cluster, in the given states (found even without local state)."""
     filters = [*cluster_filter(cluster), {"Name": "instance-state-name", "Values": list(states)}]
     with cloud_errors("listing the cluster's instances"):
         pages = ctx.client("ec2").get_paginator("describe_instances").paginate(Filters=filters)
-        return [_info(i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        raw = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    return [_info(i) for i in owned_by(cluster, raw)]
 
 
 def _info(raw: dict) -> InstanceInfo:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from provisioning.cloud.names import CONTROLLER_POLICY
+from provisioning.cloud.aws.policies import CONTROLLER_POLICY, JOB_STORAGE_POLICY
 
 # kind -> the AWS CLI command that deletes one resource of that kind, `{id}` being its id or name
 _DELETE = {
@@ -22,6 +22,7 @@ _DELETE = {
     "IAM instance profile": "aws iam remove-role-from-instance-profile --instance-profile-name {id} --role-name {id}"
     " ; aws iam delete-instance-profile --instance-profile-name {id}",
     "IAM role": f"aws iam delete-role-policy --role-name {{id}} --policy-name {CONTROLLER_POLICY}"
+    f" ; aws iam delete-role-policy --role-name {{id}} --policy-name {JOB_STORAGE_POLICY}"
     " ; aws iam delete-role --role-name {id}",
 }
 

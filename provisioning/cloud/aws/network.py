@@ -9,7 +9,7 @@ import urllib.request
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
-from provisioning.cloud.names import cluster_filter, resource_name, tag_spec
+from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by, resource_name, tag_spec
 from provisioning.errors import CloudError, InputError
 
 _CHECKIP_URL = "https://checkip.amazonaws.com"
@@ -61,7 +61,7 @@ def world_open_warning(cidr: str) -> str | None:
     return None
 
 
-def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: str) -> str:
+def ensure_security_group(ctx: AwsContext, cluster: ClusterIdentity, vpc_id: str, ssh_cidr: str) -> str:
     """The cluster's group (created once, found again by name): SSH from ssh_cidr, all traffic within."""
     ec2 = ctx.client("ec2")
     name = resource_name(cluster)
@@ -74,7 +74,7 @@ def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: 
         else:
             group_id = ec2.create_security_group(
                 GroupName=name,
-                Description=f"deepvm cluster {cluster}: SSH from {ssh_cidr}, all traffic within the group",
+                Description=f"deepvm cluster {cluster.describe()}: SSH from {ssh_cidr}, all traffic within the group",
                 VpcId=vpc_id,
                 TagSpecifications=[tag_spec("security-group", cluster)],
             )["GroupId"]
@@ -96,7 +96,7 @@ def ensure_security_group(ctx: AwsContext, cluster: str, vpc_id: str, ssh_cidr: 
     return group_id
 
 
-def cluster_security_groups(ctx: AwsContext, cluster: str) -> list[str]:
+def cluster_security_groups(ctx: AwsContext, cluster: ClusterIdentity) -> list[str]:
     with cloud_errors("listing the cluster's security groups"):
         groups = ctx.client("ec2").describe_security_groups(Filters=cluster_filter(cluster))["SecurityGroups"]
-    return [g["GroupId"] for g in groups]
+    return [g["GroupId"] for g in owned_by(cluster, groups)]

@@ -5,19 +5,21 @@ from __future__ import annotations
 from provisioning.catalog import Market
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
-from provisioning.cloud.aws.iam import attach_to_head, ensure_controller
+from provisioning.cloud.aws.iam import ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
+from provisioning.cloud.aws.profiles import attach_profile
 from provisioning.cloud.aws.teardown import terminate_cluster
 from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_template
-from provisioning.cloud.names import resource_name
-from provisioning.cloud.types import CloudResources, ClusterSpec, LaunchOutcome, groups_by_type
+from provisioning.cloud.names import ClusterIdentity, resource_name
+from provisioning.cloud.types import CloudResources, ClusterSpec, ControllerAccess, LaunchOutcome, groups_by_type
 from provisioning.planner.plan import NodeGroup, Plan
 
 __all__ = [
     "add_instances",
     "attach_to_head",
+    "attach_to_holders",
     "ensure_controller",
     "planned_resources",
     "query_instances",
@@ -28,8 +30,9 @@ __all__ = [
 
 
 def planned_resources(cluster: str, plan: Plan) -> list[str]:
-    """What `run_instances` creates for `plan`, in its order, described for a person (`up --dry-run`)."""
-    name = resource_name(cluster)
+    """What `run_instances` creates for `plan`, in its order, described for a person (`up --dry-run`); the
+    cluster's id is made by `up` itself, so it shows as <id>."""
+    name = resource_name(ClusterIdentity(cluster, "<id>"))
     fleets = []
     for instance_type, groups in groups_by_type(plan.nodes).items():
         markets = " + ".join(
@@ -47,10 +50,10 @@ def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> L
     all_or_nothing asks EC2 for each market's whole capacity or none of it (MinTargetCapacity), so a
     failing `up` has fewer instances to clean up.
     """
-    key_name = ensure_key_pair(ctx, spec.name, spec.ssh_public_key)
-    group_id = ensure_security_group(ctx, spec.name, subnet_vpc(ctx, spec.subnet_id), spec.ssh_cidr)
+    key_name = ensure_key_pair(ctx, spec.identity, spec.ssh_public_key)
+    group_id = ensure_security_group(ctx, spec.identity, subnet_vpc(ctx, spec.subnet_id), spec.ssh_cidr)
     template_id = ensure_launch_template(ctx, spec, group_id, key_name)
-    site = LaunchSite(spec.name, template_id, spec.subnet_id, spec.availability_zone)
+    site = LaunchSite(spec.identity, template_id, spec.subnet_id, spec.availability_zone)
     fleets = launch_fleets(ctx, spec, site, all_or_nothing)
     return LaunchOutcome(
         resources=CloudResources(
@@ -63,7 +66,7 @@ def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> L
 
 def add_instances(
     ctx: AwsContext,
-    cluster: str,
+    cluster: ClusterIdentity,
     resources: CloudResources,
     availability_zone: str,
     group: NodeGroup,
@@ -74,3 +77,15 @@ def add_instances(
     site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_id, availability_zone)
     fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False)
     return LaunchOutcome(resources.with_fleets([fleet.fleet_id]), fleet.instance_ids, fleet.shortfalls)
+
+
+def attach_to_head(ctx: AwsContext, access: ControllerAccess, instance_id: str) -> None:
+    """Give the head node, and only it, the controller's profile (provisioning.cloud.aws.iam)."""
+    attach_profile(ctx, access.profile, instance_id, new=access.owned)
+
+
+def attach_to_holders(ctx: AwsContext, access: ControllerAccess, instance_ids: list[str]) -> None:
+    """Give the checkpoint holders other than the head deepvm's holders profile, when it made one (their
+    S3 rights for a job's L3 come with it at `train`); else they keep the launch template's."""
+    for instance_id in instance_ids if access.holders else ():
+        attach_profile(ctx, access.holders, instance_id, new=True)

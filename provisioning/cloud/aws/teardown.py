@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
-from provisioning.cloud.aws.iam import controller_leftovers, delete_controller
+from provisioning.cloud.aws.iam import controller_leftovers, delete_controller, identities_in_iam
 from provisioning.cloud.aws.instances import cluster_instances, describe
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.network import cluster_security_groups
-from provisioning.cloud.names import CLUSTER_TAG, cluster_filter
+from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, ClusterIdentity, cluster_filter, owned_by
 from provisioning.cloud.types import CloudResources
 from provisioning.errors import CloudError
 
@@ -85,7 +85,7 @@ class _Pass:
 
 def terminate_cluster(
     ctx: AwsContext,
-    cluster: str,
+    cluster: ClusterIdentity,
     known: CloudResources = CloudResources(),
     timeout_s: float = 600,
     on_step: Callable[[str], None] = lambda step: None,
@@ -104,14 +104,15 @@ def terminate_cluster(
     try:
         left = leftovers(ctx, cluster)
     except CloudError as exc:
-        raise TeardownIncomplete(cluster, ctx.region, [], {**done.failures, "listing": str(exc)}) from exc
+        raise TeardownIncomplete(cluster.name, ctx.region, [], {**done.failures, "listing": str(exc)}) from exc
     if left:
-        raise TeardownIncomplete(cluster, ctx.region, left, done.failures, ctx.endpoint_url)
+        raise TeardownIncomplete(cluster.name, ctx.region, left, done.failures, ctx.endpoint_url)
     return deleted
 
 
 def _one_pass(
-    ctx: AwsContext, cluster: str, known: CloudResources, deadline: float, on_step: Callable[[str], None]
+    ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources, deadline: float,
+    on_step: Callable[[str], None],
 ) -> _Pass:
     ec2 = ctx.client("ec2")
     run = _Pass()
@@ -144,7 +145,7 @@ def _one_pass(
 
     def templates() -> list[str]:
         with cloud_errors("listing launch templates"):
-            found = ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
+            found = owned_by(cluster, ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"])
         return list(filter(None, dict.fromkeys([t["LaunchTemplateId"] for t in found] + [known.launch_template_id])))
 
     for template_id in _listed(run, "launch template", templates):
@@ -167,7 +168,7 @@ def _one_pass(
 
     def key_pairs() -> list[str]:
         with cloud_errors("listing key pairs"):
-            found = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
+            found = owned_by(cluster, ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"])
             if known.key_name:  # DeleteKeyPair succeeds for missing names: look the recorded one up first
                 by_name = [{"Name": "key-name", "Values": [known.key_name]}]
                 found += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]
@@ -183,30 +184,43 @@ def _one_pass(
             found = ec2.describe_volumes(
                 Filters=[*cluster_filter(cluster), {"Name": "status", "Values": ["available"]}]
             )["Volumes"]
-        return [v["VolumeId"] for v in found]
+        return [v["VolumeId"] for v in owned_by(cluster, found)]
 
     for volume_id in _listed(run, "volume", volumes):
         run.delete(f"volume {volume_id}", lambda v=volume_id: ec2.delete_volume(VolumeId=v))
     return run
 
 
-def leftovers(ctx: AwsContext, cluster: str) -> list[Leftover]:
+def leftovers(ctx: AwsContext, cluster: ClusterIdentity) -> list[Leftover]:
     """Everything still tagged with the cluster that costs money, blocks a new cluster of that name, or
     grants rights (the controller's IAM role and profile)."""
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
         found = [Leftover("instance", i.instance_id) for i in cluster_instances(ctx, cluster)]
         found += [Leftover("fleet", f) for f in _live_fleets(ctx, cluster)]
-        found += [
-            Leftover("launch template", t["LaunchTemplateId"])
-            for t in ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
-        ]
+        templates = ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
+        found += [Leftover("launch template", t["LaunchTemplateId"]) for t in owned_by(cluster, templates)]
         found += [Leftover("security group", g) for g in cluster_security_groups(ctx, cluster)]
-        found += [
-            Leftover("key pair", k["KeyName"])
-            for k in ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
-        ]
+        key_pairs = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
+        found += [Leftover("key pair", k["KeyName"]) for k in owned_by(cluster, key_pairs)]
     return found + controller_leftovers(ctx, cluster)
+
+
+def clusters_named(ctx: AwsContext, name: str) -> list[ClusterIdentity]:
+    """Every cluster called `name` that something in the region (or its IAM roles for the region) is tagged
+    with, for `down NAME` without a record: one per id, and one without an id for a cluster made before
+    ids. More than one means other users of the account (or lost records) have clusters of that name."""
+    ec2 = ctx.client("ec2")
+    by_name = [{"Name": f"tag:{CLUSTER_TAG}", "Values": [name]}]
+    with cloud_errors(f"looking for clusters named {name}"):
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=by_name)
+        tagged = [i for page in pages for r in page["Reservations"] for i in r["Instances"]
+                  if i["State"]["Name"] != "terminated"]  # fmt: skip
+        tagged += ec2.describe_launch_templates(Filters=by_name)["LaunchTemplates"]
+        tagged += ec2.describe_security_groups(Filters=by_name)["SecurityGroups"]
+        tagged += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]
+    ids = [{t["Key"]: t["Value"] for t in item.get("Tags") or []}.get(CLUSTER_ID_TAG, "") for item in tagged]
+    return list(dict.fromkeys([*(ClusterIdentity(name, i) for i in ids), *identities_in_iam(ctx, name)]))
 
 
 def _listed(run: _Pass, kind: str, listing: Callable[[], list[str]]) -> list[str]:
@@ -216,7 +230,7 @@ def _listed(run: _Pass, kind: str, listing: Callable[[], list[str]]) -> list[str
     return found
 
 
-def _live_fleets(ctx: AwsContext, cluster: str, known_ids: tuple[str, ...] = ()) -> list[str]:
+def _live_fleets(ctx: AwsContext, cluster: ClusterIdentity, known_ids: tuple[str, ...] = ()) -> list[str]:
     """Fleets of the cluster not yet deleted: the recorded ones plus any tagged with the cluster
     (DescribeFleets has no tag filter, so tags are matched here)."""
     with cloud_errors("listing fleets"):
@@ -226,10 +240,7 @@ def _live_fleets(ctx: AwsContext, cluster: str, known_ids: tuple[str, ...] = ())
         f["FleetId"]
         for f in fleets
         if not str(f.get("FleetState", "")).startswith("deleted")
-        and (
-            f["FleetId"] in known_ids
-            or any(t["Key"] == CLUSTER_TAG and t["Value"] == cluster for t in f.get("Tags") or [])
-        )
+        and (f["FleetId"] in known_ids or cluster.owns(f.get("Tags")))
     ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
-from provisioning.cloud.names import resource_name, tag_spec
+from provisioning.cloud.names import ClusterIdentity, resource_name, tag_spec
 from provisioning.cloud.types import ClusterSpec
 from provisioning.cloud.userdata import NodeBoot, render_user_data
 from provisioning.errors import CloudError
@@ -30,7 +30,7 @@ def resolve_image(ctx: AwsContext, image_id: str | None) -> str:
         ) from exc
 
 
-def ensure_key_pair(ctx: AwsContext, cluster: str, public_key: str) -> str:
+def ensure_key_pair(ctx: AwsContext, cluster: ClusterIdentity, public_key: str) -> str:
     """Import the locally generated public key (the private half never leaves this machine)."""
     name = resource_name(cluster)
     ec2 = ctx.client("ec2")
@@ -57,7 +57,7 @@ def ensure_key_pair(ctx: AwsContext, cluster: str, public_key: str) -> str:
 def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id: str, key_name: str) -> str:
     """A fresh launch template for this launch attempt (an older one of the same name is replaced)."""
     ec2 = ctx.client("ec2")
-    name = resource_name(spec.name)
+    name = resource_name(spec.identity)
     # The internal key is authorised at boot, so the head reaches every node, replacements included, without
     # a staging step; only public keys go into user data (anyone on the instance can read it from IMDS).
     # Each node makes its own host key at boot: nothing in one template could tell one node from another.
@@ -79,7 +79,7 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
         },
         "InstanceInitiatedShutdownBehavior": "terminate",
         "TagSpecifications": [
-            tag_spec(kind, spec.name) for kind in ("instance", "volume", "network-interface")
+            tag_spec(kind, spec.identity) for kind in ("instance", "volume", "network-interface")
         ],
     }
     if spec.instance_profile:
@@ -94,6 +94,6 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
             LaunchTemplateName=name,
             ClientToken=f"{spec.launch_token}-lt",
             LaunchTemplateData=data,
-            TagSpecifications=[tag_spec("launch-template", spec.name)],
+            TagSpecifications=[tag_spec("launch-template", spec.identity)],
         )
     return created["LaunchTemplate"]["LaunchTemplateId"]
