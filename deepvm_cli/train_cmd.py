@@ -127,7 +127,7 @@ def train_command(
     from training.control.controller import TrainRequest, train
     from training.shared.jobspec import load_job_spec
 
-    load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    spec = load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
     if controller == "head" and resume:
@@ -142,6 +142,10 @@ def train_command(
         python = default_python(found)
     if found.banner:
         console.info(found.banner)
+    from training.client.storage import ready_job_storage
+
+    for warning in ready_job_storage(found, spec):  # the job's S3 rights, or a refusal: before any staging
+        console.warning(warning)
     request = TrainRequest(
         job_path=job,
         cluster=found.name,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import boto3
 
-from training.control.mirror import LogMirror, mirror_key
+from training.control.mirror import LogMirror
+from training.shared.storage import log_key
 
 
-def test_mirror_key():
-    assert mirror_key("s3://ckpts/runs/a", "j1", "log.jsonl") == ("ckpts", "runs/a/deepvm-jobs/j1/log.jsonl")
-    assert mirror_key("s3://ckpts", "j1", "result.json") == ("ckpts", "deepvm-jobs/j1/result.json")
+def test_log_key():
+    assert log_key("s3://ckpts/runs/a", "j1", "log.jsonl") == ("ckpts", "runs/a/deepvm-jobs/j1/log.jsonl")
+    assert log_key("s3://ckpts", "j1", "result.json") == ("ckpts", "deepvm-jobs/j1/result.json")
 
 
 def test_log_and_result_reach_s3_and_failures_are_said_once(s3_endpoint, tmp_path, monkeypatch):

@@ -3,8 +3,9 @@ head node: `s3://BUCKET/PREFIX/deepvm-jobs/JOB_ID/{log.jsonl,result.json}` for a
 levels include l3 with `s3_prefix: s3://BUCKET/PREFIX`.
 
 The head's controller uploads with its own credentials (the head's instance profile, through the
-instance metadata): the profile needs s3:PutObject on that prefix. An upload that fails is said once in
-the job's log and retried at the next round; the job never waits on the mirror.
+instance metadata): `train` grants its role s3:PutObject there (training.shared.storage.job_storage). An
+upload that fails is said once in the job's log and retried at the next round; the job never waits on
+the mirror.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from training.shared.storage import log_key
+
 _EVERY_S = 15.0
-
-
-def mirror_key(s3_prefix: str, job_id: str, name: str) -> tuple[str, str]:
-    """(bucket, key) of one mirrored file."""
-    bucket, _, prefix = s3_prefix.removeprefix("s3://").partition("/")
-    return bucket, "/".join(p for p in (prefix.strip("/"), "deepvm-jobs", job_id, name) if p)
 
 
 class LogMirror:
@@ -56,7 +53,7 @@ class LogMirror:
             path = self._root / name
             if not path.exists() or path.stat().st_size == self._sizes.get(name):
                 continue
-            bucket, key = mirror_key(self._prefix, self._job_id, name)
+            bucket, key = log_key(self._prefix, self._job_id, name)
             try:
                 data = path.read_bytes()
                 self._s3.put_object(Bucket=bucket, Key=key, Body=data)

@@ -44,6 +44,7 @@ from training.node.watcher import Watcher
 from training.node.worker import WorkerOptions, run_training
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
 from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
+from training.shared.storage import l3_location
 
 ROLES = ("trainer", "holder", "both")
 
@@ -93,10 +94,8 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
 
 
 def _s3(policy: CheckpointSpec) -> deepcheck.S3Config | None:
-    if "l3" not in policy.levels or not policy.s3_prefix:
-        return None
-    bucket, _, prefix = policy.s3_prefix.removeprefix("s3://").partition("/")
-    return deepcheck.S3Config(bucket=bucket, prefix=prefix or "deepcheck")
+    location = l3_location(policy)  # the area `train` granted the holders (training.shared.storage)
+    return None if location is None else deepcheck.S3Config(bucket=location[0], prefix=location[1])
 
 
 def _trainer_env(trainer_index: int, trainers: int, opts: RankOptions) -> DistEnv:
