@@ -86,13 +86,17 @@ def test_launching_needs_the_cluster_template_and_tags_what_it_creates():
     assert set(_actions(template)) == {"ec2:CreateFleet", "ec2:RunInstances"}
     assert template["Resource"] == f"arn:aws:ec2:{REGION}:*:launch-template/*"
     assert template["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
-    created = statements["LaunchClusterTaggedResources"]
-    assert {r.rsplit(":", 1)[1] for r in created["Resource"]} == {
-        "fleet/*", "instance/*", "volume/*", "network-interface/*"
-    }  # fmt: skip
-    assert created["Condition"] == {"StringEquals": {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
-    parts = statements["LaunchWithTheTemplatesParts"]
-    assert parts["Condition"] == {"ArnLike": {"ec2:LaunchTemplate": f"arn:aws:ec2:{REGION}:*:launch-template/*"}}
+    for sid, action, kinds in (("CreateClusterTaggedFleets", "ec2:CreateFleet", {"fleet", "instance", "volume"}),
+                               ("LaunchClusterTaggedResources", "ec2:RunInstances",
+                                {"instance", "volume", "network-interface"})):  # fmt: skip
+        created = statements[sid]
+        assert created["Action"] == action and {r.rsplit(":", 1)[1] for r in created["Resource"]} == {
+            f"{kind}/*" for kind in kinds
+        }
+        assert created["Condition"] == {"StringEquals": {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
+    for sid in ("FleetsUseTheTemplatesParts", "LaunchWithTheTemplatesParts"):
+        parts = statements[sid]
+        assert parts["Condition"] == {"ArnLike": {"ec2:LaunchTemplate": f"arn:aws:ec2:{REGION}:*:launch-template/*"}}
     tags = statements["TagOnlyWhileLaunching"]["Condition"]["StringEquals"]
     # bare EC2 operation names, as AWS documents the key (the contract test checks them against botocore)
     assert tags == {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d", "ec2:CreateAction": ["CreateFleet", "RunInstances"]}

@@ -64,19 +64,38 @@ def controller_policy(
             "Resource": f"{arn}:launch-template/*",
             "Condition": owned,
         },
+        # AWS documents different resources for the two (CreateFleet: the fleet, and what it launches as
+        # instances and volumes; RunInstances, which every instant fleet is authorised as too: everything the
+        # launch uses), so each is granted its own: https://docs.aws.amazon.com/service-authorization/latest/
+        # reference/list_amazonec2.html . The contract test checks each resource against that reference.
         {
-            "Sid": "LaunchClusterTaggedResources",
+            "Sid": "CreateClusterTaggedFleets",
             "Effect": "Allow",
-            "Action": list(_LAUNCH),
-            "Resource": [f"{arn}:{kind}/*" for kind in ("fleet", "instance", "volume", "network-interface")],
+            "Action": "ec2:CreateFleet",
+            "Resource": [f"{arn}:{kind}/*" for kind in ("fleet", "instance", "volume")],
             "Condition": tagged,
         },
         {
+            "Sid": "LaunchClusterTaggedResources",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": [f"{arn}:{kind}/*" for kind in ("instance", "volume", "network-interface")],
+            "Condition": tagged,
+        },
+        {
+            "Sid": "FleetsUseTheTemplatesParts",
+            "Effect": "Allow",
+            "Action": "ec2:CreateFleet",
+            "Resource": [f"{arn}:{kind}/*" for kind in ("image", "subnet")],
+            "Condition": {"ArnLike": {"ec2:LaunchTemplate": f"{arn}:launch-template/*"}},
+        },
+        {
             # the AMI's snapshots too: the root volume is made from them (Karpenter's reference policy grants
-            # them; AWS's reference lists snapshot among RunInstances' resources without saying when)
+            # them; AWS: "to create EBS volumes ... from existing snapshots, the user must have read access to
+            # the snapshots", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permissions-for-launch-templates.html)
             "Sid": "LaunchWithTheTemplatesParts",
             "Effect": "Allow",
-            "Action": list(_LAUNCH),
+            "Action": "ec2:RunInstances",
             "Resource": [
                 f"{arn}:{kind}/*" for kind in ("image", "snapshot", "subnet", "security-group", "key-pair")
             ],
