@@ -7,13 +7,18 @@ Moto enforces no policy, so what the policies allow is checked by the contract t
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
+import boto3
 import pytest
 import yaml
 
+from deepcheck import S3Config
+from deepcheck.storage_s3 import S3Store
 from provisioning.cloud import cluster as cluster_module
 from provisioning.cloud import lifecycle
+from provisioning.cloud.aws import rights
 from provisioning.cloud.aws.policies import JOB_STORAGE_POLICY, job_storage_policy
 from provisioning.cloud.aws.profiles import instance_profiles
 from provisioning.cloud.cluster import Cluster
@@ -24,9 +29,12 @@ from provisioning.cloud.types import S3Area
 from provisioning.errors import InputError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_plan, make_tiering_plan
+from tests.deepcheck.dc_fixtures import make_checkpoint
 from tests.documents import JOB
 from training.client.storage import ready_job_storage
+from training.control.mirror import LogMirror
 from training.shared.jobspec import load_job_spec
+from training.shared.storage import job_storage, l3_location
 
 
 @pytest.fixture
@@ -138,3 +146,73 @@ def test_a_holder_the_head_buys_gets_the_holders_profile(aws, ami, monkeypatch):
     (added,) = cluster.add_nodes(Role.HOLDER, 1, timeout_s=30)
     held = instance_profiles(aws, [added.instance_id])
     assert held[added.instance_id].endswith(f"/{cluster.row.resources.controller.holders}")
+
+
+# What the granted policies allow, against the S3 calls DeepCheck and the log mirror really make (moto
+# answers them; whether IAM would is evaluated here, by IAM's rules for the shapes deepvm writes: an Allow
+# whose action, resource pattern and s3:prefix condition match)
+
+
+def _allowed(policy: dict, action: str, arn: str, prefix: str | None) -> bool:
+    for statement in policy["Statement"]:
+        actions, resources = statement["Action"], statement["Resource"]
+        if action not in ([actions] if isinstance(actions, str) else actions):
+            continue
+        if not any(fnmatch.fnmatchcase(arn, r) for r in ([resources] if isinstance(resources, str) else resources)):
+            continue
+        wanted = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+        if wanted is not None and (prefix is None or not any(fnmatch.fnmatchcase(prefix, w) for w in wanted)):
+            continue
+        return True
+    return False
+
+
+class _Recorder:
+    """Every S3 request a client sends: (IAM action, resource ARN, s3:prefix), the actions from the table."""
+
+    def __init__(self, client) -> None:
+        self.seen: list[tuple[str, str, str | None]] = []
+        client.meta.events.register("provide-client-params.s3", self._record)
+
+    def _record(self, model, params, **kwargs) -> None:
+        row = rights.call("s3", model.name)
+        assert row is not None, f"{model.name} has no row in the rights table"
+        key = params.get("Key")
+        arn = f"arn:aws:s3:::{params['Bucket']}" + (f"/{key}" if key is not None else "")
+        self.seen += [(action, arn, params.get("Prefix")) for action in row.actions]
+
+
+@pytest.mark.parametrize("s3_prefix", ["s3://ckpts/team/run-7", "s3://ckpts"])
+def test_the_granted_areas_allow_every_call_deepcheck_and_the_log_mirror_make(s3_endpoint, tmp_path, monkeypatch,
+                                                                              s3_prefix):  # fmt: skip
+    spec = _job(tmp_path, levels=["l1", "l2", "l3"], s3_prefix=s3_prefix)
+    storage = job_storage(spec, head_trains=False)
+    bucket, prefix = l3_location(spec.checkpoint)
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    store = S3Store(S3Config(bucket=bucket, prefix=prefix, endpoint_url=s3_endpoint, part_size=5 << 20))
+    holder = _Recorder(store.client)
+    for step in range(3):  # a holder's uploads (one multipart), the lead's commits, retention and restore
+        manifest, data = make_checkpoint(step, size=(6 << 20) if step == 0 else 100)
+        for info, shard in zip(manifest.shards, data, strict=True):
+            (tmp_path / f"s{step}-{info.index}").write_bytes(shard)
+            store.upload_shard(manifest.ckpt, info.index, tmp_path / f"s{step}-{info.index}")
+        store.commit(manifest)
+    store.retain(1)
+    (newest,) = store.manifests()
+    store.read_shard(newest.ckpt, newest.shards[0])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    (tmp_path / "log.jsonl").write_text("{}\n")
+    mirror = LogMirror(s3_prefix, "job-1", tmp_path, lambda text: pytest.fail(text))
+    head = _Recorder(mirror._s3)
+    mirror.upload()
+
+    actions = {action for action, _, _ in holder.seen}
+    assert {"s3:PutObject", "s3:GetObject", "s3:ListBucket", "s3:DeleteObject"} <= actions and head.seen
+    holders_policy, head_policy = job_storage_policy(storage.holders), job_storage_policy(storage.head_areas)
+    for seen in holder.seen:
+        assert _allowed(holders_policy, *seen) and _allowed(head_policy, *seen), seen  # any holder may lead
+    for seen in head.seen:
+        assert _allowed(head_policy, *seen), seen
+        assert not _allowed(holders_policy, *seen) or s3_prefix.endswith("run-7"), seen  # beside L3: head only
+    assert not _allowed(head_policy, "s3:PutObject", f"arn:aws:s3:::{bucket}/elsewhere/x", None)
+    assert not _allowed(head_policy, "s3:ListBucket", f"arn:aws:s3:::{bucket}", "elsewhere/")
