@@ -18,10 +18,10 @@ from deepvm_cli import console
 from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least, positive
 from deepvm_cli.simulate_cmd import MAX_SEED, MAX_STEPS
-from provisioning.errors import CloudError, InputError
+from provisioning.core.errors import CloudError, InputError
 
 if TYPE_CHECKING:
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
     from simulation.chaos import ChaosAction, ChaosStep, SlotMap
 
 MAX_TIME_SCALE = 1_000_000.0  # a trace hour in 3.6 ms: beyond that the schedule is a burst, not a trace
@@ -52,7 +52,7 @@ def chaos(
     for flag, value in (("--trace", trace), ("--steps", steps), ("--step-time", step_time)):
         if value is None:
             raise InputError(f"{flag} is required")
-    from provisioning.cloud.plan_input import catalog_of
+    from provisioning.clusters.plan_choice import catalog_of
     from simulation.chaos import ChaosQuestion, SlotMap, recovery_here
     from simulation.traces import resolve_trace
 
@@ -79,8 +79,8 @@ def chaos(
 
 
 def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, elapsed_s: float) -> ChaosAction:
-    from provisioning.catalog import Market
-    from provisioning.cloud.cluster import RUNNING
+    from provisioning.catalog.model import Market
+    from provisioning.clusters.handle import RUNNING
     from simulation.chaos import ChaosAction, LiveNode
 
     cluster.refresh()  # nodes the head bought as replacements join the map

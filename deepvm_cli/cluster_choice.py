@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from deepvm_cli import console
 from deepvm_cli.user_config import Defaults, load_config
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
-from provisioning.errors import InputError
-from provisioning.home import deepvm_home, home_path
+from provisioning.core.errors import InputError
+from provisioning.core.home import deepvm_home, home_path
 
 if TYPE_CHECKING:
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
 
 LAST_CLUSTER_FILE = "last_cluster"
 
@@ -80,7 +80,7 @@ def choose_cluster(given: str | None, defaults: Defaults | None = None, last: bo
 def open_chosen(choice: ClusterChoice, flag: str, running: bool) -> Cluster:
     """The chosen cluster (`running`: only if it is up), remembered as the last one used and announced; a
     NotFoundError that lists the clusters there are, and says where the name came from, otherwise."""
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
 
     why = choice.origin(flag)
     cluster = Cluster.open_running(choice.name, why) if running else Cluster.open(choice.name, why=why)
@@ -103,7 +103,7 @@ def remember_cluster(name: str) -> None:
     """Record `name` as the last cluster used (best effort: a command never fails for it)."""
     if last_cluster() == name:
         return
-    from provisioning.atomicfile import write_text_atomic
+    from provisioning.core.atomicfile import write_text_atomic
 
     with contextlib.suppress(OSError, InputError):
         write_text_atomic(deepvm_home() / LAST_CLUSTER_FILE, name + "\n")

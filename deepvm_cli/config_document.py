@@ -1,6 +1,6 @@
 """The config file's document model: what each key may hold, checked as strictly as a plan file.
 
-Kept apart from deepvm_cli/user_config.py because it imports pydantic (provisioning/strictdoc.py), which
+Kept apart from deepvm_cli/user_config.py because it imports pydantic (provisioning/core/strictdoc.py), which
 only a command that finds a config file, or `deepvm config`, should pay for.
 """
 
@@ -13,8 +13,8 @@ from pydantic_core import PydanticCustomError
 
 from deepvm_cli.flags import MAX_PRICE
 from provisioning.cloud.names import check_cluster_name
-from provisioning.errors import InputError
-from provisioning.strictdoc import Name, Strict, show, validate
+from provisioning.core.errors import InputError
+from provisioning.core.strictdoc import Name, Strict, show, validate
 
 CLOUDS = ("auto", "aws", "sandbox")
 
@@ -47,5 +47,5 @@ class ConfigDocument(Strict):
 
 
 def check_document(data: Any) -> ConfigDocument:
-    """`data` as the config document; DocumentError (provisioning/strictdoc.py) naming the key otherwise."""
+    """`data` as the config document; DocumentError (provisioning/core/strictdoc.py) naming the key otherwise."""
     return validate(ConfigDocument, data)

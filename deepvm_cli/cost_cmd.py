@@ -1,6 +1,6 @@
 """`deepvm cost-report`: what every cluster ever recorded has cost, running and terminated, with totals.
 
-Costs are the state store's (provisioning/cost.py): each node's planned price over the time it ran. The
+Costs are the state store's (provisioning/clusters/cost.py): each node's planned price over the time it ran. The
 cloud's bill is the authority (a Spot price that moved after planning is not followed); the sandbox's
 clusters bill nothing, so their AWS-priced cost is totalled apart.
 """
@@ -18,7 +18,7 @@ from rich.table import Table
 from deepvm_cli import console
 
 if TYPE_CHECKING:
-    from provisioning.state import ClusterBill
+    from provisioning.clusters.store import ClusterBill
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def cost_report_command(
     as_json: bool = typer.Option(False, "--json", help="Print {clusters: [...], totals: [...]} as JSON."),
 ) -> None:
     """Show what every cluster ever recorded has cost, running or terminated, with a total per cloud."""
-    from provisioning.cloud.lifecycle import cost_report
+    from provisioning.clusters.lifecycle import cost_report
 
     bills = cost_report()
     if as_json:

@@ -18,11 +18,11 @@ from deepvm_cli import console
 from deepvm_cli.cloud_progress import progress_reporter
 from deepvm_cli.cluster_choice import ClusterChoice, Source, choose_cluster, forget_cluster
 from deepvm_cli.user_config import Defaults
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 if TYPE_CHECKING:
-    from provisioning.cloud.cluster import Cluster
-    from provisioning.cloud.lifecycle import DownPreview, DownResult
+    from provisioning.clusters.handle import Cluster
+    from provisioning.clusters.lifecycle import DownPreview, DownResult
     from training.client.managed import Head
     from training.shared.records import JobSummary
 
@@ -64,7 +64,7 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
-    from provisioning.cloud.lifecycle import down, down_preview
+    from provisioning.clusters.lifecycle import down, down_preview
     from provisioning.sandbox.control import BANNER
 
     defaults = Defaults(tolerant=True)  # a broken config file never stops a teardown
@@ -101,7 +101,7 @@ def down_command(
 
 def _summary(result: DownResult, as_json: bool) -> None:
     """What was deleted, and what the cluster cost in all and how long it ran (from its record)."""
-    from provisioning.cost import cost_fields
+    from provisioning.clusters.cost import cost_fields
 
     if as_json:
         console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record,
@@ -128,7 +128,7 @@ def _confirm(choice: ClusterChoice, preview: DownPreview, running: RunningJobs, 
 
 def _what(named: str, preview: DownPreview, running: RunningJobs, cancel_jobs: bool) -> str:
     """What the question says is deleted: the cluster's nodes, $/h and jobs; or what is tagged with it."""
-    from provisioning.cloud.cluster import RUNNING
+    from provisioning.clusters.handle import RUNNING
 
     cluster = preview.cluster
     if cluster is None:
@@ -150,7 +150,7 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
     running job's cluster is not taken away). A head that cannot be asked (it died, or no job ever ran)
     holds nothing to wait for."""
     from deepvm_cli.jobs_cmd import default_python
-    from provisioning.errors import DeepvmError
+    from provisioning.core.errors import DeepvmError
     from training.client.managed import head_of, running_jobs
 
     name = cluster.name

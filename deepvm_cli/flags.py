@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import typer
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 Number = TypeVar("Number", int, float)
 Check = Callable[[typer.CallbackParam, Number | None], Number | None]

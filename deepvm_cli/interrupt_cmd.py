@@ -22,7 +22,7 @@ def interrupt_command(
     Sandbox: the notice appears in the node's instance metadata and the sandbox terminates it on time.
     AWS: an AWS FIS experiment (aws:ec2:send-spot-instance-interruptions) does both.
     """
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
 
     cluster, record = Cluster.of_node(node)
     if cluster.banner:

@@ -18,13 +18,13 @@ from deepvm_cli import console
 from deepvm_cli.cluster_choice import remember_cluster
 from deepvm_cli.flags import at_least
 from deepvm_cli.job_render import record_line
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 from training.shared.jobstore import JobStatus
 from training.shared.progress import JobReporter
 from training.shared.records import LogRecord
 
 if TYPE_CHECKING:
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
     from training.client.managed import Head
     from training.control.controller import TrainRequest
 
@@ -118,7 +118,7 @@ def jobs_command(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
 ) -> None:
     """List managed jobs as their clusters' head nodes know them: state, step, restarts, lost steps, cost."""
-    from provisioning.cloud.cluster import Cluster, running_clusters
+    from provisioning.clusters.handle import Cluster, running_clusters
     from training.client.managed import head_of, jobs_on
 
     found = []

@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from deepvm_cli import console
-from provisioning.errors import DeepvmError, StoppedByUser
+from provisioning.core.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",

@@ -11,10 +11,10 @@ from rich.table import Table
 from deepvm_cli import console
 from deepvm_cli.flags import region_list
 from deepvm_cli.user_config import Defaults
-from provisioning.catalog import Catalog, InstanceType
-from provisioning.market.summary import MarketRow, market_rows
-from provisioning.snapshot import snapshot_label, snapshot_notes
-from provisioning.sources import resolve_catalog, save_live_snapshot
+from provisioning.catalog.market.summary import MarketRow, market_rows
+from provisioning.catalog.model import Catalog, InstanceType
+from provisioning.catalog.snapshot import snapshot_label, snapshot_notes
+from provisioning.catalog.sources import resolve_catalog, save_live_snapshot
 
 HELP = "Show instance types with their prices, FLOPP (flops per dollar) and vCPU quotas."
 

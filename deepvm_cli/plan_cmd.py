@@ -11,7 +11,7 @@ import typer
 from deepvm_cli import console, plan_flags
 from deepvm_cli.flags import DAY_S, at_least, positive
 from deepvm_cli.user_config import Defaults
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from provisioning.planner.plan import MAX_PLANS
 
 if TYPE_CHECKING:
@@ -60,9 +60,9 @@ def plan(
     profile_files: list[Path] = plan_flags.profile_option,
 ) -> None:
     """Rank instance types by FLOPP and solve DeepVM's MILP for the most cost-effective cluster."""
+    from provisioning.catalog.sources import resolve_catalog
     from provisioning.planner import Objective, PlanRequest, plan_cluster
     from provisioning.planner.saved import save_plans
-    from provisioning.sources import resolve_catalog
 
     defaults = Defaults()
     if deadline is None:  # a deadline plan is at any hourly price unless --max-price caps it here

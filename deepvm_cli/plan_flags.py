@@ -16,7 +16,7 @@ from deepvm_cli.flags import MAX_PRICE, at_least, positive, region_list
 from deepvm_cli.render_curves import ProfileUsed
 
 if TYPE_CHECKING:
-    from provisioning.catalog import Catalog
+    from provisioning.catalog.model import Catalog
 
 MAX_HOURS = 100_000.0  # --deadline: eleven years
 MAX_WORK_PFLOP = 1e12  # --work: a thousand times the largest published training run
@@ -62,8 +62,8 @@ def with_profiles(paths: list[Path], catalog: Catalog) -> tuple[Catalog, list[Pr
     catalog); their warnings shown."""
     if not paths:
         return catalog, []
-    from provisioning.profile import load_profile
-    from provisioning.profile import with_profiles as apply
+    from provisioning.scaling.profile import load_profile
+    from provisioning.scaling.profile import with_profiles as apply
 
     used = [ProfileUsed(str(path), load_profile(path, catalog)) for path in paths]
     profiled = apply(catalog, [u.profile for u in used])

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """`deepvm profile`: measure how a job speeds up on 1..N trainer nodes of a cluster that is up, fit
 DeepVM's scaling curve to it, and save the profile that `deepvm plan --profile` plans with.
 
-Rendering only: training.client.profiling runs and measures, provisioning.profile fits and saves. It buys
+Rendering only: training.client.profiling runs and measures, provisioning.scaling.profile fits and saves. It buys
 nothing, so it asks nothing; it says up front what the cluster bills while it runs, and once the first
 size is measured how long the rest should take.
 """
@@ -17,12 +17,12 @@ from rich.table import Table
 from deepvm_cli import console
 from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.render_curves import estimate_text
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 MAX_STEPS = 1_000_000  # --steps, --warmup: a profile measures minutes, not weeks
 
 if TYPE_CHECKING:
-    from provisioning.profile import Profile
+    from provisioning.scaling.profile import Profile
     from training.client.profiling import ProfileTarget
 
 
@@ -52,7 +52,7 @@ def profile_command(
 
     from deepvm_cli.jobs_cmd import default_python
     from deepvm_cli.train_cmd import live_reporter, plain_reporter
-    from provisioning.profile import ProfileSetup, make_profile, save_profile
+    from provisioning.scaling.profile import ProfileSetup, make_profile, save_profile
     from training.client.profiling import ProfileRequest, measure, profile_target
     from training.shared.jobspec import load_job_spec
 
@@ -120,7 +120,7 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
 
 
 def _announce(target: ProfileTarget) -> None:
-    from provisioning.cloud.cluster import Cluster
+    from provisioning.clusters.handle import Cluster
 
     found = Cluster.find(target.cluster)
     if found is not None and found.banner:

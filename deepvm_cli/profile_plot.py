@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from deepvm_cli.png import png_figure
-from provisioning.profile import Profile
-from provisioning.scaling import speedup
+from provisioning.scaling.model import speedup
+from provisioning.scaling.profile import Profile
 
 
 def plot_profile(profile: Profile, path: Path) -> None:

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from provisioning.catalog import Catalog
-from provisioning.scaling import curve_source, scaling_of
+from provisioning.catalog.model import Catalog
+from provisioning.scaling.model import curve_source, scaling_of
 
 if TYPE_CHECKING:  # pydantic is imported only when a profile is read
-    from provisioning.profile import Parameter, Profile
+    from provisioning.scaling.profile import Parameter, Profile
 
 _SOURCE_LABEL = {
     "catalog": "the catalog's own curve",

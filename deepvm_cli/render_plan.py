@@ -10,7 +10,7 @@ from rich.table import Table
 
 from deepvm_cli import console
 from deepvm_cli.render_curves import ProfileUsed, curves_json, curves_lines
-from provisioning.catalog import Catalog
+from provisioning.catalog.model import Catalog
 from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
 
 if TYPE_CHECKING:  # loaded only by plan --interruptions

@@ -16,10 +16,10 @@ import typer
 from deepvm_cli import console, plan_flags
 from deepvm_cli.flags import DAY_S, at_least, positive
 from deepvm_cli.user_config import Defaults
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 if TYPE_CHECKING:
-    from provisioning.catalog import Catalog
+    from provisioning.catalog.model import Catalog
     from provisioning.planner.plan import Plan
     from provisioning.planner.request import PlanRequest
     from simulation.compare import TraceFor
@@ -164,7 +164,7 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
     if max_price is None:
         raise InputError("--plan FILE or --max-price X is required (USD per hour for the cluster)")
     defaults.announce()
-    from provisioning.sources import resolve_catalog
+    from provisioning.catalog.sources import resolve_catalog
 
     regions = plan_flags.regions(region)
     request = PlanRequest(max_price=max_price, checkpoint_size_gib=checkpoint_size, buffer_slots=buffer_slots,
@@ -179,8 +179,8 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
 def _saved_plan(path: Path) -> tuple[Plan, Catalog, PlanRequest]:
     """The best plan of a plan file, checked as `deepvm up` checks it, with the cap it was planned for
     (the file's request, else the plan's own price)."""
-    from provisioning.cloud.plan_input import MAX_PLAN_BYTES, checked_plans
-    from provisioning.jsonfile import read_json_file
+    from provisioning.clusters.plan_choice import MAX_PLAN_BYTES, checked_plans
+    from provisioning.core.jsonfile import read_json_file
     from provisioning.planner.request import PlanRequest
 
     data = read_json_file(path, "plan file", MAX_PLAN_BYTES)

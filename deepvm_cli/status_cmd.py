@@ -12,7 +12,7 @@ from deepvm_cli import console
 from deepvm_cli.cluster_choice import remember_cluster
 
 if TYPE_CHECKING:
-    from provisioning.cloud.cluster import ClusterView
+    from provisioning.clusters.handle import ClusterView
     from training.shared.jobstore import JobRow
 
 
@@ -32,8 +32,8 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
         from deepvm_cli.jobs_cmd import default_python  # SSH and the managed client load only when needed
-        from provisioning.cloud.cluster import Cluster
-        from provisioning.errors import DeepvmError
+        from provisioning.clusters.handle import Cluster
+        from provisioning.core.errors import DeepvmError
         from training.client.managed import head_of, jobs_on
 
         try:
@@ -64,7 +64,7 @@ def _job_doc(job: JobRow, cluster_up: bool) -> dict[str, object]:
 
 
 def up(view: ClusterView) -> bool:
-    from provisioning.state import ClusterStatus
+    from provisioning.clusters.store import ClusterStatus
 
     return view.cluster.status is ClusterStatus.UP
 
@@ -130,7 +130,7 @@ def status_command(
     ),
 ) -> None:
     """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs."""
-    from provisioning.cloud.lifecycle import status
+    from provisioning.clusters.lifecycle import status
 
     views = status(name)
     if name is not None:
@@ -169,7 +169,7 @@ def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:
 
 def _start_hint() -> str:
     """What to run when there is no cluster: `up` launches the saved plan; without one, plan first."""
-    from provisioning.home import saved_plan_path
+    from provisioning.core.home import saved_plan_path
 
     if saved_plan_path().exists():
         return "no clusters; `deepvm up` launches the saved plan (it shows it and asks first)"

@@ -24,7 +24,7 @@ from deepvm_cli import console
 from deepvm_cli.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.flags import DAY_S, at_least
 from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
-from provisioning.errors import DeepvmError, InputError
+from provisioning.core.errors import DeepvmError, InputError
 from training.shared.progress import JobReporter
 from training.shared.progress import Progress as JobProgress
 
@@ -187,8 +187,8 @@ def billing_reminder(cluster: str) -> Iterator[None]:
 
 
 def _remind(cluster: str) -> None:
-    from provisioning.cloud.cluster import Cluster
-    from provisioning.state import ClusterStatus
+    from provisioning.clusters.handle import Cluster
+    from provisioning.clusters.store import ClusterStatus
 
     try:
         found = Cluster.find(cluster)

@@ -4,7 +4,7 @@
 region and zone and the cloud, then asks on a terminal. `--yes` answers for scripts; without a terminal
 and without `--yes` it refuses, before anything is created (CI and cron have no one to ask). `--dry-run`
 shows what would be created and creates nothing. A plan file is validated before all of this
-(provisioning/cloud/plan_input.py).
+(provisioning/clusters/plan_choice.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from deepvm_cli.render_up import node_count, render_dry_run, render_launch
 from deepvm_cli.status_cmd import render_cluster
 from deepvm_cli.user_config import Defaults
 from provisioning.cloud.types import ShortagePolicy
-from provisioning.errors import InputError
-from provisioning.home import deepvm_home
+from provisioning.core.errors import InputError
+from provisioning.core.home import deepvm_home
 from provisioning.planner.plan import Plan
 
 
@@ -75,8 +75,8 @@ def up_command(
     as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
 ) -> None:
     """Launch a cluster: key pair, security group, launch template, EC2 Fleet; wait for SSH."""
-    from provisioning.cloud.lifecycle import UpRequest, up  # boto3 loads only for cloud commands
-    from provisioning.cloud.target import resolve_target
+    from provisioning.clusters.lifecycle import UpRequest, up  # boto3 loads only for cloud commands
+    from provisioning.clusters.target import resolve_target
 
     if plan is not None and max_price is not None:
         raise InputError("give --plan or --max-price, not both")
@@ -142,7 +142,7 @@ def up_command(
 
 def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:
     """The plans to launch, best first: planned now for --max-price, else read (and checked) from a file."""
-    from provisioning.cloud.plan_input import load_plans, plans_for_price  # pydantic loads only for `up`
+    from provisioning.clusters.plan_choice import load_plans, plans_for_price  # pydantic loads only for `up`
 
     if max_price is not None:
         return plans_for_price(max_price, region, offline=offline)

@@ -7,7 +7,7 @@ users keep theirs in ~/.aws/config and SkyPilot users in ~/.sky/config.yaml.
     cluster: ux         # every command that takes a cluster (deepvm_cli/cluster_choice.py)
 
 A flag always wins over the file. The file decides what is bought and where, so it is read as strictly as
-a plan file: within provisioning/inputfile.py's limits, every key known and every value of its type and
+a plan file: within provisioning/core/inputfile.py's limits, every key known and every value of its type and
 range (deepvm_cli/config_document.py); any problem is one InputError line naming the file and the key,
 never a silent fallback to a default. No file means no defaults. The file is only read when it exists,
 and pydantic and PyYAML load only then, so a command without one starts as fast as before.
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deepvm_cli import console
-from provisioning.errors import InputError
-from provisioning.home import config_path
-from provisioning.inputfile import KIB
+from provisioning.core.errors import InputError
+from provisioning.core.home import config_path
+from provisioning.core.inputfile import KIB
 
 MAX_CONFIG_BYTES = 64 * KIB
 
@@ -123,7 +123,7 @@ def _raw(path: Path) -> dict[Any, Any]:
 def _checked(path: Path, data: Any) -> UserConfig:
     """`data` (the parsed file, or what `deepvm config set` would write) as defaults, or one InputError."""
     from deepvm_cli.config_document import check_document
-    from provisioning.strictdoc import DocumentError
+    from provisioning.core.strictdoc import DocumentError
 
     if not isinstance(data, dict):
         raise InputError(f"{path}: must be a mapping of keys ({', '.join(KEYS)}), not a {type(data).__name__}")
@@ -171,8 +171,8 @@ def unset_value(key: str) -> UserConfig:
 def _write(path: Path, values: dict[str, Any]) -> UserConfig:
     import yaml
 
-    from provisioning.atomicfile import write_text_atomic
-    from provisioning.home import deepvm_home
+    from provisioning.core.atomicfile import write_text_atomic
+    from provisioning.core.home import deepvm_home
 
     config = _checked(path, values)
     deepvm_home()  # the directory, owner-only, or one line saying why it cannot be

@@ -20,5 +20,5 @@ and the sandbox reuses that implementation against its moto server. The contract
   stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one
   line per resource). Safe to call twice, or with no record at all.
 
-Above it, `provisioning.cloud.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
+Above it, `provisioning.clusters.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
 """

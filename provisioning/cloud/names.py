@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 CLUSTER_TAG = "deepvm:cluster"
 ROLE_TAG = "deepvm:role"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner.plan import NodeGroup, Plan, Role
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner.options import HolderOption, Limits, TrainerOption
-from provisioning.scaling import saturation_point
+from provisioning.scaling.model import saturation_point
 
 
 @dataclass(frozen=True)

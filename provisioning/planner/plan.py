@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from provisioning.catalog import InstanceType, Market
+from provisioning.catalog.model import InstanceType, Market
 
 # Ranked plans in one saved file, and so the most `deepvm plan --top` may ask for. It lives here, not in
 # plan_document.py, so that the CLI's flag rule does not load pydantic at every start.

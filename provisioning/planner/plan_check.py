@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from provisioning.catalog import Catalog, InstanceType, Market
+from provisioning.catalog.model import Catalog, InstanceType, Market
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 from provisioning.planner.plan_document import MAX_NODES, PlanDocumentError, PlanEntry
 

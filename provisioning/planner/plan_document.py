@@ -1,6 +1,6 @@
 """A plan file as a strictly typed document: what `deepvm up --plan` (and the saved plan) may contain.
 
-A plan decides what is bought, so it follows provisioning/strictdoc.py's rules: counts are JSON
+A plan decides what is bought, so it follows provisioning/core/strictdoc.py's rules: counts are JSON
 integers from 1 to MAX_NODES, numbers finite and not negative, names shaped as EC2's, strings
 printable, unknown keys refused. Every refusal is a PlanDocumentError naming the field by its path,
 e.g. `plans[0].nodes[1].count`. This module checks the document's shape;
@@ -16,9 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, JsonValue
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
+from provisioning.core.strictdoc import Amount, DocumentError, Name, Strict, integer_in, show, text, validate
 from provisioning.planner.plan import MAX_PLANS, Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.strictdoc import Amount, DocumentError, Name, Strict, integer_in, show, text, validate
 
 # The most nodes one plan may hold. EC2 Fleet and the sandbox get a number a person has seen: the
 # planner's largest plans (DeepVM's simulation, --node-limit 255 per type) stay below it, and a count

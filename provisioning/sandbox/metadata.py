@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioning.atomicfile import write_text_atomic
+from provisioning.core.atomicfile import write_text_atomic
 
 if TYPE_CHECKING:
     from provisioning.sandbox.credentials import InstanceCredentials

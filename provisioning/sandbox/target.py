@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.network import check_cidr
-from provisioning.errors import CloudError, InputError
+from provisioning.core.errors import CloudError, InputError
 from provisioning.sandbox.capacity import check_fits, measure
 from provisioning.sandbox.control import BANNER, CREDENTIALS, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user

@@ -14,8 +14,8 @@ import pytest
 
 from provisioning.cloud.aws.teardown import leftovers
 from provisioning.cloud.types import CloudResources
-from provisioning.db import StateFileError
-from provisioning.state import ClusterRow, ClusterStatus, Store
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
+from provisioning.core.db import StateFileError
 from tests.cloud.cloud_state import created_resources
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli

@@ -1,4 +1,4 @@
-"""The cluster handle (provisioning/cloud/cluster.py) against the moto server: opened once, it answers
+"""The cluster handle (provisioning/clusters/handle.py) against the moto server: opened once, it answers
 for a running cluster (nodes, logins, cost, environment), records the nodes the head's controller bought,
 terminates a node it is told to retire, and may be used from a second thread."""
 
@@ -8,14 +8,14 @@ import threading
 
 import pytest
 
-from provisioning.cloud import lifecycle
-from provisioning.cloud.cluster import Cluster, running_clusters
-from provisioning.cloud.lifecycle import UpRequest
 from provisioning.cloud.names import CLUSTER_TAG
-from provisioning.cloud.target import AwsTarget
-from provisioning.errors import NotFoundError
+from provisioning.clusters import lifecycle
+from provisioning.clusters.handle import Cluster, running_clusters
+from provisioning.clusters.lifecycle import UpRequest
+from provisioning.clusters.store import ClusterStatus
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterStatus
 from tests.cloud.plans import REGION, make_plan
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, ClusterStatus
 from tests.cloud.plans import make_plan
 from training.shared.jobstore import JobStatus
 from training.shared.records import HeadJob, JobSummary, LogRecord

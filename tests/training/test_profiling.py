@@ -9,11 +9,11 @@ import pytest
 import yaml
 from conftest import REPO, run_cli
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
-from provisioning.errors import InputError, NotFoundError
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
+from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_tiering_plan
 from training.client.profiling import (
     ProfileFailed,
@@ -135,7 +135,7 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
 
 def test_json_output_holds_the_profile_as_written(tmp_path):
     from deepvm_cli.profile_cmd import profile_json
-    from provisioning.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
+    from provisioning.scaling.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
 
     setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,
                          "2026-11-23T13:52:25+00:00")  # fmt: skip

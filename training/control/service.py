@@ -22,10 +22,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from provisioning.cloud.cluster import RUNNING, private_only
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
-from provisioning.errors import InputError
-from provisioning.state import ClusterStatus, Store
+from provisioning.clusters.handle import RUNNING, private_only
+from provisioning.clusters.store import ClusterStatus, Store
+from provisioning.core.errors import InputError
 from training.control.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
 from training.control.joblog import JobLog
 from training.control.mirror import LogMirror

@@ -12,10 +12,10 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Plan, Role
-from provisioning.state import ClusterRow, ClusterStatus
 from training.shared.jobstore import JobStatus
 from training.shared.progress import Progress
 

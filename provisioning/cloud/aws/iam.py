@@ -1,6 +1,6 @@
 """The controller's cloud rights: an IAM role and instance profile for the cluster's head node, and only it.
 
-The job's controller runs on the head node (`provisioning.cloud.head.head_node`) and must, with no copied
+The job's controller runs on the head node (`provisioning.clusters.head.head_node`) and must, with no copied
 credentials, describe the cluster's instances, buy replacements from the cluster's launch template, read
 their console output (where each prints its SSH host key), terminate the cluster's instances and delete the
 fleets it made. `up` makes a role with exactly that policy, limited by the cluster tag, and an instance
@@ -29,7 +29,7 @@ from provisioning.cloud.aws.context import AwsContext, error_code
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.names import CLUSTER_TAG, CONTROLLER_POLICY, cluster_tags, controller_name
 from provisioning.cloud.types import ControllerAccess
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
 README_SECTION = 'README §"The head node\'s cloud rights"'

@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 
 from botocore.exceptions import ClientError
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.names import cluster_filter
 from provisioning.cloud.types import InstanceInfo
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 

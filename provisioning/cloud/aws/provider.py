@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
 from provisioning.cloud.aws.iam import attach_to_head, ensure_controller
