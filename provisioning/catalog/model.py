@@ -95,10 +95,6 @@ class InstanceType:
     def is_gpu(self) -> bool:
         return self.gpu_count > 0 and self.flops > 0
 
-    @property
-    def scaling_or_default(self) -> ScalingParams:
-        return self.scaling or DEFAULT_SCALING
-
 
 @dataclass(frozen=True)
 class Price:

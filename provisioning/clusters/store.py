@@ -367,12 +367,14 @@ def _resources_json(resources: CloudResources) -> str:
 
 
 def _cluster_row(row: sqlite3.Row) -> ClusterRow:
+    from provisioning.planner.plan_document import plan_from_dict  # pydantic loads only to read plans back
+
     res = json.loads(row["resources_json"])
     return ClusterRow(
         name=row["name"],
         cloud=row["cloud"],
         status=ClusterStatus(row["status"]),
-        plan=Plan.from_dict(json.loads(row["plan_json"])),
+        plan=plan_from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
         resources=CloudResources(
             key_name=res["key_name"],

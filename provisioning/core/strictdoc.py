@@ -120,6 +120,12 @@ Positive = Annotated[float, BeforeValidator(_positive)]  # finite, > 0
 Finite = Annotated[float, BeforeValidator(_finite)]
 Name = Annotated[str, BeforeValidator(_name)]
 
+# The most nodes one plan may hold. EC2 Fleet and the sandbox get a number a person has seen: the
+# planner's largest plans (DeepVM's simulation, --node-limit 255 per type) stay below it, and a count
+# of 10^9 is refused here instead of being asked of EC2. Quotas narrow it further (provisioning/planner/plan_check.py).
+MAX_NODES = 512
+NodeCount = Annotated[int, BeforeValidator(integer_in(1, MAX_NODES))]  # nodes of a plan group, or measured
+
 
 def validate(model: type[M], data: Any) -> M:
     """`data` as `model`, or a DocumentError for its first problem (and how many more there are)."""

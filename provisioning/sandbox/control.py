@@ -25,9 +25,9 @@ from provisioning.core.errors import CloudError
 from provisioning.core.home import deepvm_home
 from provisioning.sandbox.hosts import host_facts, host_pids, host_processes, kill_host
 from provisioning.sandbox.procs import kill_and_wait, pid_alive, python_module, spawn_daemon
+from provisioning.sandbox.shared import CREDENTIALS
 
 BANNER = "sandbox: local emulation, no AWS charges"
-CREDENTIALS = ("sandbox", "sandbox")  # never the user's real keys: the endpoint is local
 _MOTO_START_S = 30.0
 
 

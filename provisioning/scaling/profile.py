@@ -43,13 +43,13 @@ from provisioning.core.strictdoc import (
     DocumentError,
     Finite,
     Name,
+    NodeCount,
     Positive,
     Strict,
     integer_in,
     text,
     validate,
 )
-from provisioning.planner.plan_document import MAX_NODES
 
 FORMAT = "deepvm-profile"
 VERSION = 1
@@ -58,7 +58,6 @@ MAX_PROFILE_BYTES = MIB
 MAX_SIZES = 64
 MAX_REPEATS = 100
 
-Nodes = Annotated[int, BeforeValidator(integer_in(1, MAX_NODES))]
 Steps = Annotated[int, BeforeValidator(integer_in(1, 1_000_000))]
 WarmupSteps = Annotated[int, BeforeValidator(integer_in(0, 1_000_000))]
 Repeats = Annotated[int, BeforeValidator(integer_in(1, MAX_REPEATS))]
@@ -86,7 +85,7 @@ class JobIdentity(Strict):
 class MeasuredSize(Strict):
     """One node count: global samples/s of each repeat after the warm-up, and the speed-up over one node."""
 
-    nodes: Nodes
+    nodes: NodeCount
     samples_per_s: Annotated[list[Positive], Field(min_length=1, max_length=MAX_REPEATS)]
     speedup: Positive  # mean samples/s here over the mean on one node
 
@@ -109,7 +108,7 @@ class FittedCurve(Strict):
     b: Parameter
     c: PositiveParameter
     rmse: Amount  # of the curve on every repeat's speed-up
-    max_nodes_measured: Nodes
+    max_nodes_measured: NodeCount
 
 
 class Profile(Strict):
