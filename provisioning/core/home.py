@@ -42,7 +42,7 @@ def _read_only_mount(path: Path) -> bool:
 
 
 def config_path() -> Path:
-    """The user's defaults for flags (deepvm_cli/user_config.py); not created by deepvm unless asked."""
+    """The user's defaults for flags (deepvm_cli/ui/user_config.py); not created by deepvm unless asked."""
     return home_path() / "config.yaml"
 
 

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from rich.console import Console
 
-from deepvm_cli import console
+from deepvm_cli.commands.train import billing_reminder
 from deepvm_cli.main import main
-from deepvm_cli.train_cmd import billing_reminder
+from deepvm_cli.ui import console
 from provisioning.catalog.model import Market
 from provisioning.clusters.cost import CostSegment, cluster_cost
 from provisioning.clusters.handle import Cluster

@@ -134,7 +134,7 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
 
 
 def test_json_output_holds_the_profile_as_written(tmp_path):
-    from deepvm_cli.profile_cmd import profile_json
+    from deepvm_cli.commands.profile import profile_json
     from provisioning.scaling.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
 
     setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from deepvm_cli import console
-from deepvm_cli.render_plan import OBJECTIVE_LABEL, node_lines, number
+from deepvm_cli.render.plan_parts import OBJECTIVE_LABEL, node_lines, number
+from deepvm_cli.ui import console
 from provisioning.planner.interruptions import InterruptionReport
 
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from deepvm_cli import console
-from deepvm_cli.render_curves import ProfileUsed, curves_json, curves_lines
+from deepvm_cli.render.curves import ProfileUsed, curves_json, curves_lines
+from deepvm_cli.render.plan_parts import OBJECTIVE_LABEL, node_lines, number
+from deepvm_cli.ui import console
 from provisioning.catalog.model import Catalog
 from provisioning.planner import Architecture, Objective, Plan, PlanResult, Role
 
@@ -28,12 +29,6 @@ _DEEPVM_UNITS = (
     "spot FLOPP x n GPU nodes x K(n), in TFLOP per dollar (K(n) = scaling efficiency, 1 = linear)"
 )
 
-OBJECTIVE_LABEL = {
-    Objective.DEEPVM: "Z (FLOPP x n x K(n))",
-    Objective.THROUGHPUT: "effective TFLOPS",
-    Objective.COST: "USD per PFLOP",
-    Objective.DEADLINE: "USD for the job",
-}
 
 
 def plan_result_json(
@@ -79,7 +74,7 @@ def render_plan_result(
         out.print(_plans_table("The paper's baselines", list(found.values()), names=list(found)))
         console.info(_BASELINE_MEANING)
     if interruptions is not None:
-        from deepvm_cli.render_interruptions import render_interruptions
+        from deepvm_cli.render.interruptions import render_interruptions
 
         render_interruptions(interruptions)
     if profiles:
@@ -142,18 +137,6 @@ def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) 
                       node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
                       number(plan.objective_value))
     return table
-
-
-def node_lines(plan: Plan) -> str:
-    """e.g. "76 g4dn.xlarge spot" and "1 c5n.xlarge on-demand holder", one group per line."""
-    return "\n".join(
-        f"{g.count} {g.instance_type} {g.market.value}" + ("" if g.role is Role.TRAINER else f" {g.role.value}")
-        for g in plan.nodes
-    )
-
-
-def number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _money(value: float | None) -> str:

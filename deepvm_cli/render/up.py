@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 from provisioning.planner.plan import Plan
 
 

@@ -1,25 +1,26 @@
 """Which cluster a command works on when the user names none, as `sky` remembers its last cluster.
 
-The order is: the flag (or argument), the config file's `cluster:` (deepvm_cli/user_config.py), the last
+The order is: the flag (or argument), the config file's `cluster:` (deepvm_cli/ui/user_config.py), the last
 cluster used, then `deepvm`. "Used" means launched by `up`, or chosen for a command that found it (train,
 profile, chaos, status, jobs; named by the user or taken from the config file), so a typo never becomes
 the default; `down` forgets it. `up` alone skips the last cluster used: it names a new cluster.
 
 A command says which cluster it chose whenever the user did not name it, and an error about a cluster
 that is not there says where its name came from, so a default is never silent. `down` goes further: it
-names the cluster in its question, and with --yes it needs the name (deepvm_cli/down_cmd.py).
+names the cluster in its question, and with --yes it needs the name (deepvm_cli/commands/down.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deepvm_cli import console
-from deepvm_cli.user_config import Defaults, load_config
+from deepvm_cli.ui import console
+from deepvm_cli.ui.user_config import Defaults, load_config
 from provisioning.cloud.names import DEFAULT_CLUSTER_NAME, check_cluster_name
 from provisioning.core.errors import InputError
 from provisioning.core.home import deepvm_home, home_path
@@ -114,3 +115,9 @@ def forget_cluster(name: str) -> None:
     if last_cluster() == name:
         with contextlib.suppress(OSError):  # best effort, as remember_cluster: the cluster is gone already
             (home_path() / LAST_CLUSTER_FILE).unlink(missing_ok=True)
+
+
+def default_python(cluster: Cluster | None) -> str:
+    """The nodes' Python: this interpreter in the sandbox (its hosts share this machine's files), else
+    python3 (the Deep Learning AMI's)."""
+    return sys.executable if cluster is not None and cluster.target.kind == "sandbox" else "python3"

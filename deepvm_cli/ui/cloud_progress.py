@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 from provisioning.cloud.progress import Reporter
 
 

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.flags import DAY_S, at_least, positive
-from deepvm_cli.simulate_cmd import MAX_SEED, MAX_STEPS
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
+from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
 from provisioning.core.errors import CloudError, InputError
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console, plan_flags
-from deepvm_cli.flags import DAY_S, at_least, positive
-from deepvm_cli.user_config import Defaults
+from deepvm_cli.ui import console, plan_flags
+from deepvm_cli.ui.flags import DAY_S, at_least, positive
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import MAX_PLANS
 
@@ -101,16 +101,16 @@ def plan(
         report = interruption_report(catalog, request, result)
     saved = save_plans(result.plans, request)
     if as_json:
-        from deepvm_cli.render_plan import plan_result_json
+        from deepvm_cli.render.plan import plan_result_json
 
         document = plan_result_json(result, catalog, saved, profiles)
         if report is not None:
-            from deepvm_cli.render_interruptions import interruptions_json
+            from deepvm_cli.render.interruptions import interruptions_json
 
             document["interruptions"] = interruptions_json(report)
         console.print_json(document)
         return
-    from deepvm_cli.render_plan import render_plan_result
+    from deepvm_cli.render.plan import render_plan_result
 
     render_plan_result(result, catalog, saved, report, profiles)
 

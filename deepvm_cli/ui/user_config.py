@@ -4,11 +4,11 @@ users keep theirs in ~/.aws/config and SkyPilot users in ~/.sky/config.yaml.
     region: us-west-2   # plan, market, simulate and `up --max-price` (not a --catalog file's regions)
     cloud: aws          # up, and down's sweep: auto | aws | sandbox
     max_price: 12       # plan and simulate (without --plan): USD per hour
-    cluster: ux         # every command that takes a cluster (deepvm_cli/cluster_choice.py)
+    cluster: ux         # every command that takes a cluster (deepvm_cli/ui/cluster_choice.py)
 
 A flag always wins over the file. The file decides what is bought and where, so it is read as strictly as
 a plan file: within provisioning/core/inputfile.py's limits, every key known and every value of its type and
-range (deepvm_cli/config_document.py); any problem is one InputError line naming the file and the key,
+range (deepvm_cli/ui/config_document.py); any problem is one InputError line naming the file and the key,
 never a silent fallback to a default. No file means no defaults. The file is only read when it exists,
 and pydantic and PyYAML load only then, so a command without one starts as fast as before.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 from provisioning.core.errors import InputError
 from provisioning.core.home import config_path
 from provisioning.core.inputfile import KIB
@@ -122,7 +122,7 @@ def _raw(path: Path) -> dict[Any, Any]:
 
 def _checked(path: Path, data: Any) -> UserConfig:
     """`data` (the parsed file, or what `deepvm config set` would write) as defaults, or one InputError."""
-    from deepvm_cli.config_document import check_document
+    from deepvm_cli.ui.config_document import check_document
     from provisioning.core.strictdoc import DocumentError
 
     if not isinstance(data, dict):

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console, plan_flags
-from deepvm_cli.flags import DAY_S, at_least, positive
-from deepvm_cli.user_config import Defaults
+from deepvm_cli.ui import console, plan_flags
+from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from simulation.recovery import RecoveryModel
 
 MAX_RUNS = 100_000  # memory grows with runs x Spot nodes x nodes per slot; 10x the benchmark's 10,000
-MAX_STEPS = 10**12
-MAX_SEED = 2**63 - 1
 
 
 def simulate(
@@ -92,18 +90,18 @@ def simulate(
         work = steps * step_time / 3600.0 * rate.full_pflop_per_hour
     workload = Workload(work_pflop=work, runs=runs, seed=seed, deadline_h=deadline, recovery=recovery)
 
-    from deepvm_cli.render_simulate import simulation_progress
+    from deepvm_cli.render.simulate import simulation_progress
 
     with simulation_progress() as progress:
         comparison = compare_policies(policies, catalog, trace_for, workload, progress)
     if as_json:
         console.print_json(comparison.report.to_dict())
     else:
-        from deepvm_cli.render_simulate import render_simulation
+        from deepvm_cli.render.simulate import render_simulation
 
         render_simulation(comparison.report)
     if plot is not None:
-        from deepvm_cli.simulate_plot import plot_cdfs
+        from deepvm_cli.render.simulate_plot import plot_cdfs
 
         plot_cdfs(comparison, plot)
         console.info(f"Wrote the CDFs to {plot}")

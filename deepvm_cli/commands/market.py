@@ -8,9 +8,9 @@ import typer
 from rich import box
 from rich.table import Table
 
-from deepvm_cli import console
-from deepvm_cli.flags import region_list
-from deepvm_cli.user_config import Defaults
+from deepvm_cli.ui import console
+from deepvm_cli.ui.flags import region_list
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.catalog.market.summary import MarketRow, market_rows
 from provisioning.catalog.model import Catalog, InstanceType
 from provisioning.catalog.snapshot import snapshot_label, snapshot_notes

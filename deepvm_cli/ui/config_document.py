@@ -1,6 +1,6 @@
 """The config file's document model: what each key may hold, checked as strictly as a plan file.
 
-Kept apart from deepvm_cli/user_config.py because it imports pydantic (provisioning/core/strictdoc.py), which
+Kept apart from deepvm_cli/ui/user_config.py because it imports pydantic (provisioning/core/strictdoc.py), which
 only a command that finds a config file, or `deepvm config`, should pay for.
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from deepvm_cli.flags import MAX_PRICE
+from deepvm_cli.ui.flags import MAX_PRICE
 from provisioning.cloud.names import check_cluster_name
 from provisioning.core.errors import InputError
 from provisioning.core.strictdoc import Name, Strict, show, validate

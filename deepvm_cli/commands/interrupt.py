@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.flags import DAY_S, at_least
+from deepvm_cli.ui import console
+from deepvm_cli.ui.flags import DAY_S, at_least
 
 
 def interrupt_command(

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from deepvm_cli import console
-from deepvm_cli.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.render_curves import estimate_text
+from deepvm_cli.render.curves import estimate_text
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
 from provisioning.core.errors import InputError
 
 MAX_STEPS = 1_000_000  # --steps, --warmup: a profile measures minutes, not weeks
@@ -50,8 +50,8 @@ def profile_command(
     import time
     from datetime import datetime, timezone
 
-    from deepvm_cli.jobs_cmd import default_python
-    from deepvm_cli.train_cmd import live_reporter, plain_reporter
+    from deepvm_cli.ui.cluster_choice import default_python
+    from deepvm_cli.ui.reporters import live_reporter, plain_reporter
     from provisioning.scaling.profile import ProfileSetup, make_profile, save_profile
     from training.client.profiling import ProfileRequest, measure, profile_target
     from training.shared.jobspec import load_job_spec
@@ -86,7 +86,7 @@ def profile_command(
     profile = make_profile(setup, measured)
     save_profile(profile, out)
     if plot is not None:
-        from deepvm_cli.profile_plot import plot_profile
+        from deepvm_cli.render.profile_plot import plot_profile
 
         plot_profile(profile, plot)
     cost = target.usd_per_hour * wall_s / 3600

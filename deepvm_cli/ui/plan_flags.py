@@ -1,6 +1,6 @@
 """The planning flags `deepvm plan` and `deepvm simulate` share: one definition each, with its rule.
 
-A flag's rule (deepvm_cli/flags.py) runs while the command line is parsed, so a bad value is refused the
+A flag's rule (deepvm_cli/ui/flags.py) runs while the command line is parsed, so a bad value is refused the
 same way, with the same line, whichever command it was given to.
 """
 
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.flags import MAX_PRICE, at_least, positive, region_list
-from deepvm_cli.render_curves import ProfileUsed
+from deepvm_cli.render.curves import ProfileUsed
+from deepvm_cli.ui import console
+from deepvm_cli.ui.flags import MAX_PRICE, at_least, positive, region_list
 
 if TYPE_CHECKING:
     from provisioning.catalog.model import Catalog

@@ -12,80 +12,30 @@ events and the ranks' own output printed above it; plain lines when stderr is no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Column
 
-from deepvm_cli import console
-from deepvm_cli.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.flags import DAY_S, at_least
-from deepvm_cli.job_render import Eta, describe_progress, progress_line, result_lines, screened
-from provisioning.core.errors import DeepvmError, InputError
+from deepvm_cli.render.job import replay, result_lines
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import choose_cluster, default_python, open_chosen
+from deepvm_cli.ui.flags import DAY_S, at_least
+from deepvm_cli.ui.reporters import live_reporter, plain_reporter
+from provisioning.core.errors import CloudError, DeepvmError, InputError
+from training.shared.jobstore import JobStatus
 from training.shared.progress import JobReporter
-from training.shared.progress import Progress as JobProgress
+from training.shared.records import LogRecord
+
+if TYPE_CHECKING:
+    from training.client.managed import Head
+    from training.control.controller import TrainRequest
 
 CONTROLLERS = ("head", "local")
-
-
-@contextmanager
-def plain_reporter() -> Iterator[JobReporter]:
-    """A job's events as plain lines on stderr (no terminal there, or --json)."""
-    pushed: set[str] = set()
-    eta = Eta()
-
-    def push(host: str, done: int, total: int) -> None:
-        if done == total and host not in pushed:
-            pushed.add(host)
-            console.plain(f"pushed {total:,} bytes to {host}")
-
-    yield screened(JobReporter(
-        note=console.plain,
-        log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
-        progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
-        push=push,
-    ))
-
-
-@contextmanager
-def live_reporter() -> Iterator[JobReporter]:
-    """A job's events above rich progress bars (pushes, steps) on a terminal."""
-    # At 80 columns the counter, bar and ETA keep their width and the details wrap below them.
-    bars = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(bar_width=16),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[eta]}"),
-        TextColumn("{task.fields[info]}", table_column=Column(ratio=1, overflow="fold")),
-        console=console.err,
-    )
-    eta = Eta()
-    tasks: dict[str, TaskID] = {}
-
-    def task(key: str, total: int) -> TaskID:
-        if key not in tasks:
-            tasks[key] = bars.add_task(key, total=total, info="", eta="")
-        return tasks[key]
-
-    def push(host: str, done: int, total: int) -> None:
-        bars.update(task(f"push {host}", total), completed=done, total=total)
-
-    def progress(p: JobProgress) -> None:
-        left = eta.update(p.step, p.total_steps)
-        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
-                    info=describe_progress(p), eta=f"eta {left}" if left else "")
-
-    with bars:
-        yield screened(JobReporter(
-            note=lambda text: bars.console.print(text, markup=False, highlight=False),
-            log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
-            progress=progress,
-            push=push,
-        ))
+_DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
 
 
 def train_command(
@@ -135,8 +85,6 @@ def train_command(
                          "(`deepvm jobs` shows it)")  # fmt: skip
     if controller == "local" and detach:
         raise InputError("--detach needs the controller on the head (--controller head)")
-    from deepvm_cli.jobs_cmd import default_python
-
     found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
     if python is None:
         python = default_python(found)
@@ -155,8 +103,6 @@ def train_command(
     with billing_reminder(found.name):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
-                from deepvm_cli.jobs_cmd import run_managed
-
                 result = run_managed(request, report, detach=detach)
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
@@ -169,6 +115,64 @@ def train_command(
             return
         for line in result_lines(result):
             console.out.print(line, markup=False, highlight=False)
+
+
+def _hints(job_id: str) -> None:
+    console.info(f"  follow it: deepvm logs {job_id} -f")
+    console.info(f"  stop it:   deepvm cancel {job_id}")
+
+
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
+    """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
+    Ctrl-C detaches: the job goes on."""
+    from training.client.managed import fetch_outputs, find_head, follow, submit
+    from training.control.controller import TrainingFailed
+
+    job = submit(request, report)
+    head = find_head(job.cluster, job.python)
+    try:
+        if detach:
+            _wait_running(head, job.job_id, replay(report))
+            console.info(f"job {job.job_id} runs on the cluster's head node {head.instance_id}; "
+                         "nothing of it runs on this machine")  # fmt: skip
+            _hints(job.job_id)
+            return None
+        end = follow(head, job.job_id, replay(report))
+    except KeyboardInterrupt:
+        console.info(f"detached: job {job.job_id} keeps running on the cluster's head node {head.instance_id}")
+        _hints(job.job_id)
+        return None
+    if end.status is JobStatus.COMPLETED:
+        result = fetch_outputs(head, job.job_id, Path(job.out_dir))
+        if result is not None:
+            return result
+    if end.status is JobStatus.CANCELLED:
+        console.info(f"job {job.job_id} was cancelled: {end.text}")
+        return None
+    if end.status is JobStatus.FAILED:
+        raise TrainingFailed(end.text)
+    raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
+                     f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
+
+
+def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
+    """Show the job's log until its first attempt starts (or it is over already)."""
+    from training.client.managed import follow
+
+    start, deadline = 0, time.monotonic() + _DETACH_WAIT_S
+    started = False
+
+    def watch(record: LogRecord) -> None:
+        nonlocal started
+        started = started or record.text.startswith("attempt ") or record.kind == "state"
+        show(record)
+
+    while time.monotonic() < deadline:
+        end = follow(head, job_id, watch, start=start, keep_following=False)
+        if started or end.status.final:
+            return
+        start = end.next_line
+        time.sleep(1.0)
 
 
 @contextmanager

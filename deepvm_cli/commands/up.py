@@ -13,13 +13,13 @@ from pathlib import Path
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.cloud_progress import progress_reporter
-from deepvm_cli.cluster_choice import choose_cluster, remember_cluster
-from deepvm_cli.flags import DAY_S, MAX_PRICE, positive, region_list
-from deepvm_cli.render_up import node_count, render_dry_run, render_launch
-from deepvm_cli.status_cmd import render_cluster
-from deepvm_cli.user_config import Defaults
+from deepvm_cli.render.cluster import render_cluster
+from deepvm_cli.render.up import node_count, render_dry_run, render_launch
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cloud_progress import progress_reporter
+from deepvm_cli.ui.cluster_choice import choose_cluster, remember_cluster
+from deepvm_cli.ui.flags import DAY_S, MAX_PRICE, positive, region_list
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.core.errors import InputError
 from provisioning.core.home import deepvm_home

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.cloud_progress import progress_reporter
-from deepvm_cli.cluster_choice import ClusterChoice, Source, choose_cluster, forget_cluster
-from deepvm_cli.user_config import Defaults
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cloud_progress import progress_reporter
+from deepvm_cli.ui.cluster_choice import ClusterChoice, Source, choose_cluster, forget_cluster
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
     """The cluster's running managed jobs; a refusal when there are some and --cancel-jobs was not given (a
     running job's cluster is not taken away). A head that cannot be asked (it died, or no job ever ran)
     holds nothing to wait for."""
-    from deepvm_cli.jobs_cmd import default_python
+    from deepvm_cli.ui.cluster_choice import default_python
     from provisioning.core.errors import DeepvmError
     from training.client.managed import head_of, running_jobs
 

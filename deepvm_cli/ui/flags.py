@@ -22,6 +22,8 @@ Check = Callable[[typer.CallbackParam, Number | None], Number | None]
 
 MAX_PRICE = 1_000_000.0  # USD per hour: a thousand times the dearest instance
 DAY_S = 86_400.0
+MAX_STEPS = 10**12  # training steps of a simulated or chaos job
+MAX_SEED = 2**63 - 1  # random seeds (simulate, chaos)
 
 
 def positive(at_most: float) -> Check:

@@ -1,7 +1,7 @@
 """`deepvm simulate --plot`: cost and makespan CDFs per policy, the picture a person would rather read.
 
 The runs' outcomes are drawn as empirical CDFs: how likely the job is to finish within a time, or a
-budget; a deadline is a dotted line. matplotlib is imported only by deepvm_cli/png.py, when asked.
+budget; a deadline is a dotted line. matplotlib is imported only by deepvm_cli/render/png.py, when asked.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepvm_cli.png import png_figure
+from deepvm_cli.render.png import png_figure
 from simulation.compare import Comparison
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 
 sandbox_app = typer.Typer(help="The local sandbox cloud (moto EC2 + namespaced hosts).", no_args_is_help=True)
 

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from deepvm_cli.console import duration
+from deepvm_cli.ui.console import duration
 from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.records import LogRecord
 
@@ -94,3 +94,19 @@ def result_lines(result: dict[str, Any]) -> list[str]:
         )
     lines.append(f"model and metrics: {result['out_dir']}")
     return lines
+
+
+def replay(report: JobReporter) -> Callable[[LogRecord], None]:
+    """Show a managed job's log records through a reporter, as if its controller ran here."""
+
+    def show(record: LogRecord) -> None:
+        if record.kind == "log":
+            report.log(record.source, record.text)
+        elif record.kind == "progress" and record.progress is not None:
+            report.progress(record.progress)
+        elif record.kind == "push":
+            report.push(record.source, record.done, record.total)
+        else:
+            report.note(record_line(record))
+
+    return show

@@ -2,14 +2,14 @@
 
 The curve is drawn solid over the nodes measured and dashed beyond, up to where plans follow it (1.5x
 the most nodes measured), so the picture shows how much of a plan rests on extrapolation. matplotlib
-is imported only by deepvm_cli/png.py, when a plot is asked for.
+is imported only by deepvm_cli/render/png.py, when a plot is asked for.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from deepvm_cli.png import png_figure
+from deepvm_cli.render.png import png_figure
 from provisioning.scaling.model import speedup
 from provisioning.scaling.profile import Profile
 

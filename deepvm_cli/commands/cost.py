@@ -15,7 +15,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 
 if TYPE_CHECKING:
     from provisioning.clusters.store import ClusterBill

@@ -1,12 +1,12 @@
-"""`deepvm config show|set|unset`: the defaults file (deepvm_cli/user_config.py) without an editor, and
-which cluster a command takes when none is named (deepvm_cli/cluster_choice.py)."""
+"""`deepvm config show|set|unset`: the defaults file (deepvm_cli/ui/user_config.py) without an editor, and
+which cluster a command takes when none is named (deepvm_cli/ui/cluster_choice.py)."""
 
 from __future__ import annotations
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.user_config import KEYS, UserConfig
+from deepvm_cli.ui import console
+from deepvm_cli.ui.user_config import KEYS, UserConfig
 
 config_app = typer.Typer(
     help=f"Defaults for flags ({', '.join(KEYS)}) in $DEEPVM_HOME/config.yaml.", no_args_is_help=True
@@ -17,8 +17,8 @@ _KEY_HELP = f"One of {', '.join(KEYS)}."
 @config_app.command("show")
 def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the file's defaults and the cluster a command takes when none is named."""
-    from deepvm_cli.cluster_choice import choose_cluster
-    from deepvm_cli.user_config import Defaults
+    from deepvm_cli.ui.cluster_choice import choose_cluster
+    from deepvm_cli.ui.user_config import Defaults
 
     defaults = Defaults()
     config = defaults.config
@@ -36,7 +36,7 @@ def config_set(
     key: str = typer.Argument(..., help=_KEY_HELP), value: str = typer.Argument(..., help="The value.")
 ) -> None:
     """Set one default (checked as the file is: a bad value is refused and nothing is written)."""
-    from deepvm_cli.user_config import set_value
+    from deepvm_cli.ui.user_config import set_value
 
     _show(set_value(key, value))
 
@@ -44,7 +44,7 @@ def config_set(
 @config_app.command("unset")
 def config_unset(key: str = typer.Argument(..., help=_KEY_HELP)) -> None:
     """Remove one default: the command's own applies again."""
-    from deepvm_cli.user_config import unset_value
+    from deepvm_cli.ui.user_config import unset_value
 
     _show(unset_value(key))
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deepvm_cli import console
+from deepvm_cli.ui import console
 from simulation.compare import Progress as ProgressCallback
 from simulation.policies import PolicyName
 from simulation.report import Quantiles, SimulationReport

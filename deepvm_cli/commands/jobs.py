@@ -1,116 +1,24 @@
 """`deepvm jobs`, `logs`, `cancel` and `fetch`: managed jobs, whose controllers run on their clusters' head
-nodes; and `run_managed`, what `deepvm train` does with the controller on the head.
+nodes.
 
 Rendering only: the work is training.client.managed's.
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deepvm_cli import console
-from deepvm_cli.cluster_choice import remember_cluster
-from deepvm_cli.flags import at_least
-from deepvm_cli.job_render import record_line
-from provisioning.core.errors import CloudError
+from deepvm_cli.render.job import record_line
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import default_python, remember_cluster
+from deepvm_cli.ui.flags import at_least
 from training.shared.jobstore import JobStatus
-from training.shared.progress import JobReporter
 from training.shared.records import LogRecord
 
-if TYPE_CHECKING:
-    from provisioning.clusters.handle import Cluster
-    from training.client.managed import Head
-    from training.control.controller import TrainRequest
-
-_DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
 MAX_RANK = 65_535  # `logs --rank`
 MAX_TAIL = 10_000_000  # `logs --tail`: lines
-
-
-def default_python(cluster: Cluster | None) -> str:
-    """The nodes' Python: this interpreter in the sandbox (its hosts share this machine's files), else
-    python3 (the Deep Learning AMI's)."""
-    return sys.executable if cluster is not None and cluster.target.kind == "sandbox" else "python3"
-
-
-def replay(report: JobReporter) -> Callable[[LogRecord], None]:
-    """Show a managed job's log records through a reporter, as if its controller ran here."""
-
-    def show(record: LogRecord) -> None:
-        if record.kind == "log":
-            report.log(record.source, record.text)
-        elif record.kind == "progress" and record.progress is not None:
-            report.progress(record.progress)
-        elif record.kind == "push":
-            report.push(record.source, record.done, record.total)
-        else:
-            report.note(record_line(record))
-
-    return show
-
-
-def _hints(job_id: str) -> None:
-    console.info(f"  follow it: deepvm logs {job_id} -f")
-    console.info(f"  stop it:   deepvm cancel {job_id}")
-
-
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
-    """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
-    Ctrl-C detaches: the job goes on."""
-    from training.client.managed import fetch_outputs, find_head, follow, submit
-    from training.control.controller import TrainingFailed
-
-    job = submit(request, report)
-    head = find_head(job.cluster, job.python)
-    try:
-        if detach:
-            _wait_running(head, job.job_id, replay(report))
-            console.info(f"job {job.job_id} runs on the cluster's head node {head.instance_id}; "
-                         "nothing of it runs on this machine")  # fmt: skip
-            _hints(job.job_id)
-            return None
-        end = follow(head, job.job_id, replay(report))
-    except KeyboardInterrupt:
-        console.info(f"detached: job {job.job_id} keeps running on the cluster's head node {head.instance_id}")
-        _hints(job.job_id)
-        return None
-    if end.status is JobStatus.COMPLETED:
-        result = fetch_outputs(head, job.job_id, Path(job.out_dir))
-        if result is not None:
-            return result
-    if end.status is JobStatus.CANCELLED:
-        console.info(f"job {job.job_id} was cancelled: {end.text}")
-        return None
-    if end.status is JobStatus.FAILED:
-        raise TrainingFailed(end.text)
-    raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
-                     f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
-
-
-def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
-    """Show the job's log until its first attempt starts (or it is over already)."""
-    from training.client.managed import follow
-
-    start, deadline = 0, time.monotonic() + _DETACH_WAIT_S
-    started = False
-
-    def watch(record: LogRecord) -> None:
-        nonlocal started
-        started = started or record.text.startswith("attempt ") or record.kind == "state"
-        show(record)
-
-    while time.monotonic() < deadline:
-        end = follow(head, job_id, watch, start=start, keep_following=False)
-        if started or end.status.final:
-            return
-        start = end.next_line
-        time.sleep(1.0)
 
 
 def jobs_command(
