@@ -15,6 +15,9 @@ and the sandbox reuses that implementation against its moto server. The contract
   and instance profile `deepvm-CLUSTER-controller` with the controller's tag-scoped policy (or takes the
   user's profile as given); `attach_to_head(ctx, access, instance_id)` associates it with the head node
   only, once it runs. A refusal by IAM says to pass `--controller-profile`.
+- `terminate_instances(ctx, ids) -> {id: state}` terminates single instances while the rest of the cluster
+  runs on (a node the job dropped, a chaos reclaim). Idempotent: terminating an instance twice, or one EC2
+  no longer knows, is harmless and reports it terminated.
 - `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, by the recorded ids and by
   sweeping the cluster tag (and the controller role's fixed name), instances first; a failed step does not
   stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one

@@ -22,7 +22,7 @@ from typing import Any
 from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.aws.instances import describe
-from provisioning.cloud.aws.provider import add_instances, query_instances, wait_instances
+from provisioning.cloud.aws.provider import add_instances, query_instances, terminate_instances, wait_instances
 from provisioning.cloud.keys import ClusterKeys, ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
@@ -290,9 +290,7 @@ class Cluster:
         ctx = self.target.context(self._row.region, start=False)
         if ctx is None:  # a sandbox that was stopped took its hosts with it
             return
-        with cloud_errors(f"terminating {', '.join(instance_ids)}"):
-            answer = ctx.client("ec2").terminate_instances(InstanceIds=instance_ids)
-        states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in answer.get("TerminatingInstances", [])}
+        states = terminate_instances(ctx, instance_ids)
         retired = [replace(n, state=states.get(n.instance_id, "shutting-down"))
                    for n in self.nodes() if n.instance_id in instance_ids]  # fmt: skip
         self._store.put_nodes(self.name, retired)  # closes their cost segments
@@ -310,9 +308,7 @@ class Cluster:
     def terminate_without_notice(self, node: NodeRecord) -> str:
         """Take a Spot node away with no notice, as a reclaim that came too fast for one (`deepvm chaos`):
         the instance is terminated through the EC2 API, which ends every process on it at once."""
-        ctx = self._running_spot(node)
-        with cloud_errors(f"terminating {node.instance_id}"):
-            ctx.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
+        terminate_instances(self._running_spot(node), [node.instance_id])
         message = f"terminated {node.instance_id} without notice"
         self.event("interrupt", message)
         return message

@@ -100,3 +100,20 @@ def test_a_replacement_that_never_becomes_usable_is_terminated(cluster, ctx):
     running = {i["InstanceId"] for r in live for i in r["Instances"]}
     assert running <= before  # the replacement was terminated; the cluster's own nodes still run
     assert len(running) == 3
+
+
+def test_terminating_instances_is_idempotent(cluster, ctx):
+    """The provider's terminate_instances may be called twice, and with an id EC2 no longer knows, as the
+    contract promises (a controller retiring a node races `down` and a second retire)."""
+    from provisioning.cloud.aws.provider import terminate_instances
+
+    victim = next(e.instance_id for e in cluster.endpoints() if e.role is Role.TRAINER)
+    first = terminate_instances(ctx, [victim])
+    again = terminate_instances(ctx, [victim])
+    assert first[victim] in ("shutting-down", "terminated") and again[victim] in ("shutting-down", "terminated")
+    gone = "i-0123456789abcdef0"  # never existed: InvalidInstanceID.NotFound for the whole call
+    other = next(e.instance_id for e in cluster.endpoints() if e.role is Role.TRAINER and e.instance_id != victim)
+    both = terminate_instances(ctx, [gone, other])
+    assert both == {gone: "terminated", other: both[other]} and both[other] in ("shutting-down", "terminated")
+    state = ctx.client("ec2").describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] in ("shutting-down", "terminated")

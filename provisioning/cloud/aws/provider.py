@@ -7,6 +7,7 @@ from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
 from provisioning.cloud.aws.iam import attach_to_head, ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
+from provisioning.cloud.aws.instances import terminate_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
 from provisioning.cloud.aws.teardown import terminate_cluster
@@ -23,6 +24,7 @@ __all__ = [
     "query_instances",
     "run_instances",
     "terminate_cluster",
+    "terminate_instances",
     "wait_instances",
 ]
 
