@@ -18,6 +18,7 @@ from rich.table import Table
 from deepvm_cli.ui import console
 
 if TYPE_CHECKING:
+    from provisioning.cloud.types import CloudKind
     from provisioning.clusters.store import ClusterBill
 
 
@@ -25,13 +26,13 @@ if TYPE_CHECKING:
 class CloudTotal:
     """One cloud's line under the table: its clusters, what they cost, what they bill per hour now."""
 
-    cloud: str
+    cloud: CloudKind
     clusters: int
     usd: float
     usd_per_hour: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"cloud": self.cloud, "clusters": self.clusters, "cost_usd": round(self.usd, 6),
+        return {"cloud": self.cloud.value, "clusters": self.clusters, "cost_usd": round(self.usd, 6),
                 "usd_per_hour": round(self.usd_per_hour, 6)}  # fmt: skip
 
 
@@ -73,7 +74,7 @@ def render(bills: Sequence[ClusterBill]) -> None:
     console.out.print(table)
     for total in totals(bills):
         now = f", billing ${total.usd_per_hour:.4f}/h now" if total.usd_per_hour else ""
-        sandbox = " at AWS prices (the sandbox bills nothing)" if total.cloud == "sandbox" else ""
+        sandbox = " at AWS prices (the sandbox bills nothing)" if not total.cloud.bills else ""
         plural = "s" if total.clusters != 1 else ""
         console.out.print(f"total {total.cloud}: ${total.usd:.4f}{sandbox} for {total.clusters} cluster{plural}{now}")
 

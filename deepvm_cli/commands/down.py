@@ -64,6 +64,7 @@ def down_command(
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
     """Terminate the instances; delete fleet, launch template, security group, key pair; sweep by tag."""
+    from provisioning.cloud.types import CloudKind
     from provisioning.clusters.lifecycle import down, down_preview
     from provisioning.sandbox.control import BANNER
 
@@ -79,7 +80,7 @@ def down_command(
     found = preview.cluster
     if found is None:
         defaults.announce()  # the file's cloud and region chose where the sweep looked
-    banner = found.banner if found is not None else BANNER if cloud == "sandbox" else ""
+    banner = found.banner if found is not None else BANNER if cloud == CloudKind.SANDBOX else ""
     if banner:
         console.info(banner)
     if not yes and not console.interactive():
@@ -112,7 +113,7 @@ def _summary(result: DownResult, as_json: bool) -> None:
     line = f"cluster {result.name} is down" + ("" if result.deleted else " (nothing was left to delete)")
     if result.cost is not None:
         line += f": ran {console.duration(result.cost.runtime_s)}, cost ${result.cost.usd:.4f}"
-        line += " at AWS prices (the sandbox bills nothing)" if result.cloud == "sandbox" else ""
+        line += " at AWS prices (the sandbox bills nothing)" if result.cloud and not result.cloud.bills else ""
     console.info(line)
 
 
@@ -149,14 +150,13 @@ def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:
     """The cluster's running managed jobs; a refusal when there are some and --cancel-jobs was not given (a
     running job's cluster is not taken away). A head that cannot be asked (it died, or no job ever ran)
     holds nothing to wait for."""
-    from deepvm_cli.ui.cluster_choice import default_python
     from provisioning.core.errors import DeepvmError
     from training.client.managed import head_of, running_jobs
 
     name = cluster.name
     try:
         with console.stages(f"asking the head node of {name} about running jobs"):  # up to SSH's timeout
-            head = head_of(cluster, default_python(cluster))
+            head = head_of(cluster, cluster.node_python)
             running = tuple(running_jobs(head))
     except DeepvmError as exc:
         console.warning(f"could not ask the head node of {name} about running jobs ({exc})")

@@ -12,7 +12,7 @@ import typer
 
 from deepvm_cli.render.job import record_line
 from deepvm_cli.ui import console
-from deepvm_cli.ui.cluster_choice import default_python, remember_cluster
+from deepvm_cli.ui.cluster_choice import remember_cluster
 from deepvm_cli.ui.flags import at_least
 from training.shared.jobstore import JobStatus
 from training.shared.records import LogRecord
@@ -32,7 +32,7 @@ def jobs_command(
     found = []
     for name in [cluster] if cluster else running_clusters():
         handle = Cluster.open_running(name)
-        found += jobs_on(head_of(handle, default_python(handle)))
+        found += jobs_on(head_of(handle, handle.node_python))
     if cluster:
         remember_cluster(cluster)
     if as_json:

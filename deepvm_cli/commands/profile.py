@@ -50,7 +50,6 @@ def profile_command(
     import time
     from datetime import datetime, timezone
 
-    from deepvm_cli.ui.cluster_choice import default_python
     from deepvm_cli.ui.reporters import live_reporter, plain_reporter
     from provisioning.scaling.profile import ProfileSetup, make_profile, save_profile
     from training.client.profiling import ProfileRequest, measure, profile_target
@@ -62,7 +61,7 @@ def profile_command(
     request = ProfileRequest(
         job_path=job,
         cluster=found.name,
-        python=python or default_python(found),
+        python=python or found.node_python,
         sizes=counts,
         steps=steps,
         warmup=warmup,

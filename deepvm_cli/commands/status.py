@@ -24,14 +24,13 @@ def _jobs(cluster: str, up: bool) -> list[JobRow]:
 
     rows = JobStore().for_cluster(cluster)
     if up and any(r.controller != LOCAL and r.status is JobStatus.RUNNING for r in rows):
-        from deepvm_cli.ui.cluster_choice import default_python  # SSH and the managed client load only when needed
         from provisioning.clusters.handle import Cluster
         from provisioning.core.errors import DeepvmError
         from training.client.managed import head_of, jobs_on
 
         try:
             handle = Cluster.open_running(cluster)
-            jobs_on(head_of(handle, default_python(handle)))  # brings this machine's rows up to date
+            jobs_on(head_of(handle, handle.node_python))  # brings this machine's rows up to date
         except DeepvmError as exc:
             console.warning(f"{cluster}: managed jobs as last heard (the head node could not be asked: {exc})")
         rows = JobStore().for_cluster(cluster)

@@ -22,7 +22,7 @@ import typer
 
 from deepvm_cli.render.job import replay, result_lines
 from deepvm_cli.ui import console
-from deepvm_cli.ui.cluster_choice import choose_cluster, default_python, open_chosen
+from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
 from deepvm_cli.ui.flags import DAY_S, at_least
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
 from provisioning.core.errors import CloudError, DeepvmError, InputError
@@ -87,7 +87,7 @@ def train_command(
         raise InputError("--detach needs the controller on the head (--controller head)")
     found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
     if python is None:
-        python = default_python(found)
+        python = found.node_python
     if found.banner:
         console.info(found.banner)
     request = TrainRequest(
@@ -203,7 +203,7 @@ def _remind(cluster: str) -> None:
     if view is None or view.cluster.status is not ClusterStatus.UP:  # a sandbox found stopped meanwhile
         return
     rate = f"${view.usd_per_hour:.4f}/h"
-    bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if view.cluster.cloud == "sandbox"
+    bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if not view.cluster.cloud.bills
              else f"still billing {rate}")  # fmt: skip
     console.plain(f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it")  # unwrapped: one command
 

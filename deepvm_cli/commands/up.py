@@ -91,7 +91,7 @@ def up_command(
     target = resolve_target(cloud)
     if target.banner:
         console.info(target.banner)
-    plans = _plans(plan, max_price, region, offline=target.kind == "sandbox")
+    plans = _plans(plan, max_price, region, offline=not target.kind.bills)
     if region and plans[0].region != region:
         raise InputError(
             f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"

@@ -13,7 +13,6 @@ names the cluster in its question, and with --yes it needs the name (deepvm_cli/
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -115,9 +114,3 @@ def forget_cluster(name: str) -> None:
     if last_cluster() == name:
         with contextlib.suppress(OSError):  # best effort, as remember_cluster: the cluster is gone already
             (home_path() / LAST_CLUSTER_FILE).unlink(missing_ok=True)
-
-
-def default_python(cluster: Cluster | None) -> str:
-    """The nodes' Python: this interpreter in the sandbox (its hosts share this machine's files), else
-    python3 (the Deep Learning AMI's)."""
-    return sys.executable if cluster is not None and cluster.target.kind == "sandbox" else "python3"

@@ -28,7 +28,7 @@ from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
-from provisioning.cloud.types import InstanceInfo, NodeRecord, SshEndpoint
+from provisioning.cloud.types import CloudKind, InstanceInfo, NodeRecord, SshEndpoint
 from provisioning.clusters.cost import ClusterCost, cost_fields
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store, cluster_lock
 from provisioning.clusters.target import AwsTarget, CloudTarget, resolve_target
@@ -156,6 +156,11 @@ class Cluster:
     @property
     def banner(self) -> str:
         return self.target.banner
+
+    @property
+    def node_python(self) -> str:
+        """The interpreter on its nodes, with torch and mpi4py (train's and profile's --python default)."""
+        return self.target.node_python
 
     @cached_property
     def keys(self) -> ClusterKeys:
@@ -348,9 +353,9 @@ def cluster_listing(store: Store) -> str:
     return f"clusters: {shown}{more}"
 
 
-def target_for(cloud: str) -> CloudTarget:
+def target_for(cloud: CloudKind) -> CloudTarget:
     """The target a stored cluster runs on (no credential check: `down` must work whatever happens)."""
-    return AwsTarget() if cloud == "aws" else resolve_target("sandbox")
+    return AwsTarget() if cloud is CloudKind.AWS else resolve_target(CloudKind.SANDBOX)
 
 
 def started(target: CloudTarget, region: str) -> AwsContext:

@@ -30,6 +30,7 @@ from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
 from provisioning.cloud.types import (
+    CloudKind,
     CloudResources,
     ClusterSpec,
     ShortagePolicy,
@@ -86,7 +87,7 @@ class DownResult:
     had_record: bool
     unreadable_state: str = ""  # what is wrong with the state file, when it could not be read
     cost: ClusterCost | None = None  # what it cost in all and how long it ran; None without a record
-    cloud: str = ""  # aws | sandbox
+    cloud: CloudKind | None = None  # None only before it is known
 
 
 # up

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from provisioning.catalog.model import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.cost import ClusterCost, CostSegment, cluster_cost, cost_fields, iso
 from provisioning.core.db import Database, Schema, exclusive_lock
 from provisioning.core.errors import CloudError
@@ -130,7 +130,7 @@ class ClusterRow:
     """A cluster as stored: identity, where it runs, its plan and what was created for it."""
 
     name: str
-    cloud: str
+    cloud: CloudKind
     status: ClusterStatus
     plan: Plan
     launch_token: str
@@ -153,7 +153,7 @@ class ClusterBill:
     """A cluster in `deepvm cost-report`: where it ran, how it ended, what it cost."""
 
     name: str
-    cloud: str
+    cloud: CloudKind
     region: str
     status: ClusterStatus
     created_at: str
@@ -161,7 +161,7 @@ class ClusterBill:
 
     def to_dict(self) -> dict[str, object]:
         """The cluster as `cost-report --json` states it (cost fields as in `status` and `down`)."""
-        return {"name": self.name, "cloud": self.cloud, "region": self.region, "status": self.status.value,
+        return {"name": self.name, "cloud": self.cloud.value, "region": self.region, "status": self.status.value,
                 "created_at": self.created_at, **cost_fields(self.cost),
                 "usd_per_hour": round(self.cost.usd_per_hour, 6)}  # fmt: skip
 
@@ -195,7 +195,7 @@ class Store:
                 db.execute(
                     "INSERT INTO past_clusters (name, cloud, region, status, created_at, launched_at, ended_at, "
                     "runtime_s, cost_usd) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (bill.name, bill.cloud, bill.region, bill.status.value, bill.created_at, iso(cost.launched),
+                    (bill.name, bill.cloud.value, bill.region, bill.status.value, bill.created_at, iso(cost.launched),
                      iso(cost.ended), cost.runtime_s, cost.usd),
                 )  # fmt: skip
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
@@ -203,7 +203,7 @@ class Store:
                 "INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     row.name,
-                    row.cloud,
+                    row.cloud.value,
                     row.region,
                     row.availability_zone,
                     row.status.value,
@@ -372,7 +372,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
     res = json.loads(row["resources_json"])
     return ClusterRow(
         name=row["name"],
-        cloud=row["cloud"],
+        cloud=CloudKind(row["cloud"]),
         status=ClusterStatus(row["status"]),
         plan=plan_from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
@@ -402,7 +402,8 @@ def _past_bill(row: sqlite3.Row) -> ClusterBill:
     launched, ended = row["launched_at"], row["ended_at"]
     cost = ClusterCost(usd=row["cost_usd"], usd_per_hour=0.0, launched=_parse(launched) if launched else None,
                        ended=_parse(ended) if ended else None, runtime_s=row["runtime_s"])  # fmt: skip
-    return ClusterBill(row["name"], row["cloud"], row["region"], ClusterStatus(row["status"]), row["created_at"], cost)
+    return ClusterBill(row["name"], CloudKind(row["cloud"]), row["region"], ClusterStatus(row["status"]),
+                       row["created_at"], cost)
 
 
 def _node_record(row: sqlite3.Row) -> NodeRecord:

@@ -12,15 +12,17 @@ from provisioning.cloud.aws.context import AwsContext, default_region, has_aws_c
 from provisioning.cloud.aws.fis import send_spot_interruption
 from provisioning.cloud.aws.network import caller_cidr, check_cidr, default_subnet
 from provisioning.cloud.aws.template import DLAMI_USER, resolve_image
+from provisioning.cloud.types import CloudKind
 from provisioning.core.errors import CloudError, InputError
 
-CLOUDS = ("auto", "aws", "sandbox")
+CLOUDS = ("auto", *(kind.value for kind in CloudKind))  # what --cloud and the config file accept
 
 
 class CloudTarget(Protocol):
-    kind: str  # "aws" | "sandbox"
+    kind: CloudKind
     banner: str  # said by every command on this cloud ("" for AWS)
     ssh_port: int
+    node_python: str  # the interpreter on the nodes, with torch and mpi4py (the default of train's --python)
 
     def context(self, region: str, start: bool = True) -> AwsContext | None:
         """Clients for the region; None when start is False and the cloud is not running (sandbox)."""
@@ -54,9 +56,10 @@ class CloudTarget(Protocol):
 
 
 class AwsTarget:
-    kind = "aws"
+    kind = CloudKind.AWS
     banner = ""
     ssh_port = 22
+    node_python = "python3"  # the Deep Learning AMI's
 
     def context(self, region: str, start: bool = True) -> AwsContext:
         return AwsContext(region=region)
@@ -103,8 +106,8 @@ def resolve_target(cloud: str) -> CloudTarget:
     if cloud not in CLOUDS:
         raise InputError(f"--cloud must be one of {', '.join(CLOUDS)}, not {cloud!r}")
     if cloud == "auto":
-        cloud = "aws" if has_aws_credentials() else "sandbox"
-    if cloud == "aws":
+        cloud = CloudKind.AWS if has_aws_credentials() else CloudKind.SANDBOX
+    if cloud == CloudKind.AWS:
         if not has_aws_credentials():
             raise CloudError(
                 "no AWS credentials found (configure them as for the AWS CLI), or use --cloud sandbox"

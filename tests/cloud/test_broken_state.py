@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provisioning.cloud.aws.teardown import leftovers
-from provisioning.cloud.types import CloudResources
+from provisioning.cloud.types import CloudKind, CloudResources
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.db import StateFileError
 from tests.cloud.cloud_state import created_resources
@@ -44,7 +44,7 @@ def _directory(path: Path) -> None:
 
 
 def _any_row() -> ClusterRow:
-    return ClusterRow("other", "aws", ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", "")
+    return ClusterRow("other", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", "")
 
 
 BREAKS = {"truncated": _truncate, "garbage": _garbage, "directory": _directory}

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from provisioning.cloud.names import CLUSTER_TAG
+from provisioning.cloud.types import CloudKind
 from provisioning.clusters import lifecycle
 from provisioning.clusters.handle import Cluster, running_clusters
 from provisioning.clusters.lifecycle import UpRequest
@@ -29,7 +30,8 @@ def cluster(ctx, ami) -> Cluster:
 
 
 def test_a_running_cluster_answers_from_one_handle(cluster):
-    assert cluster.is_up and cluster.banner == "" and cluster.target.kind == "aws"
+    assert cluster.is_up and cluster.banner == "" and cluster.target.kind is CloudKind.AWS
+    assert cluster.node_python == "python3"  # the Deep Learning AMI's
     assert running_clusters() == ["c1"]
     logins = cluster.endpoints()
     assert sorted(e.role for e in logins) == [Role.ANCHOR, Role.TRAINER, Role.TRAINER]

@@ -232,12 +232,12 @@ def test_the_end_of_train_says_the_cluster_still_bills_and_the_printed_command_s
 
 
 def test_a_replaced_cluster_keeps_its_cost_in_the_history():
-    from provisioning.cloud.types import CloudResources, NodeRecord
+    from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
     from provisioning.clusters.store import ClusterRow, ClusterStatus
     from provisioning.planner.plan import Role
 
     store = Store()
-    row = ClusterRow("c1", "aws", ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
+    row = ClusterRow("c1", CloudKind.AWS, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
     store.put_cluster(row)
     node = NodeRecord("i-1", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running", "10.0.0.1", None,
                       0.5, (T0 - timedelta(hours=2)).isoformat(), "root", 22)  # fmt: skip

@@ -9,14 +9,15 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from provisioning.catalog.model import Market
-from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
+from provisioning.cloud.types import CloudKind, CloudResources, ControllerAccess, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_plan
 
 
 def _row(name: str = "c1") -> ClusterRow:
-    return ClusterRow(name, "sandbox", ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
+    return ClusterRow(name, CloudKind.SANDBOX, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root",
+                      "")
 
 
 def _node(

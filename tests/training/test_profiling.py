@@ -10,7 +10,7 @@ import yaml
 from conftest import REPO, run_cli
 
 from provisioning.catalog.model import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
@@ -80,7 +80,8 @@ def test_repeat_rates_refuse_missing_steps_and_scripts_without_samples():
 def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
     """A stored 3-trainer Tiering cluster (no cloud behind it: every check below comes before the cloud)."""
     store = Store()
-    store.put_cluster(ClusterRow("lab", "sandbox", status, make_tiering_plan(), "tok", CloudResources(), "root", ""))
+    store.put_cluster(ClusterRow("lab", CloudKind.SANDBOX, status, make_tiering_plan(), "tok", CloudResources(), "root",
+                                 ""))
     nodes = [NodeRecord(f"i-{i:08x}", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
                         f"127.1.1.{i + 4}", None, 0.15) for i in range(3)]  # fmt: skip
     nodes.append(NodeRecord("i-000000ff", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1a", "running",
