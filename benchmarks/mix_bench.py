@@ -30,11 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from provisioning.catalog import Catalog  # noqa: E402
+from provisioning.catalog.model import Catalog  # noqa: E402
+from provisioning.catalog.sources import resolve_catalog  # noqa: E402
 from provisioning.planner import Objective, Plan, PlanRequest, plan_cluster  # noqa: E402
 from provisioning.planner.mix import plan_mix  # noqa: E402
 from provisioning.planner.options import Limits, holder_options  # noqa: E402
-from provisioning.sources import resolve_catalog  # noqa: E402
 
 # The last commit with the big-M formulation (main before issue 12).
 BASELINE_REV = "7347d869e3a1480d4e5dd1996fd7d1a090ff3e8c"

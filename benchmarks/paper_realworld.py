@@ -35,10 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from provisioning.catalog import Catalog  # noqa: E402
-from provisioning.deepvm_format import load_catalog_file  # noqa: E402
+from provisioning.catalog.files import load_catalog_file  # noqa: E402
+from provisioning.catalog.model import Catalog  # noqa: E402
 from provisioning.planner import Plan, PlanRequest, plan_cluster  # noqa: E402
-from provisioning.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, with_profiles  # noqa: E402
+from provisioning.scaling.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, with_profiles  # noqa: E402
 from simulation.case import SimCase  # noqa: E402
 from simulation.cluster import sim_cluster  # noqa: E402
 from simulation.engine import simulate  # noqa: E402

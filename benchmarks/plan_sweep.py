@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import deepvm_reference as paper  # noqa: E402
-from provisioning.catalog import Catalog  # noqa: E402
-from provisioning.deepvm_format import load_catalog_file  # noqa: E402
+from provisioning.catalog.files import load_catalog_file  # noqa: E402
+from provisioning.catalog.model import Catalog  # noqa: E402
 from provisioning.planner import PlanRequest, plan_budgets  # noqa: E402
 
 # The paper's simulation defaults: a 2 GiB checkpoint, buffer 0.5 -> holders need 1 GiB of RAM.

@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.paper_realworld import CATALOG, PAPER_CAP, paper_json, paper_lines, paper_models, ranked_as_measured  # noqa: E402
-from provisioning.catalog import Catalog  # noqa: E402
-from provisioning.deepvm_format import load_catalog_file  # noqa: E402
+from provisioning.catalog.files import load_catalog_file  # noqa: E402
+from provisioning.catalog.model import Catalog  # noqa: E402
 from provisioning.planner import PlanRequest, plan_cluster  # noqa: E402
 from simulation.case import SimCase  # noqa: E402
 from simulation.cluster import sim_cluster  # noqa: E402

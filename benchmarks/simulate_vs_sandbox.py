@@ -123,7 +123,7 @@ def run_with_chaos(env: dict[str, str], job: Path, args: argparse.Namespace, ste
     if train.returncode != 0:
         tail = "\n".join(line.text for line in lines if line.source == "train")[-4000:]
         raise SystemExit(f"deepvm train failed:\n{tail}")
-    from provisioning.state import Store
+    from provisioning.clusters.store import Store
 
     events = tuple((datetime.fromisoformat(e.at).timestamp() - started_wall, e.kind, e.message)
                    for e in Store().events(CLUSTER))  # fmt: skip
@@ -208,7 +208,7 @@ def replacement_delays(losses: list[float], events: tuple[tuple[float, str, str]
 
 def predict(plan, args: argparse.Namespace, figures: Figures) -> dict:
     """The simulator's run of the same question, with the figures the sandbox run measured."""
-    from provisioning.cloud.plan_input import catalog_of
+    from provisioning.clusters.plan_choice import catalog_of
     from simulation.chaos import ChaosQuestion
     from simulation.recovery import RecoveryModel
     from simulation.reference import EventKind

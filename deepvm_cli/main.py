@@ -8,8 +8,8 @@ import sys
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
-from deepvm_cli import console
-from provisioning.errors import DeepvmError, StoppedByUser
+from deepvm_cli.ui import console
+from provisioning.core.errors import DeepvmError, StoppedByUser
 
 app = typer.Typer(
     name="deepvm",
@@ -56,26 +56,25 @@ def _register_commands() -> None:
     """Add every command to the app, once (tests run `main` many times in one process)."""
     if app.registered_commands:
         return
-    from deepvm_cli import (
-        chaos_cmd,
-        config_cmd,
-        cost_cmd,
-        down_cmd,
-        interrupt_cmd,
-        jobs_cmd,
-        market_cmd,
-        plan_cmd,
-        profile_cmd,
-        sandbox_cmd,
-        simulate_cmd,
-        status_cmd,
-        train_cmd,
-        up_cmd,
+    from deepvm_cli.commands import (
+        chaos,
+        config,
+        cost,
+        down,
+        interrupt,
+        jobs,
+        market,
+        plan,
+        profile,
+        sandbox,
+        simulate,
+        status,
+        train,
+        up,
     )
 
     for module in (
-        plan_cmd, market_cmd, up_cmd, train_cmd, profile_cmd, jobs_cmd, status_cmd, down_cmd, cost_cmd,
-        interrupt_cmd, sandbox_cmd, simulate_cmd, chaos_cmd, config_cmd,
+        plan, market, up, train, profile, jobs, status, down, cost, interrupt, sandbox, simulate, chaos, config,
     ):
         module.register(app)
 

@@ -11,5 +11,5 @@ From a plan to an answer:
     case       one question: cluster + traces + policy rules + workload
     engine     all runs at once, vectorised (numpy); reference: one run as a plain loop, same numbers
     policies   the plans and rules compared; compare: all of them on the same runs
-    report     quantiles and the --json document (deepvm_cli/simulate_plot.py draws the CDFs)
+    report     quantiles and the --json document (deepvm_cli/render/simulate_plot.py draws the CDFs)
 """

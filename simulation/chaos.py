@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from provisioning.catalog import Catalog
+from provisioning.catalog.model import Catalog
 from provisioning.planner.plan import Plan
 from simulation.case import SimCase
 from simulation.cluster import SimCluster, sim_cluster

@@ -7,7 +7,7 @@ work / plan.effective_flops: for N trainers alive with F TFLOPS between them,
     rate(N, F) = F * K_min(N)            (TFLOPS; x 3.6 for PFLOP per hour)
     K_min(N)   = min over the plan's trainer types v of K_v(N)
 
-With one GPU type this is DeepVM's flops x n x K(n) (provisioning/scaling.py). A mixed plan (`--mix`)
+With one GPU type this is DeepVM's flops x n x K(n) (provisioning/scaling/model.py). A mixed plan (`--mix`)
 combines its types the way provisioning/planner/mix.py plans them: data-parallel training synchronises
 every trainer each step, so the scaling factor depends on the total count and the smallest K_v(N) of the
 plan's types is taken; the FLOPS of the types alive add up.
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provisioning.catalog import Catalog, Market
-from provisioning.errors import InputError
+from provisioning.catalog.model import Catalog, Market
+from provisioning.core.errors import InputError
 from provisioning.planner.objectives import PFLOP_PER_TFLOPS_HOUR
 from provisioning.planner.plan import Plan, Role
-from provisioning.scaling import scaling_factor, scaling_of
+from provisioning.scaling.model import scaling_factor, scaling_of
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioning.catalog import Catalog
+from provisioning.catalog.model import Catalog
 from simulation.case import SimCase
 from simulation.cluster import sim_cluster
 from simulation.engine import RunOutcomes, simulate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioning.errors import InfeasibleError
+from provisioning.core.errors import InfeasibleError
 
 
 class SimulationError(InfeasibleError):

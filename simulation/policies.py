@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from provisioning.catalog import Catalog, Market
-from provisioning.errors import InputError
+from provisioning.catalog.model import Catalog, Market
+from provisioning.core.errors import InputError
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult
 from simulation.case import PolicyRules

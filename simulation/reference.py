@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from simulation.case import SimCase, SpotPool
 from simulation.draws import Draws
 from simulation.errors import check_time

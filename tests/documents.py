@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from provisioning.catalog_json import catalog_to_dict
-from provisioning.snapshot import load_snapshot
+from provisioning.catalog.json_form import catalog_to_dict
+from provisioning.catalog.snapshot import load_snapshot
 from tests.cloud.plans import make_plan, make_tiering_plan
 from tests.conftest import DATA
 

@@ -1,7 +1,7 @@
 import pytest
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingParams, quota_group_of
-from provisioning.catalog_json import CatalogFormatError, catalog_from_dict, catalog_to_dict
+from provisioning.catalog.json_form import CatalogFormatError, catalog_from_dict, catalog_to_dict
+from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, ScalingParams, quota_group_of
 
 
 def test_quota_groups_follow_aws_families():

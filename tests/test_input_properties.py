@@ -18,10 +18,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioning.catalog_json import CatalogFormatError, catalog_from_dict
-from provisioning.cloud.plan_input import checked_plans, load_plans
-from provisioning.deepvm_format import load_catalog_file
-from provisioning.errors import InputError
+from provisioning.catalog.files import load_catalog_file
+from provisioning.catalog.json_form import CatalogFormatError, catalog_from_dict
+from provisioning.clusters.plan_choice import checked_plans, load_plans
+from provisioning.core.errors import InputError
 from tests.documents import JOB, own_catalog, plan_document
 from training.shared.jobspec import JobSpec, load_job_spec
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from rich.console import Console
 
-from deepvm_cli import console, train_cmd
-from deepvm_cli.job_render import Eta
+from deepvm_cli.render.job import Eta
+from deepvm_cli.ui import console, reporters
 from training.shared.progress import Progress
 
 
@@ -39,8 +39,8 @@ def test_live_progress_keeps_counter_bar_and_eta_at_any_width(monkeypatch, width
     screen = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
     monkeypatch.setattr(console, "err", screen)
     clock = iter(range(0, 1000, 5))
-    monkeypatch.setattr("deepvm_cli.job_render.time.monotonic", lambda: float(next(clock)))
-    with train_cmd.live_reporter() as report:
+    monkeypatch.setattr("deepvm_cli.render.job.time.monotonic", lambda: float(next(clock)))
+    with reporters.live_reporter() as report:
         for step in (100, 110, 120):
             report.progress(_progress(step))
     text = screen.file.getvalue()
@@ -53,8 +53,7 @@ def test_live_progress_keeps_counter_bar_and_eta_at_any_width(monkeypatch, width
 def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypatch, capsys, live):
     """What a managed job's head logged reaches the screen through the train reporter; Open MPI's note on
     forwarding deepvm's stop signal does not, and `deepvm logs` (the log as recorded) still shows it."""
-    from deepvm_cli.job_render import record_line
-    from deepvm_cli.jobs_cmd import replay
+    from deepvm_cli.render.job import record_line, replay
     from training.shared.records import LogRecord
 
     screen = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
@@ -63,7 +62,7 @@ def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypat
     records = [chatter, LogRecord("log", 0.0, text="loss is fine", source="node-1 r0"),
                LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="node-1 r0"),  # a rank's own
                LogRecord("log", 0.0, text="mpirun noticed that process rank 1 exited on signal 9", source="mpirun")]
-    with train_cmd.live_reporter() if live else train_cmd.plain_reporter() as report:
+    with reporters.live_reporter() if live else reporters.plain_reporter() as report:
         for record in records:
             replay(report)(record)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.file.getvalue() + capsys.readouterr().err)  # cursor codes

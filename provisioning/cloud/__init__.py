@@ -19,10 +19,13 @@ and the sandbox reuses that implementation against its moto server. The contract
   (or takes the user's profile as given), and the holders' role; `attach_to_head(ctx, access, instance_id)`
   associates it with the head node only, once it runs, `attach_to_holders` the holders' with the other
   holders. A refusal by IAM says to pass `--controller-profile`.
+- `terminate_instances(ctx, ids) -> {id: state}` terminates single instances while the rest of the cluster
+  runs on (a node the job dropped, a chaos reclaim). Idempotent: terminating an instance twice, or one EC2
+  no longer knows, is harmless and reports it terminated.
 - `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, by the recorded ids and by
   sweeping the cluster's tag (and the roles' fixed names), instances first; a failed step does not
   stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one
   line per resource). Safe to call twice, or with no record at all.
 
-Above it, `provisioning.cloud.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
+Above it, `provisioning.clusters.lifecycle` runs `up`, `status`, `down` and `interrupt` with the state store.
 """

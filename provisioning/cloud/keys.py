@@ -22,10 +22,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from provisioning.atomicfile import write_text_atomic
 from provisioning.cloud.types import NodeRecord
-from provisioning.errors import CloudError
-from provisioning.home import deepvm_home
+from provisioning.core.atomicfile import write_text_atomic
+from provisioning.core.errors import CloudError
+from provisioning.core.home import deepvm_home
 
 HOST_KEYS_DIR = "host_keys"  # in the cluster's directory: one pinned public host key per instance id
 

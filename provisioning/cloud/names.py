@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 CLUSTER_TAG = "deepvm:cluster"  # the user's name for the cluster
 CLUSTER_ID_TAG = "deepvm:cluster-id"  # the id of one cluster made by `up`: what deepvm's scope is

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 
 def wait_reachable(

@@ -20,7 +20,7 @@ from pathlib import Path
 import paramiko
 
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 _PROBE_TIMEOUT_S = 5.0
 _PARALLEL = 32  # probes at once: a cluster of hundreds of nodes is probed in a few rounds

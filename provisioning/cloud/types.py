@@ -10,9 +10,26 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
 from provisioning.planner.plan import NodeGroup, Plan, Role
+
+
+class CloudKind(str, Enum):
+    """Which cloud a cluster runs on. Both speak EC2's API through the same provider; what else differs
+    between them is the target's (provisioning/clusters/target.py)."""
+
+    AWS = "aws"
+    SANDBOX = "sandbox"  # a moto server and hosts on this machine
+
+    def __str__(self) -> str:
+        return self.value  # as a person and the JSON documents spell it
+
+    @property
+    def bills(self) -> bool:
+        """Whether its nodes cost real money: the sandbox shows AWS's prices for the same plan and charges
+        nothing."""
+        return self is CloudKind.AWS
 
 
 class ShortagePolicy(str, Enum):

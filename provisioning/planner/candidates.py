@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from provisioning.catalog import Market, ScalingParams
+from provisioning.catalog.model import Market, ScalingParams
 from provisioning.planner.holders import HolderCosts
 from provisioning.planner.options import PRICE_TOLERANCE, Limits, TrainerOption
 from provisioning.planner.plan import Architecture
-from provisioning.scaling import effective_nodes
+from provisioning.scaling.model import effective_nodes
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner.options import HolderOption, Limits, TrainerOption
-from provisioning.scaling import saturation_point
+from provisioning.scaling.model import saturation_point
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,3 @@ def _holder_terms(trainer: TrainerOption, holder: HolderOption, limits: Limits) 
         for_memory = max(1, math.ceil(limits.checkpoint_gib / memory - 1e-12))
     cap = limits.nodes_within_quota(holder.region, holder.itype, Market.ON_DEMAND)
     return _HolderTerms(holder, saturation, for_memory, cap) if cap >= 1 else None
-
-
-def holders_needed(trainers: int, trainer: TrainerOption, holder: HolderOption, limits: Limits) -> int | None:
-    """The fewest holders of one type for `trainers` spot trainers, or None if no count works.
-
-    Saturation: n / m < n_sat(min bandwidth)  <=>  m >= floor(n / n_sat) + 1.
-    Memory: together the holders keep the buffered checkpoint shards, m * memory >= size * slots.
-    """
-    terms = _holder_terms(trainer, holder, limits)
-    return None if terms is None else terms.needed(trainers)

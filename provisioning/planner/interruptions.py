@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner.candidates import Candidate
 from provisioning.planner.plan import Architecture, Plan, Role
 

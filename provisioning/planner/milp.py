@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import pulp
 
-from provisioning.catalog import Market
-from provisioning.errors import DeepvmError
+from provisioning.catalog.model import Market
+from provisioning.core.errors import DeepvmError
 from provisioning.planner.candidates import Candidate
 from provisioning.planner.holders import HolderCosts
 from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits

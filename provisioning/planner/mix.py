@@ -58,12 +58,12 @@ from dataclasses import dataclass
 
 import pulp
 
-from provisioning.catalog import Catalog, Market, ScalingParams
+from provisioning.catalog.model import Catalog, Market, ScalingParams
 from provisioning.planner.candidates import anchor_allowed, spot_node_cap
 from provisioning.planner.milp import SolverError, solve
 from provisioning.planner.options import PRICE_TOLERANCE, HolderOption, Limits, TrainerOption, trainer_offers
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.scaling import capped_notes, saturation_point, scaling_factor
+from provisioning.scaling.model import capped_notes, saturation_point, scaling_factor
 
 # Shapes are pruned below the floor's value less this share, far above float noise in E.
 FLOOR_SLACK = 1e-6

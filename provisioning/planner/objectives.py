@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from provisioning.catalog import ScalingParams
+from provisioning.catalog.model import ScalingParams
 from provisioning.planner.candidates import Candidate
 from provisioning.planner.plan import Objective
-from provisioning.scaling import effective_nodes
+from provisioning.scaling.model import effective_nodes
 
 if TYPE_CHECKING:  # loaded only by plan --interruptions
     from provisioning.planner.interruptions import Interruptions

@@ -13,11 +13,11 @@ pairs, no MILP needed.
 
 from __future__ import annotations
 
-from provisioning.catalog import Catalog, Market
+from provisioning.catalog.model import Catalog, Market
 from provisioning.planner.options import PRICE_TOLERANCE, Limits, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest
-from provisioning.scaling import effective_nodes
+from provisioning.scaling.model import effective_nodes
 
 
 def on_demand_plan(catalog: Catalog, request: PlanRequest) -> Plan | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from provisioning.catalog import Catalog, InstanceType, Market, ScalingParams
-from provisioning.scaling import scaling_of
+from provisioning.catalog.model import Catalog, InstanceType, Market, ScalingParams
+from provisioning.scaling.model import scaling_of
 
 # Budget comparisons allow this much float noise ($/h), so a plan costing exactly the cap is kept.
 PRICE_TOLERANCE = 1e-9

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from provisioning.catalog import InstanceType, Market
+from provisioning.catalog.model import InstanceType, Market
 
 # Ranked plans in one saved file, and so the most `deepvm plan --top` may ask for. It lives here, not in
 # plan_document.py, so that the CLI's flag rule does not load pydantic at every start.
@@ -85,10 +85,6 @@ class Plan:
     prices_as_of: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def trainer_count(self) -> int:
-        return sum(g.count for g in self.nodes if g.role in (Role.TRAINER, Role.ANCHOR))
-
     def summary(self) -> str:
         """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""
         parts = []
@@ -111,10 +107,3 @@ class Plan:
             "prices_as_of": self.prices_as_of,
             "notes": list(self.notes),
         }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Plan:
-        """The plan `to_dict()` wrote, strictly validated (plan_document.py); PlanDocumentError otherwise."""
-        from provisioning.planner.plan_document import plan_from_dict  # pydantic loads only to read plans back
-
-        return plan_from_dict(data)

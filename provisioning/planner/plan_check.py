@@ -24,9 +24,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from provisioning.catalog import Catalog, InstanceType, Market
+from provisioning.catalog.model import Catalog, InstanceType, Market
+from provisioning.core.strictdoc import MAX_NODES
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
-from provisioning.planner.plan_document import MAX_NODES, PlanDocumentError, PlanEntry
+from provisioning.planner.plan_document import PlanDocumentError, PlanEntry
 
 # Prices are written with 6 decimals (`Plan.to_dict`) and catalogs keep 4 to 8: closer than this is equal.
 PRICE_TOLERANCE = 1e-6

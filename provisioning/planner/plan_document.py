@@ -1,11 +1,11 @@
 """A plan file as a strictly typed document: what `deepvm up --plan` (and the saved plan) may contain.
 
-A plan decides what is bought, so it follows provisioning/strictdoc.py's rules: counts are JSON
-integers from 1 to MAX_NODES, numbers finite and not negative, names shaped as EC2's, strings
+A plan decides what is bought, so it follows provisioning/core/strictdoc.py's rules: counts are JSON
+integers from 1 to MAX_NODES (core/strictdoc.py), numbers finite and not negative, names shaped as EC2's, strings
 printable, unknown keys refused. Every refusal is a PlanDocumentError naming the field by its path,
 e.g. `plans[0].nodes[1].count`. This module checks the document's shape;
 provisioning/planner/plan_check.py checks its content against a catalog (types, prices, quotas,
-roles). The module imports pydantic, so it is loaded only when a plan is read back (`Plan.from_dict`),
+roles). The module imports pydantic, so it is loaded only when a plan is read back (`plan_from_dict`),
 never by `deepvm plan`.
 """
 
@@ -16,14 +16,20 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, JsonValue
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
+from provisioning.core.strictdoc import (
+    Amount,
+    DocumentError,
+    Name,
+    NodeCount,
+    Strict,
+    integer_in,
+    show,
+    text,
+    validate,
+)
 from provisioning.planner.plan import MAX_PLANS, Architecture, NodeGroup, Objective, Plan, Role
-from provisioning.strictdoc import Amount, DocumentError, Name, Strict, integer_in, show, text, validate
 
-# The most nodes one plan may hold. EC2 Fleet and the sandbox get a number a person has seen: the
-# planner's largest plans (DeepVM's simulation, --node-limit 255 per type) stay below it, and a count
-# of 10^9 is refused here instead of being asked of EC2. Quotas narrow it further (plan_check.py).
-MAX_NODES = 512
 MAX_GROUPS = 64  # node groups in one plan (the planner makes at most one per type, market and role)
 
 
@@ -33,7 +39,6 @@ class PlanDocumentError(DocumentError):
 
 MAX_GPUS = 64  # GPUs of one instance (EC2's largest have 16)
 
-Count = Annotated[int, BeforeValidator(integer_in(1, MAX_NODES))]
 Gpus = Annotated[int, BeforeValidator(integer_in(0, MAX_GPUS))]
 
 
@@ -42,7 +47,7 @@ class NodeGroupDocument(Strict):
 
     instance_type: Name
     market: Market
-    count: Count
+    count: NodeCount
     role: Role
     usd_per_hour: Amount
     gpus: Gpus | None = None  # absent in plans of earlier versions

@@ -1,6 +1,6 @@
 """The plans `deepvm plan` ranked, kept under DEEPVM_HOME for `deepvm up` (best first; the others are what
 `--on-shortage next-plan` falls back to). The file has the shape of `deepvm plan --json`'s "plans", so
-either can be given to `deepvm up --plan`; provisioning/cloud/plan_input.py reads both.
+either can be given to `deepvm up --plan`; provisioning/clusters/plan_choice.py reads both.
 
 Written atomically (temporary file, fsync, rename) so that a crash never leaves half a plan behind.
 """
@@ -12,8 +12,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from provisioning.atomicfile import write_text_atomic
-from provisioning.home import saved_plan_path
+from provisioning.core.atomicfile import write_text_atomic
+from provisioning.core.home import saved_plan_path
 from provisioning.planner.plan import Plan
 from provisioning.planner.request import PlanRequest
 

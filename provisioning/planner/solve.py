@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pulp
 
-from provisioning.catalog import Catalog, Market
-from provisioning.errors import InfeasibleError, InputError
+from provisioning.catalog.model import Catalog, Market
+from provisioning.core.errors import InfeasibleError, InputError
 from provisioning.planner.baselines import cost_first, performance_first
 from provisioning.planner.candidates import Candidate, select_candidates
 from provisioning.planner.holders import HolderCosts
@@ -21,7 +21,7 @@ from provisioning.planner.objectives import ObjectiveSpec, no_scaling_spec, obje
 from provisioning.planner.options import HolderOption, Limits, TrainerOption, holder_options, trainer_options
 from provisioning.planner.plan import Architecture, NodeGroup, Objective, Plan, Role
 from provisioning.planner.request import PlanRequest, PlanResult, RankedType
-from provisioning.scaling import capped_notes
+from provisioning.scaling.model import capped_notes
 
 if TYPE_CHECKING:  # loaded only by plan --interruptions
     from provisioning.planner.interruptions import InterruptionReport

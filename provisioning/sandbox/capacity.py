@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 IDLE_NODE_MIB = 64
 TRAINING_NODE_MIB = 1024

@@ -19,15 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioning.atomicfile import write_text_atomic
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.errors import CloudError
-from provisioning.home import deepvm_home
+from provisioning.core.atomicfile import write_text_atomic
+from provisioning.core.errors import CloudError
+from provisioning.core.home import deepvm_home
 from provisioning.sandbox.hosts import host_facts, host_pids, host_processes, kill_host
 from provisioning.sandbox.procs import kill_and_wait, pid_alive, python_module, spawn_daemon
+from provisioning.sandbox.shared import CREDENTIALS
 
 BANNER = "sandbox: local emulation, no AWS charges"
-CREDENTIALS = ("sandbox", "sandbox")  # never the user's real keys: the endpoint is local
 _MOTO_START_S = 30.0
 
 

@@ -23,8 +23,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.sandbox.control import CREDENTIALS
-from provisioning.sandbox.metadata import iso_time
+from provisioning.sandbox.shared import CREDENTIALS, iso_time
 
 PROFILE_TTL_S = 5.0  # how long an association lookup is reused
 REFRESH_BEFORE = timedelta(minutes=20)  # botocore refreshes credentials with less than 15 min left

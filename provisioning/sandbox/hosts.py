@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from provisioning.cloud.userdata import parse_user_data
-from provisioning.home import deepvm_home
+from provisioning.core.home import deepvm_home
 from provisioning.sandbox.metadata import NOTICES, endpoint_url
 from provisioning.sandbox.procs import children, kill_and_wait, pid_alive, python_module, spawn_daemon
 

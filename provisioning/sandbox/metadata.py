@@ -24,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioning.atomicfile import write_text_atomic
+from provisioning.core.atomicfile import write_text_atomic
+from provisioning.sandbox.shared import iso_time
 
 if TYPE_CHECKING:
     from provisioning.sandbox.credentials import InstanceCredentials
@@ -38,11 +39,6 @@ _MAX_TTL = 21600
 
 def endpoint_url(ip: str) -> str:
     return f"http://{ip}:{METADATA_PORT}/"
-
-
-def iso_time(ts: datetime) -> str:
-    """A UTC timestamp as EC2's metadata writes it."""
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def post_interruption(host_dir: Path, deadline: datetime, now: datetime | None = None) -> None:

@@ -3,25 +3,29 @@ image, the local user, and interruptions delivered through the hosts' metadata e
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.network import check_cidr
-from provisioning.errors import CloudError, InputError
+from provisioning.cloud.types import CloudKind
+from provisioning.core.errors import CloudError, InputError
 from provisioning.sandbox.capacity import check_fits, measure
-from provisioning.sandbox.control import BANNER, CREDENTIALS, ensure_sandbox, load_info, running_sandbox
+from provisioning.sandbox.control import BANNER, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
 from provisioning.sandbox.metadata import post_interruption
 from provisioning.sandbox.network import sandbox_subnet
+from provisioning.sandbox.shared import CREDENTIALS
 
 # moto does not validate image ids, and the hosts boot from the local system whatever the AMI says.
 SANDBOX_IMAGE = "ami-0000000000de3b0a1"
 
 
 class SandboxTarget:
-    kind = "sandbox"
+    kind = CloudKind.SANDBOX
     banner = BANNER
     ssh_port = SSH_PORT
+    node_python = sys.executable  # the hosts share this machine's files, this virtual environment included
 
     def context(self, region: str, start: bool = True) -> AwsContext | None:
         info = ensure_sandbox() if start else running_sandbox()

@@ -27,8 +27,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from provisioning.errors import InputError
-from provisioning.jsonfile import parse_json_bytes
+from provisioning.core.errors import InputError
+from provisioning.core.jsonfile import parse_json_bytes
 from simulation.trace import Trace, TraceKind
 from simulation.traces.errors import TraceError
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from provisioning.errors import InputError
-from provisioning.jsonfile import parse_json_bytes
+from provisioning.core.errors import InputError
+from provisioning.core.jsonfile import parse_json_bytes
 from simulation.trace import CapacitySeries, Trace, TraceKind
 from simulation.traces.errors import TraceError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 
 class TraceError(InputError):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from provisioning.errors import InputError
-from provisioning.inputfile import MIB, read_user_bytes
+from provisioning.core.errors import InputError
+from provisioning.core.inputfile import MIB, read_user_bytes
 from simulation.trace import Trace, TraceKind
 from simulation.traces.capacity_json import parse_capacity_bytes
 from simulation.traces.csv_rows import csv_rows

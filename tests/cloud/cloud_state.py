@@ -7,7 +7,7 @@ from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.teardown import clusters_named, leftovers
 from provisioning.cloud.names import ClusterIdentity, resource_name
-from provisioning.state import Store
+from provisioning.clusters.store import Store
 
 
 def created_resources(ctx: AwsContext) -> dict[str, list[str]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
+from provisioning.catalog.snapshot import load_snapshot
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
-from provisioning.snapshot import load_snapshot
 
 REGION = "us-east-1"
 AZ = "us-east-1a"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.cloud.types import CloudResources
-from provisioning.db import StateFileError
-from provisioning.state import ClusterRow, ClusterStatus, Store
+from provisioning.cloud.types import CloudKind, CloudResources
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
+from provisioning.core.db import StateFileError
 from tests.cloud.cloud_state import created_resources, left_of
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli
@@ -43,7 +43,7 @@ def _directory(path: Path) -> None:
 
 
 def _any_row() -> ClusterRow:
-    return ClusterRow("other", "aws", ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", "")
+    return ClusterRow("other", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", "")
 
 
 BREAKS = {"truncated": _truncate, "garbage": _garbage, "directory": _directory}

@@ -1,4 +1,4 @@
-"""The cluster handle (provisioning/cloud/cluster.py) against the moto server: opened once, it answers
+"""The cluster handle (provisioning/clusters/handle.py) against the moto server: opened once, it answers
 for a running cluster (nodes, logins, cost, environment), records the nodes the head's controller bought,
 terminates a node it is told to retire, and may be used from a second thread."""
 
@@ -8,14 +8,15 @@ import threading
 
 import pytest
 
-from provisioning.cloud import lifecycle
-from provisioning.cloud.cluster import Cluster, running_clusters
-from provisioning.cloud.lifecycle import UpRequest
 from provisioning.cloud.names import CLUSTER_TAG, cluster_tags
-from provisioning.cloud.target import AwsTarget
-from provisioning.errors import NotFoundError
+from provisioning.cloud.types import CloudKind
+from provisioning.clusters import lifecycle
+from provisioning.clusters.handle import Cluster, running_clusters
+from provisioning.clusters.lifecycle import UpRequest
+from provisioning.clusters.store import ClusterStatus
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterStatus
 from tests.cloud.plans import REGION, make_plan
 
 
@@ -29,7 +30,8 @@ def cluster(ctx, ami) -> Cluster:
 
 
 def test_a_running_cluster_answers_from_one_handle(cluster):
-    assert cluster.is_up and cluster.banner == "" and cluster.target.kind == "aws"
+    assert cluster.is_up and cluster.banner == "" and cluster.target.kind is CloudKind.AWS
+    assert cluster.node_python == "python3"  # the Deep Learning AMI's
     assert running_clusters() == ["c1"]
     logins = cluster.endpoints()
     assert sorted(e.role for e in logins) == [Role.ANCHOR, Role.TRAINER, Role.TRAINER]
@@ -100,3 +102,20 @@ def test_a_replacement_that_never_becomes_usable_is_terminated(cluster, ctx):
     running = {i["InstanceId"] for r in live for i in r["Instances"]}
     assert running <= before  # the replacement was terminated; the cluster's own nodes still run
     assert len(running) == 3
+
+
+def test_terminating_instances_is_idempotent(cluster, ctx):
+    """The provider's terminate_instances may be called twice, and with an id EC2 no longer knows, as the
+    contract promises (a controller retiring a node races `down` and a second retire)."""
+    from provisioning.cloud.aws.provider import terminate_instances
+
+    victim = next(e.instance_id for e in cluster.endpoints() if e.role is Role.TRAINER)
+    first = terminate_instances(ctx, [victim])
+    again = terminate_instances(ctx, [victim])
+    assert first[victim] in ("shutting-down", "terminated") and again[victim] in ("shutting-down", "terminated")
+    gone = "i-0123456789abcdef0"  # never existed: InvalidInstanceID.NotFound for the whole call
+    other = next(e.instance_id for e in cluster.endpoints() if e.role is Role.TRAINER and e.instance_id != victim)
+    both = terminate_instances(ctx, [gone, other])
+    assert both == {gone: "terminated", other: both[other]} and both[other] in ("shutting-down", "terminated")
+    state = ctx.client("ec2").describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] in ("shutting-down", "terminated")

@@ -10,15 +10,15 @@ import shutil
 import pytest
 from botocore.exceptions import ClientError
 
-from provisioning.cloud import lifecycle
 from provisioning.cloud.aws.policies import controller_policy
 from provisioning.cloud.aws.provider import attach_to_head
-from provisioning.cloud.lifecycle import UpRequest
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, ClusterIdentity, role_name
-from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ControllerAccess
-from provisioning.errors import CloudError
-from provisioning.state import Store
+from provisioning.clusters import lifecycle
+from provisioning.clusters.lifecycle import UpRequest
+from provisioning.clusters.store import Store
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import CloudError
 from tests.cloud.cloud_state import identity, left_of, named
 from tests.cloud.plans import REGION, make_plan, write_plans
 from tests.conftest import run_cli

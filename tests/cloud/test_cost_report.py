@@ -18,14 +18,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from rich.console import Console
 
-from deepvm_cli import console
+from deepvm_cli.commands.train import billing_reminder
 from deepvm_cli.main import main
-from deepvm_cli.train_cmd import billing_reminder
-from provisioning.catalog import Market
-from provisioning.cloud.cluster import Cluster
-from provisioning.cost import CostSegment, cluster_cost
-from provisioning.errors import InputError
-from provisioning.state import Store
+from deepvm_cli.ui import console
+from provisioning.catalog.model import Market
+from provisioning.clusters.cost import CostSegment, cluster_cost
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.store import Store
+from provisioning.core.errors import InputError
 from tests.cloud.plans import make_plan, write_plans
 from training.control.controller import TrainingFailed, TrainingStopped
 from training.shared.jobstore import JobRow, JobStatus, JobStore
@@ -232,12 +232,12 @@ def test_the_end_of_train_says_the_cluster_still_bills_and_the_printed_command_s
 
 
 def test_a_replaced_cluster_keeps_its_cost_in_the_history():
-    from provisioning.cloud.types import CloudResources, NodeRecord
+    from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+    from provisioning.clusters.store import ClusterRow, ClusterStatus
     from provisioning.planner.plan import Role
-    from provisioning.state import ClusterRow, ClusterStatus
 
     store = Store()
-    row = ClusterRow("c1", "aws", ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
+    row = ClusterRow("c1", CloudKind.AWS, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
     store.put_cluster(row)
     node = NodeRecord("i-1", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running", "10.0.0.1", None,
                       0.5, (T0 - timedelta(hours=2)).isoformat(), "root", 22)  # fmt: skip

@@ -7,7 +7,7 @@ from botocore.stub import ANY, Stubber
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fis import FIS_ACTION, send_spot_interruption
-from provisioning.errors import CloudError, InputError
+from provisioning.core.errors import CloudError, InputError
 
 ROLE = "arn:aws:iam::123456789012:role/deepvm-fis"
 

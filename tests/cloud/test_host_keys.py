@@ -14,15 +14,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moto.ec2.responses.general import General
 
 from provisioning.cloud.aws.console import wait_host_keys
-from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys, pin_host_key, pinned_host_keys
-from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.serial_console import BEGIN, END, ed25519_host_key, host_key_block
 from provisioning.cloud.userdata import NodeBoot, parse_user_data, render_user_data
-from provisioning.errors import CloudError
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.lifecycle import UpRequest, up
+from provisioning.clusters.store import Store
+from provisioning.core.errors import CloudError
 from provisioning.sandbox import controlplane
 from provisioning.sandbox.hosts import CONSOLE, host_dir
-from provisioning.state import Store
 from tests.cloud.plans import make_plan
 from tests.cloud.test_shortage import FixedTarget
 

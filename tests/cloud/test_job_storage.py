@@ -16,17 +16,17 @@ import yaml
 
 from deepcheck import S3Config
 from deepcheck.storage_s3 import S3Store
-from provisioning.cloud import cluster as cluster_module
-from provisioning.cloud import lifecycle
 from provisioning.cloud.aws import rights
 from provisioning.cloud.aws.policies import JOB_STORAGE_POLICY, job_storage_policy
 from provisioning.cloud.aws.profiles import instance_profiles
-from provisioning.cloud.cluster import Cluster
-from provisioning.cloud.head import head_node
-from provisioning.cloud.lifecycle import UpRequest
-from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import S3Area
-from provisioning.errors import InputError
+from provisioning.clusters import handle as cluster_module
+from provisioning.clusters import lifecycle
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.head import head_node
+from provisioning.clusters.lifecycle import UpRequest
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_plan, make_tiering_plan
 from tests.deepcheck.dc_fixtures import make_checkpoint

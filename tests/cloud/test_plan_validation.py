@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.cloud.plan_input import checked_plans
-from provisioning.errors import InputError
+from provisioning.clusters.plan_choice import checked_plans
+from provisioning.core.errors import InputError
 from tests.cloud.cloud_state import created_resources
 from tests.conftest import DATA, run_cli
 from tests.documents import plan_document

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.ssh import Answer, connect, probe
+from provisioning.clusters.handle import Cluster
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT

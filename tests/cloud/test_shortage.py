@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from provisioning.cloud.cluster import ShortageError
-from provisioning.cloud.lifecycle import UpRequest, up
-from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ShortagePolicy
-from provisioning.state import Store
+from provisioning.clusters.handle import ShortageError
+from provisioning.clusters.lifecycle import UpRequest, up
+from provisioning.clusters.store import Store
+from provisioning.clusters.target import AwsTarget
 from tests.cloud.cloud_state import left_of
 from tests.cloud.plans import make_plan
 

@@ -8,15 +8,16 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, ControllerAccess, NodeRecord
+from provisioning.catalog.model import Market
+from provisioning.cloud.types import CloudKind, CloudResources, ControllerAccess, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_plan
 
 
 def _row(name: str = "c1") -> ClusterRow:
-    return ClusterRow(name, "sandbox", ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
+    return ClusterRow(name, CloudKind.SANDBOX, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root",
+                      "")
 
 
 def _node(
@@ -82,7 +83,7 @@ def test_wal_lets_a_second_process_read_while_a_write_is_open(tmp_path):
     writer.execute("BEGIN IMMEDIATE")
     writer.execute("UPDATE clusters SET status = 'up'")
     reader = subprocess.run(
-        [sys.executable, "-c", "from provisioning.state import Store; print(Store().cluster('c1').status)"],
+        [sys.executable, "-c", "from provisioning.clusters.store import Store; print(Store().cluster('c1').status)"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -103,7 +104,7 @@ def test_replacing_a_finished_cluster_drops_its_nodes():
 
 def test_a_cluster_called_train_x_is_not_held_by_training_on_x(isolated_env):
     """The cluster locks and the training locks are separate name spaces."""
-    from provisioning.state import cluster_lock
+    from provisioning.clusters.store import cluster_lock
     from training.shared.jobstore import controller_running, train_lock
 
     with train_lock("x"), cluster_lock("train-x"):

@@ -12,16 +12,16 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from provisioning.cloud import lifecycle
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.teardown import TeardownIncomplete
 from provisioning.cloud.keys import cluster_dir
-from provisioning.cloud.lifecycle import UpRequest, up
 from provisioning.cloud.names import CLUSTER_TAG
-from provisioning.cloud.target import AwsTarget
-from provisioning.errors import CloudError
-from provisioning.home import deepvm_home
-from provisioning.state import Store
+from provisioning.clusters import lifecycle
+from provisioning.clusters.lifecycle import UpRequest, up
+from provisioning.clusters.store import Store
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import CloudError
+from provisioning.core.home import deepvm_home
 from tests.cloud.cloud_state import left_of, named
 from tests.cloud.plans import REGION, make_plan, make_tiering_plan
 

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 from tests.cloud.plans import AZ, snapshot_price
 from tests.conftest import REPO, run_cli

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.cloud import lifecycle
 from provisioning.cloud.aws.teardown import leftovers
-from provisioning.cloud.lifecycle import UpRequest
 from provisioning.cloud.names import ClusterIdentity, resource_name, role_name
-from provisioning.cloud.target import AwsTarget
-from provisioning.errors import InputError, NotFoundError
-from provisioning.state import Store
+from provisioning.clusters import lifecycle
+from provisioning.clusters.lifecycle import UpRequest
+from provisioning.clusters.store import Store
+from provisioning.clusters.target import AwsTarget
+from provisioning.core.errors import InputError, NotFoundError
 from tests.cloud.cloud_state import left_of
 from tests.cloud.plans import REGION, make_tiering_plan
 

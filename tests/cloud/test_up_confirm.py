@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from provisioning.sandbox.capacity import HostCapacity, check_fits, measure
 from tests.cloud.cloud_state import created_resources
 from tests.cloud.plans import make_plan, write_plans

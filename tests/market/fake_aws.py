@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 from botocore.awsrequest import AWSResponse
 
-from provisioning.market.aws import AwsClients
+from provisioning.catalog.market.aws import AwsClients
 
 
 def price_item(instance_type: str, region: str, usd: float) -> str:

@@ -8,17 +8,17 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from botocore.stub import ANY, Stubber
 
-from provisioning.catalog import Market, Price, Quota
-from provisioning.errors import CloudError
-from provisioning.market.aws import AwsUnavailable, translate, unavailable_reason
-from provisioning.market.instance_types import (
+from provisioning.catalog.market.aws import AwsUnavailable, translate, unavailable_reason
+from provisioning.catalog.market.instance_types import (
     fetch_instance_types,
     instance_type_from_aws,
     parse_network_gbps,
 )
-from provisioning.market.ondemand import fetch_on_demand_prices, parse_price_item, product_filters
-from provisioning.market.quotas import QUOTA_CODES, fetch_vcpu_quotas
-from provisioning.market.spot import fetch_spot_prices
+from provisioning.catalog.market.ondemand import fetch_on_demand_prices, parse_price_item, product_filters
+from provisioning.catalog.market.quotas import QUOTA_CODES, fetch_vcpu_quotas
+from provisioning.catalog.market.spot import fetch_spot_prices
+from provisioning.catalog.model import Market, Price, Quota
+from provisioning.core.errors import CloudError
 
 from .fake_aws import price_item
 
@@ -196,5 +196,5 @@ def test_describe_instance_types_keeps_wanted_types_and_warns_about_unusable_one
     assert not catalog.types["p5.48xlarge"].is_gpu
     assert warnings == [
         "skipped types with unreadable specs: c5.xlarge (network 'Teleport')",
-        "GPU models missing from provisioning/data/gpus.json, so not used as trainers: p5.48xlarge (H200)",
+        "GPU models missing from provisioning/catalog/data/gpus.json, so not used as trainers: p5.48xlarge (H200)",
     ]

@@ -7,10 +7,10 @@ import shutil
 import pytest
 from conftest import DATA
 
-from provisioning.catalog import Market, ScalingParams
-from provisioning.deepvm_format import DEEPVM_REGION, DEEPVM_ZONE, load_catalog_file
-from provisioning.errors import InputError
-from provisioning.snapshot import load_snapshot, save_snapshot
+from provisioning.catalog.files import DEEPVM_REGION, DEEPVM_ZONE, load_catalog_file
+from provisioning.catalog.model import Market, ScalingParams
+from provisioning.catalog.snapshot import load_snapshot, save_snapshot
+from provisioning.core.errors import InputError
 
 
 def test_real_world_data_json_maps_every_field():

@@ -9,11 +9,11 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from provisioning.catalog import Market
-from provisioning.market.aws import AwsUnavailable
-from provisioning.market.cache import DiskCache
-from provisioning.market.families import GPU_FAMILIES, HOLDER_FAMILIES, family_of
-from provisioning.market.live import SPOT_TTL_S, LiveMarket
+from provisioning.catalog.market.aws import AwsUnavailable
+from provisioning.catalog.market.cache import DiskCache
+from provisioning.catalog.market.families import GPU_FAMILIES, HOLDER_FAMILIES, family_of
+from provisioning.catalog.market.live import SPOT_TTL_S, LiveMarket
+from provisioning.catalog.model import Market
 
 from .fake_aws import FakeMarketClients
 

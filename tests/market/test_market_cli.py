@@ -7,7 +7,7 @@ import pytest
 from conftest import DATA, run_cli
 from moto.server import ThreadedMotoServer
 
-from provisioning.snapshot import load_snapshot, snapshot_age
+from provisioning.catalog.snapshot import load_snapshot, snapshot_age
 
 SNAPSHOT_DATE = load_snapshot().as_of
 AGE = snapshot_age(SNAPSHOT_DATE)

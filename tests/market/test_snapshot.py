@@ -6,12 +6,12 @@ from importlib import resources
 
 import pytest
 
-from provisioning.catalog import Market
-from provisioning.catalog_json import catalog_to_dict
-from provisioning.market import handbook
-from provisioning.market.families import GPU_FAMILIES, HOLDER_FAMILIES, family_of
-from provisioning.market.gpus import gpu_table, gpu_tflops
-from provisioning.snapshot import load_snapshot, snapshot_notes
+from provisioning.catalog.json_form import catalog_to_dict
+from provisioning.catalog.market import handbook
+from provisioning.catalog.market.families import GPU_FAMILIES, HOLDER_FAMILIES, family_of
+from provisioning.catalog.market.gpus import gpu_table, gpu_tflops
+from provisioning.catalog.model import Market
+from provisioning.catalog.snapshot import load_snapshot, snapshot_notes
 
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
 
@@ -93,7 +93,7 @@ def test_callers_get_independent_copies():
 
 def test_shipped_file_matches_the_handbook():
     """snapshot.json is generated; editing the handbook without regenerating it fails here."""
-    shipped = json.loads(resources.files("provisioning").joinpath("data/snapshot.json").read_text())
+    shipped = json.loads(resources.files("provisioning.catalog").joinpath("data/snapshot.json").read_text())
     built = catalog_to_dict(handbook.build_catalog())
     for key in ("as_of", "types", "prices", "quotas"):
         assert shipped[key] == json.loads(json.dumps(built[key])), key

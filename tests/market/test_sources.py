@@ -8,12 +8,12 @@ import pytest
 from conftest import DATA
 from moto import mock_aws
 
-from provisioning import sources
-from provisioning.deepvm_format import DEEPVM_REGION, load_catalog_file
-from provisioning.errors import CloudError, InputError
-from provisioning.market import live
-from provisioning.snapshot import load_snapshot, snapshot_age
-from provisioning.sources import resolve_catalog, save_live_snapshot
+from provisioning.catalog import sources
+from provisioning.catalog.files import DEEPVM_REGION, load_catalog_file
+from provisioning.catalog.market import live
+from provisioning.catalog.snapshot import load_snapshot, snapshot_age
+from provisioning.catalog.sources import resolve_catalog, save_live_snapshot
+from provisioning.core.errors import CloudError, InputError
 
 from .fake_aws import FakeMarketClients
 

@@ -9,12 +9,12 @@ from dataclasses import replace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
-from provisioning.errors import InfeasibleError
+from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
+from provisioning.core.errors import InfeasibleError
 from provisioning.planner import Objective, Plan, PlanRequest, Role, plan_cluster
 from provisioning.planner.mix import NodeBound, heaviest, plan_mix
 from provisioning.planner.options import Limits, holder_options
-from provisioning.scaling import saturation_point, scaling_factor
+from provisioning.scaling.model import saturation_point, scaling_factor
 
 QUOTA = 12.0  # vCPUs per quota group and market: three 4-vCPU nodes
 GPU_GROUPS = ("G and VT", "P", "G and VT")  # the third GPU type shares its quota with the first

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from provisioning.catalog import Market
-from provisioning.deepvm_format import load_catalog_file
+from provisioning.catalog.files import load_catalog_file
+from provisioning.catalog.model import Market
 from provisioning.planner import Architecture, PlanRequest, Role
 from provisioning.planner.on_demand import on_demand_plan
-from provisioning.scaling import effective_nodes, scaling_of
+from provisioning.scaling.model import effective_nodes, scaling_of
 from tests.conftest import DATA
 
 

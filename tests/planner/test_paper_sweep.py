@@ -9,7 +9,7 @@ from conftest import DATA
 
 from benchmarks import deepvm_reference as paper
 from benchmarks.plan_sweep import PAPER_BUFFER, PAPER_CHECKPOINT, compare, main, our_plans, paper_rows, sweep_prices
-from provisioning.deepvm_format import load_catalog_file
+from provisioning.catalog.files import load_catalog_file
 
 SIMUL = DATA / "deepvm_simul_data.json"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO, run_cli
 
-from provisioning.cloud.plan_input import checked_plans
+from provisioning.clusters.plan_choice import checked_plans
 from provisioning.planner.interruptions import Interruptions, RecoveryCosts, SpotPool
 from simulation.plan_interruptions import plan_interruptions, spot_pool
 from simulation.traces import band_hazard, rate_trace, resolve_trace

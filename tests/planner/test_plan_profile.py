@@ -13,10 +13,11 @@ import pytest
 from conftest import DATA, run_cli
 
 from benchmarks.paper_realworld import paper_profiles
-from provisioning.deepvm_format import load_catalog_file
-from provisioning.errors import InputError
+from provisioning.catalog.files import load_catalog_file
+from provisioning.catalog.snapshot import load_snapshot
+from provisioning.core.errors import InputError
 from provisioning.planner import Objective, PlanRequest, Role, plan_cluster
-from provisioning.profile import (
+from provisioning.scaling.profile import (
     JobIdentity,
     Measured,
     ProfileSetup,
@@ -25,7 +26,6 @@ from provisioning.profile import (
     save_profile,
     with_profiles,
 )
-from provisioning.snapshot import load_snapshot
 
 SETUP = ProfileSetup(
     instance_type="g4dn.xlarge",

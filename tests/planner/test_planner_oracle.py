@@ -9,10 +9,10 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
-from provisioning.errors import InfeasibleError
+from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
+from provisioning.core.errors import InfeasibleError
 from provisioning.planner import Objective, PlanRequest, plan_cluster
-from provisioning.scaling import effective_nodes, saturation_point
+from provisioning.scaling.model import effective_nodes, saturation_point
 
 GROUPS = ("G and VT", "Standard")
 

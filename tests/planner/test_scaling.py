@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from provisioning.catalog import ScalingModel, ScalingParams
-from provisioning.scaling import effective_nodes, saturation_point, scaling_factor, speedup
+from provisioning.catalog.model import ScalingModel, ScalingParams
+from provisioning.scaling.model import effective_nodes, saturation_point, scaling_factor, speedup
 
 
 def test_scaling_factor_is_one_up_to_the_inflection_then_falls():

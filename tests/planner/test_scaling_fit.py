@@ -1,4 +1,4 @@
-"""The least-squares fit of S(n) (provisioning/scaling_fit.py): DeepVM's data, uncertainty, warnings."""
+"""The least-squares fit of S(n) (provisioning/scaling/fit.py): DeepVM's data, uncertainty, warnings."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import random
 import pytest
 from conftest import DATA
 
-from provisioning.catalog import ScalingParams
-from provisioning.scaling import MEASURED_SCALING, effective_nodes, speedup
-from provisioning.scaling_fit import FitError, fit_speedup, rmse
+from provisioning.catalog.model import ScalingParams
+from provisioning.scaling.fit import FitError, fit_speedup, rmse
+from provisioning.scaling.model import MEASURED_SCALING, effective_nodes, speedup
 
 # Root-mean-square error on DeepVM's measurements (tests/data/scaling_resnet18.csv): the least-squares
 # optimum, and DeepVM's published parameters (MEASURED_SCALING) on the same points.

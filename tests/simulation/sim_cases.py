@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from provisioning.catalog import Catalog, Market
-from provisioning.deepvm_format import load_catalog_file
+from provisioning.catalog.files import load_catalog_file
+from provisioning.catalog.model import Catalog, Market
 from provisioning.planner import Architecture, NodeGroup, Plan, PlanRequest, PlanResult, Role, plan_cluster
-from provisioning.scaling import MEASURED_SCALING, scaling_factor
+from provisioning.scaling.model import MEASURED_SCALING, scaling_factor
 from simulation.case import PolicyRules, SimCase
 from simulation.cluster import sim_cluster
 from simulation.recovery import RecoveryModel, Workload

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from deepvm_cli.main import main
-from provisioning.cloud.plan_input import catalog_of
+from provisioning.clusters.plan_choice import catalog_of
 from simulation.chaos import ChaosQuestion, LiveNode, SlotMap, measured_speeds, recovery_here
 from simulation.cluster import sim_cluster
 from simulation.reference import EventKind

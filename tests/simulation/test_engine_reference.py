@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from simulation.case import PolicyRules
 from simulation.draws import Draws
 from simulation.engine import simulate

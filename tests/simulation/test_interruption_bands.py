@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from provisioning.snapshot import load_snapshot
+from provisioning.catalog.snapshot import load_snapshot
 from simulation.trace import TraceKind
 from simulation.traces import TraceError, band_hazard, band_snapshot, band_trace, default_trace_for, rate_trace
 from simulation.traces.bands import HOURS_PER_MONTH, parse_band_snapshot

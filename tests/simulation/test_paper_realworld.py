@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.paper_realworld import paper_profiles, paper_rows, ranked_as_measured
-from provisioning.catalog import ScalingModel
+from provisioning.catalog.model import ScalingModel
 from tests.simulation.sim_cases import paper_catalog
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.planner import PlanRequest, Role
 from simulation.compare import compare_policies
 from simulation.policies import PolicyName, plan_policies, spot_only_plan

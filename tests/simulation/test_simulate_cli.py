@@ -12,7 +12,7 @@ import pytest
 from deepvm_cli.main import main
 from provisioning.planner import PlanRequest
 from provisioning.planner.saved import save_plans
-from provisioning.profile import JobIdentity, Measured, ProfileSetup, make_profile, save_profile
+from provisioning.scaling.profile import JobIdentity, Measured, ProfileSetup, make_profile, save_profile
 from tests.conftest import DATA, REPO, run_cli
 from tests.simulation.sim_cases import paper_result
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.node.batchplan import plan_batches
 from training.node.distenv import from_environment
 from training.node.sampler import GlobalBatchSampler, SamplerPosition

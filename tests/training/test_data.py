@@ -11,7 +11,7 @@ import pytest
 import torch
 from cifar_files import CLASS_NAMES, batch_pickle, write_archive, write_batch_dir
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.node.data import build_dataset, load_cifar10, make_synthetic
 from training.node.data.augment import augment_batch
 from training.node.data.npickle import UnsupportedPickle, load_array_pickle

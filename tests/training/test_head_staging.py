@@ -11,7 +11,7 @@ from sshd import can_run_sshd, start_sshd, stop_sshd
 
 import training.control.staging
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.control.staging import JobPaths, prepare_head
 
 pytestmark = pytest.mark.skipif(not can_run_sshd(), reason="needs /usr/sbin/sshd")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.errors import InputError, InputErrors
+from provisioning.core.errors import InputError, InputErrors
 from tests.documents import JOB as GOOD
 from training.shared.jobspec import Cifar10Data, JobSpec, SyntheticData, load_job_spec
 

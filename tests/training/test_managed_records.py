@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
+from provisioning.catalog.model import Market
+from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, ClusterStatus
 from tests.cloud.plans import make_plan
 from training.shared.jobstore import JobStatus
 from training.shared.records import HeadJob, JobSummary, LogRecord
@@ -41,7 +41,7 @@ def test_a_job_summary_round_trips():
 def test_the_head_job_keeps_the_cluster_status():
     node = NodeRecord("i-1", "g4dn.xlarge", Market.ON_DEMAND, Role.ANCHOR, "us-east-1a", "running", "10.0.0.1",
                       None, 0.526, "2026-11-23T10:00:00+00:00", "root", 22)  # fmt: skip
-    cluster = ClusterRow("c1", "sandbox", ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
+    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
                          "2026-11-23T10:00:00+00:00")  # fmt: skip
     job = HeadJob("resnet-1", cluster, (node,), "resnet.yaml", "python3", True, 3, None, {}, {}, "now")
     assert json.loads(job.to_json())["cluster"]["status"] == "up"

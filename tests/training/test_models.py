@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.node.models import build_model
 
 # Parameter counts of the CIFAR variants (3x3 stem, no max-pool, 10 classes) as commonly reported.

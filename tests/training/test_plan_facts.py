@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from provisioning.catalog import Catalog, InstanceType, Market, Price
-from provisioning.catalog_json import catalog_to_dict
-from provisioning.cloud.plan_input import load_plans
-from provisioning.errors import InputError
+from provisioning.catalog.json_form import catalog_to_dict
+from provisioning.catalog.model import Catalog, InstanceType, Market, Price
+from provisioning.catalog.snapshot import load_snapshot
+from provisioning.clusters.plan_choice import load_plans
+from provisioning.core.errors import InputError
 from provisioning.planner.plan import NodeGroup, Role
-from provisioning.snapshot import load_snapshot
 from tests.cloud.plans import make_plan
 from tests.conftest import run_cli
 from training.control.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts

@@ -9,11 +9,11 @@ import pytest
 import yaml
 from conftest import REPO, run_cli
 
-from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
-from provisioning.errors import InputError, NotFoundError
+from provisioning.catalog.model import Market
+from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
+from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.state import ClusterRow, ClusterStatus, Store
 from tests.cloud.plans import make_tiering_plan
 from training.client.profiling import (
     ProfileFailed,
@@ -80,7 +80,8 @@ def test_repeat_rates_refuse_missing_steps_and_scripts_without_samples():
 def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
     """A stored 3-trainer Tiering cluster (no cloud behind it: every check below comes before the cloud)."""
     store = Store()
-    store.put_cluster(ClusterRow("lab", "sandbox", status, make_tiering_plan(), "tok", CloudResources(), "root", ""))
+    store.put_cluster(ClusterRow("lab", CloudKind.SANDBOX, status, make_tiering_plan(), "tok", CloudResources(), "root",
+                                 ""))
     nodes = [NodeRecord(f"i-{i:08x}", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
                         f"127.1.1.{i + 4}", None, 0.15) for i in range(3)]  # fmt: skip
     nodes.append(NodeRecord("i-000000ff", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1a", "running",
@@ -134,8 +135,8 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
 
 
 def test_json_output_holds_the_profile_as_written(tmp_path):
-    from deepvm_cli.profile_cmd import profile_json
-    from provisioning.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
+    from deepvm_cli.commands.profile import profile_json
+    from provisioning.scaling.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
 
     setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,
                          "2026-11-23T13:52:25+00:00")  # fmt: skip

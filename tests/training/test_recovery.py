@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.control.launcher import (
     Launch,
     Node,

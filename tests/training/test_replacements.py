@@ -7,9 +7,9 @@ import queue
 import threading
 from collections import Counter
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 from provisioning.planner.plan import Role
 from training.control.replacements import ReplacementNote, ReplacementReady, Replacements
 from training.control.staging import NodeState

@@ -9,7 +9,7 @@ import pytest
 import torch
 from worker_jobs import free_port, tiny_job
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.node.distenv import DistEnv
 from training.node.hooks import TrainState
 from training.node.models import build_model

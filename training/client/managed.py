@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from provisioning.cloud.cluster import Cluster
-from provisioning.cloud.head import head_node
 from provisioning.cloud.keys import HOST_KEYS_DIR, pinned_host_keys
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import InputError, NotFoundError
-from provisioning.home import deepvm_home
-from provisioning.state import utc_now
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.head import head_node
+from provisioning.clusters.store import utc_now
+from provisioning.core.errors import InputError, NotFoundError
+from provisioning.core.home import deepvm_home
 from training.control.controller import TrainRequest, new_job_id
 from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.shared.jobspec import load_job_spec
@@ -78,7 +78,7 @@ def find_head(cluster: str, python: str) -> Head:
 
 
 def head_of(cluster: Cluster, python: str) -> Head:
-    """The cluster's head (provisioning.cloud.head), as a host this machine can log in to."""
+    """The cluster's head (provisioning.clusters.head), as a host this machine can log in to."""
     endpoints = {e.instance_id: e for e in cluster.endpoints()}
     node = head_node(cluster.nodes())
     if node is None or node.instance_id not in endpoints:

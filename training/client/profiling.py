@@ -37,13 +37,13 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from provisioning.catalog import Market
-from provisioning.cloud.cluster import RUNNING, Cluster
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import NodeRecord, SshEndpoint
-from provisioning.errors import DeepvmError, InputError, JobFailed, NotFoundError
+from provisioning.clusters.handle import RUNNING, Cluster
+from provisioning.clusters.store import ClusterStatus
+from provisioning.core.errors import DeepvmError, InputError, JobFailed, NotFoundError
 from provisioning.planner.plan import Role
-from provisioning.profile import JobIdentity, Measured
-from provisioning.state import ClusterStatus
+from provisioning.scaling.profile import JobIdentity, Measured
 from training.control.controller import cluster_node, new_job_id
 from training.control.launcher import (
     Attempt,

@@ -17,10 +17,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from provisioning.cloud.aws.context import AwsContext, error_code
 from provisioning.cloud.aws.iam import put_job_storage
 from provisioning.cloud.aws.profiles import attach_profile, instance_profiles
-from provisioning.cloud.cluster import RUNNING, Cluster, started
-from provisioning.cloud.head import head_node
 from provisioning.cloud.types import ControllerAccess, JobStorage, NodeRecord, S3Area
-from provisioning.errors import CloudError, InputError
+from provisioning.clusters.handle import RUNNING, Cluster, started
+from provisioning.clusters.head import head_node
+from provisioning.core.errors import CloudError, InputError
 from provisioning.planner.plan import Role
 from training.shared.jobspec import JobSpec
 from training.shared.storage import job_storage

@@ -48,14 +48,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from provisioning.catalog import Market
-from provisioning.cloud.cluster import Cluster
+from provisioning.catalog.model import Market
 from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError, InputError, JobFailed, StoppedByUser
-from provisioning.home import deepvm_home
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.store import utc_now
+from provisioning.core.errors import DeepvmError, InputError, JobFailed, StoppedByUser
+from provisioning.core.home import deepvm_home
 from provisioning.planner.plan import Role
-from provisioning.state import utc_now
 from training.control.attempts import (
     Action,
     can_continue_without_holders,

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from provisioning.home import deepvm_home
+from provisioning.core.home import deepvm_home
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.records import JobSummary, LogRecord
 

@@ -39,11 +39,11 @@ from pathlib import Path
 
 import paramiko
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.keys import host_pattern
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.control.staging import JobPaths, prepare_head
 from training.shared.transport import OutputLine, RemoteCommand
 

@@ -37,7 +37,7 @@ def planned_trainer_ranks(plan: Plan) -> int:
 def _facts(group: NodeGroup) -> TypeFacts:
     if group.gpus is not None and group.tflops is not None:
         return TypeFacts(group.tflops, group.gpus)
-    from provisioning.snapshot import load_snapshot  # a plan of an earlier version
+    from provisioning.catalog.snapshot import load_snapshot  # a plan of an earlier version
 
     known = load_snapshot().types.get(group.instance_type)
     return TypeFacts(known.flops, known.gpu_count) if known else UNKNOWN

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioning.cloud.cluster import Cluster
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import SshEndpoint
-from provisioning.errors import DeepvmError
+from provisioning.clusters.handle import Cluster
+from provisioning.core.errors import DeepvmError
 from provisioning.planner.plan import Role
 from training.control.attempts import nodes_to_buy
 from training.control.staging import NodeState

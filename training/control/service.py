@@ -22,10 +22,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from provisioning.cloud.cluster import RUNNING, private_only
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
-from provisioning.errors import InputError
-from provisioning.state import ClusterStatus, Store
+from provisioning.cloud.types import CloudKind
+from provisioning.clusters.handle import RUNNING, private_only
+from provisioning.clusters.store import ClusterStatus, Store
+from provisioning.core.errors import InputError
 from training.control.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
 from training.control.joblog import JobLog
 from training.control.mirror import LogMirror
@@ -42,7 +43,7 @@ def seed_store(job: HeadJob) -> None:
     cloud's API itself (real or the sandbox's), hence cloud "aws"."""
     store = Store()
     if store.cluster(job.cluster.name) is None:
-        store.put_cluster(replace(job.cluster, cloud="aws", status=ClusterStatus.UP))
+        store.put_cluster(replace(job.cluster, cloud=CloudKind.AWS, status=ClusterStatus.UP))
         store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
     keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
     running = [n for n in store.nodes(job.cluster.name) if n.state == RUNNING]

@@ -38,7 +38,7 @@ import provisioning
 import training
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.shared.events import Notice
 from training.shared.transport import (
     OutputLine,

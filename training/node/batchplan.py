@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 DEFAULT_PORT = 29500
 

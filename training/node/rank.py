@@ -35,7 +35,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import deepcheck
-from provisioning.errors import DeepvmError, InputError
+from provisioning.core.errors import DeepvmError, InputError
 from training.node.checkpointing import Checkpointer, DeepCheckHook
 from training.node.distenv import DistEnv
 from training.node.trainercomm import TrainerComm

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from provisioning.errors import DeepvmError
+from provisioning.core.errors import DeepvmError
 from training import job
 from training.node.checkpointing import Checkpointer
 from training.node.distenv import DistEnv, pick_device

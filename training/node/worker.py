@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from provisioning.errors import DeepvmError, InputError
+from provisioning.core.errors import DeepvmError, InputError
 from training.node.batchplan import BatchPlan, plan_batches
 from training.node.data import ImageDataset, build_dataset
 from training.node.distenv import DistEnv, from_environment, init_process_group, pick_device

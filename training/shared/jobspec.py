@@ -38,8 +38,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from provisioning.errors import InputError, InputErrors
-from provisioning.inputfile import KIB
+from provisioning.core.errors import InputError, InputErrors
+from provisioning.core.inputfile import KIB
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
 
 MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included

@@ -1,12 +1,12 @@
 """Training jobs in deepvm's state database: what `deepvm status` shows, what `train --resume` continues.
 
-The jobs table lives in the same SQLite file as the clusters (provisioning/db.py: WAL mode, one
+The jobs table lives in the same SQLite file as the clusters (provisioning/core/db.py: WAL mode, one
 transaction per call), so a kill -9 of the controller leaves the last committed row, and `status` reads it
 while a controller writes. It belongs to the training layer: the provisioning store neither reads nor
-writes it. Recovery events go to the cluster's event log (provisioning.state.Store.add_event) beside the
+writes it. Recovery events go to the cluster's event log (provisioning.clusters.store.Store.add_event) beside the
 cloud's own.
 
-One controller per cluster at a time: it holds `train_lock(cluster)` (provisioning.db.exclusive_lock),
+One controller per cluster at a time: it holds `train_lock(cluster)` (provisioning.core.db.exclusive_lock),
 so "is a controller running" is a lock test, not a pid guess.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
 
-from provisioning.db import AddedColumn, Database, Schema, exclusive_lock, lock_held
-from provisioning.errors import CloudError
-from provisioning.state import utc_now
+from provisioning.clusters.store import utc_now
+from provisioning.core.db import AddedColumn, Database, Schema, exclusive_lock, lock_held
+from provisioning.core.errors import CloudError
 
 _JOBS = """
 CREATE TABLE IF NOT EXISTS jobs (

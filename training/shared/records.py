@@ -12,10 +12,11 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from provisioning.catalog import Market
-from provisioning.cloud.types import CloudResources, NodeRecord
-from provisioning.planner.plan import Plan, Role
-from provisioning.state import ClusterRow, ClusterStatus
+from provisioning.catalog.model import Market
+from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.clusters.store import ClusterRow, ClusterStatus
+from provisioning.planner.plan import Role
+from provisioning.planner.plan_document import plan_from_dict
 from training.shared.jobstore import JobStatus
 from training.shared.progress import Progress
 
@@ -46,7 +47,8 @@ class HeadJob:
     def from_json(cls, text: str) -> HeadJob:
         data = json.loads(text)
         c = data["cluster"]
-        cluster = ClusterRow(**{**c, "status": ClusterStatus(c["status"]), "plan": Plan.from_dict(c["plan"]),
+        cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
+                                "plan": plan_from_dict(c["plan"]),
                                 "resources": _resources(c["resources"])})  # fmt: skip
         nodes = tuple(
             NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]

@@ -3,7 +3,7 @@
 pydantic reports errors by field path (``("model", "depth")``); users edit files by line. PyYAML's
 composed node tree keeps a start mark for every key and value, which is all the mapping needs.
 
-The file is untrusted: it is read by provisioning/inputfile.py (a regular file, within a size limit), and
+The file is untrusted: it is read by provisioning/core/inputfile.py (a regular file, within a size limit), and
 parsed by a loader bounded in nesting (MAX_DEPTH) and in what aliases expand to (MAX_VALUES, no cycles),
 whose every failure is one InputError line. Duplicate keys are reported with the document, for its
 reader to refuse alongside its own findings.
@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from provisioning.errors import InputError
-from provisioning.inputfile import MAX_DEPTH, read_user_file
+from provisioning.core.errors import InputError
+from provisioning.core.inputfile import MAX_DEPTH, read_user_file
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.serial_console import ed25519_host_key
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 _NOT_NITRO = ("UnsupportedOperation", "InvalidParameterCombination", "InvalidParameterValue")
 

@@ -17,7 +17,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
 

@@ -7,7 +7,7 @@ import uuid
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.names import CLUSTER_TAG
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 FIS_ACTION = "aws:ec2:send-spot-instance-interruptions"
 MIN_NOTICE_S, MAX_NOTICE_S = 120, 900  # FIS accepts durationBeforeInterruption of 2 to 15 minutes

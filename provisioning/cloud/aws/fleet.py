@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.names import ClusterIdentity, tag_spec
 from provisioning.cloud.types import ClusterSpec, Shortfall, groups_by_type

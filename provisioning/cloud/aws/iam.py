@@ -1,7 +1,7 @@
 """The cluster's IAM roles: the head's controller role, the other checkpoint holders' role, and the per-job
 S3 policy both get at `train`.
 
-The job's controller runs on the head node (`provisioning.cloud.head.head_node`) and must, with no copied
+The job's controller runs on the head node (`provisioning.clusters.head.head_node`) and must, with no copied
 credentials, describe the cluster's instances, buy replacements from the cluster's launch template, read
 their console output (where each prints its SSH host key) and terminate the cluster's instances. `up` makes
 a role with exactly that policy (provisioning.cloud.aws.policies), limited by the cluster's tag, and an
@@ -44,7 +44,7 @@ from provisioning.cloud.aws.policies import (
 )
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, IAM_PATH, ClusterIdentity, cluster_tags, role_name
 from provisioning.cloud.types import ControllerAccess, JobStorage
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
 README_SECTION = 'README §"What deepvm needs from your AWS account"'

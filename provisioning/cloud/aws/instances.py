@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 
 from botocore.exceptions import ClientError
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by
 from provisioning.cloud.types import InstanceInfo
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 
@@ -32,6 +32,28 @@ def describe(ctx: AwsContext, instance_ids: list[str]) -> list[InstanceInfo]:
             return []
     # Some ids are not visible yet: ask one by one so that the visible ones are still reported.
     return [info for instance_id in instance_ids for info in describe(ctx, [instance_id])]
+
+
+def terminate_instances(ctx: AwsContext, instance_ids: list[str]) -> dict[str, str]:
+    """Terminate these instances now; {instance id: the state EC2 answered}. Idempotent, as the provider
+    contract promises (provisioning/cloud/__init__.py): TerminateInstances on an instance that is already
+    shutting down or terminated succeeds and reports that state, and "Terminated instances remain visible
+    after termination (for approximately one hour)"
+    (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_TerminateInstances.html). One that EC2 no
+    longer knows (InvalidInstanceID.NotFound fails the whole call) is gone already: it is reported as
+    "terminated" and the others are still terminated, one by one."""
+    if not instance_ids:
+        return {}
+    with cloud_errors(f"terminating {', '.join(instance_ids)}"):
+        try:
+            answer = ctx.client("ec2").terminate_instances(InstanceIds=instance_ids)
+        except ClientError as exc:
+            if error_code(exc) != "InvalidInstanceID.NotFound":
+                raise
+            if len(instance_ids) == 1:
+                return {instance_ids[0]: "terminated"}
+            return {i: state for one in instance_ids for i, state in terminate_instances(ctx, [one]).items()}
+    return {i["InstanceId"]: i["CurrentState"]["Name"] for i in answer.get("TerminatingInstances", [])}
 
 
 def wait_running(

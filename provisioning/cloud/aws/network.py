@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by, resource_name, tag_spec
-from provisioning.errors import CloudError, InputError
+from provisioning.core.errors import CloudError, InputError
 
 _CHECKIP_URL = "https://checkip.amazonaws.com"
 

@@ -9,7 +9,7 @@ import time
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, error_code
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
 _PROPAGATION_S = 60.0  # IAM is eventually consistent: EC2 may not know a new profile for a few seconds

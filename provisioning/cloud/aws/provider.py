@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from provisioning.catalog import Market
+from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
 from provisioning.cloud.aws.iam import ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
+from provisioning.cloud.aws.instances import terminate_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
 from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
 from provisioning.cloud.aws.profiles import attach_profile
@@ -25,6 +26,7 @@ __all__ = [
     "query_instances",
     "run_instances",
     "terminate_cluster",
+    "terminate_instances",
     "wait_instances",
 ]
 

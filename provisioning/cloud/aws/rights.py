@@ -107,21 +107,21 @@ CALLS: tuple[Call, ...] = (
 
 _U, _H, _O, _N, _S = Side.USER, Side.HEAD, Side.HOLDERS, Side.NODES, Side.SANDBOX
 RUNS_UNDER: dict[str, Module] = {
-    "provisioning.market.live": Module(frozenset({_U}), "`plan` with live prices and quotas"),
-    "provisioning.market.instance_types": Module(frozenset({_U}), "`plan` with live prices and quotas"),
-    "provisioning.market.spot": Module(frozenset({_U}), "`plan` with live prices and quotas"),
-    "provisioning.market.ondemand": Module(frozenset({_U}), "`plan` with live prices and quotas"),
-    "provisioning.market.quotas": Module(frozenset({_U}), "`plan` with live prices and quotas"),
+    "provisioning.catalog.market.live": Module(frozenset({_U}), "`plan` with live prices and quotas"),
+    "provisioning.catalog.market.instance_types": Module(frozenset({_U}), "`plan` with live prices and quotas"),
+    "provisioning.catalog.market.spot": Module(frozenset({_U}), "`plan` with live prices and quotas"),
+    "provisioning.catalog.market.ondemand": Module(frozenset({_U}), "`plan` with live prices and quotas"),
+    "provisioning.catalog.market.quotas": Module(frozenset({_U}), "`plan` with live prices and quotas"),
     "provisioning.cloud.aws.template": Module(frozenset({_U}), "`up`: image, key pair, launch template"),
     "provisioning.cloud.aws.network": Module(frozenset({_U}), "`up`: subnet and security group"),
     "provisioning.cloud.aws.iam": Module(frozenset({_U}), "`up`, `train`, `down`: the cluster's IAM roles"),
     # the head buys replacements (add_nodes), reads their consoles and retires nodes, as `up` and a
     # `--controller local` job do from your machine
     "provisioning.cloud.aws.fleet": Module(frozenset({_U, _H}), "buying nodes (EC2 Fleet): `up`, replacements"),
-    "provisioning.cloud.aws.instances": Module(frozenset({_U, _H}), "finding the cluster's instances"),
+    "provisioning.cloud.aws.instances": Module(frozenset({_U, _H}),
+                                               "finding the cluster's instances; retiring nodes that hang"),
     "provisioning.cloud.aws.console": Module(frozenset({_U, _H}), "learning each new node's SSH host key"),
     "provisioning.cloud.aws.profiles": Module(frozenset({_U, _H}), "the head's and holders' instance profiles"),
-    "provisioning.cloud.cluster": Module(frozenset({_U, _H}), "retiring nodes that hang or are of no use"),
     "provisioning.cloud.aws.teardown": Module(frozenset({_U}), "`down`, and `up` cleaning up after a failure"),
     "provisioning.cloud.aws.fis": Module(frozenset({_U}), "`interrupt` on AWS (an FIS experiment)"),
     "training.client.storage": Module(frozenset({_U}), "`train` with l3: the job's bucket exists"),

@@ -28,7 +28,7 @@ from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.network import cluster_security_groups
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, ClusterIdentity, cluster_filter, owned_by
 from provisioning.cloud.types import CloudResources
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 _GONE_CODES = (".NotFound", ".Malformed", "NotFoundException")
 _PASS_PAUSES_S = (1.0, 2.0)  # a pass with failures is retried after each pause in turn

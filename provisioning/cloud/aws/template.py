@@ -9,7 +9,7 @@ from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.names import ClusterIdentity, resource_name, tag_spec
 from provisioning.cloud.types import ClusterSpec
 from provisioning.cloud.userdata import NodeBoot, render_user_data
-from provisioning.errors import CloudError
+from provisioning.core.errors import CloudError
 
 # AWS publishes the current Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch-ready) under this name.
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 from training.node.data.images import ImageDataset
 from training.node.data.npickle import UnsupportedPickle, load_array_pickle
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from provisioning.errors import CloudError, InputError
+from provisioning.core.errors import CloudError, InputError
 
 
 def split_s3_url(url: str) -> tuple[str, str]:

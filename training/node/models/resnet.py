@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from provisioning.errors import InputError
+from provisioning.core.errors import InputError
 
 
 def _conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1) -> list[nn.Module]:

@@ -1,0 +1,102 @@
+"""`deepvm chaos`: interrupt a live cluster's Spot nodes as one simulated run of a trace says.
+
+The schedule is the simulator's own (simulation/chaos.py), so a `deepvm train` run under it can be set
+against `deepvm simulate`'s prediction for the same run (benchmarks/simulate_vs_sandbox.py). A loss with
+notice goes through `deepvm interrupt`'s code; one without is a termination through the EC2 API. The
+cluster's nodes are read again before each step, so replacements that joined take their slots. numpy and
+the simulator load only inside the command, so registering it costs `deepvm plan` nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import typer
+
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
+from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
+from provisioning.core.errors import CloudError, InputError
+
+if TYPE_CHECKING:
+    from provisioning.clusters.handle import Cluster
+    from simulation.chaos import ChaosAction, ChaosStep, SlotMap
+
+MAX_TIME_SCALE = 1_000_000.0  # a trace hour in 3.6 ms: beyond that the schedule is a burst, not a trace
+
+
+def chaos(
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="The running cluster to interrupt (default: the config file's, else the last one used)."
+    ),
+    trace: str = typer.Option(None, "--trace", help="A shipped trace's name, or a trace file."),
+    steps: int = typer.Option(None, "--steps", callback=positive(MAX_STEPS), help="Training steps of the job."),
+    step_time: float = typer.Option(
+        None, "--step-time", callback=positive(DAY_S), help="Seconds per step here, on the whole plan."),
+    seed: int = typer.Option(0, "--seed", callback=at_least(0, MAX_SEED), help="Random seed (as `simulate`'s)."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", callback=positive(MAX_TIME_SCALE),
+        help="Trace time passes this many times faster here (180: a trace hour in 20 s)."),
+    notice_share: float = typer.Option(
+        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."),
+    after: int = typer.Option(
+        120, "--after", callback=at_least(0, DAY_S), help="Seconds between a notice and its interruption."),
+    replacement_delay: float = typer.Option(
+        None, "--replacement-delay", callback=at_least(0, DAY_S),
+        help="Seconds here until a replacement joins (default: the simulator's 300, compressed)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the executed schedule as one JSON object."),
+) -> None:
+    """Interrupt the cluster's Spot nodes on one simulated run's schedule, drawn from a trace."""
+    for flag, value in (("--trace", trace), ("--steps", steps), ("--step-time", step_time)):
+        if value is None:
+            raise InputError(f"{flag} is required")
+    from provisioning.clusters.plan_choice import catalog_of
+    from simulation.chaos import ChaosQuestion, SlotMap, recovery_here
+    from simulation.traces import resolve_trace
+
+    chosen = resolve_trace(trace)
+    handle = open_chosen(choose_cluster(cluster), "--cluster NAME", running=False)
+    cluster = handle.name
+    if not handle.is_up:
+        raise CloudError(f"cluster {cluster!r} is {handle.row.status.value}, not up")
+    plan = handle.plan
+    catalog = catalog_of(plan)
+    question = ChaosQuestion(plan, catalog, chosen, seed, steps, step_time, time_scale,
+                             recovery_here(time_scale, notice_share, replacement_delay))
+    schedule = question.schedule()
+    console.info(f"chaos on {cluster}: {len(schedule)} Spot losses from {chosen.name} (seed {seed}), "
+                 f"a trace hour every {3600.0 / time_scale:g} s")
+    slots = SlotMap.for_plan(plan, catalog)
+    actions, start = [], time.monotonic()
+    for step in schedule:
+        time.sleep(max(0.0, start + step.at_s - time.monotonic()))
+        actions.append(_carry_out(step, slots, handle, after, time.monotonic() - start))
+    if as_json:
+        console.print_json({"cluster": cluster, "trace": chosen.name, "seed": seed, "time_scale": time_scale,
+                            "actions": [a.to_dict() for a in actions]})
+
+
+def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, elapsed_s: float) -> ChaosAction:
+    from provisioning.catalog.model import Market
+    from provisioning.clusters.handle import RUNNING
+    from simulation.chaos import ChaosAction, LiveNode
+
+    cluster.refresh()  # nodes the head bought as replacements join the map
+    live = {n.instance_id: n for n in cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING}
+    slots.update(LiveNode(n.instance_id, n.instance_type, n.launched_at) for n in live.values())
+    instance_id = slots.take(step.slot)
+    if instance_id is None:
+        message = f"slot {step.slot} ({step.instance_type}) has no live node: its replacement has not joined"
+    else:
+        node = live[instance_id]
+        try:
+            message = cluster.interrupt(node, after) if step.notice else cluster.terminate_without_notice(node)
+        except CloudError as exc:  # the node went on its own meanwhile: the schedule goes on
+            message = f"{instance_id} could not be interrupted: {exc}"
+    console.info(f"[{elapsed_s:7.1f} s | trace {step.trace_at_h:8.3f} h] {message}")
+    return ChaosAction(step, instance_id, elapsed_s, message)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("chaos")(chaos)

@@ -1,0 +1,119 @@
+"""`deepvm jobs`, `logs`, `cancel` and `fetch`: managed jobs, whose controllers run on their clusters' head
+nodes.
+
+Rendering only: the work is training.client.managed's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from deepvm_cli.render.job import record_line
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import remember_cluster
+from deepvm_cli.ui.flags import at_least
+from training.shared.jobstore import JobStatus
+from training.shared.records import LogRecord
+
+MAX_RANK = 65_535  # `logs --rank`
+MAX_TAIL = 10_000_000  # `logs --tail`: lines
+
+
+def jobs_command(
+    cluster: str | None = typer.Argument(None, help="Cluster (default: every cluster that is up)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
+) -> None:
+    """List managed jobs as their clusters' head nodes know them: state, step, restarts, lost steps, cost."""
+    from provisioning.clusters.handle import Cluster, running_clusters
+    from training.client.managed import head_of, jobs_on
+
+    found = []
+    for name in [cluster] if cluster else running_clusters():
+        handle = Cluster.open_running(name)
+        found += jobs_on(head_of(handle, handle.node_python))
+    if cluster:
+        remember_cluster(cluster)
+    if as_json:
+        console.print_json([s.to_dict() for s in found])
+        return
+    if not found:
+        console.info("no managed jobs" + (f" on cluster {cluster}" if cluster else ""))
+        return
+    for s in found:
+        running = s.status is JobStatus.RUNNING
+        state = "running (controller not running)" if running and not s.controller_alive else s.status.value
+        console.out.print(
+            f"{s.job_id}  {state}  step {s.step}/{s.total_steps}  restarts {s.restarts}  "
+            f"lost steps {s.lost_steps}  ${s.cost_usd:.4f}  cluster {s.cluster or '-'}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def logs_command(
+    job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
+    follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep following until the job ends."),
+    rank: int | None = typer.Option(
+        None, "--rank", callback=at_least(0, MAX_RANK), help="Only this MPI rank's output."
+    ),
+    tail: int | None = typer.Option(
+        None, "--tail", callback=at_least(0, MAX_TAIL), help="Start with the last K lines."
+    ),
+) -> None:
+    """Show a managed job's log from its head node; reattach to a running job with -f."""
+    from training.client.managed import find_head, follow, managed_job
+
+    row = managed_job(job)
+    head = find_head(row.cluster, row.python)
+
+    def show(record: LogRecord) -> None:
+        if rank is None or (record.kind == "log" and record.rank == rank):
+            console.out.print(record_line(record), markup=False, highlight=False)
+
+    try:
+        end = follow(head, job, show, tail=tail, keep_following=follow_log)
+    except KeyboardInterrupt:
+        return
+    if follow_log and end.status.final:
+        console.info(f"job {job} {end.status}")
+
+
+def cancel_command(
+    job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
+    now: bool = typer.Option(False, "--now", help="Stop at once, without a last checkpoint."),
+) -> None:
+    """Stop a managed job after a checkpoint (or at once with --now), and wait until it has stopped."""
+    from training.client.managed import cancel, find_head, follow, jobs_on, managed_job
+
+    row = managed_job(job)
+    head = find_head(row.cluster, row.python)
+    cancel(head, job, now)
+    console.info(f"cancelling {job}: " + ("stopping it now" if now else "it stops after a checkpoint"))
+    follow(head, job, lambda record: None, tail=0)  # until the job is over
+    final = next((s for s in jobs_on(head) if s.job_id == job), None)
+    status = final.status if final else "unknown"
+    console.info(f"job {job} {status}" + (f" at step {final.step}" if final else ""))
+
+
+def fetch_command(
+    job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
+) -> None:
+    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node."""
+    from training.client.managed import fetch_outputs, find_head, managed_job
+
+    row = managed_job(job)
+    head = find_head(row.cluster, row.python)
+    where = out or Path(row.out_dir)
+    result = fetch_outputs(head, job, where)
+    partial = "" if result else " (the job has not completed: what it wrote so far)"
+    console.info(f"outputs of {job} in {where}{partial}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("jobs")(jobs_command)
+    app.command("logs")(logs_command)
+    app.command("cancel")(cancel_command)
+    app.command("fetch")(fetch_command)

@@ -1,0 +1,197 @@
+"""`deepvm simulate`: what a plan really costs and how long it takes once its Spot nodes get interrupted.
+
+Every policy (simulation/policies.py) runs the same work on the same runs and seed; the answer is a table
+per policy (or one JSON document, or a PNG of the CDFs). numpy, the planner's solver and matplotlib load
+only inside the command, so registering it costs `deepvm plan` nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from deepvm_cli.ui import console, plan_flags
+from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
+from deepvm_cli.ui.user_config import Defaults
+from provisioning.core.errors import InputError
+
+if TYPE_CHECKING:
+    from provisioning.catalog.model import Catalog
+    from provisioning.planner.plan import Plan
+    from provisioning.planner.request import PlanRequest
+    from simulation.compare import TraceFor
+    from simulation.recovery import RecoveryModel
+
+MAX_RUNS = 100_000  # memory grows with runs x Spot nodes x nodes per slot; 10x the benchmark's 10,000
+
+
+def simulate(
+    plan_file: Path = typer.Option(None, "--plan", help="Simulate this plan file (deepvm plan's saved plan)."),
+    max_price: float = plan_flags.max_price_option,
+    region: str = plan_flags.region_option,
+    catalog_file: Path = plan_flags.catalog_option,
+    offline: bool = plan_flags.offline_option,
+    refresh: bool = plan_flags.refresh_option,
+    node_limit: int = plan_flags.node_limit_option,
+    mix: bool = plan_flags.mix_option,
+    checkpoint_size: float = plan_flags.checkpoint_size_option,
+    buffer_slots: int = plan_flags.buffer_slots_option,
+    profile_files: list[Path] = plan_flags.profile_option,
+    work: float = typer.Option(
+        None, "--work", callback=positive(plan_flags.MAX_WORK_PFLOP), help="Training work in PFLOP."),
+    steps: int = typer.Option(
+        None, "--steps", callback=positive(MAX_STEPS), help="Or training steps (with --step-time)."),
+    step_time: float = typer.Option(
+        None, "--step-time", callback=positive(DAY_S), help="Seconds per step on the whole plan."),
+    trace: str = typer.Option(None, "--trace", help="A shipped trace's name, or a trace file."),
+    interruption_rate: str = typer.Option(
+        None, "--interruption-rate", help="An AWS frequency band ('10-15%') or interruptions per node-hour."),
+    deadline: float = typer.Option(
+        None, "--deadline", callback=positive(plan_flags.MAX_HOURS), help="Hours: P(miss) and the on-demand fallback."),
+    runs: int = typer.Option(1000, "--runs", callback=positive(MAX_RUNS), help="Simulated runs per policy."),
+    seed: int = typer.Option(0, "--seed", callback=at_least(0, MAX_SEED), help="Random seed (same seed, same runs)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Path = typer.Option(None, "--plot", help="Write cost and makespan CDFs to this PNG."),
+    notice_share: float = typer.Option(
+        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."),
+    relaunch_time: float = typer.Option(
+        None, "--relaunch-time", callback=at_least(0, DAY_S),
+        help="Seconds from a notice to training again, flush included (12.1, measured)."),
+    restart_time: float = typer.Option(
+        None, "--restart-time", callback=at_least(0, DAY_S),
+        help="Seconds from a loss without notice to training again (7, measured)."),
+    checkpoint_interval: float = typer.Option(
+        None, "--checkpoint-interval", callback=at_least(0, DAY_S), help="Seconds between checkpoints (600)."),
+    replacement_delay: float = typer.Option(
+        None, "--replacement-delay", callback=at_least(0, DAY_S),
+        help="Seconds until a replacement node can join (300, estimated)."),
+) -> None:
+    """Simulate the plan and its alternatives through Spot interruptions: makespan and cost, mean to p99."""
+    recovery = _recovery(notice_share, relaunch_time, restart_time, checkpoint_interval, replacement_delay)
+    _check_work(work, steps, step_time)
+    if plot is not None and not plot.parent.is_dir():  # before the simulation, not after it
+        raise InputError(f"--plot: no folder {plot.parent} to write {plot.name} in")
+    trace_for = _trace_for(trace, interruption_rate)
+
+    from simulation.cluster import sim_cluster
+    from simulation.compare import compare_policies
+    from simulation.policies import plan_policies
+    from simulation.recovery import Workload
+
+    plan, catalog, request = _plans(plan_file, max_price, region, catalog_file, offline, refresh, node_limit, mix,
+                                    checkpoint_size, buffer_slots)
+    catalog, _ = plan_flags.with_profiles(profile_files or [], catalog)
+    policies = plan_policies(catalog, request, plan, with_deadline=deadline is not None)
+    if work is None:
+        rate = sim_cluster(policies[0].plan, catalog)
+        work = steps * step_time / 3600.0 * rate.full_pflop_per_hour
+    workload = Workload(work_pflop=work, runs=runs, seed=seed, deadline_h=deadline, recovery=recovery)
+
+    from deepvm_cli.render.simulate import simulation_progress
+
+    with simulation_progress() as progress:
+        comparison = compare_policies(policies, catalog, trace_for, workload, progress)
+    if as_json:
+        console.print_json(comparison.report.to_dict())
+    else:
+        from deepvm_cli.render.simulate import render_simulation
+
+        render_simulation(comparison.report)
+    if plot is not None:
+        from deepvm_cli.render.simulate_plot import plot_cdfs
+
+        plot_cdfs(comparison, plot)
+        console.info(f"Wrote the CDFs to {plot}")
+
+
+def _recovery(notice_share: float, relaunch: float | None, restart: float | None, interval: float | None,
+              delay: float | None) -> RecoveryModel:
+    from simulation.recovery import RecoveryModel
+
+    given = {"relaunch_s": relaunch, "restart_s": restart, "checkpoint_interval_s": interval,
+             "replacement_delay_s": delay}
+    return RecoveryModel(notice_share=notice_share, **{name: v for name, v in given.items() if v is not None})
+
+
+def _check_work(work: float | None, steps: int | None, step_time: float | None) -> None:
+    if work is not None and (steps is not None or step_time is not None):
+        raise InputError("give the work as --work PFLOP or as --steps N --step-time S, not both")
+    if work is None and (steps is None or step_time is None):
+        raise InputError("the work is required: --work PFLOP, or --steps N with --step-time S (seconds per step)")
+
+
+def _trace_for(trace: str | None, rate: str | None) -> TraceFor:
+    """What the Spot nodes follow: one trace for all, or each type's default (its interruption band)."""
+    from simulation import traces
+
+    if trace is not None and rate is not None:
+        raise InputError("give --trace or --interruption-rate, not both")
+    if trace is not None:
+        chosen = traces.resolve_trace(trace)
+    elif rate is not None:
+        chosen = traces.band_trace(rate)  # a band, or a rate per node-hour such as 0.02
+    else:
+        return traces.default_trace_for
+    return lambda instance_type, region: chosen
+
+
+def _plans(plan_file: Path | None, max_price: float | None, region: str | None, catalog_file: Path | None,
+           offline: bool, refresh: bool, node_limit: int | None, mix: bool, checkpoint_size: float,
+           buffer_slots: int) -> tuple[Plan | None, Catalog, PlanRequest]:
+    """The plan to simulate (None: the planner's decision), its catalog, and the planning question whose
+    price cap the baselines and the on-demand cluster share."""
+    from provisioning.planner.request import PlanRequest
+
+    if plan_file is not None:
+        if max_price is not None:
+            raise InputError("give --plan FILE or --max-price X, not both (a plan file carries its price cap)")
+        planning = {"--region": region, "--catalog": catalog_file, "--offline": offline, "--refresh": refresh,
+                    "--node-limit": node_limit, "--mix": mix}
+        given = [flag for flag, value in planning.items() if value not in (None, False)]
+        if given:
+            raise InputError(f"{', '.join(given)} plan anew; a --plan FILE carries its own region and catalog "
+                             "(drop them, or drop --plan)")
+        return _saved_plan(plan_file)
+    defaults = Defaults()
+    max_price = defaults.fill(max_price, "max_price")
+    if catalog_file is None:  # a catalog file's regions are its own
+        region = defaults.fill(region, "region")
+    if max_price is None:
+        raise InputError("--plan FILE or --max-price X is required (USD per hour for the cluster)")
+    defaults.announce()
+    from provisioning.catalog.sources import resolve_catalog
+
+    regions = plan_flags.regions(region)
+    request = PlanRequest(max_price=max_price, checkpoint_size_gib=checkpoint_size, buffer_slots=buffer_slots,
+                          node_limit=node_limit, mix=mix, regions=regions)
+    catalog = resolve_catalog(regions=list(regions) if regions else None, offline=offline,
+                              catalog_file=catalog_file, refresh=refresh)
+    for message in catalog.warnings:
+        console.warning(message)
+    return None, catalog, request
+
+
+def _saved_plan(path: Path) -> tuple[Plan, Catalog, PlanRequest]:
+    """The best plan of a plan file, checked as `deepvm up` checks it, with the cap it was planned for
+    (the file's request, else the plan's own price)."""
+    from provisioning.clusters.plan_choice import MAX_PLAN_BYTES, checked_plans
+    from provisioning.core.jsonfile import read_json_file
+    from provisioning.planner.request import PlanRequest
+
+    data = read_json_file(path, "plan file", MAX_PLAN_BYTES)
+    loaded = checked_plans(data, str(path))
+    for message in loaded.warnings:
+        console.warning(message)
+    plan = loaded.plans[0]
+    saved = data.get("request") if isinstance(data, dict) else None
+    cap = saved.get("max_price") if isinstance(saved, dict) else None
+    if not isinstance(cap, int | float) or isinstance(cap, bool) or not math.isfinite(cap) or cap < plan.price_per_hour:
+        cap = plan.price_per_hour
+    return plan, loaded.catalogs[0], PlanRequest(max_price=float(cap), regions=(plan.region,))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

@@ -1,0 +1,216 @@
+"""`deepvm train`: run a job on a cluster made by `deepvm up`, through Spot interruptions.
+
+By default the job's controller runs on the cluster's on-demand head node (training.client.managed): this
+command stages the job there, starts it and follows its log; Ctrl-C only detaches, and `--detach` returns
+once the job runs. `--controller local` runs the controller in this process instead, as before: the job
+then stops when this process does.
+
+Rendering only: a rich progress bar (step, epoch, loss, samples/s, trainers, $ spent) with controller
+events and the ranks' own output printed above it; plain lines when stderr is not a terminal. With
+--json the result is one JSON document on stdout (progress still goes to stderr, as plain lines).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from deepvm_cli.render.job import replay, result_lines
+from deepvm_cli.ui import console
+from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
+from deepvm_cli.ui.flags import DAY_S, at_least
+from deepvm_cli.ui.reporters import live_reporter, plain_reporter
+from provisioning.core.errors import CloudError, DeepvmError, InputError
+from training.shared.jobstore import JobStatus
+from training.shared.progress import JobReporter
+from training.shared.records import LogRecord
+
+if TYPE_CHECKING:
+    from training.client.managed import Head
+    from training.control.controller import TrainRequest
+
+CONTROLLERS = ("head", "local")
+_DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
+
+
+def train_command(
+    job: Path = typer.Argument(..., help="Job spec YAML, e.g. configs/resnet.yaml."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Cluster made by `deepvm up` (default: the config file's, else the last one used)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue this job's newest unfinished run (after Ctrl-C or a crash)."
+    ),
+    python: str | None = typer.Option(
+        None,
+        "--python",
+        help="Python on the nodes, with torch and mpi4py (default: this interpreter in the sandbox, python3 on AWS).",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Where the final model and metrics go (default: DEEPVM_HOME/jobs/JOB_ID)."
+    ),
+    replace_nodes: bool = typer.Option(
+        True, "--replace/--no-replace", help="Buy a spot node for each one lost, within the plan."
+    ),
+    stall_timeout: float | None = typer.Option(
+        None,
+        "--stall-timeout",
+        callback=at_least(1, DAY_S),
+        help="Seconds without progress after which the job counts as hung and is restarted without the node "
+        "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
+    ),
+    controller: str = typer.Option(
+        "head",
+        "--controller",
+        help="head: the job's controller runs on the cluster's on-demand head node, and the job outlives this "
+        "machine; local: it runs in this process, and the job stops when this process does.",
+    ),
+    detach: bool = typer.Option(False, "--detach", help="Return as soon as the job runs (managed jobs)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
+    from training.control.controller import TrainRequest, train
+    from training.shared.jobspec import load_job_spec
+
+    spec = load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    if controller not in CONTROLLERS:
+        raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
+    if controller == "head" and resume:
+        raise InputError("--resume is for --controller local: a managed job's controller resumes it by itself "
+                         "(`deepvm jobs` shows it)")  # fmt: skip
+    if controller == "local" and detach:
+        raise InputError("--detach needs the controller on the head (--controller head)")
+    found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
+    if python is None:
+        python = found.node_python
+    if found.banner:
+        console.info(found.banner)
+    from training.client.storage import ready_job_storage
+
+    for warning in ready_job_storage(found, spec):  # the job's S3 rights, or a refusal: before any staging
+        console.warning(warning)
+    request = TrainRequest(
+        job_path=job,
+        cluster=found.name,
+        python=python,
+        resume=resume,
+        out_dir=out,
+        replace_nodes=replace_nodes,
+        stall_timeout_s=stall_timeout,
+    )
+    live = console.err.is_terminal and not as_json
+    with billing_reminder(found.name):
+        with live_reporter() if live else plain_reporter() as report:
+            if controller == "head":
+                result = run_managed(request, report, detach=detach)
+            else:
+                console.warning("--controller local: the job's controller runs in this process; the job stops "
+                                "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
+                result = train(request, report).to_dict()
+        if result is None:  # detached
+            return
+        if as_json:
+            console.print_json(result)
+            return
+        for line in result_lines(result):
+            console.out.print(line, markup=False, highlight=False)
+
+
+def _hints(job_id: str) -> None:
+    console.info(f"  follow it: deepvm logs {job_id} -f")
+    console.info(f"  stop it:   deepvm cancel {job_id}")
+
+
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
+    """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
+    Ctrl-C detaches: the job goes on."""
+    from training.client.managed import fetch_outputs, find_head, follow, submit
+    from training.control.controller import TrainingFailed
+
+    job = submit(request, report)
+    head = find_head(job.cluster, job.python)
+    try:
+        if detach:
+            _wait_running(head, job.job_id, replay(report))
+            console.info(f"job {job.job_id} runs on the cluster's head node {head.instance_id}; "
+                         "nothing of it runs on this machine")  # fmt: skip
+            _hints(job.job_id)
+            return None
+        end = follow(head, job.job_id, replay(report))
+    except KeyboardInterrupt:
+        console.info(f"detached: job {job.job_id} keeps running on the cluster's head node {head.instance_id}")
+        _hints(job.job_id)
+        return None
+    if end.status is JobStatus.COMPLETED:
+        result = fetch_outputs(head, job.job_id, Path(job.out_dir))
+        if result is not None:
+            return result
+    if end.status is JobStatus.CANCELLED:
+        console.info(f"job {job.job_id} was cancelled: {end.text}")
+        return None
+    if end.status is JobStatus.FAILED:
+        raise TrainingFailed(end.text)
+    raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
+                     f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
+
+
+def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:
+    """Show the job's log until its first attempt starts (or it is over already)."""
+    from training.client.managed import follow
+
+    start, deadline = 0, time.monotonic() + _DETACH_WAIT_S
+    started = False
+
+    def watch(record: LogRecord) -> None:
+        nonlocal started
+        started = started or record.text.startswith("attempt ") or record.kind == "state"
+        show(record)
+
+    while time.monotonic() < deadline:
+        end = follow(head, job_id, watch, start=start, keep_following=False)
+        if started or end.status.final:
+            return
+        start = end.next_line
+        time.sleep(1.0)
+
+
+@contextmanager
+def billing_reminder(cluster: str) -> Iterator[None]:
+    """After the block (the job completed, failed, was detached from or stopped with Ctrl-C), one line
+    saying that the cluster still bills and the command that stops it: the job's end does not end the
+    cluster. Not after a mistake in the input (that line stays alone)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (DeepvmError, KeyboardInterrupt):
+        _remind(cluster)
+        raise
+    _remind(cluster)
+
+
+def _remind(cluster: str) -> None:
+    from provisioning.clusters.handle import Cluster
+    from provisioning.clusters.store import ClusterStatus
+
+    try:
+        found = Cluster.find(cluster)
+        view = found.view(refresh=True) if found is not None and found.is_up else None  # nodes bought or lost
+    except DeepvmError as exc:  # the job's own outcome stays what the user sees
+        console.warning(f"could not check whether cluster {cluster} is still up ({exc})")
+        return
+    if view is None or view.cluster.status is not ClusterStatus.UP:  # a sandbox found stopped meanwhile
+        return
+    rate = f"${view.usd_per_hour:.4f}/h"
+    bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if not view.cluster.cloud.bills
+             else f"still billing {rate}")  # fmt: skip
+    console.plain(f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it")  # unwrapped: one command
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_command)

@@ -1,0 +1,112 @@
+"""How a training job's events read on screen: shared by `deepvm train` (live) and `deepvm logs`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from deepvm_cli.ui.console import duration
+from training.shared.progress import LAUNCHER, JobReporter, Progress
+from training.shared.records import LogRecord
+
+# Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
+# a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).
+_LAUNCHER_CHATTER = re.compile(r"^(mpirun|prterun): Forwarding signal \d+ to job\s*$")
+
+
+def screened(report: JobReporter) -> JobReporter:
+    """`report`, without the launcher's chatter: the one filter between a job's lines and the screen."""
+    log = report.log
+
+    def shown(prefix: str, text: str) -> None:
+        if not (prefix == LAUNCHER and _LAUNCHER_CHATTER.match(text)):
+            log(prefix, text)
+
+    return dataclasses.replace(report, log=shown)
+
+
+def describe_progress(p: Progress) -> str:
+    data = " · synthetic data" if p.synthetic else ""
+    return (
+        f"epoch {p.epoch} · loss {p.loss:.4f} · {p.samples_per_s:,.1f} samples/s · "
+        f"{p.world_size} trainers · ${p.cost_usd:.4f}{data}"
+    )
+
+
+def progress_line(p: Progress, eta: str = "") -> str:
+    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}" + (f" · eta {eta}" if eta else "")
+
+
+class Eta:
+    """Time left from the steps of the last minute or so: a relaunch (fewer trainers, steps redone) shows in
+    the estimate within a window instead of being averaged into the whole run."""
+
+    WINDOW_S = 90.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: deque[tuple[float, int]] = deque()
+
+    def update(self, step: int, total_steps: int) -> str:
+        """The estimate after trainer 0 reported `step`, as "12m05s"; "" until two reports say how fast."""
+        now = self._clock()
+        if self._seen and step < self._seen[-1][1]:  # resumed from an older checkpoint: the rate starts over
+            self._seen.clear()
+        self._seen.append((now, step))
+        while len(self._seen) > 2 and now - self._seen[0][0] > self.WINDOW_S:
+            self._seen.popleft()
+        (t0, s0), (t1, s1) = self._seen[0], self._seen[-1]
+        if s1 <= s0 or t1 <= t0:
+            return ""
+        return duration((total_steps - step) * (t1 - t0) / (s1 - s0))
+
+
+def record_line(record: LogRecord) -> str:
+    """One log record as one line of text."""
+    if record.kind == "log":
+        return f"[{record.source}] {record.text}"
+    if record.kind == "progress" and record.progress is not None:
+        return progress_line(record.progress)
+    if record.kind == "push":
+        return f"pushed {record.total:,} bytes to {record.source}"
+    if record.kind == "state":
+        return f"job {record.status}: {record.text}"
+    return record.text
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """A completed job's summary (a TrainResult as a dict), as `deepvm train` prints it."""
+    synthetic = " (synthetic data)" if result["synthetic"] else ""
+    lines = [
+        f"{result['job_id']} completed: step {result['steps']}/{result['total_steps']}, "
+        f"final loss {result['final_loss']:.4f}{synthetic}, {result['restarts']} restarts, "
+        f"{result['lost_steps']} steps lost, ${result['cost_usd']:.4f}, {result['wall_s']:.0f}s"
+    ]
+    for r in result["recoveries"]:
+        resumed = "-" if r["detect_to_resumed_s"] is None else f"{r['detect_to_resumed_s']:.1f}s"
+        lines.append(
+            f"  {r['reason']}: {r['world_before']} -> {r['world_after']} trainers, resumed at step "
+            f"{r['resumed_step']} ({r['lost_steps']} steps lost), {resumed} from detection to training again"
+        )
+    lines.append(f"model and metrics: {result['out_dir']}")
+    return lines
+
+
+def replay(report: JobReporter) -> Callable[[LogRecord], None]:
+    """Show a managed job's log records through a reporter, as if its controller ran here."""
+
+    def show(record: LogRecord) -> None:
+        if record.kind == "log":
+            report.log(record.source, record.text)
+        elif record.kind == "progress" and record.progress is not None:
+            report.progress(record.progress)
+        elif record.kind == "push":
+            report.push(record.source, record.done, record.total)
+        else:
+            report.note(record_line(record))
+
+    return show

@@ -1,0 +1,73 @@
+"""How a job's events reach the screen: plain lines on stderr (no terminal, or --json), or rich progress
+bars (pushes, steps) with the controller's notes and the ranks' own output printed above them. `train`
+and `profile` both report through these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
+
+from deepvm_cli.render.job import Eta, describe_progress, progress_line, screened
+from deepvm_cli.ui import console
+from training.shared.progress import JobReporter
+from training.shared.progress import Progress as JobProgress
+
+
+@contextmanager
+def plain_reporter() -> Iterator[JobReporter]:
+    """A job's events as plain lines on stderr (no terminal there, or --json)."""
+    pushed: set[str] = set()
+    eta = Eta()
+
+    def push(host: str, done: int, total: int) -> None:
+        if done == total and host not in pushed:
+            pushed.add(host)
+            console.plain(f"pushed {total:,} bytes to {host}")
+
+    yield screened(JobReporter(
+        note=console.plain,
+        log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
+        progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
+        push=push,
+    ))
+
+
+@contextmanager
+def live_reporter() -> Iterator[JobReporter]:
+    """A job's events above rich progress bars (pushes, steps) on a terminal."""
+    # At 80 columns the counter, bar and ETA keep their width and the details wrap below them.
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=16),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[eta]}"),
+        TextColumn("{task.fields[info]}", table_column=Column(ratio=1, overflow="fold")),
+        console=console.err,
+    )
+    eta = Eta()
+    tasks: dict[str, TaskID] = {}
+
+    def task(key: str, total: int) -> TaskID:
+        if key not in tasks:
+            tasks[key] = bars.add_task(key, total=total, info="", eta="")
+        return tasks[key]
+
+    def push(host: str, done: int, total: int) -> None:
+        bars.update(task(f"push {host}", total), completed=done, total=total)
+
+    def progress(p: JobProgress) -> None:
+        left = eta.update(p.step, p.total_steps)
+        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
+                    info=describe_progress(p), eta=f"eta {left}" if left else "")
+
+    with bars:
+        yield screened(JobReporter(
+            note=lambda text: bars.console.print(text, markup=False, highlight=False),
+            log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
+            progress=progress,
+            push=push,
+        ))

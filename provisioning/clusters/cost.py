@@ -1,0 +1,82 @@
+"""What a cluster cost: the one piece of arithmetic behind `status`, `down`, `cost-report` and a job's cost.
+
+The state store (provisioning/clusters/store.py) keeps one cost segment per node: its price as planned, its launch
+and when it was seen gone (open while the node runs). A cluster's cost is the sum of
+its segments, each at its own price, and its runtime spans its first node's launch to its last node's end
+(now while a node runs). Prices are the plan's, so a report never re-reads today's prices; a Spot price
+that moved after planning is not followed (the cloud's bill is the authority).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class CostSegment:
+    """One node's billing at one price: open (ended None) while the node runs."""
+
+    usd_per_hour: float
+    started: datetime
+    ended: datetime | None
+
+
+@dataclass(frozen=True)
+class ClusterCost:
+    """What a cluster has cost up to `now`, and what it costs per hour from now on."""
+
+    usd: float  # every segment so far, each at its own price
+    usd_per_hour: float  # the open segments' prices: 0 once every node is gone
+    launched: datetime | None  # the first segment's start (None: no node ever ran)
+    ended: datetime | None  # the last segment's end; None while a segment is open or none exists
+    runtime_s: float  # launched -> ended, or -> now while a node runs
+
+    @property
+    def billing(self) -> bool:
+        """Whether some node still runs (and so costs money)."""
+        return self.launched is not None and self.ended is None
+
+
+def cluster_cost(segments: Iterable[CostSegment], now: datetime) -> ClusterCost:
+    """The cost and runtime of a cluster's segments as of `now` (aware datetimes, UTC)."""
+    usd = usd_per_hour = 0.0
+    running = False
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    for segment in segments:
+        end = segment.ended or now
+        usd += max(0.0, (end - segment.started).total_seconds()) / 3600 * segment.usd_per_hour
+        if segment.ended is None:
+            running = True
+            usd_per_hour += segment.usd_per_hour
+        starts.append(segment.started)
+        ends.append(end)
+    if not starts:
+        return ClusterCost(usd=0.0, usd_per_hour=0.0, launched=None, ended=None, runtime_s=0.0)
+    launched, last = min(starts), max(ends)
+    return ClusterCost(
+        usd=usd,
+        usd_per_hour=usd_per_hour,
+        launched=launched,
+        ended=None if running else last,
+        runtime_s=max(0.0, (last - launched).total_seconds()),
+    )
+
+
+def cost_fields(cost: ClusterCost | None) -> dict[str, object]:
+    """The cost as `--json` states it in `status`, `down` and `cost-report` alike (nulls: not known)."""
+    if cost is None:
+        return dict.fromkeys(("launched_at", "ended_at", "runtime_s", "cost_usd"))
+    return {
+        "launched_at": iso(cost.launched),
+        "ended_at": iso(cost.ended),
+        "runtime_s": round(cost.runtime_s, 1),
+        "cost_usd": round(cost.usd, 6),
+    }
+
+
+def iso(moment: datetime | None) -> str | None:
+    """How the state store and `--json` write a moment (None stays None)."""
+    return None if moment is None else moment.isoformat(timespec="seconds")
