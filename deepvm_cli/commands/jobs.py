@@ -6,14 +6,12 @@ Rendering only: the work is training.client.managed's.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from deepvm_cli.render.job import record_line
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
-from deepvm_cli.ui.flags import at_least
+from deepvm_cli.ui.flags import at_least, writable_folder
 from training.shared.jobstore import JobStatus
 from training.shared.records import LogRecord
 
@@ -99,14 +97,15 @@ def cancel_command(
 
 def fetch_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
-    out: Path | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
+    out: str | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
     """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node."""
     from training.client.managed import fetch_outputs, find_head, managed_job
 
+    where = None if out is None else writable_folder("--out", out)  # before any node is asked
     row = managed_job(job)
+    where = where or writable_folder("the job's out directory", row.out_dir)
     head = find_head(row.cluster, row.python)
-    where = out or Path(row.out_dir)
     result = fetch_outputs(head, job, where)
     partial = "" if result else " (the job has not completed: what it wrote so far)"
     console.info(f"outputs of {job} in {where}{partial}")

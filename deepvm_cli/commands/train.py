@@ -23,7 +23,7 @@ import typer
 from deepvm_cli.render.job import replay, result_lines
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.ui.flags import DAY_S, at_least
+from deepvm_cli.ui.flags import DAY_S, at_least, writable_folder
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
 from provisioning.core.errors import CloudError, DeepvmError, InputError
 from training.shared.jobstore import JobStatus
@@ -51,7 +51,7 @@ def train_command(
         "--python",
         help="Python on the nodes, with torch and mpi4py (default: this interpreter in the sandbox, python3 on AWS).",
     ),
-    out: Path | None = typer.Option(
+    out: str | None = typer.Option(
         None, "--out", help="Where the final model and metrics go (default: DEEPVM_HOME/jobs/JOB_ID)."
     ),
     replace_nodes: bool = typer.Option(
@@ -78,6 +78,7 @@ def train_command(
     from training.shared.jobspec import load_job_spec
 
     load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    out_dir = None if out is None else writable_folder("--out", out)  # not after hours of training
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
     if controller == "head" and resume:
@@ -95,7 +96,7 @@ def train_command(
         cluster=found.name,
         python=python,
         resume=resume,
-        out_dir=out,
+        out_dir=out_dir,
         replace_nodes=replace_nodes,
         stall_timeout_s=stall_timeout,
     )
