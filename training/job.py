@@ -147,13 +147,15 @@ class JobContext:
         return None if restored is None else restored.state
 
     def step(
-        self, step: int, state: Callable[[], Any], *, loss: float | torch.Tensor, samples: int = 0, epoch: int = 0
+        self, step: int, state: Callable[[], Any], *, loss: float | torch.Tensor, samples: int = 0,
+        epoch: int | None = None,
     ) -> bool:
         """Collective, after every optimizer step: checkpoint by the job's policy, report progress; True when
         the script must return now (its checkpoint of `step` is safe).
 
         state: returns the tree to checkpoint; called only when one is taken. loss: this rank's loss (a
         tensor is read only on progress steps). samples: this rank's samples in the step (for samples/s).
+        epoch: the script's own epoch, if it counts any (shown with the progress; none: no epoch shown).
         """
         if self._leaving:
             raise RuntimeError(f"ctx.step() returned True at step {self._last_step}: the script must return then")
@@ -208,7 +210,7 @@ class JobContext:
         )
         self._window_start = time.perf_counter()
 
-    def _progress(self, step: int, epoch: int, loss: float) -> None:
+    def _progress(self, step: int, epoch: int | None, loss: float) -> None:
         global_loss = self._trainers.mean(loss)
         self._curve.append((step, global_loss))
         now = time.perf_counter()

@@ -66,9 +66,11 @@ def logs_command(
     row = managed_job(job)
     head = find_head(row.cluster, row.python)
 
+    width = console.out.width if console.out.is_terminal else None  # a progress line never wraps on a screen
+
     def show(record: LogRecord) -> None:
         if rank is None or (record.kind == "log" and record.rank == rank):
-            console.out.print(record_line(record), markup=False, highlight=False)
+            console.out.print(record_line(record, width), markup=False, highlight=False)
 
     try:
         end = follow(head, job, show, tail=tail, keep_following=follow_log)

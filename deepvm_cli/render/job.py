@@ -7,6 +7,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from deepvm_cli.ui.console import duration
@@ -29,16 +30,33 @@ def screened(report: JobReporter) -> JobReporter:
     return dataclasses.replace(report, log=shown)
 
 
-def describe_progress(p: Progress) -> str:
-    data = " · synthetic data" if p.synthetic else ""
-    return (
-        f"epoch {p.epoch} · loss {p.loss:.4f} · {p.samples_per_s:,.1f} samples/s · "
-        f"{p.world_size} trainers · ${p.cost_usd:.4f}{data}"
-    )
+def describe_progress(p: Progress, width: int | None = None) -> str:
+    """The newest progress as ` · `-separated fields, in reading order; within `width` characters, those
+    that matter least go first (the synthetic-data note, the epoch, trainers, samples/s), so that a line
+    never wraps at 80 columns: loss and money stay. No epoch for a job that counts none (a `run:` script)."""
+    fields = [  # (text, rank: the lower, the longer it stays)
+        *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),
+        (f"loss {p.loss:.4f}", 0),
+        (f"{p.samples_per_s:,.1f} samples/s", 3),
+        (f"{p.world_size} trainer" + ("" if p.world_size == 1 else "s"), 2),
+        (f"${p.cost_usd:.4f}", 1),
+        *([("synthetic data", 5)] if p.synthetic else []),
+    ]
+    text = _SEP.join(t for t, _ in fields)
+    while width is not None and len(text) > width and len(fields) > 1:
+        fields.remove(max(fields, key=lambda field: field[1]))
+        text = _SEP.join(t for t, _ in fields)
+    return text
 
 
-def progress_line(p: Progress, eta: str = "") -> str:
-    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}" + (f" · eta {eta}" if eta else "")
+def progress_line(p: Progress, eta: str = "", width: int | None = None) -> str:
+    """`step 10/60 · <fields> · eta 1m05s`, within `width` (the step and the eta always stay)."""
+    head, tail = f"step {p.step}/{p.total_steps}", f"{_SEP}eta {eta}" if eta else ""
+    room = None if width is None else max(width - len(head) - len(tail) - len(_SEP), 0)
+    return f"{head}{_SEP}{describe_progress(p, room)}{tail}"
+
+
+_SEP = " · "
 
 
 class Eta:
@@ -65,12 +83,28 @@ class Eta:
         return duration((total_steps - step) * (t1 - t0) / (s1 - s0))
 
 
-def record_line(record: LogRecord) -> str:
-    """One log record as one line of text."""
+@dataclass(frozen=True)
+class Detached:
+    """A managed job left running on its head: `train --detach`, or Ctrl-C while following it. The caller
+    prints its lines once its progress bars are gone."""
+
+    job_id: str
+    head: str  # the head node's instance id
+    interrupted: bool  # Ctrl-C (else --detach)
+
+    def lines(self) -> list[str]:
+        first = (f"detached: job {self.job_id} keeps running on the cluster's head node {self.head}"
+                 if self.interrupted else
+                 f"job {self.job_id} runs on the cluster's head node {self.head}; nothing of it runs on this machine")
+        return [first, f"  follow it: deepvm logs {self.job_id} -f", f"  stop it:   deepvm cancel {self.job_id}"]
+
+
+def record_line(record: LogRecord, width: int | None = None) -> str:
+    """One log record as one line of text (a progress line within `width`, when a terminal shows it)."""
     if record.kind == "log":
         return f"[{record.source}] {record.text}"
     if record.kind == "progress" and record.progress is not None:
-        return progress_line(record.progress)
+        return progress_line(record.progress, width=width)
     if record.kind == "push":
         return f"pushed {record.total:,} bytes to {record.source}"
     if record.kind == "state":
