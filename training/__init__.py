@@ -21,7 +21,8 @@
   validated on the user's machine, re-read by the controller and every rank), the events ranks send the
   controller (`events`, with `Notice`), what a run reports (`progress`), the jobs table (`jobstore`: the
   user's machine and the head each keep one), the records that cross between the user's machine and the
-  head (`records`) and the head's file layout they name (`layout`), and SSH (`transport`).
+  head (`records`) and the head's file layout they name (`layout`), and SSH (`transport`, with `jobdir`:
+  which files of a pushed directory go, and the rule for symbolic links).
 - `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its
   path is part of the job-spec contract (configs/own_train.py, README); it runs on trainer ranks.
 

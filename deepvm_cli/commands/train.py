@@ -75,9 +75,11 @@ def train_command(
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
     from training.control.controller import TrainRequest, train
+    from training.shared.jobdir import checked_job_file
     from training.shared.jobspec import load_job_spec
 
     load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    job = checked_job_file(job)  # so is a symbolic link its directory's push would refuse
     out_dir = None if out is None else writable_folder("--out", out)  # not after hours of training
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
