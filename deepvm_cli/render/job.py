@@ -115,9 +115,10 @@ def record_line(record: LogRecord, width: int | None = None) -> str:
 def result_lines(result: dict[str, Any]) -> list[str]:
     """A completed job's summary (a TrainResult as a dict), as `deepvm train` prints it."""
     synthetic = " (synthetic data)" if result["synthetic"] else ""
+    trained = (f"step {result['steps']}/{result['total_steps']}, final loss {result['final_loss']:.4f}{synthetic}"
+               if result["total_steps"] else "its script takes no steps (run.calls_step: false)")
     lines = [
-        f"{result['job_id']} completed: step {result['steps']}/{result['total_steps']}, "
-        f"final loss {result['final_loss']:.4f}{synthetic}, {result['restarts']} restarts, "
+        f"{result['job_id']} completed: {trained}, {result['restarts']} restarts, "
         f"{result['lost_steps']} steps lost, ${result['cost_usd']:.4f}, {result['wall_s']:.0f}s"
     ]
     for r in result["recoveries"]:
