@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from deepvm_cli.render.job import record_line
+from deepvm_cli.render.job import leftover_lines, record_line
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
 from deepvm_cli.ui.flags import at_least, writable_folder
@@ -101,16 +101,28 @@ def fetch_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
     out: str | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
-    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node."""
-    from training.client.managed import fetch_outputs, find_head, managed_job
+    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node; of a
+    cancelled or failed job, what it left on the nodes (metrics, its newest checkpoint, how to go on)."""
+    from provisioning.clusters.handle import Cluster
+    from training.client.leftovers import collect
+    from training.client.managed import fetch_outputs, head_of, jobs_on, managed_job
 
     where = None if out is None else writable_folder("--out", out)  # before any node is asked
     row = managed_job(job)
     where = where or writable_folder("the job's out directory", row.out_dir)
-    head = find_head(row.cluster, row.python)
-    result = fetch_outputs(head, job, where)
-    partial = "" if result else " (the job has not completed: what it wrote so far)"
-    console.info(f"outputs of {job} in {where}{partial}")
+    cluster = Cluster.open_running(row.cluster)
+    head = head_of(cluster, row.python)
+    if fetch_outputs(head, job, where) is not None:
+        console.info(f"outputs of {job} in {where}")
+        return
+    summary = next((s for s in jobs_on(head) if s.job_id == job), None)
+    if summary is not None and summary.status is JobStatus.RUNNING:
+        console.info(f"job {job} is still running (step {summary.step}/{summary.total_steps}): `deepvm logs {job} "
+                     f"-f` follows it, and `deepvm fetch {job}` brings its outputs once it completes")
+        return
+    cluster.refresh()  # nodes the head bought, and those gone since
+    for text, verbatim in leftover_lines(collect(cluster, summary, job, where), row, where):
+        console.plain(text) if verbatim else console.err.print(text, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,11 +8,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deepvm_cli.ui.console import duration
+from training.shared.jobstore import JobRow, JobStatus
 from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.records import LogRecord
+
+if TYPE_CHECKING:
+    from training.client.leftovers import Leftovers
 
 # Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
 # a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).
@@ -145,3 +150,40 @@ def replay(report: JobReporter) -> Callable[[LogRecord], None]:
             report.note(record_line(record))
 
     return show
+
+
+Line = tuple[str, bool]  # (text, verbatim: a command or a path, printed whole on a line of its own)
+
+
+def leftover_lines(left: Leftovers, row: JobRow, out: Path) -> list[Line]:
+    """What `deepvm fetch` says of a job that did not complete: how it ended, the metrics it brought, where the
+    newest checkpoint lives, and how to go on from it."""
+    job, s = row.job_id, left.summary
+    ended = (f"job {job} {s.status} at step {s.step} of {s.total_steps}" + (f": {s.message}" if s.message else "")
+             if s is not None else f"job {job} is over (its head no longer knows it)")
+    lines: list[Line] = [(ended, False)]
+    if left.out_from is not None:
+        names = ", ".join(sorted(str(p.relative_to(out)) for p in left.fetched))
+        lines.append((f"fetched what trainer 0 wrote ({names}) from {left.out_from} into", False))
+        lines.append((f"    {out}", True))
+    else:
+        figures = (f" (the head's figures: loss {s.loss:.4f}, ${s.cost_usd:.4f}; `deepvm jobs {row.cluster}`)"
+                   if s is not None and s.loss is not None else "")
+        lines.append((f"no metrics.json on any node: trainer 0 writes it when a launch ends cleanly{figures}", False))
+    cancelled = s is not None and s.status is JobStatus.CANCELLED
+    if left.checkpoint is None:
+        lines.append(("no complete checkpoint on any node's disk (levels without l2 keep checkpoints in the "
+                      "holders' memory, gone with the job)", False))
+    else:
+        c = left.checkpoint
+        lines.append((f"newest checkpoint: step {c.step}, on {c.node}, deleted with the cluster "
+                      f"(`deepvm down {row.cluster}`):", False))
+        lines.append((f"    ~/{c.path}", True))
+    if left.checkpoint is not None and not cancelled:
+        lines.append(("resume from it (its controller then runs on this machine):", False))
+        lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster} --controller local --resume", True))
+    elif cancelled:
+        lines.append(("a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0:",
+                      False))
+        lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster}", True))
+    return lines
