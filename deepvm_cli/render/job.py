@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -13,24 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 from deepvm_cli.ui.console import duration
 from training.shared.jobstore import JobRow, JobStatus
+from training.shared.mpinotes import LauncherNotes
 from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.records import LogRecord
 
 if TYPE_CHECKING:
     from training.client.leftovers import Leftovers
 
-# Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
-# a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).
-_LAUNCHER_CHATTER = re.compile(r"^(mpirun|prterun): Forwarding signal \d+ to job\s*$")
-
-
 def screened(report: JobReporter) -> JobReporter:
-    """`report`, without the launcher's chatter: the one filter between a job's lines and the screen."""
-    log = report.log
+    """`report`, without Open MPI's notes on what it does itself (training/shared/mpinotes.py): the MPI_ABORT
+    banner around a rank's error, passing on deepvm's stop signal ("signal 10" reads like a crash). They
+    stay in the job's log (`deepvm logs JOB`); this is the one filter between a job's lines and the screen."""
+    log, notes = report.log, LauncherNotes()
 
     def shown(prefix: str, text: str) -> None:
-        if not (prefix == LAUNCHER and _LAUNCHER_CHATTER.match(text)):
-            log(prefix, text)
+        for kept in notes.keep(text) if prefix == LAUNCHER else [text]:
+            log(prefix, kept)
 
     return dataclasses.replace(report, log=shown)
 
