@@ -121,8 +121,8 @@ def test_simulate_stops_a_run_on_course_for_endless_interruptions(tmp_path, caps
     """With the relaunch made shorter than the lives, the check above passes; the engine's pace check stops
     the first policy that cannot finish (the whole cluster is never up at once to restart) within seconds."""
     trace = _one_second_lives(tmp_path / "nodes.csv", 2_000)
-    code, _, err = run(capsys, "simulate", "--max-price", "3", "--offline", "--trace", str(trace), "--work", "1000",
-                       "--relaunch-time", "0.5", "--restart-time", "0.5", "--runs", "50")
+    code, _, err = run(capsys, "simulate", "--max-price", "3", "--offline", "--trace", str(trace), "--work", "100",
+                       "--relaunch-time", "0.5", "--restart-time", "0.5", "--runs", "20")
     assert code == 3, err
     assert err.splitlines()[-1].startswith("deepvm: error: ")
     assert "would need more than 200,000 interruptions and replacements per run on this trace" in err
@@ -280,7 +280,7 @@ def test_a_linked_script_runs_detached_and_a_cancelled_job_says_what_it_left(hom
 
 def _cancel_and_fetch(capsys, job: Path, job_id: str, out: Path) -> None:
     deadline = time.monotonic() + 240
-    while _job_state(capsys, job_id)["step"] < 10:
+    while _job_state(capsys, job_id)["step"] < 5:
         assert time.monotonic() < deadline, "the linked script did not train"
         time.sleep(2)
     assert run(capsys, "cancel", job_id)[0] == 0
