@@ -14,9 +14,10 @@ from simulation.case import SimCase
 from simulation.cluster import sim_cluster
 from simulation.engine import RunOutcomes, simulate
 from simulation.policies import PolicyName, PolicyPlan
-from simulation.recovery import Workload
+from simulation.recovery import SECONDS_PER_HOUR, RecoveryModel, Workload
 from simulation.report import SimulationReport, summarise
 from simulation.trace import Trace
+from simulation.traces.errors import TraceError
 
 TraceFor = Callable[[str, str], Trace]  # (instance type, region) -> the trace its Spot nodes follow
 Progress = Callable[[PolicyName, int, int], None]  # (policy, runs finished, runs)
@@ -25,7 +26,29 @@ Progress = Callable[[PolicyName, int, int], None]  # (policy, runs finished, run
 def policy_case(policy: PolicyPlan, catalog: Catalog, trace_for: TraceFor, workload: Workload) -> SimCase:
     cluster = sim_cluster(policy.plan, catalog)
     traces = tuple(trace_for(g.instance_type, policy.plan.region) for g in cluster.spot_groups)
+    for trace in traces:
+        check_lives(trace, workload.recovery)
     return SimCase(cluster, traces, policy.rules, workload)
+
+
+def check_lives(trace: Trace, recovery: RecoveryModel) -> None:
+    """Refuse a trace whose Spot nodes live, on average, less than a relaunch takes: a node would be gone
+    before the job trains on it, so each run is nothing but interruptions (a trace of nodes living ~1 s took
+    minutes and gigabytes to simulate before this check) and its numbers would mean nothing. Such a trace is
+    most often a file whose times are in seconds where the format wants milliseconds."""
+    stop_s, flags = recovery.relaunch_s, "--relaunch-time"  # every loss comes with a notice (AWS's default)
+    if recovery.notice_share < 1.0:
+        stop_s, flags = min(stop_s, recovery.restart_s), "--relaunch-time, --restart-time"
+    mean_s = trace.mean_lifetime_h() * SECONDS_PER_HOUR
+    if mean_s < stop_s:
+        raise TraceError(
+            f"{trace.name}: its Spot nodes live {_seconds(mean_s)} on average, less than the {stop_s:g} s a relaunch "
+            f"takes ({flags}): no node would train before it is lost; check the trace's time unit (an events "
+            "CSV's times are milliseconds)")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g} s" if value < 100 else f"{value:,.0f} s"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 from provisioning.planner.objectives import PFLOP_PER_TFLOPS_HOUR
 from simulation.case import SimCase
 from simulation.draws import Draws
-from simulation.errors import check_time
+from simulation.errors import PACE_FROM, check_pace, check_time
 
 # Drop finished runs from the arrays once they are this share of them (copying costs as much as an iteration).
 _COMPACT_AT = 0.5
@@ -183,9 +183,13 @@ class _Runs:
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self, progress: Callable[[int, int], None] | None) -> RunOutcomes:
-        total, finished = self.out.runs, 0
+        total, finished, events = self.out.runs, 0, 0
         while self.t.size:
             finished += self._step()
+            events += 1
+            if events % PACE_FROM == 0 and self.live.any():
+                least_done = float(self.done[self.live].min()) / self.workload.work_pflop
+                check_pace(events, least_done, self.case.cluster.plan.summary())
             if progress is not None:
                 progress(finished, total)
             if self.live.sum() <= _COMPACT_AT * self.live.size:

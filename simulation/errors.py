@@ -17,3 +17,22 @@ def check_time(t_next: float, max_hours: float, plan_summary: str) -> None:
     if t_next > max_hours:
         raise SimulationError(f"{plan_summary} had not finished after {max_hours:g} simulated hours on this "
                               "trace (Spot capacity for it is too rare)")
+
+
+
+MAX_EVENTS = 200_000  # events per run; the shipped traces' worst (Bamboo p3) takes ~3,700
+PACE_FROM = 1_000  # events a run makes before its pace is judged
+
+
+def check_pace(events: int, least_done: float, plan_summary: str) -> None:
+    """Refuse, within seconds, a simulation whose slowest run is on course for more than MAX_EVENTS events:
+    `events` so far (each iteration is one event of every live run), `least_done` the smallest share of the
+    work a live run has done. Nodes that live far shorter than their replacement takes (a trace of ~1 s
+    lives) make every run a long string of events and a little work each; at that pace the time limit
+    (check_time) comes after hours of computing and gigabytes of drawn lifetimes."""
+    if events < PACE_FROM:
+        return
+    if events >= MAX_EVENTS or least_done * MAX_EVENTS < events:
+        raise SimulationError(f"{plan_summary} would need more than {MAX_EVENTS:,} interruptions and replacements "
+                              f"per run on this trace (a run did {least_done:.2%} of the work in {events:,}): its "
+                              "Spot nodes are lost far faster than they are replaced")

@@ -2,15 +2,17 @@
 
 - `client/`: only on the user's machine. `managed` submits a job to the cluster's head (stages it there
   and starts its supervised service), follows its log, cancels it, lists jobs and fetches outputs; none of
-  it has to keep running for the job to go on. `profiling` (`deepvm profile`) drives launches of its own
-  from the user's machine with control's launcher and staging. `storage` grants a job's S3 areas to the
-  cluster's roles, or refuses the job, before anything is staged.
+  it has to keep running for the job to go on; `leftovers` finds what a job that did not complete left
+  on the nodes (for `deepvm fetch`). `profiling` (`deepvm profile`) drives launches of its own from the
+  user's machine with control's launcher and staging. `storage` grants a job's S3 areas to the cluster's
+  roles, or refuses the job, before anything is staged.
 - `control/`: the recovery controller and what it drives. On the cluster's on-demand head node for a
   managed job (the default); on the user's machine with `deepvm train --controller local`, so these
   modules run on either side. `controller` runs a job attempt by attempt; `attempts` is its pure decision
   core; `launcher` builds and runs one mpirun on the head over SSH; `staging` readies nodes (the client
   also pushes the runtime to the head with it); `replacements` buys lost nodes back; `recovery` and
-  `stall` account for and notice trouble; `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
+  `stall` account for and notice trouble; `scripterror` finds a failed attempt's own cause in its output;
+  `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
   the head: `supervisor` keeps `service` (one managed job's controller) running, `joblog` and `mirror`
   write and mirror its log, `headquery` answers the client over SSH.
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `headrun` and
@@ -22,8 +24,9 @@
   validated on the user's machine, re-read by the controller and every rank), the events ranks send the
   controller (`events`, with `Notice`), what a run reports (`progress`), the jobs table (`jobstore`: the
   user's machine and the head each keep one), the records that cross between the user's machine and the
-  head (`records`) and the head's file layout they name (`layout`), where a job's objects
-  live in S3 (`storage`), and SSH (`transport`).
+  head (`records`) and the head's file layout they name (`layout`), where a job's objects live in S3
+  (`storage`), SSH (`transport`, with `jobdir`: which files of a pushed directory go, and the rule for
+  symbolic links), and Open MPI's own notes in a job's output (`mpinotes`).
 - `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its
   path is part of the job-spec contract (configs/own_train.py, README); it runs on trainer ranks.
 

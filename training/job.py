@@ -42,7 +42,10 @@ What deepvm relies on:
 - Every trainer calls `restore()` once before its first step (at most once; it is collective) and
   `step()` after every optimizer step with the same step numbers: steps completed, counting from 1.
 - When `step()` returns True the script returns (calling `step()` again is an error). Returning before
-  `total_steps` otherwise ends the job as completed at that step.
+  `total_steps` otherwise ends the job as completed at that step; returning before the first step (no
+  `ctx.step()` at all while steps were left) fails the job, unless its spec says `run.calls_step: false`
+  (a script that takes no steps: an evaluation, a data preparation; it gives no `steps` and never calls
+  `step()`).
 - The state tree (from the callable, asked only when a checkpoint is taken) has the same layout on every
   trainer: the replicated state of DDP, made of tensors, numbers, strings and lists, tuples and dicts
   of them. Restored tensors are CPU tensors; `load_state_dict` copies them onto the device. Each rank's
@@ -117,15 +120,15 @@ class JobContext:
         trainers: TrainerComm,
         stop: StopRequest,
     ) -> None:
-        assert spec.run is not None and spec.steps is not None  # the spec's validation guarantees both
+        assert spec.run is not None  # the spec's validation guarantees it, and steps unless calls_step is false
         self.rank, self.world_size, self.local_rank = env.rank, env.world_size, env.local_rank
         self.device = device  # this rank's GPU (set as the current one), or the CPU
         self.planned_world_size = planned_world_size  # trainers in the plan, to keep its global batch
-        self.total_steps = spec.steps
+        self.total_steps = spec.steps or 0  # 0: the spec says the script takes none (run.calls_step: false)
         self.seed = spec.seed
         self.out = out  # rank 0's files here are fetched back when the job completes
         self.start_step = 0  # steps done before this launch: the restored checkpoint's step
-        self._spec, self._script = spec, spec.run.script
+        self._spec, self._script, self._calls_step = spec, spec.run.script, spec.run.calls_step
         self._checkpointer, self._trainers, self._stop = checkpointer, trainers, stop
         self._started = self._leaving = False
         self._started_at = time.perf_counter()
@@ -147,16 +150,20 @@ class JobContext:
         return None if restored is None else restored.state
 
     def step(
-        self, step: int, state: Callable[[], Any], *, loss: float | torch.Tensor, samples: int = 0, epoch: int = 0
+        self, step: int, state: Callable[[], Any], *, loss: float | torch.Tensor, samples: int = 0,
+        epoch: int | None = None,
     ) -> bool:
         """Collective, after every optimizer step: checkpoint by the job's policy, report progress; True when
         the script must return now (its checkpoint of `step` is safe).
 
         state: returns the tree to checkpoint; called only when one is taken. loss: this rank's loss (a
         tensor is read only on progress steps). samples: this rank's samples in the step (for samples/s).
+        epoch: the script's own epoch, if it counts any (shown with the progress; none: no epoch shown).
         """
         if self._leaving:
             raise RuntimeError(f"ctx.step() returned True at step {self._last_step}: the script must return then")
+        if not self._calls_step:
+            raise RuntimeError("ctx.step(): the job spec says run.calls_step: false (the script takes no steps)")
         if not self._started:
             self._begin(step - 1)
         self._last_step = step
@@ -169,6 +176,12 @@ class JobContext:
             self._progress(step, epoch, float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
         self._leaving = leave
         return leave
+
+    @property
+    def took_no_step(self) -> bool:
+        """For deepvm's runner, once the script returned: it had steps to train and reported none (a script
+        that forgot ctx.step(), or returned early); the job then fails instead of completing at step 0."""
+        return self._last_step == 0 and self.start_step < self.total_steps
 
     def finish(self) -> dict[str, Any]:
         """For deepvm's runner, once the script returned: the End event; the run's metrics."""
@@ -208,7 +221,7 @@ class JobContext:
         )
         self._window_start = time.perf_counter()
 
-    def _progress(self, step: int, epoch: int, loss: float) -> None:
+    def _progress(self, step: int, epoch: int | None, loss: float) -> None:
         global_loss = self._trainers.mean(loss)
         self._curve.append((step, global_loss))
         now = time.perf_counter()

@@ -6,14 +6,12 @@ Rendering only: the work is training.client.managed's.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from deepvm_cli.render.job import record_line
+from deepvm_cli.render.job import leftover_lines, record_line
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
-from deepvm_cli.ui.flags import at_least
+from deepvm_cli.ui.flags import at_least, writable_folder
 from training.shared.jobstore import JobStatus
 from training.shared.records import LogRecord
 
@@ -68,9 +66,11 @@ def logs_command(
     row = managed_job(job)
     head = find_head(row.cluster, row.python)
 
+    width = console.out.width if console.out.is_terminal else None  # a progress line never wraps on a screen
+
     def show(record: LogRecord) -> None:
         if rank is None or (record.kind == "log" and record.rank == rank):
-            console.out.print(record_line(record), markup=False, highlight=False)
+            console.out.print(record_line(record, width), markup=False, highlight=False)
 
     try:
         end = follow(head, job, show, tail=tail, keep_following=follow_log)
@@ -99,17 +99,30 @@ def cancel_command(
 
 def fetch_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
-    out: Path | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
+    out: str | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
-    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node."""
-    from training.client.managed import fetch_outputs, find_head, managed_job
+    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node; of a
+    cancelled or failed job, what it left on the nodes (metrics, its newest checkpoint, how to go on)."""
+    from provisioning.clusters.handle import Cluster
+    from training.client.leftovers import collect
+    from training.client.managed import fetch_outputs, head_of, jobs_on, managed_job
 
+    where = None if out is None else writable_folder("--out", out)  # before any node is asked
     row = managed_job(job)
-    head = find_head(row.cluster, row.python)
-    where = out or Path(row.out_dir)
-    result = fetch_outputs(head, job, where)
-    partial = "" if result else " (the job has not completed: what it wrote so far)"
-    console.info(f"outputs of {job} in {where}{partial}")
+    where = where or writable_folder("the job's out directory", row.out_dir)
+    cluster = Cluster.open_running(row.cluster)
+    head = head_of(cluster, row.python)
+    if fetch_outputs(head, job, where) is not None:
+        console.info(f"outputs of {job} in {where}")
+        return
+    summary = next((s for s in jobs_on(head) if s.job_id == job), None)
+    if summary is not None and summary.status is JobStatus.RUNNING:
+        console.info(f"job {job} is still running (step {summary.step}/{summary.total_steps}): `deepvm logs {job} "
+                     f"-f` follows it, and `deepvm fetch {job}` brings its outputs once it completes")
+        return
+    cluster.refresh()  # nodes the head bought, and those gone since
+    for text, verbatim in leftover_lines(collect(cluster, summary, job, where), row, where):
+        console.plain(text) if verbatim else console.err.print(text, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -132,10 +132,10 @@ def _table(title: str, caption: str, headers: tuple[str, ...], left: int) -> Tab
 def _render(catalog: Catalog, rows: list[MarketRow], holders: bool) -> None:
     """One table per region (GPU types by descending spot FLOPP), then holders when asked for."""
     source = _source_line(catalog)
+    wide = console.out.width >= WIDE_COLUMNS
+    headers = GPU_HEADERS if wide else tuple(h for h in GPU_HEADERS if h not in GPU_WIDE_ONLY)
     for region in sorted({r.region for r in rows}):
         in_region = [r for r in rows if r.region == region]
-        wide = console.out.width >= WIDE_COLUMNS
-        headers = GPU_HEADERS if wide else tuple(h for h in GPU_HEADERS if h not in GPU_WIDE_ONLY)
         gpu_table = _table(f"GPU instance types in {region} — {source}", _quota_line(catalog, region),
                            headers, left=2)
         for r in in_region:
@@ -159,6 +159,9 @@ def _render(catalog: Catalog, rows: list[MarketRow], holders: bool) -> None:
                 cpu_table.add_row(t.name, str(t.vcpus), _gib(t), f"{t.network_gbps:g}",
                                   _money(r.on_demand_usd), _money(spot), zone.removeprefix(region))
             console.out.print(cpu_table)
+    if not wide and any(r.instance_type.is_gpu for r in rows):  # on stderr: what is missing is no data
+        console.info(f"{' and '.join(GPU_WIDE_ONLY)} left out at {console.out.width} columns: {WIDE_COLUMNS} show "
+                     "them, and --json has every field")
 
 
 def _gib(t: InstanceType) -> str:

@@ -53,9 +53,11 @@ def profile_command(
     from deepvm_cli.ui.reporters import live_reporter, plain_reporter
     from provisioning.scaling.profile import ProfileSetup, make_profile, save_profile
     from training.client.profiling import ProfileRequest, measure, profile_target
+    from training.shared.jobdir import checked_job_file
     from training.shared.jobspec import load_job_spec
 
     load_job_spec(job)  # a bad job file or --sizes is its own one-line answer, before any cluster is looked at
+    job = checked_job_file(job)  # so is a symbolic link its directory's push would refuse
     counts = _sizes(sizes)
     found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=False)
     request = ProfileRequest(

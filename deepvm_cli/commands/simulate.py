@@ -130,7 +130,10 @@ def _trace_for(trace: str | None, rate: str | None) -> TraceFor:
     if trace is not None and rate is not None:
         raise InputError("give --trace or --interruption-rate, not both")
     if trace is not None:
-        chosen = traces.resolve_trace(trace)
+        from deepvm_cli.render.simulate import trace_progress
+
+        with trace_progress(trace) as progress:
+            chosen = traces.resolve_trace(trace, progress=progress)
     elif rate is not None:
         chosen = traces.band_trace(rate)  # a band, or a rate per node-hour such as 0.02
     else:

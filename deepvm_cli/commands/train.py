@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deepvm_cli.render.job import replay, result_lines
+from deepvm_cli.render.job import Detached, replay, result_lines
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.ui.flags import DAY_S, at_least
+from deepvm_cli.ui.flags import DAY_S, at_least, writable_folder
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
 from provisioning.core.errors import CloudError, DeepvmError, InputError
 from training.shared.jobstore import JobStatus
@@ -51,7 +51,7 @@ def train_command(
         "--python",
         help="Python on the nodes, with torch and mpi4py (default: this interpreter in the sandbox, python3 on AWS).",
     ),
-    out: Path | None = typer.Option(
+    out: str | None = typer.Option(
         None, "--out", help="Where the final model and metrics go (default: DEEPVM_HOME/jobs/JOB_ID)."
     ),
     replace_nodes: bool = typer.Option(
@@ -75,9 +75,12 @@ def train_command(
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
     from training.control.controller import TrainRequest, train
+    from training.shared.jobdir import checked_job_file
     from training.shared.jobspec import load_job_spec
 
     spec = load_job_spec(job)  # a bad job file is its own one-line answer, before any cluster is looked at
+    job = checked_job_file(job)  # so is a symbolic link its directory's push would refuse
+    out_dir = None if out is None else writable_folder("--out", out)  # not after hours of training
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
     if controller == "head" and resume:
@@ -99,7 +102,7 @@ def train_command(
         cluster=found.name,
         python=python,
         resume=resume,
-        out_dir=out,
+        out_dir=out_dir,
         replace_nodes=replace_nodes,
         stall_timeout_s=stall_timeout,
     )
@@ -112,7 +115,11 @@ def train_command(
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
                 result = train(request, report).to_dict()
-        if result is None:  # detached
+        if isinstance(result, Detached):  # said once, below the bars (not between two of their redraws)
+            for line in result.lines():
+                console.err.print(line, markup=False, highlight=False)
+            return
+        if result is None:  # cancelled meanwhile: said by run_managed
             return
         if as_json:
             console.print_json(result)
@@ -121,14 +128,9 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def _hints(job_id: str) -> None:
-    console.info(f"  follow it: deepvm logs {job_id} -f")
-    console.info(f"  stop it:   deepvm cancel {job_id}")
-
-
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | None:
-    """Submit the job to the head and follow it to its end (its result), or until it runs (detach: None).
-    Ctrl-C detaches: the job goes on."""
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | Detached | None:
+    """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
+    it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import fetch_outputs, find_head, follow, submit
     from training.control.controller import TrainingFailed
 
@@ -137,15 +139,10 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dic
     try:
         if detach:
             _wait_running(head, job.job_id, replay(report))
-            console.info(f"job {job.job_id} runs on the cluster's head node {head.instance_id}; "
-                         "nothing of it runs on this machine")  # fmt: skip
-            _hints(job.job_id)
-            return None
+            return Detached(job.job_id, head.instance_id, interrupted=False)
         end = follow(head, job.job_id, replay(report))
     except KeyboardInterrupt:
-        console.info(f"detached: job {job.job_id} keeps running on the cluster's head node {head.instance_id}")
-        _hints(job.job_id)
-        return None
+        return Detached(job.job_id, head.instance_id, interrupted=True)
     if end.status is JobStatus.COMPLETED:
         result = fetch_outputs(head, job.job_id, Path(job.out_dir))
         if result is not None:
@@ -209,7 +206,12 @@ def _remind(cluster: str) -> None:
     rate = f"${view.usd_per_hour:.4f}/h"
     bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if not view.cluster.cloud.bills
              else f"still billing {rate}")  # fmt: skip
-    console.plain(f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it")  # unwrapped: one command
+    line = f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it"
+    if not console.err.is_terminal or len(line) <= console.err.width:
+        console.plain(line)  # unwrapped: one line, one command
+        return
+    console.err.print(f"cluster {cluster} is {bills}", markup=False, highlight=False)  # wrapped between words
+    console.plain(f"  stop it: deepvm down {cluster}")  # the command whole, on a line of its own
 
 
 def register(app: typer.Typer) -> None:

@@ -3,42 +3,62 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deepvm_cli.ui.console import duration
+from training.shared.jobstore import JobRow, JobStatus
+from training.shared.mpinotes import LauncherNotes
 from training.shared.progress import LAUNCHER, JobReporter, Progress
 from training.shared.records import LogRecord
 
-# Open MPI's notes on what it does itself, e.g. passing on the stop signal deepvm sent it (SIGUSR1): noise to
-# a user, and "signal 10" reads like a crash. They stay in the job's log (`deepvm logs JOB`).
-_LAUNCHER_CHATTER = re.compile(r"^(mpirun|prterun): Forwarding signal \d+ to job\s*$")
-
+if TYPE_CHECKING:
+    from training.client.leftovers import Leftovers
 
 def screened(report: JobReporter) -> JobReporter:
-    """`report`, without the launcher's chatter: the one filter between a job's lines and the screen."""
-    log = report.log
+    """`report`, without Open MPI's notes on what it does itself (training/shared/mpinotes.py): the MPI_ABORT
+    banner around a rank's error, passing on deepvm's stop signal ("signal 10" reads like a crash). They
+    stay in the job's log (`deepvm logs JOB`); this is the one filter between a job's lines and the screen."""
+    log, notes = report.log, LauncherNotes()
 
     def shown(prefix: str, text: str) -> None:
-        if not (prefix == LAUNCHER and _LAUNCHER_CHATTER.match(text)):
-            log(prefix, text)
+        for kept in notes.keep(text) if prefix == LAUNCHER else [text]:
+            log(prefix, kept)
 
     return dataclasses.replace(report, log=shown)
 
 
-def describe_progress(p: Progress) -> str:
-    data = " · synthetic data" if p.synthetic else ""
-    return (
-        f"epoch {p.epoch} · loss {p.loss:.4f} · {p.samples_per_s:,.1f} samples/s · "
-        f"{p.world_size} trainers · ${p.cost_usd:.4f}{data}"
-    )
+def describe_progress(p: Progress, width: int | None = None) -> str:
+    """The newest progress as ` · `-separated fields, in reading order; within `width` characters, those
+    that matter least go first (the synthetic-data note, the epoch, trainers, samples/s), so that a line
+    never wraps at 80 columns: loss and money stay. No epoch for a job that counts none (a `run:` script)."""
+    fields = [  # (text, rank: the lower, the longer it stays)
+        *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),
+        (f"loss {p.loss:.4f}", 0),
+        (f"{p.samples_per_s:,.1f} samples/s", 3),
+        (f"{p.world_size} trainer" + ("" if p.world_size == 1 else "s"), 2),
+        (f"${p.cost_usd:.4f}", 1),
+        *([("synthetic data", 5)] if p.synthetic else []),
+    ]
+    text = _SEP.join(t for t, _ in fields)
+    while width is not None and len(text) > width and len(fields) > 1:
+        fields.remove(max(fields, key=lambda field: field[1]))
+        text = _SEP.join(t for t, _ in fields)
+    return text
 
 
-def progress_line(p: Progress, eta: str = "") -> str:
-    return f"step {p.step}/{p.total_steps} · {describe_progress(p)}" + (f" · eta {eta}" if eta else "")
+def progress_line(p: Progress, eta: str = "", width: int | None = None) -> str:
+    """`step 10/60 · <fields> · eta 1m05s`, within `width` (the step and the eta always stay)."""
+    head, tail = f"step {p.step}/{p.total_steps}", f"{_SEP}eta {eta}" if eta else ""
+    room = None if width is None else max(width - len(head) - len(tail) - len(_SEP), 0)
+    return f"{head}{_SEP}{describe_progress(p, room)}{tail}"
+
+
+_SEP = " · "
 
 
 class Eta:
@@ -65,12 +85,28 @@ class Eta:
         return duration((total_steps - step) * (t1 - t0) / (s1 - s0))
 
 
-def record_line(record: LogRecord) -> str:
-    """One log record as one line of text."""
+@dataclass(frozen=True)
+class Detached:
+    """A managed job left running on its head: `train --detach`, or Ctrl-C while following it. The caller
+    prints its lines once its progress bars are gone."""
+
+    job_id: str
+    head: str  # the head node's instance id
+    interrupted: bool  # Ctrl-C (else --detach)
+
+    def lines(self) -> list[str]:
+        first = (f"detached: job {self.job_id} keeps running on the cluster's head node {self.head}"
+                 if self.interrupted else
+                 f"job {self.job_id} runs on the cluster's head node {self.head}; nothing of it runs on this machine")
+        return [first, f"  follow it: deepvm logs {self.job_id} -f", f"  stop it:   deepvm cancel {self.job_id}"]
+
+
+def record_line(record: LogRecord, width: int | None = None) -> str:
+    """One log record as one line of text (a progress line within `width`, when a terminal shows it)."""
     if record.kind == "log":
         return f"[{record.source}] {record.text}"
     if record.kind == "progress" and record.progress is not None:
-        return progress_line(record.progress)
+        return progress_line(record.progress, width=width)
     if record.kind == "push":
         return f"pushed {record.total:,} bytes to {record.source}"
     if record.kind == "state":
@@ -81,9 +117,10 @@ def record_line(record: LogRecord) -> str:
 def result_lines(result: dict[str, Any]) -> list[str]:
     """A completed job's summary (a TrainResult as a dict), as `deepvm train` prints it."""
     synthetic = " (synthetic data)" if result["synthetic"] else ""
+    trained = (f"step {result['steps']}/{result['total_steps']}, final loss {result['final_loss']:.4f}{synthetic}"
+               if result["total_steps"] else "its script takes no steps (run.calls_step: false)")
     lines = [
-        f"{result['job_id']} completed: step {result['steps']}/{result['total_steps']}, "
-        f"final loss {result['final_loss']:.4f}{synthetic}, {result['restarts']} restarts, "
+        f"{result['job_id']} completed: {trained}, {result['restarts']} restarts, "
         f"{result['lost_steps']} steps lost, ${result['cost_usd']:.4f}, {result['wall_s']:.0f}s"
     ]
     for r in result["recoveries"]:
@@ -110,3 +147,40 @@ def replay(report: JobReporter) -> Callable[[LogRecord], None]:
             report.note(record_line(record))
 
     return show
+
+
+Line = tuple[str, bool]  # (text, verbatim: a command or a path, printed whole on a line of its own)
+
+
+def leftover_lines(left: Leftovers, row: JobRow, out: Path) -> list[Line]:
+    """What `deepvm fetch` says of a job that did not complete: how it ended, the metrics it brought, where the
+    newest checkpoint lives, and how to go on from it."""
+    job, s = row.job_id, left.summary
+    ended = (f"job {job} {s.status} at step {s.step} of {s.total_steps}" + (f": {s.message}" if s.message else "")
+             if s is not None else f"job {job} is over (its head no longer knows it)")
+    lines: list[Line] = [(ended, False)]
+    if left.out_from is not None:
+        names = ", ".join(sorted(str(p.relative_to(out)) for p in left.fetched))
+        lines.append((f"fetched what trainer 0 wrote ({names}) from {left.out_from} into", False))
+        lines.append((f"    {out}", True))
+    else:
+        figures = (f" (the head's figures: loss {s.loss:.4f}, ${s.cost_usd:.4f}; `deepvm jobs {row.cluster}`)"
+                   if s is not None and s.loss is not None else "")
+        lines.append((f"no metrics.json on any node: trainer 0 writes it when a launch ends cleanly{figures}", False))
+    cancelled = s is not None and s.status is JobStatus.CANCELLED
+    if left.checkpoint is None:
+        lines.append(("no complete checkpoint on any node's disk (levels without l2 keep checkpoints in the "
+                      "holders' memory, gone with the job)", False))
+    else:
+        c = left.checkpoint
+        lines.append((f"newest checkpoint: step {c.step}, on {c.node}, deleted with the cluster "
+                      f"(`deepvm down {row.cluster}`):", False))
+        lines.append((f"    ~/{c.path}", True))
+    if left.checkpoint is not None and not cancelled:
+        lines.append(("resume from it (its controller then runs on this machine):", False))
+        lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster} --controller local --resume", True))
+    elif cancelled:
+        lines.append(("a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0:",
+                      False))
+        lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster}", True))
+    return lines

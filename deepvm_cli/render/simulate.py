@@ -8,7 +8,7 @@ policy otherwise (a script's log gets no redraws).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -98,3 +98,25 @@ def _plain_progress() -> ProgressCallback:
             console.plain(f"simulated {policy.value}: {total:,} runs in {seconds:.1f} s")
 
     return update
+
+
+@contextmanager
+def trace_progress(name: str) -> Iterator[Callable[[int, int], None]]:
+    """A callback for reading a trace file: a bar of its lines on a terminal, else one line when the file is
+    long enough to report at all (simulation/traces/csv_rows.py calls it every PROGRESS_EVERY lines), so a
+    10^6-line file is never seconds of silence."""
+    if not console.err.is_terminal:
+        told: list[bool] = []
+
+        def once(done: int, total: int) -> None:
+            if not told:
+                told.append(True)
+                console.plain(f"reading trace {name}: {total:,} lines")
+
+        yield once
+        return
+    bar = Progress(TextColumn(f"reading trace {name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console.err, transient=True)
+    task = bar.add_task("", total=None)
+    with bar:
+        yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -47,7 +47,10 @@ def stages(first: str) -> Iterator[Callable[[str], None]]:
 
 
 def warning(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}")
+    """One warning line; the message is text, never markup (a YAML error's `[`, a path's brackets)."""
+    from rich.markup import escape
+
+    err.print(f"[yellow]warning:[/] {escape(message)}")
 
 
 def error_line(message: str) -> None:

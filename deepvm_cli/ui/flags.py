@@ -10,7 +10,9 @@ here, finite at both ends, and `plan`, `up` and the rest answer a bad value with
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import typer
@@ -69,3 +71,24 @@ def region_list(param: typer.CallbackParam, value: str | list[str] | None) -> st
 def _flag(param: typer.CallbackParam) -> str:
     """The flag as the user knows it: its long name."""
     return max(param.opts, key=len) if param.opts else str(param.name)
+
+
+def writable_folder(flag: str, text: str) -> Path:
+    """The folder `text` names, made if need be and shown to be writable, or one InputError naming it.
+
+    Checked before any node is asked for anything: a fetch that fails on the local side after minutes of
+    transfer (a file where the folder should be, a read-only place, /proc) is the user's mistake to say
+    at once, and `''` is no folder (it would mean the current one without anybody choosing it). Writing
+    is proven by creating a file, since permission bits say nothing for root or on special filesystems."""
+    if not text.strip():
+        raise InputError(f"{flag} needs a folder, got {text!r}")
+    folder = Path(text).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{flag} {folder}: is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"{flag} {folder}: cannot write files there: {exc.strerror or exc}") from None
+    return folder

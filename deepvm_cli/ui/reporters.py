@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Column
+from rich.text import Text
 
 from deepvm_cli.render.job import Eta, describe_progress, progress_line, screened
 from deepvm_cli.ui import console
@@ -35,17 +36,28 @@ def plain_reporter() -> Iterator[JobReporter]:
     ))
 
 
+class _Bars(Progress):
+    """rich's progress bars (pushes, steps) and, below them, one line with the newest step's details, fitted
+    to the terminal's width by render.job.describe_progress (fields dropped, never wrapped: a wrapped line
+    would also throw off the redraw)."""
+
+    details = ""
+
+    def get_renderables(self) -> Iterator[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        if self.details:
+            yield Text(self.details, no_wrap=True, overflow="ellipsis")
+
+
 @contextmanager
 def live_reporter() -> Iterator[JobReporter]:
     """A job's events above rich progress bars (pushes, steps) on a terminal."""
-    # At 80 columns the counter, bar and ETA keep their width and the details wrap below them.
-    bars = Progress(
+    bars = _Bars(
         TextColumn("{task.description}"),
         BarColumn(bar_width=16),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[eta]}"),
-        TextColumn("{task.fields[info]}", table_column=Column(ratio=1, overflow="fold")),
         console=console.err,
     )
     eta = Eta()
@@ -53,7 +65,7 @@ def live_reporter() -> Iterator[JobReporter]:
 
     def task(key: str, total: int) -> TaskID:
         if key not in tasks:
-            tasks[key] = bars.add_task(key, total=total, info="", eta="")
+            tasks[key] = bars.add_task(key, total=total, eta="")
         return tasks[key]
 
     def push(host: str, done: int, total: int) -> None:
@@ -61,8 +73,9 @@ def live_reporter() -> Iterator[JobReporter]:
 
     def progress(p: JobProgress) -> None:
         left = eta.update(p.step, p.total_steps)
+        bars.details = "  " + describe_progress(p, width=bars.console.width - 2)
         bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
-                    info=describe_progress(p), eta=f"eta {left}" if left else "")
+                    eta=f"eta {left}" if left else "")
 
     with bars:
         yield screened(JobReporter(

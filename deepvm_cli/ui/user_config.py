@@ -16,6 +16,7 @@ and pydantic and PyYAML load only then, so a command without one starts as fast 
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,18 +106,23 @@ def _read(path: Path) -> UserConfig:
     return _checked(path, {} if doc.data is None else doc.data)
 
 
-def _raw(path: Path) -> dict[Any, Any]:
+def _raw(path: Path) -> dict[Any, Any] | InputError:
     """The file's mapping as written, unchecked, for `config set` and `unset` to repair: a wrong key or value
-    is theirs to fix, so it must not stop them (the result is checked whole before it is written)."""
+    is theirs to fix, so it must not stop them (the result is checked whole before it is written). A file
+    that cannot be read as a mapping at all (invalid YAML, not UTF-8, a FIFO, a directory, a list) holds
+    nothing to keep: the error says why, and the caller moves the file aside (`_move_aside`)."""
     from training.shared.yamlmarks import read_yaml
 
     if not path.exists() and not path.is_symlink():
         return {}
-    data = read_yaml(path, "config file", MAX_CONFIG_BYTES).data
+    try:
+        data = read_yaml(path, "config file", MAX_CONFIG_BYTES).data
+    except InputError as exc:
+        return exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{path}: must be a mapping of keys ({', '.join(KEYS)}), not a {type(data).__name__}")
+        return InputError(f"{path}: must be a mapping of keys ({', '.join(KEYS)}), not a {type(data).__name__}")
     return data
 
 
@@ -145,7 +151,7 @@ def _unknown_key(key: object, where: str = "") -> InputError:
 
 def set_value(key: str, text: str) -> UserConfig:
     """Write `key: text` into the file (created if need be), after checking the whole result; the file is
-    rewritten in deepvm's order, without comments."""
+    rewritten in deepvm's order, without comments. An unreadable file is kept as a backup (`_move_aside`)."""
     path = config_path()
     written = _raw(path)
     if key not in KEYS:
@@ -156,28 +162,53 @@ def set_value(key: str, text: str) -> UserConfig:
             value = float(text)
         except ValueError:
             raise InputError(f"max_price must be a number (USD per hour), got {text!r}") from None
-    return _write(path, {**written, key: value})
+    kept = {} if isinstance(written, InputError) else written
+    return _write(path, {**kept, key: value}, written if isinstance(written, InputError) else None)
 
 
 def unset_value(key: str) -> UserConfig:
-    """Remove `key` from the file (nothing to do when it is not set)."""
+    """Remove `key` from the file (nothing to do when it is not set). An unreadable file is kept as a
+    backup and replaced by an empty one (`_move_aside`)."""
     path = config_path()
     written = _raw(path)
+    if isinstance(written, InputError):
+        if key not in KEYS:
+            raise _unknown_key(key)
+        return _write(path, {}, written)
     if key not in KEYS and key not in written:  # a misspelt key in the file can be removed by its name
         raise _unknown_key(key)
     return _write(path, {k: v for k, v in written.items() if k != key})
 
 
-def _write(path: Path, values: dict[str, Any]) -> UserConfig:
+def _write(path: Path, values: dict[str, Any], unreadable: InputError | None = None) -> UserConfig:
     import yaml
 
     from provisioning.core.atomicfile import write_text_atomic
     from provisioning.core.home import deepvm_home
 
-    config = _checked(path, values)
+    config = _checked(path, values)  # a bad new value leaves the file as it was, readable or not
     deepvm_home()  # the directory, owner-only, or one line saying why it cannot be
+    if unreadable is not None:
+        backup = _move_aside(path, unreadable)
+        console.warning(f"{unreadable}; kept it as {backup} and wrote a new {path.name}")
     try:
         write_text_atomic(path, yaml.safe_dump(config.values(), sort_keys=False) if values else "")
     except OSError as exc:
         raise InputError(f"cannot write config file {path}: {exc.strerror or exc}") from None
     return config
+
+
+def _move_aside(path: Path, unreadable: InputError) -> Path:
+    """Rename the unreadable file (or FIFO, or directory) to the first free `config.yaml.broken[-N]` beside it,
+    so that nothing the user wrote there is lost; its name is what the warning gives. Renaming works on
+    every kind of entry and never reads it (a FIFO would block a copy)."""
+    for n in range(1, 1000):
+        backup = path.with_name(f"{path.name}.broken" + ("" if n == 1 else f"-{n}"))
+        if not os.path.lexists(backup):
+            try:
+                os.rename(path, backup)
+            except OSError as exc:
+                raise InputError(f"{unreadable}; cannot move it aside ({exc.strerror or exc}): remove it "
+                                 f"(`rm -r {path}`) and run this again") from None
+            return backup
+    raise InputError(f"{unreadable}; {path}.broken-2 to -999 are taken: remove the old backups or the file itself")

@@ -43,7 +43,7 @@ def user_text(raw: bytes, path: Path | str, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); a {what} must be") from None
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
 
 
 def read_user_bytes(path: Path, what: str, limit_bytes: int) -> bytes:

@@ -5,10 +5,12 @@
     a-us-east1-c-0,2/18/19 23:39,2/19/19 23:44
     Previous experiments,,              everything from here on is ignored
 
-Times are `M/D/YY H:MM`. A lifetime of CENSOR_AT_H or more is censored, not a preemption: GCE stops every
-preemptible VM after 24 hours, so those VMs were still alive when the cap ended the observation (the
-recorded end comes a few minutes after the 24 h, or before it when the VM was started late). The format
-is GCE's, so the cap applies to every file read as lifetimes.
+Times are ICAC'19's `M/D/YY H:MM` (2/18/19 23:39) or ISO 8601 (2019-02-18T23:39, 2019-02-18 23:39:05,
+2019-02-18T23:39:05+01:00; seconds and an offset optional): a time with an offset is taken in UTC, one
+without as written, so give both times of a row alike. A lifetime of CENSOR_AT_H or more is censored,
+not a preemption: GCE stops every preemptible VM after 24 hours, so those VMs were still alive when the
+cap ended the observation (the recorded end comes a few minutes after the 24 h, or before it when the VM
+was started late). The format is GCE's, so the cap applies to every file read as lifetimes.
 
 Below `Previous experiments` ICAC'19 has 2018 runs whose times are clock times of one day, some corrupt:
 only the February 2019 sections above it are used.
@@ -16,25 +18,28 @@ only the February 2019 sections above it are used.
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timezone
 
 from simulation.trace import Trace, TraceKind
-from simulation.traces.csv_rows import csv_rows
+from simulation.traces.csv_rows import RowProgress, csv_rows
 from simulation.traces.errors import TraceError
 
 CENSOR_AT_H = 23.9  # GCE's 24 h cap on preemptible VMs, less the minute resolution of the records
 TIME_FORMAT = "%m/%d/%y %H:%M"
+ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")  # a date and a time at least: no bare date
 STOP_MARKER = "previous experiments"
 HEADER = "vm name"
 
 
-def parse_lifetimes(text: str, where: str, source: str, sections: tuple[str, ...] | None = None) -> Trace:
+def parse_lifetimes(text: str, where: str, source: str, sections: tuple[str, ...] | None = None,
+                    progress: RowProgress | None = None) -> Trace:
     """Every VM of the file (or of `sections` only) as a lifetime; TraceError naming the line otherwise."""
     lifetimes: list[float] = []
     censored: list[bool] = []
     section: str | None = None
     seen_sections: list[str] = []
-    for number, fields in csv_rows(text, where):
+    for number, fields in csv_rows(text, where, progress):
         first = fields[0]
         if first.lower() == STOP_MARKER:
             break
@@ -80,4 +85,12 @@ def _time(value: str, field: str, where: str, number: int) -> datetime:
     try:
         return datetime.strptime(value, TIME_FORMAT)
     except ValueError:
-        raise TraceError(f"{where}:{number}: {field} {value!r} is not a time of the form M/D/YY H:MM") from None
+        pass
+    try:
+        moment = datetime.fromisoformat(value) if ISO_TIME.match(value) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise TraceError(f"{where}:{number}: {field} {value!r} is not a time of the form M/D/YY H:MM or ISO 8601 "
+                         "(YYYY-MM-DDTHH:MM[:SS][+HH:MM])")
+    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from simulation.trace import Trace
 from simulation.traces.bands import band_trace, is_rate_or_band
+from simulation.traces.csv_rows import RowProgress
 from simulation.traces.errors import TraceError
 from simulation.traces.files import read_trace_file
 from simulation.traces.shipped import SHIPPED, load_shipped
@@ -18,16 +19,17 @@ def known_traces() -> list[str]:
     return sorted(SHIPPED)
 
 
-def resolve_trace(spec: str, alternatives: str = "a file") -> Trace:
+def resolve_trace(spec: str, alternatives: str = "a file", progress: RowProgress | None = None) -> Trace:
     """A shipped trace by name, else the trace in the file `spec` (a shipped name wins over a file).
 
-    `alternatives` completes the "unknown trace" error with what else the caller accepts."""
+    `alternatives` completes the "unknown trace" error with what else the caller accepts; `progress` hears
+    how far a file's parse got."""
     name = spec.strip()
     if name in SHIPPED:
         return load_shipped(name)
     path = Path(spec).expanduser()
     if os.path.lexists(path):
-        return read_trace_file(path)
+        return read_trace_file(path, progress)
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".csv", ".json", ".txt"):
         raise TraceError(f"trace file not found: {spec}")
     hint = difflib.get_close_matches(name, known_traces(), n=1)

@@ -185,3 +185,29 @@ def test_unknown_names_suggest_the_closest(tmp_path, monkeypatch):
         resolve_trace("traces/x")
     os.mkdir("gce")  # a shipped name wins over a file of the same name
     assert resolve_trace("gce").kind is TraceKind.LIFETIMES
+
+
+def test_lifetimes_take_iso_8601_times(tmp_path):
+    """Issue 23 point 10: only M/D/YY H:MM was read; ISO 8601 is what most logs write."""
+    path = tmp_path / "iso.csv"
+    path.write_text("vm-a,2019-02-18T23:39,2019-02-19T01:09:30\n"
+                    "vm-b,2019-02-18 23:39:00+01:00,2019-02-18T23:00:00Z\n"  # offsets: compared in UTC
+                    "vm-c,2/18/19 23:39,2019-02-19T23:44\n")  # fmt: skip
+    trace = read_trace_file(path)
+    assert trace.kind is TraceKind.LIFETIMES
+    assert trace.lifetimes_h == pytest.approx((1.5 + 0.5 / 60, 0.35, 24 + 5 / 60))
+    assert trace.censored == (False, False, True)
+    path.write_text("vm-a,2019-02-18T23:39,2019-02-19T25:00\n")
+    with pytest.raises(TraceError, match=r":1: Terminate '2019-02-19T25:00' is not a time of the form M/D/YY H:MM "
+                                         r"or ISO 8601"):
+        read_trace_file(path)
+
+
+def test_a_long_trace_file_reports_its_parse(tmp_path):
+    """Issue 23 point 6: a 10^6-row file was 11 s of silence."""
+    path = tmp_path / "long.csv"
+    path.write_text("".join(f"{i * 1000},add,n{i}\n{i * 1000 + 500},remove,n{i}\n" for i in range(60_000)))
+    seen: list[tuple[int, int]] = []
+    trace = read_trace_file(path, progress=lambda done, total: seen.append((done, total)))
+    assert len(trace.lifetimes_h) == 60_000
+    assert seen == [(50_000, 120_000), (100_000, 120_000)]

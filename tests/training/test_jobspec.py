@@ -322,7 +322,7 @@ def test_a_file_that_is_not_a_job_file(tmp_path):
     assert error_of(big) == f"job file {big} is larger than 256 KiB; refusing to read it"
     latin1 = tmp_path / "latin1.yaml"
     latin1.write_bytes(b"name: caf\xe9\n")
-    assert error_of(latin1) == f"{latin1} is not UTF-8 text (byte 9); a job file must be"
+    assert error_of(latin1) == f"{latin1} is not UTF-8 text (byte 9); save the job file as UTF-8"
 
 
 def test_a_missing_job_file_suggests_the_one_meant(tmp_path, monkeypatch):

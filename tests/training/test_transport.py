@@ -14,6 +14,7 @@ from sshd import can_run_sshd, start_sshd, stop_sshd
 
 from provisioning.cloud.ssh import Answer, HostKeyRefused, TransportError, UnreadableKnownHosts, probe, probe_all
 from provisioning.cloud.types import HostSpec
+from provisioning.core.errors import InputError
 from training.shared.transport import (
     MANIFEST,
     OutputLine,
@@ -118,6 +119,30 @@ def test_push_to_several_hosts_then_only_changes(server, job, tmp_path):
 
     third = push()
     assert [(r.uploaded, r.deleted, r.bytes_sent) for r in third] == [((), (), 0)] * 2
+
+
+def test_a_link_to_a_file_inside_goes_as_that_file_any_other_link_is_refused(server, job, tmp_path):
+    """Issue 23 point 3: links were left out silently, so a linked run.script was missing on the nodes."""
+    (job / "main.py").symlink_to("pkg/a.py")  # relative, inside: the common `train.py -> src/train.py`
+    (job / "pkg" / "b-abs").symlink_to(job / "pkg" / "sub" / "b.bin")  # absolute, inside
+    target = tmp_path / "remote"
+    (result,) = push_tree([host(server)], job, str(target))
+    assert "main.py" in result.uploaded and "pkg/b-abs" in result.uploaded
+    assert not (target / "main.py").is_symlink() and (target / "main.py").read_text() == "A = 1\n"
+    assert (target / "pkg" / "b-abs").read_bytes() == (job / "pkg" / "sub" / "b.bin").read_bytes()
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = canary\n")
+    for name, to, leads_to in [("creds", secret, f"{secret}, outside the job directory"),
+                               ("lib", job / "pkg", "a directory"),
+                               ("gone", job / "nowhere.py", "nothing (it is dangling or loops)")]:
+        (job / name).symlink_to(to)
+        with pytest.raises(InputError) as refused:
+            push_tree([host(server)], job, str(tmp_path / "never"))
+        assert str(refused.value) == (f"{job / name}: a symbolic link to {leads_to}; deepvm pushes {job} as regular "
+                                      "files and follows a link only to a regular file inside it: copy or move what "
+                                      "the job needs into it")
+        (job / name).unlink()
+    assert not (tmp_path / "never").exists()
 
 
 def test_parallel_push_to_many_hosts(servers, job):

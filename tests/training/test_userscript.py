@@ -16,7 +16,7 @@ from training import job
 from training.node.checkpointing import Checkpointer
 from training.node.distenv import DistEnv
 from training.node.trainercomm import TrainerComm
-from training.node.userscript import ScriptExited, run_script
+from training.node.userscript import NoStepTaken, ScriptExited, run_script
 from training.shared.jobspec import load_job_spec
 
 pytestmark = pytest.mark.filterwarnings("error:Converting a tensor with requires_grad")  # a loss tensor is read quietly
@@ -56,11 +56,13 @@ class Rank:
         self.ck = deepcheck.init(MPI.COMM_SELF, "both", directory=tmp / "ck", timeout=30)
         self.trainers = TrainerComm(MPI.COMM_SELF, [0])
 
-    def run(self, script: str, args: str = "[]", steps: int = 6) -> None:
+    def run(self, script: str, args: str = "[]", steps: int | None = 6) -> None:
+        """Run `script` under a spec of `steps` (None: `run.calls_step: false`, a script that takes none)."""
         (self.dir / "train.py").write_text(script)
         job_file = self.dir / "job.yaml"
-        job_file.write_text(f"steps: {steps}\nlog_every: 2\ncheckpoint: {{every_steps: 4}}\n"
-                            f"run: {{script: train.py, args: {args}}}\n")  # fmt: skip
+        counted = f"steps: {steps}\n" if steps is not None else ""
+        job_file.write_text(f"{counted}log_every: 2\ncheckpoint: {{every_steps: 4}}\n"
+                            f"run: {{script: train.py, args: {args}, calls_step: {str(steps is not None).lower()}}}\n")
         spec = load_job_spec(job_file)
         checkpointer = Checkpointer(self.ck, spec.checkpoint, self.trainers)
         run_script(spec, job_file, self.env, "cpu", 1, self.out, checkpointer, self.trainers)
@@ -126,15 +128,35 @@ def test_restore_after_the_first_step_is_an_error(rank):
 
 
 def test_exit_status_of_the_script(rank):
-    rank.run("import sys\nsys.exit(0)\n")  # a clean exit is a return
+    rank.run("import sys\nsys.exit(0)\n", steps=None)  # a clean exit is a return
     with pytest.raises(ScriptExited, match=r"train\.py exited with 3"):
         rank.run("import sys\nsys.exit(3)\n")
+
+
+NO_STEP = "from training import job\nctx = job.attach()\nctx.restore()\nprint('set up, then nothing')\n"
+
+
+def test_a_script_that_never_calls_step_fails_the_job(rank):
+    """Issue 23: it ended `completed: step 0/20`, exit 0. Now the rank fails before any End event calls the
+    launch completed, and no metrics.json says it was."""
+    with pytest.raises(NoStepTaken, match=r"^train\.py returned without calling ctx\.step\(\) \(at step 0 of 6\): "
+                                          r".* or set run\.calls_step: false in the job spec"):
+        rank.run(NO_STEP)
+    assert not (rank.out / "metrics.json").exists()
+
+
+def test_a_script_whose_spec_says_it_takes_no_steps_completes(rank):
+    rank.run(NO_STEP, steps=None)
+    metrics = json.loads((rank.out / "metrics.json").read_text())
+    assert (metrics["status"], metrics["steps"], metrics["total_steps"]) == ("completed", 0, 0)
+    with pytest.raises(RuntimeError, match=r"run\.calls_step: false"):
+        rank.run(NO_STEP + "ctx.step(1, dict, loss=0.0)\n", steps=None)
 
 
 def test_the_script_runs_as_main_with_its_args_in_the_job_directory(rank):
     rank.run("import json, os, sys\nfrom training import job\n"
              "out = job.attach().out\n(out / 'seen.json').write_text(json.dumps([__name__, sys.argv, os.getcwd()]))\n",
-             "[--lr, 0.5]")  # fmt: skip
+             "[--lr, 0.5]", steps=None)  # fmt: skip
     name, argv, cwd = json.loads((rank.out / "seen.json").read_text())
     assert (name, argv, cwd) == ("__main__", [str(rank.dir / "train.py"), "--lr", "0.5"], str(rank.dir))
 

@@ -297,18 +297,19 @@ def cancel(head: Head, job_id: str, now: bool) -> None:
 
 
 def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> dict | None:
-    """Copy the job's outputs from the head into out_dir; the job's result (TrainResult as a dict, its
-    out_dir this one) once it has completed, else None."""
+    """Once the job has completed, copy its outputs from the head into out_dir and return its result
+    (TrainResult as a dict, its out_dir this one); None for a job that has not (its head holds no outputs:
+    training.client.leftovers finds what it left on the nodes)."""
     from training.shared.transport import fetch_files, fetch_tree
 
     files = JobFiles(job_id)
-    fetch_tree(head.host, files.out, out_dir)
     try:
         with tempfile.TemporaryDirectory(prefix="deepvm-result-") as work:
             fetch_files(head.host, files.root, ["result.json"], Path(work))
             result = json.loads((Path(work) / "result.json").read_text())
     except TransportError:
         return None
+    fetch_tree(head.host, files.out, out_dir)
     return {**result, "out_dir": str(out_dir)}
 
 

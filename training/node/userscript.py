@@ -32,6 +32,10 @@ class ScriptExited(DeepvmError):
     """The script called sys.exit with a failure status."""
 
 
+class NoStepTaken(DeepvmError):
+    """The script returned without a single ctx.step() while it had steps to train."""
+
+
 def run_script(
     spec: JobSpec,
     job_file: Path,
@@ -54,6 +58,11 @@ def run_script(
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     raise ScriptExited(f"{spec.run.script} exited with {exc.code!r}") from None
+        if ctx.took_no_step:  # before finish(): no End event may call this launch completed
+            raise NoStepTaken(
+                f"{spec.run.script} returned without calling ctx.step() (at step {ctx.start_step} of "
+                f"{ctx.total_steps}): report each step with ctx.step(), or set run.calls_step: false in the job "
+                "spec if the script takes none")
         metrics = ctx.finish()
     if env.rank == 0:
         partial = out / "metrics.json.part"

@@ -105,7 +105,7 @@ class Step(Event):
     EVENT: ClassVar[str] = "step"
 
     step: int  # steps done, counting from 1
-    epoch: int  # the epoch the step was in
+    epoch: int | None  # the epoch the step was in; None: the job counts none (a `run:` script that gave none)
     loss: float  # this trainer's loss at the step
     global_loss: float  # the loss averaged over all trainers
     lr: float | None = None  # deepvm's worker: the learning rate the step used

@@ -202,6 +202,9 @@ class RunOverride(_Strict):
 
     script: Text  # relative to the job file's directory, which is pushed to every node
     args: list[Text] = Field(default_factory=list)  # the script's sys.argv[1:]
+    # false: the script takes no steps (an evaluation, a data preparation): it gives no `steps`, and ends
+    # completed without calling ctx.step(); true (the default): ending before its first step is a failure
+    calls_step: bool = True
 
     @field_validator("args", mode="before")
     @classmethod
@@ -257,8 +260,11 @@ class JobSpec(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
         if self.run is not None:
-            if self.steps is None:
-                raise _field_error("run", "needs steps: N, the steps your script trains (progress and cost count them)")
+            if self.steps is None and self.run.calls_step:
+                raise _field_error("run", "needs steps: N, the steps your script trains (progress and cost count "
+                                          "them), or run.calls_step: false for a script that takes none")
+            if self.steps is not None and not self.run.calls_step:
+                raise _field_error("steps", "a script with run.calls_step: false takes no steps; remove steps")
             return self
         if self.dataset is None:
             raise _field_error("dataset", None)

@@ -21,7 +21,7 @@ class Progress:
 
     step: int
     total_steps: int
-    epoch: int
+    epoch: int | None  # None: the job counts no epochs (a `run:` script that reports none)
     loss: float  # mean over trainers at this step
     samples_per_s: float  # of the whole job (trainer 0's rate x its share of the global batch)
     world_size: int  # trainers

@@ -28,7 +28,6 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -36,12 +35,12 @@ import paramiko
 
 from provisioning.cloud.ssh import TransportError, connect
 from provisioning.cloud.types import HostSpec
+from training.shared.jobdir import DEFAULT_EXCLUDE, pushed_files
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 MANIFEST = ".deepvm-manifest.json"
-DEFAULT_EXCLUDE = ("__pycache__", "*.pyc", ".git", ".venv", ".pytest_cache", ".ruff_cache")
 
 
 @dataclass(frozen=True)
@@ -83,18 +82,15 @@ class OutputLine:
 
 
 def local_manifest(root: Path, exclude: Sequence[str] = DEFAULT_EXCLUDE) -> dict[str, dict[str, str | int]]:
-    """{relative posix path: {"sha256", "mode"}} of every regular file under ``root`` not excluded.
+    """{relative posix path: {"sha256", "mode"}} of every file under ``root`` that goes (jobdir.pushed_files:
+    regular files, a link to one inside ``root`` as that file; InputError for any other link).
 
     A pattern excludes a file when it matches any component of its relative path.
     """
     entries: dict[str, dict[str, str | int]] = {}
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(fnmatch(part, pattern) for part in relative.parts for pattern in exclude):
-            continue
-        if path.is_file() and not path.is_symlink():
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            entries[relative.as_posix()] = {"sha256": digest, "mode": stat.S_IMODE(path.stat().st_mode)}
+    for relative, path in pushed_files(root, exclude):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        entries[relative] = {"sha256": digest, "mode": stat.S_IMODE(path.stat().st_mode)}
     return entries
 
 
