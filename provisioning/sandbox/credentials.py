@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.sandbox.shared import CREDENTIALS, iso_time
 
-PROFILE_TTL_S = 5.0  # how long an association lookup is reused
+PROFILE_TTL_S = 5.0  # how long a profile found is reused (a lookup that found none is not reused)
 REFRESH_BEFORE = timedelta(minutes=20)  # botocore refreshes credentials with less than 15 min left
 _DURATION_S = 3600
 
@@ -77,7 +77,7 @@ class InstanceCredentials:
         """The instance's profile now, or None without one (or when the control plane does not answer)."""
         with self._lock:
             at, found = self._profile
-            if time.monotonic() - at > PROFILE_TTL_S:
+            if found is None or time.monotonic() - at > PROFILE_TTL_S:  # "none" is never kept: asked again
                 found = self._lookup_profile()
                 self._profile = (time.monotonic(), found)
             return found

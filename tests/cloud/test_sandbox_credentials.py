@@ -95,11 +95,10 @@ def test_without_a_profile_there_are_no_credentials(tmp_path, moto, instance):
         assert _default_chain(imds, moto) == ["none", "-"]
 
 
-def test_the_profile_s_role_credentials_are_served_and_found_by_boto3(tmp_path, ctx, moto, instance, monkeypatch):
-    monkeypatch.setattr("provisioning.sandbox.credentials.PROFILE_TTL_S", 0.0)
+def test_the_profile_s_role_credentials_are_served_and_found_by_boto3(tmp_path, ctx, moto, instance):
     with _imds(tmp_path, moto, instance) as imds:
         assert _get(imds, "latest/meta-data/iam/security-credentials/")[0] == 404
-        arn = _give_profile(ctx, instance)  # after boot, as `up` does
+        arn = _give_profile(ctx, instance)  # after boot, as `up` does: served at once, not after an earlier "none"
         assert _get(imds, "latest/meta-data/iam/security-credentials/") == (200, "deepvm-c1-controller")
         assert "iam/" in _get(imds, "latest/meta-data/")[1].split()
         status, body = _get(imds, "latest/meta-data/iam/security-credentials/deepvm-c1-controller")
