@@ -4,7 +4,9 @@ moto answers GetConsoleOutput with one fixed sample text for every instance. EC2
 instance printed to its serial console, and that is where deepvm learns each node's SSH host key
 (provisioning/cloud/aws/console.py). So this server answers it from the console the instance's host wrote
 (provisioning/sandbox/hosts.py), and the same code pins host keys on AWS and in the sandbox, on this
-machine and on a head node alike. Everything else is moto's own.
+machine and on a head node alike. Where moto is not AWS in ways deepvm's code must meet (eventual
+consistency, instant fleets, capacity, how instances end), the realism layer makes it so
+(provisioning/sandbox/realism.py), with the sandbox's settings, `SANDBOX`, in force from the start.
 
 Run as `python -m provisioning.sandbox.controlplane` with moto.server's arguments.
 """
@@ -20,6 +22,7 @@ from moto.ec2.responses.general import General
 from moto.server import main as moto_main
 
 from provisioning.sandbox.hosts import console_text
+from provisioning.sandbox.realism import SANDBOX, install
 
 
 def console_output(self: General) -> ActionResult:
@@ -35,6 +38,7 @@ def console_output(self: General) -> ActionResult:
 
 def main(argv: list[str]) -> None:
     General.get_console_output = console_output  # type: ignore[method-assign]
+    install(SANDBOX)
     moto_main(argv)
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the cloud tests: a moto server over HTTP, and plans built by hand."""
+"""Fixtures for the cloud tests: a moto server over HTTP that behaves like AWS where moto does not (the
+realism layer, provisioning/sandbox/realism.py), and plans built by hand."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from provisioning.cloud.aws.context import AwsContext
+from provisioning.sandbox.realism import Realism, RealismControl, install
 from provisioning.sandbox.target import SANDBOX_IMAGE
 from tests.cloud.plans import REGION
 
@@ -21,6 +23,7 @@ def moto_endpoint():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # read by moto when a region's backend starts
+    install()  # the realism layer in this process, where the server's threads run
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     yield f"http://127.0.0.1:{port}"
@@ -30,10 +33,18 @@ def moto_endpoint():
 
 @pytest.fixture
 def moto(moto_endpoint, monkeypatch):
-    """A reset moto server that boto3 (in this process and in CLI subprocesses) talks to."""
+    """A reset moto server that boto3 (in this process and in CLI subprocesses) talks to, with the realism
+    that costs no time on (instant fleets unlisted, no capacity limits, no lags: `realism` sets them)."""
     urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
+    RealismControl(moto_endpoint).set(Realism())
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     return moto_endpoint
+
+
+@pytest.fixture
+def realism(moto) -> RealismControl:
+    """The test's moto server's realism settings, to change (`realism.change(listing_lag_s=2)`)."""
+    return RealismControl(moto)
 
 
 @pytest.fixture

@@ -1,0 +1,235 @@
+"""Realism over moto: the sandbox's EC2 behaves like AWS where moto does not, and every test can say how.
+
+moto answers at once and consistently, lists everything, never runs out of capacity and ends every
+instance as its user did. AWS does none of that, and deepvm's code must cope with what AWS does. Each
+behaviour below is switched by one field of `Realism` and emulates a documented behaviour of AWS:
+
+- `listing_lag_s`: a new instance is missing from DescribeInstances without InstanceIds (a listing, by
+  tag or state) for that long after its launch. "The result of an API command ... might not be
+  immediately visible to all subsequent commands" (https://docs.aws.amazon.com/ec2/latest/devguide/
+  eventual-consistency.html). A lookup by id still finds it: deepvm keeps the ids EC2 returned.
+- `group_lag_s`: AuthorizeSecurityGroupIngress on a group created less than that long ago answers
+  InvalidGroup.NotFound (the same page lists it among the eventual-consistency errors).
+- `profile_lag_s`: AssociateIamInstanceProfile or ReplaceIamInstanceProfileAssociation with an instance
+  profile created less than that long ago answers InvalidParameterValue ("Invalid IAM Instance Profile
+  name"): IAM is eventually consistent and EC2 learns of a new profile late
+  (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency).
+- `hide_instant_fleets`: DescribeFleets without FleetIds leaves out fleets of type instant ("If a fleet
+  is of type instant, you must specify the fleet ID in the request, otherwise the fleet does not appear
+  in the response": https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeFleets.html).
+- `capacity`: a schedule of what EC2 can launch per pool (zone, instance type, market). A CreateFleet
+  asking a pool for more than it has gets what is left (nothing, below MinTargetCapacity) and an
+  Errors[] entry with the rule's code, as an instant fleet reports it
+  (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateFleetError.html; the codes:
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html). A rule can hold for a
+  window of time only: the market emulation of later issues adds rules, it needs no other mechanism.
+- `reclaim`: an instance ended by EC2 itself carries the StateReason EC2 gives it, e.g.
+  Server.SpotInstanceTermination for a Spot interruption
+  (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html), where moto would say
+  Client.UserInitiatedShutdown. The sandbox's supervisor reclaims an interrupted instance this way.
+
+How it is switched on: `install()` patches moto's EC2 and IAM classes in the process that runs the moto
+server (the sandbox's control plane, `provisioning.sandbox.controlplane`, or a test's ThreadedMotoServer)
+and adds a small control endpoint to it, `/deepvm-realism` (GET and PUT the settings as JSON) and
+`/deepvm-realism/reclaim` (POST). `RealismControl(endpoint)` is its client: tests, the supervisor and the
+CLI change the behaviour of a running server with it, over HTTP, without importing moto. The sandbox
+starts with `SANDBOX` (everything on, delays of a few seconds at most); a test's moto starts with
+`Realism()` (what costs no time on) and a test that needs a lag sets it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+CONTROL_PATH = "/deepvm-realism"
+SPOT_TERMINATION = "Server.SpotInstanceTermination"  # EC2 reclaimed a Spot instance
+INTERNAL_ERROR = "Server.InternalError"  # the instance's host failed
+STATE_MESSAGES = {
+    SPOT_TERMINATION: "Spot instance termination",
+    INTERNAL_ERROR: "Internal error on launch",
+}
+_ERROR_MESSAGES = {  # what EC2 says for each code, shortened from the error codes reference
+    "InsufficientInstanceCapacity": "We currently do not have sufficient {type} capacity in the Availability "
+    "Zone you requested ({zone}).",
+    "UnfulfillableCapacity": "At this time there isn't enough spare capacity to fulfill your request for "
+    "Spot Instances.",
+    "MaxSpotInstanceCountExceeded": "Max spot instance count exceeded",
+    "VcpuLimitExceeded": "You have requested more vCPU capacity than your current vCPU limit allows for the "
+    "instance bucket that the specified instance type belongs to.",
+    "UnauthorizedOperation": "You are not authorized to perform this operation.",
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": "The provided credentials do not have permission to "
+    "create the service-linked role for EC2 Spot Instances.",
+}
+MARKETS = ("spot", "on-demand", "*")
+
+
+@dataclass(frozen=True)
+class CapacityRule:
+    """One entry of the capacity schedule: how much one pool can still launch, and what EC2 says beyond.
+
+    A pool is a zone, an instance type and a market; "*" matches any. The first rule that matches a
+    request's pool and holds now decides for it; a pool no rule matches has capacity without end.
+    """
+
+    zone: str = "*"
+    instance_type: str = "*"
+    market: str = "*"  # "spot", "on-demand" or "*"
+    available: int = 0  # instances the pool launches while the rule holds (each launch uses them up)
+    error_code: str = "InsufficientInstanceCapacity"  # Errors[].ErrorCode for what it cannot launch
+    message: str = ""  # Errors[].ErrorMessage; "" for EC2's usual text of the code
+    starts_at: float | None = None  # UNIX time the rule begins to hold (None: already)
+    ends_at: float | None = None  # UNIX time it stops holding (None: never)
+
+    def matches(self, zone: str, instance_type: str, market: str, now: float) -> bool:
+        return (
+            self.zone in ("*", zone)
+            and self.instance_type in ("*", instance_type)
+            and self.market in ("*", market)
+            and (self.starts_at is None or now >= self.starts_at)
+            and (self.ends_at is None or now < self.ends_at)
+        )
+
+    def error_message(self, zone: str, instance_type: str) -> str:
+        text = self.message or _ERROR_MESSAGES.get(self.error_code, self.error_code)
+        return text.format(type=instance_type, zone=zone)
+
+
+@dataclass(frozen=True)
+class Realism:
+    """How far the moto server behaves like AWS (the module docstring says what each field emulates)."""
+
+    listing_lag_s: float = 0.0
+    group_lag_s: float = 0.0
+    profile_lag_s: float = 0.0
+    hide_instant_fleets: bool = True
+    capacity: tuple[CapacityRule, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Realism:
+        """The settings from their JSON form; ValueError naming the field that is wrong."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("the realism settings must be a JSON object")
+        _check_keys(data, cls, "realism")
+        rules = []
+        for index, raw in enumerate(data.pop("capacity", [])):
+            if not isinstance(raw, dict):
+                raise ValueError(f"capacity[{index}] must be an object")
+            _check_keys(raw, CapacityRule, f"capacity[{index}]")
+            rule = CapacityRule(**raw)
+            if rule.market not in MARKETS or not isinstance(rule.available, int) or rule.available < 0:
+                raise ValueError(f"capacity[{index}]: market must be one of {MARKETS}, available a count >= 0")
+            rules.append(rule)
+        realism = cls(**data, capacity=tuple(rules))
+        for name in ("listing_lag_s", "group_lag_s", "profile_lag_s"):
+            value = getattr(realism, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:
+                raise ValueError(f"{name} must be a number of seconds from 0 to 60, not {value!r}")
+        return realism
+
+
+# The sandbox's default: what matters on, with delays short enough for a demo (a few seconds at most).
+SANDBOX = Realism(listing_lag_s=2.0, group_lag_s=1.0, profile_lag_s=2.0)
+
+
+def _check_keys(data: dict[str, Any], cls: type, where: str) -> None:
+    unknown = sorted(set(data) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+
+
+class RealismControl:
+    """The client of a moto server's realism endpoint (no moto import: the CLI and tests use it)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.url = endpoint.rstrip("/") + CONTROL_PATH
+
+    def settings(self) -> Realism:
+        with urllib.request.urlopen(self.url, timeout=10) as reply:
+            return Realism.from_json(reply.read().decode())
+
+    def set(self, realism: Realism) -> None:
+        self._send(self.url, "PUT", realism.to_json())
+
+    def change(self, **changes: Any) -> Realism:
+        """Change some fields of the server's settings; the settings now in force."""
+        new = replace(self.settings(), **changes)
+        self.set(new)
+        return new
+
+    def reclaim(self, region: str, instance_id: str, state_reason: str = SPOT_TERMINATION) -> None:
+        """Terminate the instance as EC2 itself does, with `state_reason` as its StateReason code."""
+        body = json.dumps({"region": region, "instance_id": instance_id, "state_reason": state_reason})
+        self._send(f"{self.url}/reclaim", "POST", body)
+
+    @staticmethod
+    def _send(url: str, method: str, body: str) -> None:
+        request = urllib.request.Request(url, data=body.encode(), method=method,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            reply.read()
+
+
+@dataclass
+class ServerState:
+    """The server side: settings in force, what each capacity rule has launched, and when things were
+    born (security groups by id, instance profiles by name), all guarded by one lock."""
+
+    realism: Realism = field(default_factory=Realism)
+    launched: dict[int, int] = field(default_factory=dict)  # rule index -> instances launched under it
+    born: dict[str, float] = field(default_factory=dict)  # resource id or name -> time.monotonic()
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def configure(self, realism: Realism) -> None:
+        with self.lock:
+            self.realism, self.launched = realism, {}
+
+    def note_birth(self, key: str) -> None:
+        with self.lock:
+            self.born[key] = time.monotonic()
+
+    def younger_than(self, key: str, seconds: float) -> bool:
+        with self.lock:
+            born = self.born.get(key)
+        return born is not None and time.monotonic() - born < seconds
+
+    def grant(self, zone: str, instance_type: str, market: str, wanted: int,
+              minimum: int) -> tuple[int, CapacityRule | None]:  # fmt: skip
+        """How many of `wanted` instances the pool launches (0 below `minimum`), and the rule that
+        limited it (None when none did)."""
+        now = time.time()
+        with self.lock:
+            for index, rule in enumerate(self.realism.capacity):
+                if not rule.matches(zone, instance_type, market, now):
+                    continue
+                left = max(0, rule.available - self.launched.get(index, 0))
+                granted = min(wanted, left)
+                if granted < minimum:
+                    granted = 0
+                self.launched[index] = self.launched.get(index, 0) + granted
+                return granted, (rule if granted < wanted else None)
+        return wanted, None
+
+
+STATE = ServerState()
+_installed = False
+
+
+def install(realism: Realism = Realism()) -> None:
+    """Patch moto in this process (once) and put `realism` in force."""
+    global _installed
+    STATE.configure(realism)
+    if _installed:
+        return
+    from provisioning.sandbox import realism_moto
+
+    realism_moto.patch(STATE)
+    _installed = True

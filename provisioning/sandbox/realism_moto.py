@@ -1,0 +1,234 @@
+"""The moto side of `provisioning.sandbox.realism`: the patches that make moto behave as that module's
+docstring says, and its control endpoint. Imported only by `realism.install()`, in the process that runs a
+moto server, so that nothing else pays for importing moto.
+
+Each patch wraps one of moto's own methods and reads the settings in force at the time of the call, so a
+test can change them between two calls of the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from moto.core.utils import utcnow
+from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.fleets import FleetsBackend
+from moto.ec2.models.instances import InstanceBackend, Reservation, StateReason
+from moto.ec2.responses.fleets import Fleets
+from moto.ec2.responses.iam_instance_profiles import IamInstanceProfiles
+from moto.ec2.responses.security_groups import SecurityGroups
+from moto.iam.models import IAMBackend
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, Realism, ServerState
+
+_MARKET_KEYS = (("spot", "SpotTargetCapacity"), ("on-demand", "OnDemandTargetCapacity"))
+
+
+def patch(state: ServerState) -> None:
+    """Wrap moto's methods (once per process) so that they follow `state`."""
+    _wrap(InstanceBackend, "describe_instances", lambda original: _listing_lags(original, state))
+    _wrap(FleetsBackend, "describe_fleets", lambda original: _hidden_instant_fleets(original, state))
+    _wrap(FleetsBackend, "create_fleet", lambda original: _capacity_schedule(original, state))
+    _wrap(Fleets, "create_fleet", _fleet_errors_answered)
+    _wrap(SecurityGroups, "create_security_group", lambda original: _born(original, state, "GroupId"))
+    _wrap(SecurityGroups, "authorize_security_group_ingress", lambda original: _group_lag(original, state))
+    _wrap(IAMBackend, "create_instance_profile", lambda original: _profile_born(original, state))
+    for name in ("associate_iam_instance_profile", "replace_iam_instance_profile_association"):
+        _wrap(IamInstanceProfiles, name, lambda original: _profile_lag(original, state))
+    _wrap(DomainDispatcherApplication, "__call__", lambda original: _control_endpoint(original, state))
+
+
+def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    setattr(cls, name, make(getattr(cls, name)))
+
+
+# eventual consistency
+
+
+def _listing_lags(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """DescribeInstances without ids (moto's only caller of this method) leaves out young instances."""
+
+    def describe_instances(self: Any, filters: Any = None) -> list[Reservation]:
+        reservations = original(self, filters)
+        lag = state.realism.listing_lag_s
+        if not lag:
+            return reservations
+        born_before = utcnow() - timedelta(seconds=lag)
+        shown = []
+        for reservation in reservations:
+            visible = [i for i in reservation.instances if i.launch_time <= born_before]
+            if visible:
+                trimmed = copy.copy(reservation)
+                trimmed.instances = visible
+                shown.append(trimmed)
+        return shown
+
+    return describe_instances
+
+
+def _hidden_instant_fleets(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def describe_fleets(self: Any, fleet_ids: list[str] | None) -> list[Any]:
+        fleets = original(self, fleet_ids)
+        if fleet_ids or not state.realism.hide_instant_fleets:
+            return fleets
+        return [f for f in fleets if f.fleet_type != "instant"]
+
+    return describe_fleets
+
+
+def _born(original: Callable[..., Any], state: ServerState, id_key: str) -> Callable[..., Any]:
+    def create(self: Any) -> Any:
+        answer = original(self)
+        state.note_birth(answer.result[id_key])
+        return answer
+
+    return create
+
+
+def _group_lag(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def authorize_security_group_ingress(self: Any) -> Any:
+        group_id = self._get_param("GroupId")
+        if state.younger_than(group_id, state.realism.group_lag_s):
+            raise EC2ClientError("InvalidGroup.NotFound", f"The security group '{group_id}' does not exist")
+        return original(self)
+
+    return authorize_security_group_ingress
+
+
+def _profile_born(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def create_instance_profile(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        profile = original(self, name, *args, **kwargs)
+        state.note_birth(f"instance-profile/{name}")
+        return profile
+
+    return create_instance_profile
+
+
+def _profile_lag(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def associate(self: Any) -> Any:
+        name = self._get_param("IamInstanceProfile.Name") or str(self._get_param("IamInstanceProfile.Arn", ""))
+        name = name.rsplit("/", 1)[-1]
+        if state.younger_than(f"instance-profile/{name}", state.realism.profile_lag_s):
+            raise EC2ClientError(
+                "InvalidParameterValue",
+                f"Value ({name}) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name",
+            )
+        return original(self)
+
+    return associate
+
+
+# capacity
+
+
+def _capacity_schedule(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """CreateFleet launches what the capacity schedule grants per market; what it refuses becomes Errors[]
+    on the fleet (answered by `_fleet_errors_answered`). DescribeFleets still shows the target asked for."""
+
+    def create_fleet(self: Any, on_demand_options: Any, spot_options: Any, target_capacity_specification: Any,
+                     launch_template_configs: Any, *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+        asked = dict(target_capacity_specification or {})
+        config = (launch_template_configs or [{}])[0]
+        override = dict((config.get("Overrides") or [{}])[0])
+        zone = override.get("AvailabilityZone") or _subnet_zone(self, override.get("SubnetId"))
+        instance_type = override.get("InstanceType", "")
+        granted, errors = dict(asked), []
+        for market, key in _MARKET_KEYS:
+            wanted = int(asked.get(key) or 0)
+            options = on_demand_options if market == "on-demand" else spot_options
+            minimum = int((options or {}).get("MinTargetCapacity") or 0)
+            got, rule = state.grant(zone, instance_type, market, wanted, minimum) if wanted else (0, None)
+            granted[key] = got
+            if rule is not None:
+                errors.append({
+                    "LaunchTemplateAndOverrides": {
+                        "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification", {}),
+                        "Overrides": override,
+                    },
+                    "Lifecycle": market,
+                    "ErrorCode": rule.error_code,
+                    "ErrorMessage": rule.error_message(zone, instance_type),
+                })
+        granted["TotalTargetCapacity"] = int(granted.get("SpotTargetCapacity") or 0) + int(
+            granted.get("OnDemandTargetCapacity") or 0
+        )
+        fleet = original(self, on_demand_options, spot_options, granted, launch_template_configs, *args, **kwargs)
+        fleet.target_capacity_specification = asked
+        fleet.realism_errors = errors
+        return fleet
+
+    return create_fleet
+
+
+def _subnet_zone(backend: Any, subnet_id: str | None) -> str:
+    try:
+        return backend.get_subnet(subnet_id).availability_zone if subnet_id else ""
+    except EC2ClientError:
+        return ""
+
+
+def _fleet_errors_answered(original: Callable[..., Any]) -> Callable[..., Any]:
+    def create_fleet(self: Any) -> Any:
+        answer = original(self)
+        fleet = self.ec2_backend.get_fleet(answer.result["FleetId"])
+        answer.result["Errors"] = getattr(fleet, "realism_errors", [])
+        return answer
+
+    return create_fleet
+
+
+# the control endpoint
+
+
+def _control_endpoint(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """GET/PUT CONTROL_PATH: the settings; POST CONTROL_PATH/reclaim: end an instance as EC2 does."""
+
+    def call(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith(CONTROL_PATH):
+            return original(self, environ, start_response)
+        method = environ.get("REQUEST_METHOD", "GET")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length).decode() if length else ""
+        try:
+            if path == CONTROL_PATH and method == "GET":
+                answer = state.realism.to_json()
+            elif path == CONTROL_PATH and method == "PUT":
+                state.configure(Realism.from_json(body))
+                answer = state.realism.to_json()
+            elif path == f"{CONTROL_PATH}/reclaim" and method == "POST":
+                answer = _reclaim(json.loads(body))
+            else:
+                return _reply(start_response, "404 Not Found", f"no {method} {path}")
+        except (ValueError, TypeError, KeyError) as exc:
+            return _reply(start_response, "400 Bad Request", str(exc))
+        return _reply(start_response, "200 OK", answer)
+
+    return call
+
+
+def _reclaim(request: dict[str, Any]) -> str:
+    """Terminate the instance and give it the StateReason EC2 gives what it ends itself."""
+    code = str(request["state_reason"])
+    for account_id in list(ec2_backends.keys()):
+        try:
+            instance = ec2_backends[account_id][request["region"]].get_instance(request["instance_id"])
+        except EC2ClientError:
+            continue
+        instance.terminate()
+        instance.state_reason = StateReason(f"{code}: {STATE_MESSAGES.get(code, code)}", code)
+        instance._reason = ""
+        return json.dumps({"instance_id": instance.id, "state_reason": code})
+    raise KeyError(f"no instance {request['instance_id']} in {request['region']}")
+
+
+def _reply(start_response: Any, status: str, text: str) -> list[bytes]:
+    data = text.encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]
