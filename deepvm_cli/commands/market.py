@@ -112,7 +112,9 @@ def _quota_line(catalog: Catalog, region: str) -> str:
             quotas.setdefault(q.quota_group, {})[q.market.value] = q.vcpus
     if not quotas:
         return "vCPU quotas: unknown (no limit applied)"
-    parts = [f"{group} {_vcpus(by.get('on-demand'))}/{_vcpus(by.get('spot'))}"
+    # a group of one market only (P5 spot: on-demand P5 count against P) is said with its market
+    parts = [f"{group} {_vcpus(by.get('on-demand'))}/{_vcpus(by.get('spot'))}" if len(by) == 2
+             else f"{group} {' '.join(f'{market} {_vcpus(v)}' for market, v in by.items())}"
              for group, by in sorted(quotas.items())]
     return "vCPU quotas on-demand/spot: " + ", ".join(parts)
 

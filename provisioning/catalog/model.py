@@ -33,6 +33,9 @@ QUOTA_GROUP_LETTERS: dict[str, str] = {
 }
 
 
+P5_SPOT_GROUP = "P5"  # the spot quota of P5, P5e and P5en (InstanceType.quota_group_in)
+
+
 def quota_group_of(instance_type: str) -> str:
     """The vCPU quota group an instance type counts against, from its family name (e.g. g5 -> G and VT)."""
     family = instance_type.split(".", 1)[0].lower()
@@ -94,6 +97,15 @@ class InstanceType:
     @property
     def is_gpu(self) -> bool:
         return self.gpu_count > 0 and self.flops > 0
+
+    def quota_group_in(self, market: Market) -> str:
+        """The vCPU quota group the type counts against in `market`. The same as `quota_group` but for
+        P5 Spot Instances, which have their own quota ("All P5 Spot Instance Requests") while on-demand
+        P5 share "Running On-Demand P instances" with P2-P4
+        (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html)."""
+        if market is Market.SPOT and self.quota_group == "P" and self.name.lower().startswith("p5"):
+            return P5_SPOT_GROUP
+        return self.quota_group
 
 
 @dataclass(frozen=True)

@@ -140,12 +140,12 @@ def _plans(candidates: list[Candidate], holder_costs: HolderCosts, keep_holders:
 def _vcpus(plan: Choice) -> dict[tuple[str, str, Market], float]:
     """vCPUs a plan uses per (region, quota group, market)."""
     c = plan.candidate
-    region, group = c.trainer.region, c.trainer.itype.quota_group
+    region, itype = c.trainer.region, c.trainer.itype
     use: dict[tuple[str, str, Market], float] = {}
     if c.spot_vcpus:
-        use[(region, group, Market.SPOT)] = c.spot_vcpus
+        use[(region, itype.quota_group_in(Market.SPOT), Market.SPOT)] = c.spot_vcpus
     if c.on_demand_vcpus:
-        use[(region, group, Market.ON_DEMAND)] = c.on_demand_vcpus
+        use[(region, itype.quota_group, Market.ON_DEMAND)] = c.on_demand_vcpus
     if plan.holder is not None:
         key = (region, plan.holder.itype.quota_group, Market.ON_DEMAND)
         use[key] = use.get(key, 0.0) + plan.holders * plan.holder.itype.vcpus

@@ -356,7 +356,8 @@ class _MixModel:
     def _quotas(self) -> None:
         usage: dict[tuple[str, str, Market], list[tuple[pulp.LpVariable, float]]] = {}
         for n, a, o in zip(self.n, self.anchor, self.offers):
-            usage.setdefault((o.region, o.itype.quota_group, Market.SPOT), []).append((n, o.itype.vcpus))
+            usage.setdefault((o.region, o.itype.quota_group_in(Market.SPOT), Market.SPOT), []).append(
+                (n, o.itype.vcpus))  # fmt: skip
             usage.setdefault((o.region, o.itype.quota_group, Market.ON_DEMAND), []).append((a, o.itype.vcpus))
         for (_, h), m in self.m.items():
             usage.setdefault((h.region, h.itype.quota_group, Market.ON_DEMAND), []).append((m, h.itype.vcpus))

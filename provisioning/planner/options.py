@@ -56,7 +56,7 @@ class Limits:
     def nodes_within_quota(self, region: str, itype: InstanceType, market: Market) -> int:
         """How many nodes of a type one market admits: the vCPU quota of its group (MAX_NODES when unknown),
         or the node limit where one replaces the quotas. Every cap on a type's count starts here."""
-        quota = self.quota(region, itype.quota_group, market)
+        quota = self.quota(region, itype.quota_group_in(market), market)
         cap = MAX_NODES if math.isinf(quota) else min(MAX_NODES, int(quota // itype.vcpus))
         return cap if self.node_limit is None else min(cap, self.node_limit)
 

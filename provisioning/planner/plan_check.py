@@ -151,7 +151,7 @@ def _check_size(plan: Plan, catalog: Catalog, where: str) -> None:
     vcpus: dict[tuple[str, Market], int] = defaultdict(int)
     for group in plan.nodes:
         itype = catalog.types[group.instance_type]
-        vcpus[(itype.quota_group, group.market)] += itype.vcpus * group.count
+        vcpus[(itype.quota_group_in(group.market), group.market)] += itype.vcpus * group.count
     for (quota_group, market), needed in sorted(vcpus.items()):
         quota = catalog.quota(plan.region, quota_group, market)
         if quota is not None and needed > quota:

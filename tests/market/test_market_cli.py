@@ -61,7 +61,7 @@ def test_human_view_names_the_snapshot_and_its_date():
     title = f"GPU instance types in us-east-1 — the built-in price snapshot of {SNAPSHOT_DATE}"
     assert title in result.stdout
     assert "CPU checkpoint holders in us-east-1" in result.stdout
-    assert "vCPU quotas on-demand/spot: G and VT 256/512, P 192/192, Standard 640/640" in result.stdout
+    assert "vCPU quotas on-demand/spot: G and VT 256/512, P 192/192, P5 spot 192, Standard 640/640" in result.stdout
     assert f"prices: the built-in price snapshot of {SNAPSHOT_DATE}" in result.stderr
 
 

@@ -56,7 +56,7 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
         use: dict[tuple[str, Market], float] = {}
         for counts, market in ((spot, Market.SPOT), (on_demand, Market.ON_DEMAND)):
             for name, count in counts.items():
-                key = (catalog.types[name].quota_group, market)
+                key = (catalog.types[name].quota_group_in(market), market)
                 use[key] = use.get(key, 0.0) + count * catalog.types[name].vcpus
         return all(v <= QUOTA for v in use.values())
 

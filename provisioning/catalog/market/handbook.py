@@ -17,7 +17,7 @@ from pathlib import Path
 
 from provisioning.catalog.market.families import family_of
 from provisioning.catalog.market.gpus import gpu_tflops
-from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, quota_group_of
+from provisioning.catalog.model import P5_SPOT_GROUP, Catalog, InstanceType, Market, Price, Quota, quota_group_of
 from provisioning.catalog.snapshot import save_snapshot
 
 AS_OF = "2025-07-01"
@@ -115,6 +115,7 @@ EXAMPLE_QUOTAS: dict[str, dict[Market, float]] = {
     "Standard": {Market.ON_DEMAND: 640, Market.SPOT: 640},
     "G and VT": {Market.ON_DEMAND: 256, Market.SPOT: 512},
     "P": {Market.ON_DEMAND: 192, Market.SPOT: 192},
+    P5_SPOT_GROUP: {Market.SPOT: 192},  # P5 spot has its own quota (InstanceType.quota_group_in)
 }
 
 NOTES: tuple[str, ...] = (
@@ -129,7 +130,7 @@ NOTES: tuple[str, ...] = (
     "of 0.95 to 1.10. "
     "Live mode reads real spot prices per availability zone.",
     "Quotas are EXAMPLE vCPU quotas of an established account (Standard 640/640, G and VT 256 on-demand / "
-    "512 spot, P 192/192); live mode reads the account's own from Service Quotas.",
+    "512 spot, P 192/192, P5 spot 192); live mode reads the account's own from Service Quotas.",
     "scaling is null for every type: the planner applies measured fits itself.",
 )
 

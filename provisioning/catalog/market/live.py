@@ -25,7 +25,7 @@ from provisioning.catalog.market.instance_types import fetch_instance_types
 from provisioning.catalog.market.ondemand import PRICING_REGION, fetch_on_demand_prices
 from provisioning.catalog.market.quotas import fetch_vcpu_quotas
 from provisioning.catalog.market.spot import fetch_spot_prices
-from provisioning.catalog.model import Catalog, InstanceType
+from provisioning.catalog.model import Catalog, InstanceType, Market
 from provisioning.core.errors import CloudError
 from provisioning.core.home import deepvm_home
 
@@ -119,7 +119,7 @@ class LiveMarket:
     def _quotas(self, region: str, types: dict[str, InstanceType], warnings: list[str]) -> Catalog:
         """Quotas are optional: without them the planner applies no quota limit, so a refusal only warns."""
         client = self.clients.client("service-quotas", region)
-        groups = {t.quota_group for t in types.values()}
+        groups = {t.quota_group_in(market) for t in types.values() for market in Market}
 
         def fetch() -> dict:
             return catalog_to_dict(fetch_vcpu_quotas(client, region, groups))

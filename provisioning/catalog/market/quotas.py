@@ -9,14 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from provisioning.catalog.model import Catalog, Market, Quota
+from provisioning.catalog.model import P5_SPOT_GROUP, Catalog, Market, Quota
 
 # EC2's vCPU quota codes per quota group and market ("Running On-Demand ... instances" and
-# "All ... Spot Instance Requests").
+# "All ... Spot Instance Requests", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
+# and .../ec2-on-demand-instances.html#ec2-on-demand-instances-limits; codes as Service Quotas lists them).
+# P5 Spot Instances have a quota of their own; on-demand P5 count against the P group's
+# (InstanceType.quota_group_in).
 QUOTA_CODES: dict[str, dict[Market, str]] = {
     "Standard": {Market.ON_DEMAND: "L-1216C47A", Market.SPOT: "L-34B43A08"},
     "G and VT": {Market.ON_DEMAND: "L-DB2E81BA", Market.SPOT: "L-3819A6DF"},
-    "P": {Market.ON_DEMAND: "L-417A185B", Market.SPOT: "L-7212CCBC"},
+    "P": {Market.ON_DEMAND: "L-417A185B", Market.SPOT: "L-7212CCBC"},  # spot: "All P4, P3 and P2 ..."
+    P5_SPOT_GROUP: {Market.SPOT: "L-C4BD4855"},  # "All P5 Spot Instance Requests"
     "F": {Market.ON_DEMAND: "L-74FC7D96", Market.SPOT: "L-88CF9481"},
     "Inf": {Market.ON_DEMAND: "L-1945791B", Market.SPOT: "L-B5D1601B"},
     "DL": {Market.ON_DEMAND: "L-6E869C2A", Market.SPOT: "L-85EED4F7"},
