@@ -4,10 +4,12 @@ The provider interface (in the style of SkyPilot's provisioner) is a handful of 
 small dataclasses of `provisioning.cloud.types`; `provisioning.cloud.aws.provider` implements it for EC2,
 and the sandbox reuses that implementation against its moto server. The contract:
 
-- `run_instances(ctx, spec, all_or_nothing) -> LaunchOutcome` creates the key pair, security group,
-  launch template and EC2 Fleet(s). Idempotent through client tokens derived from `spec.launch_token`:
-  a retried request (botocore retries, or a rerun after a crash) does not launch a second cluster.
-  Shortage is data, not an exception: `LaunchOutcome.shortfalls` says what is missing and why.
+- `run_instances(ctx, spec, all_or_nothing, record) -> LaunchOutcome` creates the key pair, security
+  group, launch template and EC2 Fleet(s), handing `record` every id as it exists (instance ids as
+  CreateFleet returned them: AWS lists new instances late, and instant fleets never without their id).
+  Idempotent through client tokens derived from `spec.launch_token`: a retried request (botocore
+  retries, or a rerun after a crash) does not launch a second cluster. Shortage is data, not an
+  exception: `LaunchOutcome.shortfalls` says what is missing and why.
 - `wait_instances(ctx, ids, timeout) -> list[InstanceInfo]` polls until all run. EC2 is eventually
   consistent: ids that are not visible yet are retried within the time budget.
 - `cluster` is a `ClusterIdentity` (provisioning.cloud.names): the user's name and the id `up` gave this
@@ -23,7 +25,8 @@ and the sandbox reuses that implementation against its moto server. The contract
   runs on (a node the job dropped, a chaos reclaim). Idempotent: terminating an instance twice, or one EC2
   no longer knows, is harmless and reports it terminated.
 - `terminate_cluster(ctx, cluster, known) -> list[str]` deletes everything, by the recorded ids and by
-  sweeping the cluster's tag (and the roles' fixed names), instances first; a failed step does not
+  sweeping the cluster tag (and the controller role's fixed name), instances first; fleets by their
+  recorded ids only (DescribeFleets never lists an instant fleet without its id); a failed step does not
   stop the others, a pass with failures is retried, and what is left is raised as TeardownIncomplete (one
   line per resource). Safe to call twice, or with no record at all.
 

@@ -122,13 +122,18 @@ class JobStorage:
 @dataclass(frozen=True)
 class CloudResources:
     """Ids of what a provider created (and the subnet it used) for one cluster, so `down` can delete
-    exactly these first and a replacement node launches where the others did."""
+    exactly these first and a replacement node launches where the others did.
+
+    The ids matter on AWS, where a listing cannot stand in for them: an instance CreateFleet just launched
+    is missing from a tag-filtered DescribeInstances for a while (eventual consistency), and an instant
+    fleet is never listed by DescribeFleets without its id."""
 
     key_name: str = ""
     security_group_id: str = ""
     launch_template_id: str = ""
     fleet_ids: tuple[str, ...] = ()
     subnet_id: str = ""
+    instance_ids: tuple[str, ...] = ()  # every instance a fleet of the cluster returned, as it returned it
     # The head node's instance profile (ControllerAccess), in scalar fields so that every reader of these
     # records as flat JSON (the state store, the job handed to the head) keeps them without knowing them.
     controller_profile: str = ""
@@ -136,8 +141,10 @@ class CloudResources:
     controller_owned: bool = False
     holders_role: str = ""
 
-    def with_fleets(self, fleet_ids: list[str]) -> CloudResources:
-        return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))))
+    def with_fleets(self, fleet_ids: list[str], instance_ids: tuple[str, ...] = ()) -> CloudResources:
+        """These resources and more fleets, with the instances they launched."""
+        return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))),
+                       instance_ids=tuple(dict.fromkeys((*self.instance_ids, *instance_ids))))  # fmt: skip
 
     @property
     def controller(self) -> ControllerAccess:

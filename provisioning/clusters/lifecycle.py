@@ -175,9 +175,13 @@ def _launch(
         store.set_resources(name, resources)
         total = sum(g.count for g in plan.nodes)
         report.step(f"launching {total} nodes ({_summary(plan)}) in {plan.availability_zone}")
-        outcome = run_instances(ctx, spec, all_or_nothing=request.on_shortage is not ShortagePolicy.ACCEPT)
-        resources = outcome.resources.with_controller(controller)
-        store.set_resources(name, resources)
+
+        def record(created: CloudResources) -> None:  # every id at once: the cleanup below deletes by them
+            nonlocal resources
+            resources = created.with_controller(controller)
+            store.set_resources(name, resources)
+
+        outcome = run_instances(ctx, spec, request.on_shortage is not ShortagePolicy.ACCEPT, record)
         if outcome.shortfalls:
             text = "; ".join(s.describe() for s in outcome.shortfalls)
             store.add_event(name, "shortage", f"got {text}")
@@ -364,6 +368,7 @@ def _destroy(
         if ctx is None:  # the sandbox is not running: nothing of it exists any more
             continue
         instance_ids = {n.instance_id for n in record.nodes(name)} if record is not None else set()
+        instance_ids |= set(known.instance_ids)
         with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
             instance_ids |= {i.instance_id for i in query_instances(ctx, cluster)}
         try:

@@ -371,6 +371,7 @@ def _resources_json(resources: CloudResources) -> str:
             "launch_template_id": resources.launch_template_id,
             "fleet_ids": list(resources.fleet_ids),
             "subnet_id": resources.subnet_id,
+            "instance_ids": list(resources.instance_ids),
             "controller_profile": resources.controller_profile,
             "controller_role": resources.controller_role,
             "controller_owned": resources.controller_owned,
@@ -395,6 +396,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             launch_template_id=res["launch_template_id"],
             fleet_ids=tuple(res["fleet_ids"]),
             subnet_id=res.get("subnet_id", ""),
+            instance_ids=tuple(res.get("instance_ids", ())),  # absent in rows of older versions
             # absent in rows of older versions: no controller profile
             controller_profile=res.get("controller_profile", ""),
             controller_role=res.get("controller_role", ""),

@@ -11,6 +11,7 @@ import pytest
 from provisioning.cloud.aws.network import check_cidr, ensure_security_group
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.names import CLUSTER_TAG, ClusterIdentity
+from provisioning.clusters.store import Store
 from tests.cloud.cloud_state import left_of, named
 from tests.cloud.plans import make_plan, write_plans
 from tests.conftest import run_cli
@@ -72,8 +73,9 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert _has_cluster_tag(templates[0]["Tags"])
     keys = ec2.describe_key_pairs(KeyNames=[named()])["KeyPairs"]
     assert _has_cluster_tag(keys[0]["Tags"])
-    fleets = [f for f in ec2.describe_fleets()["Fleets"] if _has_cluster_tag(f.get("Tags"))]
-    assert len(fleets) == 1 and fleets[0]["Type"] == "instant"
+    assert ec2.describe_fleets()["Fleets"] == []  # as on AWS: an instant fleet is listed only by its id
+    fleets = ec2.describe_fleets(FleetIds=list(Store().cluster("c1").resources.fleet_ids))["Fleets"]
+    assert len(fleets) == 1 and fleets[0]["Type"] == "instant" and _has_cluster_tag(fleets[0].get("Tags"))
     assert fleets[0]["TargetCapacitySpecification"]["SpotTargetCapacity"] == 3
     assert fleets[0]["TargetCapacitySpecification"]["OnDemandTargetCapacity"] == 1
 
@@ -120,10 +122,7 @@ def test_up_twice_is_one_cluster(ctx, ami, tmp_path):
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["nodes"] == json.loads(first.stdout)["nodes"]
     assert len(_live_instances(ctx)) == 3
-    assert (
-        len([f for f in ctx.client("ec2").describe_fleets()["Fleets"] if _has_cluster_tag(f.get("Tags"))])
-        == 1
-    )
+    assert len(Store().cluster("c1").resources.fleet_ids) == 1
 
 
 def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isolated_env):

@@ -13,16 +13,15 @@ import pytest
 from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.leftover import Leftover
-from provisioning.cloud.aws.teardown import TeardownIncomplete
+from provisioning.cloud.aws.teardown import TeardownIncomplete, leftovers
 from provisioning.cloud.keys import cluster_dir
-from provisioning.cloud.names import CLUSTER_TAG
 from provisioning.clusters import lifecycle
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget
 from provisioning.core.errors import CloudError
 from provisioning.core.home import deepvm_home
-from tests.cloud.cloud_state import left_of, named
+from tests.cloud.cloud_state import identity, left_of, named
 from tests.cloud.plans import REGION, make_plan, make_tiering_plan
 
 AMI = "ami-0000000000de3b0a1"
@@ -69,15 +68,23 @@ def _live(ctx) -> list[str]:
     return [i["InstanceId"] for r in reservations for i in r["Instances"]]
 
 
-def _tagged_fleets(ctx) -> list[dict]:
-    fleets = ctx.client("ec2").describe_fleets()["Fleets"]
-    return [f for f in fleets if {"Key": CLUSTER_TAG, "Value": "c1"} in (f.get("Tags") or [])]
+def _recorded_fleets(ctx) -> list[dict]:
+    """The cluster's fleets, by the ids its record keeps (AWS lists an instant fleet by its id only)."""
+    return ctx.client("ec2").describe_fleets(FleetIds=list(Store().cluster("c1").resources.fleet_ids))["Fleets"]
 
 
-def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, aws):
-    # EC2 and IAM stop answering once the first of the Tiering plan's two fleets is launched: the second
-    # fleet fails, and so does every call of the cleanup's first pass
-    aws.start_outage_after, aws.outage_s = "CreateFleet", 0.6
+def _states(ctx, instance_ids) -> set[str]:
+    reservations = ctx.client("ec2").describe_instances(InstanceIds=list(instance_ids))["Reservations"]
+    return {i["State"]["Name"] for r in reservations for i in r["Instances"]}
+
+
+def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, aws, realism):
+    # As on AWS, the new instances are missing from tag-filtered listings for the whole test, and instant
+    # fleets from listings at all: the cleanup must work from the ids CreateFleet returned. EC2 and IAM
+    # stop answering once the first of the Tiering plan's two fleets is launched: the second fleet fails,
+    # and so does every call of the cleanup's first pass.
+    realism.change(listing_lag_s=60)
+    aws.start_outage_after, aws.outage_s = "CreateFleet", 2.0
     request = UpRequest(name="c1", plans=(make_tiering_plan(spot=2, holders=1),), image_id=AMI, wait_ssh=False)
     with pytest.raises(CloudError) as caught:
         up(AwsTarget(), request)
@@ -89,8 +96,11 @@ def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, 
     )
     assert "TerminateInstances" in aws.calls and "DeleteFleets" in aws.calls  # ...done on a later pass
 
-    assert _live(ctx) == [] and left_of(ctx, "c1") == []  # the first fleet's instances are gone too
-    assert all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
+    record = Store().cluster("c1").resources
+    assert len(record.instance_ids) == 2 and len(record.fleet_ids) == 1  # the first fleet, as it answered
+    assert _live(ctx) == [] and _states(ctx, record.instance_ids) == {"terminated"}  # though no listing showed them
+    assert leftovers(ctx, identity("c1"), record) == []
+    assert all(f["FleetState"].startswith("deleted") for f in _recorded_fleets(ctx))
     assert ctx.client("iam").list_roles()["Roles"] == []
     assert Store().cluster("c1").status == "failed"
     assert not (deepvm_home() / "clusters" / "c1").exists()
@@ -119,7 +129,7 @@ def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
     # every other resource is gone, instances terminated before their fleets were deleted
     assert aws.calls.index("TerminateInstances") < aws.calls.index("DeleteFleets")
     assert _live(ctx) == [] and {n.instance_id for n in nodes} <= set(_all_terminated(ctx))
-    assert _tagged_fleets(ctx) and all(f["FleetState"].startswith("deleted") for f in _tagged_fleets(ctx))
+    assert _recorded_fleets(ctx) and all(f["FleetState"].startswith("deleted") for f in _recorded_fleets(ctx))
     assert left_of(ctx, "c1") == [Leftover("security group", group)]
     iam = ctx.client("iam")
     assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []

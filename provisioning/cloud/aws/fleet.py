@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
 from provisioning.cloud.names import ClusterIdentity, tag_spec
-from provisioning.cloud.types import ClusterSpec, Shortfall, groups_by_type
+from provisioning.cloud.types import Shortfall
 from provisioning.planner.plan import NodeGroup
 
 _MARKET_OF_LIFECYCLE = {"spot": Market.SPOT, "on-demand": Market.ON_DEMAND}
@@ -85,16 +85,6 @@ def fleet_request(
             options.update(SingleInstanceType=True, SingleAvailabilityZone=True, MinTargetCapacity=count)
         request[key] = options
     return request
-
-
-def launch_fleets(
-    ctx: AwsContext, spec: ClusterSpec, site: LaunchSite, all_or_nothing: bool
-) -> list[FleetResult]:
-    """Create one instant fleet per instance type of the plan and read what each delivered."""
-    return [
-        launch_fleet(ctx, site, instance_type, groups, f"{spec.launch_token}-fleet-{index}", all_or_nothing)
-        for index, (instance_type, groups) in enumerate(groups_by_type(spec.plan.nodes).items())
-    ]
 
 
 def launch_fleet(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet, launch_fleets
+from provisioning.cloud.aws.fleet import LaunchSite, launch_fleet
 from provisioning.cloud.aws.iam import ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
 from provisioning.cloud.aws.instances import terminate_instances
@@ -14,7 +17,14 @@ from provisioning.cloud.aws.profiles import attach_profile
 from provisioning.cloud.aws.teardown import terminate_cluster
 from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_template
 from provisioning.cloud.names import ClusterIdentity, resource_name
-from provisioning.cloud.types import CloudResources, ClusterSpec, ControllerAccess, LaunchOutcome, groups_by_type
+from provisioning.cloud.types import (
+    CloudResources,
+    ClusterSpec,
+    ControllerAccess,
+    LaunchOutcome,
+    Shortfall,
+    groups_by_type,
+)
 from provisioning.planner.plan import NodeGroup, Plan
 
 __all__ = [
@@ -46,24 +56,36 @@ def planned_resources(cluster: str, plan: Plan) -> list[str]:
     return [f"key pair {name}", f"security group {name}", f"launch template {name}", *fleets]
 
 
-def run_instances(ctx: AwsContext, spec: ClusterSpec, all_or_nothing: bool) -> LaunchOutcome:
-    """Create the cluster's resources and launch its instances; shortfalls come back as data.
+def run_instances(
+    ctx: AwsContext,
+    spec: ClusterSpec,
+    all_or_nothing: bool,
+    record: Callable[[CloudResources], None] = lambda created: None,
+) -> LaunchOutcome:
+    """Create the cluster's resources and launch its instances, one instant fleet per instance type;
+    shortfalls come back as data.
 
     all_or_nothing asks EC2 for each market's whole capacity or none of it (MinTargetCapacity), so a
-    failing `up` has fewer instances to clean up.
+    failing `up` has fewer instances to clean up. `record` is called with what exists so far after each
+    creation, fleets with the instances they returned: a failure halfway (the second fleet refused) still
+    leaves the ids of everything to delete, including instances and instant fleets no listing shows yet.
     """
-    key_name = ensure_key_pair(ctx, spec.identity, spec.ssh_public_key)
+    created = CloudResources(subnet_id=spec.subnet_id)
+    created = replace(created, key_name=ensure_key_pair(ctx, spec.identity, spec.ssh_public_key))
+    record(created)
     group_id = ensure_security_group(ctx, spec.identity, subnet_vpc(ctx, spec.subnet_id), spec.ssh_cidr)
-    template_id = ensure_launch_template(ctx, spec, group_id, key_name)
-    site = LaunchSite(spec.identity, template_id, spec.subnet_id, spec.availability_zone)
-    fleets = launch_fleets(ctx, spec, site, all_or_nothing)
-    return LaunchOutcome(
-        resources=CloudResources(
-            key_name, group_id, template_id, tuple(f.fleet_id for f in fleets), subnet_id=spec.subnet_id
-        ),
-        instance_ids=tuple(i for f in fleets for i in f.instance_ids),
-        shortfalls=tuple(s for f in fleets for s in f.shortfalls),
-    )
+    created = replace(created, security_group_id=group_id)
+    record(created)
+    created = replace(created, launch_template_id=ensure_launch_template(ctx, spec, group_id, created.key_name))
+    record(created)
+    site = LaunchSite(spec.identity, created.launch_template_id, spec.subnet_id, spec.availability_zone)
+    shortfalls: list[Shortfall] = []
+    for index, (instance_type, groups) in enumerate(groups_by_type(spec.plan.nodes).items()):
+        fleet = launch_fleet(ctx, site, instance_type, groups, f"{spec.launch_token}-fleet-{index}", all_or_nothing)
+        created = created.with_fleets([fleet.fleet_id], fleet.instance_ids)
+        record(created)
+        shortfalls += fleet.shortfalls
+    return LaunchOutcome(resources=created, instance_ids=created.instance_ids, shortfalls=tuple(shortfalls))
 
 
 def add_instances(
@@ -78,7 +100,8 @@ def add_instances(
     fleet is added to the resources. Idempotent through `token`."""
     site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_id, availability_zone)
     fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False)
-    return LaunchOutcome(resources.with_fleets([fleet.fleet_id]), fleet.instance_ids, fleet.shortfalls)
+    return LaunchOutcome(resources.with_fleets([fleet.fleet_id], fleet.instance_ids), fleet.instance_ids,
+                         fleet.shortfalls)  # fmt: skip
 
 
 def attach_to_head(ctx: AwsContext, access: ControllerAccess, instance_id: str) -> None:

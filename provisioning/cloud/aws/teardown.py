@@ -4,8 +4,17 @@ Each step lists what it deletes afresh: the resources the store remembers (exact
 cluster tag that finds whatever an interrupted `up` or a lost state directory left behind. "Already gone"
 is success, so tearing down twice is safe.
 
+The recorded ids come first because a sweep cannot find everything on AWS: an instance launched seconds
+ago may be missing from a tag-filtered DescribeInstances (eventual consistency:
+https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html), and an instant fleet is never
+returned by DescribeFleets without its id
+(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeFleets.html). Fleets are therefore
+deleted by their recorded ids only; a fleet of a cluster with no record cannot be found, but it bills
+nothing: its instances are found by their tag.
+
 Instances go first: they bill, and an instance must not outlive a failure of anything after it. Their
-fleets are deleted after them (an instant fleet is only a record once its instances are gone). A step
+fleets are deleted after them, with TerminateInstances: an instant fleet is only a record once its
+instances are gone, and deleting it terminates any instance of it no listing showed yet. A step
 that fails does not stop the next ones: a security group that cannot be deleted must not leave a key pair
 or an IAM role behind. A pass with failures is run again after a pause, because clouds fail for moments
 (throttling beyond botocore's own retries, a 5xx burst, an instance still shutting down). What is still
@@ -23,7 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.aws.iam import controller_leftovers, delete_controller, identities_in_iam
-from provisioning.cloud.aws.instances import cluster_instances, describe
+from provisioning.cloud.aws.instances import LIVE_STATES, cluster_instances, describe, terminate_instances
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.network import cluster_security_groups
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, ClusterIdentity, cluster_filter, owned_by
@@ -102,7 +111,7 @@ def terminate_cluster(
         on_step(f"{len(done.failures)} teardown step(s) failed; trying again in {pause:g} s")
         time.sleep(pause)
     try:
-        left = leftovers(ctx, cluster)
+        left = leftovers(ctx, cluster, known)
     except CloudError as exc:
         raise TeardownIncomplete(cluster.name, ctx.region, [], {**done.failures, "listing": str(exc)}) from exc
     if left:
@@ -121,18 +130,23 @@ def _one_pass(
     live: list[str] = []
 
     def terminate() -> None:
-        found = cluster_instances(ctx, cluster)
-        live.extend(i.instance_id for i in found)
-        running = [i.instance_id for i in found if i.state != "shutting-down"]
+        found = {i.instance_id: i for i in cluster_instances(ctx, cluster)}
+        with cloud_errors("describing the recorded instances"):
+            found.update((i.instance_id, i) for i in describe(ctx, list(known.instance_ids)))
+        live.extend(i for i, info in found.items() if info.state != "terminated")
+        running = [i for i, info in found.items() if info.state not in ("shutting-down", "terminated")]
         if running:
             with cloud_errors("terminating instances"):
                 ec2.terminate_instances(InstanceIds=running)
             run.deleted += [f"instance {i}" for i in running]
+        # launched, but no describe shows them (not yet, or any more): EC2's "not found" is no failure here,
+        # the deletion of their fleets, which follows, terminates them if they exist
+        terminate_instances(ctx, [i for i in known.instance_ids if i not in found])
 
     instances_gone = run.attempt("instance", terminate)
 
     on_step("deleting fleets")  # after their instances: a fleet that cannot be deleted bills nothing
-    for fleet_id in _listed(run, "fleet", lambda: _live_fleets(ctx, cluster, known.fleet_ids)):
+    for fleet_id in _listed(run, "fleet", lambda: _live_fleets(ctx, known.fleet_ids)):
         run.delete(f"fleet {fleet_id}", lambda f=fleet_id: _delete_fleet(ctx, f))
 
     on_step("waiting for instances to terminate")
@@ -191,13 +205,15 @@ def _one_pass(
     return run
 
 
-def leftovers(ctx: AwsContext, cluster: ClusterIdentity) -> list[Leftover]:
-    """Everything still tagged with the cluster that costs money, blocks a new cluster of that name, or
-    grants rights (the controller's IAM role and profile)."""
+def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources = CloudResources()) -> list[Leftover]:
+    """Everything of the cluster (tagged with it, or recorded in `known`) that costs money, blocks a new
+    cluster of that name, or grants rights (the controller's IAM role and profile)."""
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
-        found = [Leftover("instance", i.instance_id) for i in cluster_instances(ctx, cluster)]
-        found += [Leftover("fleet", f) for f in _live_fleets(ctx, cluster)]
+        instances = {i.instance_id for i in cluster_instances(ctx, cluster)}
+        instances |= {i.instance_id for i in describe(ctx, list(known.instance_ids)) if i.state in LIVE_STATES}
+        found = [Leftover("instance", i) for i in sorted(instances)]
+        found += [Leftover("fleet", f) for f in _live_fleets(ctx, known.fleet_ids)]
         templates = ec2.describe_launch_templates(Filters=cluster_filter(cluster))["LaunchTemplates"]
         found += [Leftover("launch template", t["LaunchTemplateId"]) for t in owned_by(cluster, templates)]
         found += [Leftover("security group", g) for g in cluster_security_groups(ctx, cluster)]
@@ -230,18 +246,24 @@ def _listed(run: _Pass, kind: str, listing: Callable[[], list[str]]) -> list[str
     return found
 
 
-def _live_fleets(ctx: AwsContext, cluster: ClusterIdentity, known_ids: tuple[str, ...] = ()) -> list[str]:
-    """Fleets of the cluster not yet deleted: the recorded ones plus any tagged with the cluster
-    (DescribeFleets has no tag filter, so tags are matched here)."""
-    with cloud_errors("listing fleets"):
-        pages = ctx.client("ec2").get_paginator("describe_fleets").paginate()
+def _live_fleets(ctx: AwsContext, fleet_ids: tuple[str, ...]) -> list[str]:
+    """The recorded fleets not yet deleted, asked for by id (the only way AWS shows an instant fleet).
+
+    AWS does not document what DescribeFleets answers for an id it no longer knows (deleted instant
+    fleets are kept only a while): when it refuses the ids, every recorded fleet counts as live, and
+    deleting one that is gone is success."""
+    if not fleet_ids:
+        return []
+    try:
+        pages = ctx.client("ec2").get_paginator("describe_fleets").paginate(FleetIds=list(fleet_ids))
         fleets = [f for page in pages for f in page["Fleets"]]
-    return [
-        f["FleetId"]
-        for f in fleets
-        if not str(f.get("FleetState", "")).startswith("deleted")
-        and (f["FleetId"] in known_ids or cluster.owns(f.get("Tags")))
-    ]
+    except ClientError as exc:
+        if not error_code(exc).startswith(("InvalidFleetId", "InvalidParameterValue")):
+            raise CloudError(f"describing fleets: {_reason(exc)}") from exc
+        return list(fleet_ids)
+    except BotoCoreError as exc:
+        raise CloudError(f"describing fleets: {exc}") from exc
+    return [f["FleetId"] for f in fleets if not str(f.get("FleetState", "")).startswith("deleted")]
 
 
 def _delete_fleet(ctx: AwsContext, fleet_id: str) -> None:
