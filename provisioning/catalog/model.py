@@ -33,7 +33,17 @@ QUOTA_GROUP_LETTERS: dict[str, str] = {
 }
 
 
-P5_SPOT_GROUP = "P5"  # the spot quota of P5, P5e and P5en (InstanceType.quota_group_in)
+P5_SPOT_GROUP = "P5"  # the spot quota of P5, P5e and P5en (quota_group_in_market)
+
+
+def quota_group_in_market(instance_type: str, quota_group: str, market: Market) -> str:
+    """The vCPU quota group a type of `quota_group` counts against in `market`: the same but for P5 Spot
+    Instances, which have their own quota ("All P5 Spot Instance Requests") while on-demand P5 share
+    "Running On-Demand P instances" with P2-P4 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    using-spot-limits.html)."""
+    if market is Market.SPOT and quota_group == "P" and instance_type.lower().startswith("p5"):
+        return P5_SPOT_GROUP
+    return quota_group
 
 
 def quota_group_of(instance_type: str) -> str:
@@ -99,13 +109,8 @@ class InstanceType:
         return self.gpu_count > 0 and self.flops > 0
 
     def quota_group_in(self, market: Market) -> str:
-        """The vCPU quota group the type counts against in `market`. The same as `quota_group` but for
-        P5 Spot Instances, which have their own quota ("All P5 Spot Instance Requests") while on-demand
-        P5 share "Running On-Demand P instances" with P2-P4
-        (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html)."""
-        if market is Market.SPOT and self.quota_group == "P" and self.name.lower().startswith("p5"):
-            return P5_SPOT_GROUP
-        return self.quota_group
+        """The vCPU quota group the type counts against in `market` (see `quota_group_in_market`)."""
+        return quota_group_in_market(self.name, self.quota_group, market)
 
 
 @dataclass(frozen=True)

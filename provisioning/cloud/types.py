@@ -71,13 +71,17 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class Shortfall:
-    """Capacity the cloud did not deliver for one node group, with the cloud's reasons."""
+    """Capacity the cloud did not deliver for one node group, with the cloud's reasons.
+
+    A shortage (`refusal` empty) is a lack of capacity that another plan, zone or hour may not have; a
+    refusal (a right, a quota, the image) fails the same way on every retry, so `up` stops at once."""
 
     instance_type: str
     market: Market
     wanted: int
     got: int
     reasons: tuple[str, ...]  # "ErrorCode: message" from CreateFleet's Errors[]
+    refusal: str = ""  # "" when every reason is a lack of capacity; else the refusing code and its fix
 
     def describe(self) -> str:
         why = "; ".join(self.reasons) or "no reason given"
@@ -199,6 +203,15 @@ class LaunchOutcome:
     resources: CloudResources
     instance_ids: tuple[str, ...]
     shortfalls: tuple[Shortfall, ...] = field(default_factory=tuple)
+
+    @property
+    def refusal(self) -> str:
+        """Why the cloud refused the launch outright (a right, a quota, the image), or "" for none."""
+        markets: dict[tuple[str, str], list[str]] = {}  # (type, refusal) -> the markets refused so
+        for s in self.shortfalls:
+            if s.refusal:
+                markets.setdefault((s.instance_type, s.refusal), []).append(s.market.value)
+        return "; ".join(f"{kind} {' and '.join(m)}: {why}" for (kind, why), m in markets.items())
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,10 @@ class ShortageError(CloudError):
     """The cloud delivered fewer instances than the plan needs."""
 
 
+class LaunchRefused(CloudError):
+    """The cloud refused the launch for a reason a retry does not change (a right, a quota, the image)."""
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """A cluster for `status`: its record, nodes, and what it costs."""
@@ -267,6 +271,8 @@ class Cluster:
             self._store.set_resources(self.name, outcome.resources)
             if outcome.shortfalls:
                 self.event("shortage", "; ".join(s.describe() for s in outcome.shortfalls))
+            if outcome.refusal and not outcome.instance_ids:
+                raise LaunchRefused(f"no replacement launched: EC2 refused {outcome.refusal}")
             if not outcome.instance_ids:
                 raise ShortageError(f"no replacement launched: {'; '.join(s.describe() for s in outcome.shortfalls)}")
             try:

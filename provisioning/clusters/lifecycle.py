@@ -41,6 +41,7 @@ from provisioning.clusters.cost import ClusterCost
 from provisioning.clusters.handle import (
     Cluster,
     ClusterView,
+    LaunchRefused,
     ShortageError,
     assign_roles,
     cluster_listing,
@@ -185,6 +186,8 @@ def _launch(
         if outcome.shortfalls:
             text = "; ".join(s.describe() for s in outcome.shortfalls)
             store.add_event(name, "shortage", f"got {text}")
+            if outcome.refusal:  # no other plan, zone or retry changes it: nothing is tried again
+                raise LaunchRefused(f"EC2 refused to launch {outcome.refusal}; everything created was deleted")
             if request.on_shortage is not ShortagePolicy.ACCEPT or not outcome.instance_ids:
                 raise ShortageError(
                     f"not enough capacity in {plan.availability_zone}: got {text}; everything created was "

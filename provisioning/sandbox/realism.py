@@ -184,6 +184,7 @@ class ServerState:
     born (security groups by id, instance profiles by name), all guarded by one lock."""
 
     realism: Realism = field(default_factory=Realism)
+    default: Realism = field(default_factory=Realism)  # what a reset of the server (/moto-api/reset) restores
     launched: dict[int, int] = field(default_factory=dict)  # rule index -> instances launched under it
     born: dict[str, float] = field(default_factory=dict)  # resource id or name -> time.monotonic()
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -191,6 +192,10 @@ class ServerState:
     def configure(self, realism: Realism) -> None:
         with self.lock:
             self.realism, self.launched = realism, {}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.realism, self.launched, self.born = self.default, {}, {}
 
     def note_birth(self, key: str) -> None:
         with self.lock:
@@ -224,8 +229,9 @@ _installed = False
 
 
 def install(realism: Realism = Realism()) -> None:
-    """Patch moto in this process (once) and put `realism` in force."""
+    """Patch moto in this process (once) and put `realism` in force, also after every reset of moto."""
     global _installed
+    STATE.default = realism
     STATE.configure(realism)
     if _installed:
         return

@@ -23,6 +23,7 @@ from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.iam_instance_profiles import IamInstanceProfiles
 from moto.ec2.responses.security_groups import SecurityGroups
 from moto.iam.models import IAMBackend
+from moto.moto_api._internal.models import MotoAPIBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
 from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, Realism, ServerState
@@ -42,10 +43,19 @@ def patch(state: ServerState) -> None:
     for name in ("associate_iam_instance_profile", "replace_iam_instance_profile_association"):
         _wrap(IamInstanceProfiles, name, lambda original: _profile_lag(original, state))
     _wrap(DomainDispatcherApplication, "__call__", lambda original: _control_endpoint(original, state))
+    _wrap(MotoAPIBackend, "reset", lambda original: _resets_too(original, state))
 
 
 def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     setattr(cls, name, make(getattr(cls, name)))
+
+
+def _resets_too(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def reset(self: Any) -> None:
+        original(self)
+        state.reset()
+
+    return reset
 
 
 # eventual consistency

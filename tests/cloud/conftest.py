@@ -11,7 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.sandbox.realism import Realism, RealismControl, install
+from provisioning.sandbox.realism import RealismControl, install
 from provisioning.sandbox.target import SANDBOX_IMAGE
 from tests.cloud.plans import REGION
 
@@ -36,7 +36,6 @@ def moto(moto_endpoint, monkeypatch):
     """A reset moto server that boto3 (in this process and in CLI subprocesses) talks to, with the realism
     that costs no time on (instant fleets unlisted, no capacity limits, no lags: `realism` sets them)."""
     urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
-    RealismControl(moto_endpoint).set(Realism())
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     return moto_endpoint
 

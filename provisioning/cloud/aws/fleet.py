@@ -6,7 +6,8 @@ to a market, so a Tiering plan (spot GPU trainers + on-demand CPU holders) in a 
 back as spot CPU nodes. A Single Anchor plan (one type) is exactly one request.
 
 Errors are data: an instant fleet answers with the instances it launched *and* an Errors[] list
-(InsufficientInstanceCapacity, quota exceeded, ...), which is read even when instances came back.
+(InsufficientInstanceCapacity, quota exceeded, ...), which is read even when instances came back, and
+each entry is classified by its code (fleet_errors.py): a shortage, or a refusal with its fix.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors
+from provisioning.cloud.aws.fleet_errors import FleetError
 from provisioning.cloud.names import ClusterIdentity, tag_spec
 from provisioning.cloud.types import Shortfall
 from provisioning.planner.plan import NodeGroup
@@ -99,33 +101,35 @@ def launch_fleet(
     request = fleet_request(site, instance_type, groups, client_token, all_or_nothing)
     with cloud_errors(f"creating the EC2 Fleet for {instance_type}"):
         answer = ctx.client("ec2").create_fleet(**request)
-    return read_fleet_answer(answer, instance_type, groups)
+    return read_fleet_answer(answer, instance_type, groups, ctx.region)
 
 
-def read_fleet_answer(answer: dict, instance_type: str, groups: list[NodeGroup]) -> FleetResult:
+def read_fleet_answer(answer: dict, instance_type: str, groups: list[NodeGroup], region: str) -> FleetResult:
     """Instances launched and capacity missing, per market, from a CreateFleet response."""
     launched: dict[Market, list[str]] = {Market.SPOT: [], Market.ON_DEMAND: []}
     for item in answer.get("Instances") or []:
         launched[_MARKET_OF_LIFECYCLE.get(item.get("Lifecycle", "on-demand"), Market.ON_DEMAND)].extend(
             item.get("InstanceIds") or []
         )
-    reasons: dict[Market, list[str]] = {Market.SPOT: [], Market.ON_DEMAND: []}
-    for error in answer.get("Errors") or []:
-        market = _MARKET_OF_LIFECYCLE.get(error.get("Lifecycle", ""))
-        text = f"{error.get('ErrorCode', 'Error')}: {error.get('ErrorMessage', '')}".strip()
-        for m in [market] if market else list(reasons):
-            reasons[m].append(text)
+    errors: dict[Market, list[FleetError]] = {Market.SPOT: [], Market.ON_DEMAND: []}
+    for raw in answer.get("Errors") or []:
+        market = _MARKET_OF_LIFECYCLE.get(raw.get("Lifecycle", ""))
+        error = FleetError(raw.get("ErrorCode", "Error"), raw.get("ErrorMessage", ""), instance_type, market)
+        for m in [market] if market else list(errors):
+            errors[m].append(error)
     shortfalls = []
     for market in (Market.ON_DEMAND, Market.SPOT):
         wanted = sum(g.count for g in groups if g.market is market)
         if len(launched[market]) < wanted:
+            refused = next((e for e in errors[market] if not e.is_shortage), None)
             shortfalls.append(
                 Shortfall(
                     instance_type,
                     market,
                     wanted,
                     len(launched[market]),
-                    tuple(dict.fromkeys(reasons[market])),
+                    tuple(dict.fromkeys(e.describe() for e in errors[market])),
+                    refusal="" if refused is None else f"{refused.describe()}; {refused.fix(region)}",
                 )
             )
     ids = tuple(launched[Market.ON_DEMAND] + launched[Market.SPOT])

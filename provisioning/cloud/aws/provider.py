@@ -66,7 +66,8 @@ def run_instances(
     shortfalls come back as data.
 
     all_or_nothing asks EC2 for each market's whole capacity or none of it (MinTargetCapacity), so a
-    failing `up` has fewer instances to clean up. `record` is called with what exists so far after each
+    failing `up` has fewer instances to clean up. A fleet that EC2 refuses outright (a right, a quota, the
+    image: `Shortfall.refusal`) ends the launch there. `record` is called with what exists so far after each
     creation, fleets with the instances they returned: a failure halfway (the second fleet refused) still
     leaves the ids of everything to delete, including instances and instant fleets no listing shows yet.
     """
@@ -85,6 +86,8 @@ def run_instances(
         created = created.with_fleets([fleet.fleet_id], fleet.instance_ids)
         record(created)
         shortfalls += fleet.shortfalls
+        if any(s.refusal for s in fleet.shortfalls):
+            break  # the next fleet would only be deleted again: the launch fails whatever it gets
     return LaunchOutcome(resources=created, instance_ids=created.instance_ids, shortfalls=tuple(shortfalls))
 
 
