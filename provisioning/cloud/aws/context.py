@@ -8,10 +8,11 @@ the clients to register botocore event hooks or Stubbers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -19,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.core.errors import CloudError
 
+T = TypeVar("T")
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
 
 
@@ -63,6 +65,25 @@ def default_region() -> str | None:
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def until_known(call: Callable[[], T], codes: tuple[str, ...], budget_s: float) -> T:
+    """`call()`, tried again with backoff while it fails with one of `codes`, for up to `budget_s`.
+
+    For a call about something created a moment ago: EC2 is eventually consistent, and "does not exist"
+    right after a create is one of its documented answers (InvalidGroup.NotFound after
+    CreateSecurityGroup: https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html), which
+    AWS asks callers to retry with backoff."""
+    deadline = time.monotonic() + budget_s
+    delay = 0.5
+    while True:
+        try:
+            return call()
+        except ClientError as exc:
+            if error_code(exc) not in codes or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)
 
 
 @contextmanager

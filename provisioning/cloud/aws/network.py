@@ -8,11 +8,12 @@ import urllib.request
 
 from botocore.exceptions import ClientError
 
-from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
+from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code, until_known
 from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by, resource_name, tag_spec
 from provisioning.core.errors import CloudError, InputError
 
 _CHECKIP_URL = "https://checkip.amazonaws.com"
+GROUP_PROPAGATION_S = 60.0  # how long a new security group may stay unknown to EC2
 
 
 def default_subnet(ctx: AwsContext, availability_zone: str) -> str:
@@ -88,8 +89,9 @@ def ensure_security_group(ctx: AwsContext, cluster: ClusterIdentity, vpc_id: str
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]},
         ]
         for rule in rules:
-            try:
-                ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[rule])
+            try:  # a group created a moment ago may be unknown to EC2 for a while
+                until_known(lambda r=rule: ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[r]),
+                            ("InvalidGroup.NotFound",), GROUP_PROPAGATION_S)  # fmt: skip
             except ClientError as exc:
                 if error_code(exc) != "InvalidPermission.Duplicate":
                     raise
