@@ -48,6 +48,10 @@ class ShortageError(CloudError):
     """The cloud delivered fewer instances than the plan needs."""
 
 
+class NotOffered(ShortageError):
+    """A type of the plan is not launched in the plan's zone at all (the next plan may be elsewhere)."""
+
+
 class LaunchRefused(CloudError):
     """The cloud refused the launch for a reason a retry does not change (a right, a quota, the image)."""
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from provisioning.cloud.aws.context import AwsContext
+from provisioning.cloud.aws.offerings import not_offered
 from provisioning.cloud.aws.provider import (
     attach_to_head,
     attach_to_holders,
@@ -42,6 +44,7 @@ from provisioning.clusters.handle import (
     Cluster,
     ClusterView,
     LaunchRefused,
+    NotOffered,
     ShortageError,
     assign_roles,
     cluster_listing,
@@ -138,13 +141,16 @@ def _launch(
     if others:  # not refused: they may be another user's; but if they are a lost record's, they bill
         report.step(f"other clusters named {name} are in {plan.region} (ids {', '.join(others)}): another "
                     f"user's, or ones this machine has no record of (`deepvm down {name} --cluster-id ID`)")
+    _check_offered(ctx, plan)
+    ssh_cidr = target.ssh_cidr(ctx, request.ssh_cidr)
+    subnet_id = target.subnet(ctx, plan.availability_zone, request.subnet_id, ssh_cidr)  # refused: nothing made
     keys = ensure_cluster_keys(name)
     report.step("preparing key pair, security group and launch template")
     spec = ClusterSpec(
         name=name,
         plan=plan,
-        ssh_cidr=target.ssh_cidr(ctx, request.ssh_cidr),
-        subnet_id=target.subnet(ctx, plan.availability_zone, request.subnet_id),
+        ssh_cidr=ssh_cidr,
+        subnet_id=subnet_id,
         image_id=target.image(ctx, request.image_id),
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
@@ -228,6 +234,18 @@ def _launch(
     return UpResult(
         Cluster(store, row).view(refresh=False), created=True, plan_index=index, shortfalls=outcome.shortfalls
     )
+
+
+def _check_offered(ctx: AwsContext, plan: Plan) -> None:
+    """NotOffered (a shortage: next-plan goes on) when a type of the plan is not launched in its zone."""
+    missing = not_offered(ctx, plan.availability_zone, list(dict.fromkeys(g.instance_type for g in plan.nodes)))
+    if missing:
+        roles = ", ".join(f"{g.role.value}s ({g.instance_type})" for g in plan.nodes if g.instance_type in missing)
+        raise NotOffered(
+            f"the plan's {roles} cannot launch in {plan.availability_zone}: EC2 does not offer "
+            f"{', '.join(missing)} there (DescribeInstanceTypeOfferings); nothing was created "
+            "(--on-shortage next-plan tries the next plan)"
+        )
 
 
 # status

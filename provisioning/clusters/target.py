@@ -10,7 +10,7 @@ from typing import Protocol
 
 from provisioning.cloud.aws.context import AwsContext, default_region, has_aws_credentials
 from provisioning.cloud.aws.fis import send_spot_interruption
-from provisioning.cloud.aws.network import caller_cidr, check_cidr, default_subnet
+from provisioning.cloud.aws.network import caller_cidr, check_cidr, check_subnet, default_subnet
 from provisioning.cloud.aws.template import DLAMI_USER, resolve_image
 from provisioning.cloud.types import CloudKind
 from provisioning.core.errors import CloudError, InputError
@@ -30,7 +30,8 @@ class CloudTarget(Protocol):
     def regions(self, region: str | None) -> list[str]:
         """Where to sweep for a cluster the store does not know."""
 
-    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None) -> str: ...
+    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None, ssh_cidr: str) -> str:
+        """The subnet to launch in: the zone's default, or the user's once it is known to work."""
 
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str: ...
 
@@ -70,8 +71,10 @@ class AwsTarget:
             raise InputError("no region given and none configured: pass --region")
         return [found]
 
-    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None) -> str:
-        return explicit or default_subnet(ctx, availability_zone)
+    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None, ssh_cidr: str) -> str:
+        if explicit:
+            return check_subnet(ctx, explicit, availability_zone, ssh_cidr)
+        return default_subnet(ctx, availability_zone)  # a default subnet gives public addresses
 
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str:
         return check_cidr(explicit) if explicit else caller_cidr(ctx)

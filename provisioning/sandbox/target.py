@@ -36,7 +36,7 @@ class SandboxTarget:
         known = list(info.networks) if info else []
         return [region] if region else known
 
-    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None) -> str:
+    def subnet(self, ctx: AwsContext, availability_zone: str, explicit: str | None, ssh_cidr: str) -> str:
         if explicit:
             raise InputError("--subnet does not apply to the sandbox (it makes its own loopback subnets)")
         return sandbox_subnet(ensure_sandbox(), ctx.region, availability_zone)

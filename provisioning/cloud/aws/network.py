@@ -13,6 +13,9 @@ from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by, 
 from provisioning.core.errors import CloudError, InputError
 
 _CHECKIP_URL = "https://checkip.amazonaws.com"
+# RFC 1918's ranges and IPv6's unique local addresses: the networks a VPC reaches privately (Python's
+# is_private also counts documentation ranges such as 198.51.100.0/24, which are public addresses here)
+_PRIVATE = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
 GROUP_PROPAGATION_S = 60.0  # how long a new security group may stay unknown to EC2
 
 
@@ -28,6 +31,32 @@ def default_subnet(ctx: AwsContext, availability_zone: str) -> str:
     if not subnets:
         raise CloudError(f"no default subnet in {availability_zone}; pass --subnet SUBNET_ID")
     return subnets[0]["SubnetId"]
+
+
+def check_subnet(ctx: AwsContext, subnet_id: str, availability_zone: str, ssh_cidr: str) -> str:
+    """The user's --subnet, once it is known to be in the plan's zone and its nodes reachable over SSH.
+
+    A subnet that gives instances no public IPv4 address (MapPublicIpOnLaunch false: every subnet but
+    the default ones, unless changed) launches nodes that deepvm cannot reach from outside the VPC: `up`
+    would pay for them through its whole SSH timeout and fail. It is refused before anything is made,
+    unless --ssh-cidr names a private range (RFC 1918), which says that this machine reaches the VPC
+    privately (from inside it, or by peering or VPN), where nodes are reached at their private
+    addresses (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-ip-addressing.html)."""
+    with cloud_errors(f"describing subnet {subnet_id}"):
+        subnet = ctx.client("ec2").describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
+    if subnet.get("AvailabilityZone") != availability_zone:
+        raise InputError(f"--subnet {subnet_id} is in {subnet.get('AvailabilityZone')}, but the plan launches in "
+                         f"{availability_zone}: pass a subnet of {availability_zone}")  # fmt: skip
+    source = ipaddress.ip_network(ssh_cidr, strict=False)
+    private_source = any(source.version == p.version and source.subnet_of(p) for p in _PRIVATE)
+    if not subnet.get("MapPublicIpOnLaunch") and not private_source:
+        raise InputError(
+            f"--subnet {subnet_id} gives instances no public address (MapPublicIpOnLaunch is false), so deepvm "
+            f"could not reach its nodes over SSH from here; pass a public subnet, turn it on with `aws ec2 "
+            f"modify-subnet-attribute --subnet-id {subnet_id} --map-public-ip-on-launch`, or, from a machine "
+            "that reaches the VPC privately, pass that network's range as --ssh-cidr"
+        )
+    return subnet_id
 
 
 def subnet_vpc(ctx: AwsContext, subnet_id: str) -> str:
