@@ -55,11 +55,13 @@ def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
 
 
 def _fix(reason: str) -> str:
-    """How to get live prices instead, when the reason is the user's to fix (their credentials)."""
-    from provisioning.catalog.market.aws import NO_CREDENTIALS, REFUSED_CREDENTIALS
+    """How to get live prices instead, when the reason is the user's to fix (their credentials or rights)."""
+    from provisioning.catalog.market.aws import MISSING_RIGHT, NO_CREDENTIALS, REFUSED_CREDENTIALS
 
     if reason.startswith((NO_CREDENTIALS, REFUSED_CREDENTIALS)):
         return "; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
+    if reason.startswith(MISSING_RIGHT):
+        return "; for live prices add that right to your identity's IAM policy (README: \"Using your AWS account\")"
     return ""
 
 

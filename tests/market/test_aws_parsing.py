@@ -171,6 +171,10 @@ def test_error_meanings():
     assert refused == "AWS refused the credentials (AuthFailure: nope)"
     assert unavailable_reason(_client_error("InvalidParameterValue")) is None
     assert isinstance(translate(_client_error("UnauthorizedOperation"), "x"), AwsUnavailable)
+    denied = translate(_client_error("UnauthorizedOperation"), "instance types", "ec2:DescribeInstanceTypes")
+    assert str(denied) == "your AWS identity lacks the right ec2:DescribeInstanceTypes (UnauthorizedOperation: nope)"
+    assert unavailable_reason(_client_error("AccessDenied")) == (
+        "your AWS identity lacks the right to call DescribeInstanceTypes (AccessDenied: nope)")
     assert isinstance(translate(_client_error("500", status=500), "prices"), AwsUnavailable)
     error = translate(_client_error("InvalidParameterValue", message="bad filter"), "instance types")
     assert isinstance(error, CloudError)

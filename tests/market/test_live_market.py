@@ -115,9 +115,21 @@ def test_refused_quotas_only_warn(moto, cache):
     catalog = LiveMarket(clients, cache=cache).catalog(["us-east-1"])
     assert catalog.quotas == [] and catalog.prices
     assert catalog.warnings == [
-        "could not read vCPU quotas in us-east-1 (AWS refused the credentials (AccessDeniedException: "
-        "not allowed)); no quota limits applied there"
+        "could not read vCPU quotas in us-east-1 (your AWS identity lacks the right servicequotas:GetServiceQuota "
+        "(AccessDeniedException: not allowed)); no quota limits applied there"
     ]
+
+
+def test_a_missing_pricing_right_is_named_not_taken_for_refused_credentials(moto, cache):
+    clients = FakeMarketClients()
+    denied = {"Error": {"Code": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not "
+                        "authorized to perform: pricing:GetProducts"}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+    clients.failures["pricing"] = ClientError(denied, "GetProducts")
+    with pytest.raises(AwsUnavailable) as caught:
+        LiveMarket(clients, cache=cache).catalog(["us-east-1"])
+    assert caught.value.reason.startswith(
+        "your AWS identity lacks the right pricing:GetProducts (AccessDeniedException: User: ")
+    assert "refused the credentials" not in caught.value.reason
 
 
 def test_regions_come_from_the_account(moto, cache):

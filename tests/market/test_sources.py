@@ -5,6 +5,7 @@ import time
 from datetime import date
 
 import pytest
+from botocore.exceptions import ClientError
 from conftest import DATA
 from moto import mock_aws
 
@@ -108,6 +109,24 @@ def test_live_path_and_region_validation(live_aws):
     expected = r"^unknown region 'eu-wst-1' \(did you mean eu-west-1\?\); AWS has "
     with pytest.raises(InputError, match=expected):
         resolve_catalog(regions=["eu-wst-1"], offline=False, catalog_file=None)
+
+
+def test_a_missing_pricing_right_falls_back_saying_which_right(live_aws, monkeypatch):
+    class NoPricing(FakeMarketClients):
+        def __init__(self) -> None:
+            super().__init__()
+            denied = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"},
+                      "ResponseMetadata": {"HTTPStatusCode": 400}}  # fmt: skip
+            self.failures["pricing"] = ClientError(denied, "GetProducts")
+
+    monkeypatch.setattr(live, "AwsClients", NoPricing)
+    catalog = resolve_catalog(regions=None, offline=False, catalog_file=None)
+    assert catalog.source == "snapshot"
+    assert catalog.warnings == [
+        "your AWS identity lacks the right pricing:GetProducts (AccessDeniedException: not authorized); using the "
+        f"built-in price snapshot of {SNAPSHOT_DATE} ({AGE}); for live prices add that right to your identity's "
+        'IAM policy (README: "Using your AWS account")'
+    ]
 
 
 def test_save_snapshot_from_live_data(live_aws, tmp_path):

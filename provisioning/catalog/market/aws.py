@@ -32,14 +32,17 @@ CLIENT_CONFIG = Config(connect_timeout=3, read_timeout=20, retries={"max_attempt
 
 # Error codes that mean "these credentials cannot be used here" rather than "this request is wrong".
 AUTH_ERROR_CODES = frozenset({
-    "AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
-    "ExpiredToken", "ExpiredTokenException", "RequestExpired", "AccessDenied", "AccessDeniedException",
-    "UnrecognizedClientException", "InvalidAccessKeyId", "OptInRequired",
+    "AuthFailure", "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException",
+    "RequestExpired", "UnrecognizedClientException", "InvalidAccessKeyId", "OptInRequired",
 })
+# Codes that mean the credentials are good but lack the right to this one call (an IAM policy's doing):
+# saying "AWS refused the credentials" then sends the user to fix what works.
+DENIED_ERROR_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
 
 
 NO_CREDENTIALS = "no AWS credentials found"
 REFUSED_CREDENTIALS = "AWS refused the credentials"
+MISSING_RIGHT = "your AWS identity lacks the right"
 
 
 class AwsUnavailable(Exception):
@@ -87,8 +90,9 @@ def paginate(client: Any, operation: str, result_key: str, **params: Any) -> Ite
         yield from page.get(result_key, [])
 
 
-def unavailable_reason(exc: BaseException) -> str | None:
-    """A user-facing reason when `exc` means AWS cannot be used at all; None for any other error."""
+def unavailable_reason(exc: BaseException, right: str = "") -> str | None:
+    """A user-facing reason when `exc` means AWS cannot be used (at all, or for this call, whose IAM
+    action is `right`); None for any other error."""
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return NO_CREDENTIALS
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError)):
@@ -99,20 +103,23 @@ def unavailable_reason(exc: BaseException) -> str | None:
         return "no AWS region configured"
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
+        message = exc.response.get("Error", {}).get("Message", "")
+        detail = f"{code}: {message}" if message else code
         if code in AUTH_ERROR_CODES:
-            message = exc.response.get("Error", {}).get("Message", "")
-            detail = f"{code}: {message}" if message else code
             return f"{REFUSED_CREDENTIALS} ({detail})"
+        if code in DENIED_ERROR_CODES:
+            return f"{MISSING_RIGHT} {right or f'to call {exc.operation_name}'} ({detail})"
     return None
 
 
-def translate(exc: BotoCoreError | ClientError, what: str) -> Exception:
-    """The exception to raise for a failed AWS call: AwsUnavailable, or a one-line CloudError.
+def translate(exc: BotoCoreError | ClientError, what: str, right: str = "") -> Exception:
+    """The exception to raise for a failed AWS call (whose IAM action is `right`): AwsUnavailable, or a
+    one-line CloudError.
 
     Server-side failures (HTTP 5xx after retries, also what an endpoint without the service answers,
     e.g. a moto server asked for prices) make AWS unavailable rather than the request wrong.
     """
-    reason = unavailable_reason(exc)
+    reason = unavailable_reason(exc, right)
     if reason is not None:
         return AwsUnavailable(reason)
     if isinstance(exc, ClientError):

@@ -68,7 +68,7 @@ class LiveMarket:
             ec2 = self.clients.client("ec2", self.default_region())
             return sorted(r["RegionName"] for r in ec2.describe_regions()["Regions"])
 
-        entry = self._cached("regions", SLOW_TTL_S, fetch, "the region list", [])
+        entry = self._cached("regions", SLOW_TTL_S, fetch, "the region list", [], "ec2:DescribeRegions")
         return list(entry.value)
 
     def catalog(self, regions: list[str]) -> Catalog:
@@ -98,19 +98,20 @@ class LiveMarket:
             return catalog_to_dict(part)
 
         types_entry = self._cached(f"{region}-types", SLOW_TTL_S, fetch_types, f"instance types of {region}",
-                                   warnings)
+                                   warnings, "ec2:DescribeInstanceTypes")
         types = catalog_from_dict(types_entry.value).types
         data = _RegionData(types=types, warnings=warnings)
         if not types:
             return data
         pricing = self.clients.client("pricing", PRICING_REGION)
-        for key, ttl, what, fetch in (
-            ("on-demand", SLOW_TTL_S, "on-demand prices",
+        for key, ttl, what, right, fetch in (
+            ("on-demand", SLOW_TTL_S, "on-demand prices", "pricing:GetProducts",
              lambda: fetch_on_demand_prices(pricing, region, types)),
-            ("spot", SPOT_TTL_S, "spot prices", lambda: fetch_spot_prices(ec2, region, types)),
+            ("spot", SPOT_TTL_S, "spot prices", "ec2:DescribeSpotPriceHistory",
+             lambda: fetch_spot_prices(ec2, region, types)),
         ):
             entry = self._cached(f"{region}-{key}", ttl, _with_types(fetch, types), f"{what} in {region}",
-                                 warnings)
+                                 warnings, right)
             data.catalog_parts.append(catalog_from_dict(entry.value))
             data.price_times.append(entry.fetched_at)
         data.catalog_parts.append(self._quotas(region, types, warnings))
@@ -125,15 +126,17 @@ class LiveMarket:
             return catalog_to_dict(fetch_vcpu_quotas(client, region, groups))
 
         try:
-            entry = self._cached(f"{region}-quotas", SLOW_TTL_S, fetch, f"vCPU quotas in {region}", warnings)
+            entry = self._cached(f"{region}-quotas", SLOW_TTL_S, fetch, f"vCPU quotas in {region}", warnings,
+                                 "servicequotas:GetServiceQuota")
         except (AwsUnavailable, CloudError) as exc:
             warnings.append(f"could not read vCPU quotas in {region} ({exc}); no quota limits applied there")
             return Catalog(types={}, prices=[])
         return catalog_from_dict(entry.value)
 
     def _cached(self, key: str, max_age_s: float, fetch: Callable[[], object], what: str,
-                warnings: list[str]) -> CacheEntry:
-        """The fresh cache entry under `key`, else `fetch()` stored; a stale entry if AWS is unavailable."""
+                warnings: list[str], right: str) -> CacheEntry:
+        """The fresh cache entry under `key`, else `fetch()` stored; a stale entry if AWS is unavailable.
+        `right` is the IAM action the fetch needs, named when AWS refuses it."""
         if not self.refresh:
             entry = self.cache.fresh(key, max_age_s)
             if entry is not None:
@@ -141,7 +144,7 @@ class LiveMarket:
         try:
             return self.cache.put(key, fetch())
         except (BotoCoreError, ClientError) as exc:
-            error = translate(exc, what)
+            error = translate(exc, what, right)
             stale = self.cache.get(key)
             if not isinstance(error, AwsUnavailable) or stale is None:
                 raise error from None
