@@ -63,6 +63,16 @@ def default_region() -> str | None:
     return boto3.session.Session().region_name
 
 
+def partition_of(region: str) -> str:
+    """The AWS partition of a region, with which every ARN in it begins: aws, aws-us-gov (GovCloud), aws-cn
+    (China), ... from botocore's endpoint data. A region botocore does not know yet is taken for `aws`: an
+    ARN of the wrong partition matches nothing, so a policy written with it grants nothing."""
+    try:
+        return str(boto3.session.Session().get_partition_for_region(region))
+    except BotoCoreError:
+        return "aws"
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 

@@ -24,7 +24,8 @@ def send_spot_interruption(
     if not role_arn:
         raise InputError("AWS FIS needs an IAM role it can assume: pass --fis-role-arn ARN")
     with cloud_errors("asking for the caller's account"):
-        account = ctx.client("sts").get_caller_identity()["Account"]
+        identity = ctx.client("sts").get_caller_identity()
+    account, partition = identity["Account"], identity["Arn"].split(":")[1]  # arn:PARTITION:iam::ACCOUNT:...
     fis = ctx.client("fis")
     with cloud_errors("creating the FIS experiment template"):
         template = fis.create_experiment_template(
@@ -35,7 +36,7 @@ def send_spot_interruption(
             targets={
                 "spot": {
                     "resourceType": "aws:ec2:spot-instance",
-                    "resourceArns": [f"arn:aws:ec2:{ctx.region}:{account}:instance/{instance_id}"],
+                    "resourceArns": [f"arn:{partition}:ec2:{ctx.region}:{account}:instance/{instance_id}"],
                     "selectionMode": "ALL",
                 }
             },

@@ -33,7 +33,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from provisioning.cloud.aws.context import AwsContext, error_code
+from provisioning.cloud.aws.context import AwsContext, error_code, partition_of
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.policies import (
     CONTROLLER_POLICY,
@@ -128,8 +128,8 @@ def put_job_storage(ctx: AwsContext, access: ControllerAccess, storage: JobStora
             continue
         try:
             if areas:
-                iam.put_role_policy(RoleName=role, PolicyName=JOB_STORAGE_POLICY,
-                                    PolicyDocument=json.dumps(job_storage_policy(areas)))  # fmt: skip
+                document = job_storage_policy(areas, partition_of(ctx.region))
+                iam.put_role_policy(RoleName=role, PolicyName=JOB_STORAGE_POLICY, PolicyDocument=json.dumps(document))
             else:
                 _gone_ok(lambda r=role: iam.delete_role_policy(RoleName=r, PolicyName=JOB_STORAGE_POLICY))
         except ClientError as exc:

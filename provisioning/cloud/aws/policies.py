@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioning.cloud.aws.context import partition_of
 from provisioning.cloud.names import ClusterIdentity
 from provisioning.cloud.types import S3Area
 
@@ -51,7 +52,7 @@ def controller_policy(
     `holders_role_arn` is the role deepvm made for the checkpoint holders: a holder the head buys gets its
     profile (associated, as the head's own was), which needs iam:PassRole for exactly that role.
     """
-    arn = f"arn:aws:ec2:{region}:*"
+    arn = f"arn:{partition_of(region)}:ec2:{region}:*"  # GovCloud and China are partitions of their own
     key, value = cluster.scope_tag
     tagged = {"StringEquals": {f"aws:RequestTag/{key}": value}}
     owned = {"StringEquals": {f"ec2:ResourceTag/{key}": value}}
@@ -166,20 +167,21 @@ def _pass_role(sid: str, role_arn: str) -> dict[str, Any]:
     }
 
 
-def job_storage_policy(areas: tuple[S3Area, ...]) -> dict[str, Any]:
+def job_storage_policy(areas: tuple[S3Area, ...], partition: str = "aws") -> dict[str, Any]:
     """S3 rights on exactly `areas`: list under each prefix (s3:ListBucket limited by `s3:prefix`), read its
     objects, and where it `writes`, put them (multipart uploads included: every part is s3:PutObject),
     abort an upload that failed and delete (retention). AWS: https://docs.aws.amazon.com/AmazonS3/latest/
     userguide/using-with-s3-policy-actions.html (which API needs which action) and
-    .../amazon-s3-policy-keys.html#condition-key-bucket-ops-2 (s3:prefix on ListBucket)."""
+    .../amazon-s3-policy-keys.html#condition-key-bucket-ops-2 (s3:prefix on ListBucket). `partition`: the
+    region's (context.partition_of): a bucket's ARN in GovCloud or China begins arn:aws-us-gov / arn:aws-cn."""
     statements: list[dict[str, Any]] = []
     for index, area in enumerate(areas):
-        objects = f"arn:aws:s3:::{area.bucket}/{area.prefix}*"
+        objects = f"arn:{partition}:s3:::{area.bucket}/{area.prefix}*"
         listing: dict[str, Any] = {
             "Sid": f"ListArea{index}",
             "Effect": "Allow",
             "Action": "s3:ListBucket",
-            "Resource": f"arn:aws:s3:::{area.bucket}",
+            "Resource": f"arn:{partition}:s3:::{area.bucket}",
         }
         if area.prefix:
             listing["Condition"] = {"StringLike": {"s3:prefix": [area.prefix, f"{area.prefix}*"]}}

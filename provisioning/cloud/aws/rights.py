@@ -69,7 +69,8 @@ _PASS = "iam:PassRole"
 CALLS: tuple[Call, ...] = (
     *_same("ec2", "ec2", "AuthorizeSecurityGroupIngress", "DeleteFleets", "DeleteKeyPair", "DeleteLaunchTemplate",
            "DeleteSecurityGroup", "DeleteVolume", "DescribeFleets", "DescribeIamInstanceProfileAssociations",
-           "DescribeInstances", "DescribeInstanceTypes", "DescribeKeyPairs", "DescribeLaunchTemplates",
+           "DescribeInstances", "DescribeInstanceTypeOfferings", "DescribeInstanceTypes", "DescribeKeyPairs",
+           "DescribeLaunchTemplates",
            "DescribeRegions", "DescribeSecurityGroups", "DescribeSpotPriceHistory", "DescribeSubnets",
            "DescribeVolumes", "GetConsoleOutput", "TerminateInstances"),
     Call("ec2", "CreateFleet", ("ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateTags", _PASS),
@@ -114,6 +115,7 @@ RUNS_UNDER: dict[str, Module] = {
     "provisioning.catalog.market.quotas": Module(frozenset({_U}), "`plan` with live prices and quotas"),
     "provisioning.cloud.aws.template": Module(frozenset({_U}), "`up`: image, key pair, launch template"),
     "provisioning.cloud.aws.network": Module(frozenset({_U}), "`up`: subnet and security group"),
+    "provisioning.cloud.aws.offerings": Module(frozenset({_U}), "`up`: the plan's types are offered in its zone"),
     "provisioning.cloud.aws.iam": Module(frozenset({_U}), "`up`, `train`, `down`: the cluster's IAM roles"),
     # the head buys replacements (add_nodes), reads their consoles and retires nodes, as `up` and a
     # `--controller local` job do from your machine
@@ -133,6 +135,8 @@ RUNS_UNDER: dict[str, Module] = {
     "provisioning.sandbox.credentials": Module(frozenset({_S}), "the sandbox's instance metadata"),
     "provisioning.sandbox.network": Module(frozenset({_S}), "the sandbox's VPC"),
     "provisioning.sandbox.supervisor": Module(frozenset({_S}), "the sandbox's hosts"),
+    # moto's own methods, patched in the moto server's process (the names are EC2's; nothing calls AWS)
+    "provisioning.sandbox.realism_moto": Module(frozenset({_S}), "the sandbox's realism layer"),
 }
 
 
