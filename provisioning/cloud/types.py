@@ -171,6 +171,7 @@ class InstanceInfo:
     private_ip: str | None
     public_ip: str | None
     launched_at: str  # ISO-8601 UTC
+    state_reason: str = ""  # EC2's StateReason code once it ended, e.g. Server.SpotInstanceTermination
 
 
 @dataclass(frozen=True)

@@ -246,6 +246,10 @@ class Cluster:
             return False
         self._store.put_nodes(self.name, [replace(n, state=seen[n.instance_id].state if n.instance_id in seen
                                                   else "terminated") for n in nodes])  # fmt: skip
+        for node in nodes:  # why EC2 ended what ran: a Spot interruption reads differently from a `down`
+            info = seen.get(node.instance_id)
+            if node.state == RUNNING and info is not None and info.state != RUNNING and info.state_reason:
+                self.event("ended", f"{node.instance_id} {info.state}: {info.state_reason}")
         known = {n.instance_id for n in nodes}
         adopted = adopt(row, [i for i in tagged if i.instance_id not in known], self.target.ssh_port)
         if adopted:
@@ -320,11 +324,11 @@ class Cluster:
         self.event("retired", f"terminated {', '.join(instance_ids)}: {why}")
         self.target.after_terminate(instance_ids)
 
-    def interrupt(self, node: NodeRecord, after_s: int, fis_role_arn: str = "") -> str:
-        """Send a Spot interruption to one of its nodes: notice now, interruption after `after_s` seconds;
-        what was done."""
+    def interrupt(self, node: NodeRecord, after_s: int, fis_role_arn: str = "", rebalance_only: bool = False) -> str:
+        """Send a Spot interruption to one of its nodes: notice now, interruption after `after_s` seconds
+        (`rebalance_only`: a rebalance recommendation alone, in the sandbox); what was done."""
         ctx = self._running_spot(node)
-        message = self.target.interrupt(ctx, self.name, node.instance_id, after_s, fis_role_arn)
+        message = self.target.interrupt(ctx, self.name, node.instance_id, after_s, fis_role_arn, rebalance_only)
         self.event("interrupt", message)
         return message
 

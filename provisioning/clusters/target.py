@@ -42,8 +42,10 @@ class CloudTarget(Protocol):
     def after_terminate(self, instance_ids: list[str]) -> None:
         """Return only once the terminated instances' machines are gone (the sandbox kills its hosts)."""
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
-        """Deliver a Spot interruption notice now and the interruption after `after_s`; say what was done."""
+    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
+                  rebalance_only: bool = False) -> str:  # fmt: skip
+        """Deliver a Spot interruption notice now and the interruption after `after_s` (`rebalance_only`: a
+        rebalance recommendation alone, where the cloud can); say what was done."""
 
     def node_env(self, region: str) -> dict[str, str]:
         """Environment for AWS clients on the nodes (DeepCheck's L3, datasets on S3)."""
@@ -88,7 +90,15 @@ class AwsTarget:
     def after_terminate(self, instance_ids: list[str]) -> None:
         return  # EC2 shuts the machines down itself
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
+    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
+                  rebalance_only: bool = False) -> str:  # fmt: skip
+        if rebalance_only:
+            raise InputError(
+                "--rebalance-only is a sandbox rehearsal: on AWS, FIS's send-spot-instance-interruptions "
+                "makes EC2 post the rebalance recommendation together with the interruption notice, and nothing "
+                "posts a recommendation alone (https://docs.aws.amazon.com/fis/latest/userguide/"
+                "fis-actions-reference.html#send-spot-instance-interruptions)"
+            )
         experiment = send_spot_interruption(ctx, cluster, instance_id, after_s, role_arn)
         return f"AWS FIS experiment {experiment} interrupts {instance_id} in {after_s} s"
 

@@ -3,8 +3,9 @@
 It answers like EC2's IMDSv2 (the only mode deepvm's launch template allows): PUT /latest/api/token for a
 session token, then GETs with that token. A Spot interruption is two files in the host's `notices`
 directory, written by `deepvm interrupt`: `spot/instance-action` and `events/recommendations/rebalance`
-answer 404 until those exist, exactly as on EC2. Training processes on the host find the endpoint through
-AWS_EC2_METADATA_SERVICE_ENDPOINT, which the host's sshd sets for every session.
+answer 404 until those exist, exactly as on EC2 (`--rebalance-only` writes the second alone). Training
+processes on the host find the endpoint through AWS_EC2_METADATA_SERVICE_ENDPOINT, which the host's sshd
+sets for every session.
 
 An instance that holds an instance profile (the cluster's head) gets its role's credentials under
 iam/security-credentials/ and iam/info, as on EC2 (`provisioning.sandbox.credentials`), so botocore's
@@ -42,11 +43,19 @@ def endpoint_url(ip: str) -> str:
 
 
 def post_interruption(host_dir: Path, deadline: datetime, now: datetime | None = None) -> None:
-    """Post a rebalance recommendation and a Spot interruption notice ("terminate" at `deadline`)."""
+    """Post a rebalance recommendation and a Spot interruption notice ("terminate" at `deadline`), as
+    AWS FIS's send-spot-instance-interruptions makes EC2 post them: both at once."""
+    post_rebalance(host_dir, now)
+    write_text_atomic(host_dir / NOTICES / INSTANCE_ACTION,
+                      json.dumps({"action": "terminate", "time": iso_time(deadline)}))  # fmt: skip
+
+
+def post_rebalance(host_dir: Path, now: datetime | None = None) -> None:
+    """Post a rebalance recommendation alone: the instance is at elevated risk, and nothing more happens
+    (EC2 sends many that are never followed by an interruption)."""
     notices = host_dir / NOTICES
     notices.mkdir(exist_ok=True)
     write_text_atomic(notices / REBALANCE, json.dumps({"noticeTime": iso_time(now or datetime.now(timezone.utc))}))
-    write_text_atomic(notices / INSTANCE_ACTION, json.dumps({"action": "terminate", "time": iso_time(deadline)}))
 
 
 def interruption_deadline(host_dir: Path) -> datetime | None:

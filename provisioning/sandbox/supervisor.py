@@ -5,7 +5,9 @@ when no deepvm command is running (`deepvm interrupt --after 120` returns at onc
 terminated through the EC2 API by anyone must lose its processes promptly. Each pass:
 1. boot a host for every running instance with a sandbox (loopback) address that has none;
 2. kill the host of every instance that is no longer running (terminated, stopped, or gone with moto);
-3. terminate, through EC2, every instance whose posted interruption deadline has passed.
+3. end, as EC2 does, every instance whose posted interruption deadline has passed (StateReason
+   Server.SpotInstanceTermination) or whose host died (Server.InternalError): the realism layer's
+   reclaim, where a TerminateInstances call would say the user ended it.
 One supervisor per sandbox: a second one exits at once (file lock).
 """
 
@@ -26,6 +28,7 @@ from provisioning.sandbox.hosts import HostFacts, boot_host, host_dir, host_pids
 from provisioning.sandbox.metadata import interruption_deadline
 from provisioning.sandbox.network import in_sandbox_network
 from provisioning.sandbox.procs import pid_alive
+from provisioning.sandbox.realism import INTERNAL_ERROR, SPOT_TERMINATION, RealismControl
 
 POLL_S = 0.25
 
@@ -85,16 +88,16 @@ def reconcile(info: SandboxInfo, unbootable: set[str], pool: ThreadPoolExecutor)
         facts = running.get(instance_id)
         if facts is None:
             continue
-        ec2 = _ec2(info, facts.region)
+        control = RealismControl(info.endpoint)
         if not pid_alive(pid):
-            log(f"host {instance_id} died: terminating its instance")
-            ec2.terminate_instances(InstanceIds=[instance_id])
+            log(f"host {instance_id} died: ending its instance")
+            control.reclaim(facts.region, instance_id, INTERNAL_ERROR)
             kill_host(instance_id)
             continue
         deadline = interruption_deadline(host_dir(instance_id))
         if deadline is not None and datetime.now(timezone.utc) >= deadline:
-            log(f"interruption deadline of {instance_id} reached: terminating it")
-            ec2.terminate_instances(InstanceIds=[instance_id])
+            log(f"interruption deadline of {instance_id} reached: interrupting it")
+            control.reclaim(facts.region, instance_id, SPOT_TERMINATION)
             kill_host(instance_id)
 
 
@@ -129,7 +132,7 @@ def main() -> int:
             return 0
         try:
             reconcile(info, unbootable, pool)
-        except (BotoCoreError, ClientError, OSError):
+        except (BotoCoreError, ClientError, OSError):  # urllib's errors (the reclaim) are OSErrors
             log("reconcile failed (will retry):\n" + traceback.format_exc())
         time.sleep(POLL_S)
 

@@ -13,7 +13,7 @@ from provisioning.core.errors import CloudError, InputError
 from provisioning.sandbox.capacity import check_fits, measure
 from provisioning.sandbox.control import BANNER, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
-from provisioning.sandbox.metadata import post_interruption
+from provisioning.sandbox.metadata import post_interruption, post_rebalance
 from provisioning.sandbox.network import sandbox_subnet
 from provisioning.sandbox.shared import CREDENTIALS
 
@@ -57,11 +57,16 @@ class SandboxTarget:
         if stuck:
             raise CloudError(f"sandbox hosts did not stop: {', '.join(stuck)}")
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
+    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
+                  rebalance_only: bool = False) -> str:  # fmt: skip
         if after_s < 0:
             raise InputError("--after must be 0 or more seconds")
         if not host_processes(instance_id):
             raise CloudError(f"{instance_id} has no running sandbox host")
+        if rebalance_only:
+            post_rebalance(host_dir(instance_id))
+            return (f"posted a rebalance recommendation alone to {instance_id}'s metadata; nothing interrupts "
+                    "it (--after does not apply)")  # fmt: skip
         deadline = datetime.now(timezone.utc) + timedelta(seconds=after_s)
         post_interruption(host_dir(instance_id), deadline)
         return (

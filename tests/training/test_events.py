@@ -19,6 +19,7 @@ from training.shared.events import (
     Flush,
     Holder,
     Notice,
+    NoticeKind,
     NoticeSeen,
     Restored,
     Saved,
@@ -112,3 +113,13 @@ def test_nan_loss_round_trips(capsys):
 )
 def test_a_line_that_is_not_one_of_our_events_is_none(line):
     assert events.parse(line) is None
+
+
+def test_a_notice_says_which_of_the_two_documents_it_is():
+    rebalance = Notice("rebalance", '{"noticeTime": "2026-11-23T09:58:00Z"}', 1.0)
+    assert rebalance.kind is NoticeKind.REBALANCE and not rebalance.is_interruption
+    assert NOTICE.kind is NoticeKind.INTERRUPTION and NOTICE.is_interruption
+    line = json.dumps({"event": "notice", "rank": 1, **rebalance.to_dict()})
+    assert '"kind": "rebalance"' in line and events.parse(line) == NoticeSeen(rank=1, notice=rebalance)
+    assert f"({rebalance.kind})" == "(rebalance)"  # as the controller's notes print it
+    assert events.parse(line.replace('"rebalance"', '"maintenance"')) is None  # no kind of ours

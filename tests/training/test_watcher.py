@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from imds import imds_endpoint, post_notice
+from imds import imds_endpoint, loopback_ip, post_notice, post_rebalance_only
 
+from provisioning.sandbox.metadata import endpoint_url
 from training.control.staging import prepare_command, setup_marker, stage_runtime
 from training.node.watcher import Imds, MetadataUnavailable, Watcher
-from training.shared.events import Notice
+from training.shared.events import Notice, NoticeKind
 
 REPO = Path(__file__).resolve().parents[2]
 INTERNAL = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm0o1fVvPzSgHLkwZkt7Qv7rX5O4xJf7Kq6yq0E0Dq9 deepvm-internal-c"
@@ -51,15 +52,44 @@ def test_watcher_reports_a_notice_within_its_poll_interval(imds):
     assert not watcher.is_alive()  # one notice is all a node gets
 
 
-def test_watcher_without_metadata_turns_itself_off():
-    reasons: list[str] = []
-    dead = Imds("http://127.0.0.1:9/", timeout_s=0.5)  # discard port: nothing listens
+def test_watcher_keeps_trying_an_endpoint_that_fails_at_first_and_sees_its_notice(tmp_path):
+    # the endpoint does not answer at boot (nothing listens yet): the watcher says so once, keeps trying
+    # with backoff, and watches as soon as the endpoint is up
+    ip = loopback_ip()
+    late = Imds(endpoint_url(ip), timeout_s=0.5)
     with pytest.raises(MetadataUnavailable):
-        dead.notice()
-    watcher = Watcher(lambda n: None, reasons.append, interval_s=0.1, imds=dead)
+        late.notice()
+    seen: list[Notice] = []
+    reasons: list[str] = []
+    watcher = Watcher(seen.append, reasons.append, interval_s=0.1, imds=late, retry_s=(0.1, 0.4))
     watcher.start()
+    time.sleep(1.5)
+    assert watcher.is_alive() and len(reasons) == 1 and "still trying every 0.4 s" in reasons[0]
+    with imds_endpoint(tmp_path, ip):
+        post_notice(tmp_path)
+        watcher.join(timeout=5)
+    assert [n.kind for n in seen] == [NoticeKind.INTERRUPTION]  # both posted at once: the interruption says it
+    assert not watcher.is_alive() and len(reasons) == 1
+
+
+def test_a_rebalance_recommendation_alone_is_reported_as_one_and_watching_goes_on(imds):
+    url, host_dir = imds
+    seen: list[Notice] = []
+    watcher = Watcher(seen.append, interval_s=0.1, imds=Imds(url))
+    watcher.start()
+    post_rebalance_only(host_dir)
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [n.kind for n in seen] == [NoticeKind.REBALANCE] and not seen[0].is_interruption
+    assert json.loads(seen[0].body).keys() == {"noticeTime"}
+    time.sleep(0.5)
+    assert watcher.is_alive() and len(seen) == 1  # reported once, and still watching for an interruption
+    post_notice(host_dir)
     watcher.join(timeout=5)
-    assert not watcher.is_alive() and "no instance metadata" in reasons[0]
+    assert [n.kind for n in seen] == [NoticeKind.REBALANCE, NoticeKind.INTERRUPTION] and seen[1].is_interruption
+    assert not watcher.is_alive()
+    assert Imds(url).notice().kind is NoticeKind.INTERRUPTION  # --once names the most urgent of the two
 
 
 def test_watch_once_prints_the_notice(imds):

@@ -1,14 +1,22 @@
-"""Spot interruption watcher: polls the node's instance metadata (IMDSv2) for a notice.
+"""Spot interruption watcher: polls the node's instance metadata (IMDSv2) for notices.
 
-EC2 gives a Spot instance two minutes between the notice and the interruption. The notice appears at
-`spot/instance-action` (404 until then); a rebalance recommendation, an earlier hint that the instance
-is at elevated risk, appears at `events/recommendations/rebalance`. Either one means "leave this node":
-the trainer checkpoints at once, the job stops cleanly and continues without it, and a replacement is
-bought, so waiting for the final notice would only shorten the time left to do that.
+EC2 gives a Spot instance two minutes between the interruption notice and the interruption. The notice
+appears at `spot/instance-action` (404 until then); a rebalance recommendation, an earlier hint that the
+instance is at elevated risk (and often never followed by an interruption), appears at
+`events/recommendations/rebalance`. The watcher reports each kind once, as its own `NoticeKind`: a
+recommendation seen alone (it goes on watching for the interruption notice after it), and the
+interruption notice (nothing comes after it; with it, a recommendation is moot). What a node does about
+either is its caller's to decide.
 
 IMDSv2 only (the launch template requires it): PUT a session token, then GET with the token; a token is
 renewed before it expires. The endpoint is $AWS_EC2_METADATA_SERVICE_ENDPOINT (as boto3 reads it; the
 sandbox sets it for every SSH session), else EC2's link-local address.
+
+A failed poll is retried with exponential backoff (2 s doubling to 30 s, with jitter), as
+aws-node-termination-handler retries its metadata requests: a metadata endpoint that is slow to answer at
+boot, or blips, must not leave a Spot node unwatched for the rest of its life. After three failures in a
+row with no answer ever, the watcher says so (`on_unavailable`, once: a laptop or a test has no endpoint)
+and keeps trying at the slowest pace.
 
 `python -m training.node.watcher --once` prints the current notice as one JSON line (or `null`): the
 controller runs it over SSH before a launch, so a node noticed between two runs is never used.
@@ -19,21 +27,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from training.shared.events import Notice
+from training.shared.events import Notice, NoticeKind
 
 DEFAULT_ENDPOINT = "http://169.254.169.254/"
 ENDPOINT_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 POLL_S = 2.0  # the issue asks for at least every 5 s; a request costs well under a millisecond
+RETRY_S = (2.0, 30.0)  # the wait after a failed poll, doubling up to the second value
+ONCE_ATTEMPTS = 3  # tries of `--once` (0.5 s, then 1 s apart)
+OFF_AFTER = 3  # failed polls in a row, with no answer ever, before the watcher says it cannot watch
 _TOKEN_TTL_S = 21600
-_PATHS = {
-    "instance-action": "latest/meta-data/spot/instance-action",
-    "rebalance": "latest/meta-data/events/recommendations/rebalance",
+_PATHS = {  # the most urgent first
+    NoticeKind.INTERRUPTION: "latest/meta-data/spot/instance-action",
+    NoticeKind.REBALANCE: "latest/meta-data/events/recommendations/rebalance",
 }
 
 
@@ -79,22 +91,23 @@ class Imds:
         except (urllib.error.URLError, OSError) as exc:
             raise MetadataUnavailable(f"{self.base}{path}: {exc}") from None
 
-    def notice(self) -> Notice | None:
-        """The interruption notice if one is posted (the two-minute notice first), else None."""
+    def notices(self) -> list[Notice]:
+        """The notices posted now, the interruption notice first."""
+        posted = []
         for kind, path in _PATHS.items():
             body = self.get(path)
             if body is not None:
-                return Notice(kind, body, time.time())
-        return None
+                posted.append(Notice(kind, body, time.time()))
+        return posted
+
+    def notice(self) -> Notice | None:
+        """The most urgent notice posted now (the interruption notice before a recommendation), or None."""
+        return next(iter(self.notices()), None)
 
 
 class Watcher(threading.Thread):
-    """Polls every `interval_s` and calls `on_notice` once, from this thread, when a notice appears.
-
-    A node without an endpoint (a laptop, a test without a sandbox) is simply not watched: the first
-    failure to get a token ends the thread after calling `on_unavailable` with the reason. Later
-    failures (an endpoint that blips) are retried at the next poll.
-    """
+    """Polls every `interval_s` and calls `on_notice`, from this thread, once for each kind of notice as
+    it appears; ends after the interruption notice (or `stop()`). See the module docstring for failures."""
 
     def __init__(
         self,
@@ -102,29 +115,43 @@ class Watcher(threading.Thread):
         on_unavailable: Callable[[str], None] = lambda reason: None,
         interval_s: float = POLL_S,
         imds: Imds | None = None,
+        retry_s: tuple[float, float] = RETRY_S,
     ) -> None:
         super().__init__(name="spot-watcher", daemon=True)
         self.imds = imds or Imds()
         self.on_notice = on_notice
         self.on_unavailable = on_unavailable
         self.interval_s = interval_s
+        self.retry_s = retry_s
         self._halt = threading.Event()
 
     def run(self) -> None:
-        polled = False
+        reported: set[NoticeKind] = set()
+        failures, answered = 0, False
         while not self._halt.is_set():
             try:
-                notice = self.imds.notice()
+                posted = self.imds.notices()
             except MetadataUnavailable as exc:
-                if not polled:
-                    self.on_unavailable(str(exc))
-                    return
-                notice = None
-            polled = True
-            if notice is not None:
+                failures += 1
+                if failures == OFF_AFTER and not answered:
+                    self.on_unavailable(f"{exc} (still trying every {self.retry_s[1]:g} s)")
+                self._halt.wait(self._backoff(failures))
+                continue
+            failures, answered = 0, True
+            notice = next(iter(posted), None)  # the interruption notice makes a recommendation moot
+            if notice is not None and notice.kind not in reported:
+                reported.add(notice.kind)
                 self.on_notice(notice)
-                return
+            if NoticeKind.INTERRUPTION in reported:
+                return  # nothing comes after it
             self._halt.wait(self.interval_s)
+
+    def _backoff(self, failures: int) -> float:
+        """The wait after the `failures`-th failed poll in a row: doubling, capped, with up to 25% jitter
+        so that the nodes of a cluster do not all ask at the same moment."""
+        first, longest = self.retry_s
+        wait = min(first * 2 ** (failures - 1), longest)
+        return wait * (1 + random.uniform(0, 0.25))
 
     def stop(self) -> None:
         self._halt.set()
@@ -136,10 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.once:
         parser.error("only --once is supported from the command line; ranks run the Watcher thread")
-    try:
-        notice = Imds().notice()
-    except MetadataUnavailable:
-        notice = None  # nothing to watch on this node: it cannot be noticed either
+    notice = None
+    for attempt in range(ONCE_ATTEMPTS):
+        try:
+            notice = Imds().notice()
+            break
+        except MetadataUnavailable:  # retried: a blip must not pass a noticed node as fit
+            if attempt + 1 < ONCE_ATTEMPTS:
+                time.sleep(0.5 * 2**attempt)
+    # after the last failure: nothing to watch on this node, so it cannot be noticed either
     print(json.dumps(None if notice is None else notice.to_dict()), flush=True)
     return 0
 

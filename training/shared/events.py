@@ -27,17 +27,41 @@ from enum import Enum
 from typing import Any, ClassVar
 
 
+class NoticeKind(str, Enum):
+    """Which of EC2's two Spot documents a notice is, named by its instance-metadata path.
+
+    They mean different things: an interruption notice says the instance will be interrupted at its
+    `time` (two minutes after it appears); a rebalance recommendation only says its capacity pool is at
+    elevated risk, and many are never followed by an interruption
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/rebalance-recommendations.html). A node may get
+    the recommendation alone, or first and the interruption notice later."""
+
+    INTERRUPTION = "instance-action"  # spot/instance-action: interrupted at its `time`
+    REBALANCE = "rebalance"  # events/recommendations/rebalance: at elevated risk of interruption
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Notice:
-    """An interruption notice as a node's watcher (training.node.watcher) saw it: carried by NoticeSeen, read
-    back from `python -m training.node.watcher --once` before a launch, and handed to the decision as is."""
+    """A Spot notice as a node's watcher (training.node.watcher) saw it: carried by NoticeSeen, read back
+    from `python -m training.node.watcher --once` before a launch, and handed to the decision as is."""
 
-    kind: str  # "instance-action" (the two-minute notice) or "rebalance" (the earlier recommendation)
+    kind: NoticeKind  # an interruption notice, or a rebalance recommendation (a str on the wire)
     body: str  # the metadata document, e.g. {"action": "terminate", "time": "2026-...Z"}
     seen_at: float  # time.time() on the node when the watcher first saw it
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", NoticeKind(self.kind))  # a line's "kind" arrives as a str
+
+    @property
+    def is_interruption(self) -> bool:
+        """True for the two-minute interruption notice, False for a rebalance recommendation."""
+        return self.kind is NoticeKind.INTERRUPTION
+
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "kind": self.kind.value}
 
 
 @dataclass(frozen=True, kw_only=True)

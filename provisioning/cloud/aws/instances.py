@@ -111,4 +111,5 @@ def _info(raw: dict) -> InstanceInfo:
         private_ip=raw.get("PrivateIpAddress"),
         public_ip=raw.get("PublicIpAddress"),
         launched_at=launched_at,
+        state_reason=(raw.get("StateReason") or {}).get("Code", ""),
     )

@@ -1,0 +1,85 @@
+"""The realism layer itself (provisioning/sandbox/realism.py): each behaviour moto lacks, switched on over
+the moto server's control endpoint and observed through boto3, as deepvm's code meets it."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from provisioning.cloud.cluster import Cluster
+from provisioning.cloud.lifecycle import UpRequest, up
+from provisioning.cloud.target import AwsTarget
+from provisioning.cloud.types import ShortagePolicy
+from provisioning.sandbox.realism import CONTROL_PATH, SPOT_TERMINATION, CapacityRule, Realism
+from provisioning.state import Store
+from tests.cloud.plans import make_plan
+
+
+def _launch(ctx, ami, count=1):
+    return [i["InstanceId"] for i in ctx.client("ec2").run_instances(ImageId=ami, MinCount=count,
+                                                                      MaxCount=count)["Instances"]]  # fmt: skip
+
+
+def _listed(ctx) -> list[str]:
+    pages = ctx.client("ec2").get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def test_new_instances_are_listed_only_after_the_lag_but_found_by_id_at_once(ctx, ami, realism):
+    realism.change(listing_lag_s=1.0)
+    (instance,) = _launch(ctx, ami)
+    assert instance not in _listed(ctx)
+    described = ctx.client("ec2").describe_instances(InstanceIds=[instance])["Reservations"]
+    assert described[0]["Instances"][0]["InstanceId"] == instance
+    time.sleep(1.2)
+    assert instance in _listed(ctx)
+
+
+def test_the_capacity_schedule_holds_in_its_window_and_is_used_up(ctx, realism):
+    now = time.time()
+    rules = (CapacityRule(instance_type="g5.xlarge", market="spot", available=0, ends_at=now - 1),  # over
+             CapacityRule(zone="us-east-1a", market="spot", available=2, error_code="UnfulfillableCapacity"))
+    realism.set(Realism(capacity=rules))
+    assert realism.settings().capacity == rules  # what the server holds, read back over its endpoint
+    up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=0, instance_type="g5.xlarge"),),
+                              image_id="ami-0000000000de3b0a1", wait_ssh=False,
+                              on_shortage=ShortagePolicy.ACCEPT))  # the expired rule no longer holds  # fmt: skip
+    second = up(_Fixed(ctx), UpRequest(name="c2", plans=(make_plan(spot=3, on_demand=1),),
+                                       image_id="ami-0000000000de3b0a1", wait_ssh=False,
+                                       on_shortage=ShortagePolicy.ACCEPT))  # fmt: skip
+    (short,) = second.shortfalls  # one of the pool's two spot instances went to c1
+    assert (short.got, short.wanted, short.reasons[0].split(":")[0]) == (1, 3, "UnfulfillableCapacity")
+
+
+def test_a_reclaimed_instance_ends_with_ec2s_state_reason_and_the_cluster_says_so(ctx, realism):
+    view = up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),),
+                                     image_id="ami-0000000000de3b0a1", wait_ssh=False)).view  # fmt: skip
+    spot = next(n for n in view.nodes if n.market.value == "spot")
+    realism.reclaim("us-east-1", spot.instance_id, SPOT_TERMINATION)
+    raw = ctx.client("ec2").describe_instances(InstanceIds=[spot.instance_id])["Reservations"][0]["Instances"][0]
+    assert raw["State"]["Name"] == "terminated" and raw["StateReason"]["Code"] == "Server.SpotInstanceTermination"
+    cluster = Cluster.open("c1")
+    assert cluster.refresh()
+    events = [e.message for e in Store().events("c1") if e.kind == "ended"]
+    assert events == [f"{spot.instance_id} terminated: Server.SpotInstanceTermination"]
+
+
+def test_the_control_endpoint_refuses_a_bad_document_in_one_line(moto):
+    request = urllib.request.Request(moto + CONTROL_PATH, data=b'{"listing_lag_s": 600}', method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request)
+    assert caught.value.code == 400
+    assert caught.value.read().decode() == "listing_lag_s must be a number of seconds from 0 to 60, not 600"
+
+
+class _Fixed(AwsTarget):
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def context(self, region, start=True):
+        return self.ctx
+
