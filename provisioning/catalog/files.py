@@ -74,7 +74,7 @@ def from_deepvm_dict(data: dict[str, Any], *, source: str, as_of: str = "") -> C
         if instance.name in types:
             raise CatalogFormatError(f"instances[{index}]: instance type {instance.name!r} is listed twice")
         types[instance.name] = instance
-        on_demand, spot = field.number("ondemand_price"), field.number("spot_price")
+        on_demand, spot = field.price("ondemand_price"), field.price("spot_price")
         prices.append(Price(instance.name, DEEPVM_REGION, None, Market.ON_DEMAND, on_demand))
         prices.append(Price(instance.name, DEEPVM_REGION, DEEPVM_ZONE, Market.SPOT, spot))
     return Catalog(types=types, prices=prices, quotas=_quotas(data.get("available_vcpus", {})),

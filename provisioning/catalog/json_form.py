@@ -60,9 +60,10 @@ def _type_to_dict(t: InstanceType) -> dict[str, Any]:
 def catalog_from_dict(data: Any, source: str | None = None) -> Catalog:
     """A Catalog from deepvm's JSON form; anything wrong is a CatalogFormatError naming the entry and field.
 
-    Every number must be finite and not negative, and every instance type is listed once: a negative
-    price would make the planner buy more, a duplicate would silently replace the first entry, and NaN
-    or Infinity would make a type vanish from the plans or crash the solver.
+    Every number must be finite and not negative, every price above zero, and every instance type is
+    listed once: a negative or zero price would make the planner buy more (or divide by it), a duplicate
+    would silently replace the first entry, and NaN or Infinity would make a type vanish from the plans or
+    crash the solver.
     """
     top = FieldReader(data, "the catalog")
     types: dict[str, InstanceType] = {}
@@ -124,12 +125,12 @@ def _scaling(field: FieldReader) -> ScalingParams:
 def _region_prices(field: FieldReader, region: str) -> list[Price]:
     on_demand = FieldReader(field.raw.get("on-demand", {}), f"{field.where}.on-demand")
     prices = [
-        Price(name, region, None, Market.ON_DEMAND, on_demand.number(name)) for name in on_demand.raw
+        Price(name, region, None, Market.ON_DEMAND, on_demand.price(name)) for name in on_demand.raw
     ]
     by_zone = FieldReader(field.raw.get("spot", {}), f"{field.where}.spot")
     for zone, raw in by_zone.raw.items():
         spot = FieldReader(raw, f"{by_zone.where}.{zone}")
-        prices.extend(Price(name, region, zone, Market.SPOT, spot.number(name)) for name in spot.raw)
+        prices.extend(Price(name, region, zone, Market.SPOT, spot.price(name)) for name in spot.raw)
     return prices
 
 
@@ -172,6 +173,14 @@ class FieldReader:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise CatalogFormatError(f"{self.where}.{key} must be a finite number >= 0, not {value!r}")
+        return float(value)
+
+    def price(self, key: str) -> float:
+        """A price in USD per hour: a finite number > 0. Zero is no price: the planner divides by prices
+        (nodes a budget buys, FLOPS per dollar), and a free instance would buy without limit."""
+        value = self._get(key, _MISSING)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise CatalogFormatError(f"{self.where}.{key} must be a price above 0 (USD per hour), not {value!r}")
         return float(value)
 
     def whole(self, key: str, default: Any = _MISSING) -> Any:

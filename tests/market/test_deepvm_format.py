@@ -83,7 +83,7 @@ def test_wrong_shape_names_the_field(tmp_path):
     assert _error(path) == f"{path}: instances[2]: missing field 'spot_price'"
     data["instances"][2]["spot_price"] = "cheap"
     path.write_text(json.dumps(data))
-    assert _error(path) == f"{path}: instances[2].spot_price must be a finite number >= 0, not 'cheap'"
+    assert _error(path) == f"{path}: instances[2].spot_price must be a price above 0 (USD per hour), not 'cheap'"
     path.write_text(json.dumps({"instances": {"a": 1}}))
     assert "\"instances\" must be a list" in _error(path)
     path.write_text(json.dumps([1, 2]))

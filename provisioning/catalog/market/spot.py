@@ -29,6 +29,6 @@ def fetch_spot_prices(ec2: Any, region: str, type_names: Iterable[str]) -> Catal
         stamp = entry["Timestamp"]
         if key not in latest or stamp > latest[key][0]:
             latest[key] = (stamp, float(entry["SpotPrice"]))
-    return Catalog(types={}, prices=[
-        Price(name, region, zone, Market.SPOT, usd) for (name, zone), (_, usd) in sorted(latest.items())
+    return Catalog(types={}, prices=[  # a price of 0 is no offer (and no catalog holds one)
+        Price(name, region, zone, Market.SPOT, usd) for (name, zone), (_, usd) in sorted(latest.items()) if usd > 0
     ])
