@@ -12,6 +12,7 @@ from pathlib import Path
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
+from provisioning.core.errors import CloudError
 from provisioning.planner.plan import NodeGroup, Plan, Role
 
 
@@ -30,6 +31,18 @@ class CloudKind(str, Enum):
         """Whether its nodes cost real money: the sandbox shows AWS's prices for the same plan and charges
         nothing."""
         return self is CloudKind.AWS
+
+
+class ShortageError(CloudError):
+    """The cloud delivered fewer instances than the plan needs."""
+
+
+class NotOffered(ShortageError):
+    """A type of the plan is not launched in the plan's zone at all (the next plan may be elsewhere)."""
+
+
+class LaunchRefused(CloudError):
+    """The cloud refused the launch for a reason a retry does not change (a right, a quota, the image)."""
 
 
 class ShortagePolicy(str, Enum):

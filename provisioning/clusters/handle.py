@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -34,7 +35,7 @@ from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
-from provisioning.cloud.types import CloudKind, InstanceInfo, NodeRecord, SshEndpoint
+from provisioning.cloud.types import CloudKind, InstanceInfo, LaunchRefused, NodeRecord, ShortageError, SshEndpoint
 from provisioning.clusters.cost import ClusterCost, cost_fields
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store, cluster_lock
 from provisioning.clusters.target import AwsTarget, CloudTarget, resolve_target
@@ -42,18 +43,6 @@ from provisioning.core.errors import CloudError, DeepvmError, InputError, NotFou
 from provisioning.planner.plan import NodeGroup, Plan, Role
 
 RUNNING = "running"  # the EC2 state of a node that works
-
-
-class ShortageError(CloudError):
-    """The cloud delivered fewer instances than the plan needs."""
-
-
-class NotOffered(ShortageError):
-    """A type of the plan is not launched in the plan's zone at all (the next plan may be elsewhere)."""
-
-
-class LaunchRefused(CloudError):
-    """The cloud refused the launch for a reason a retry does not change (a right, a quota, the image)."""
 
 
 @dataclass(frozen=True)
@@ -260,18 +249,22 @@ class Cluster:
     # changes while it runs
 
     def add_nodes(self, role: Role = Role.TRAINER, count: int = 1, report: Reporter = Reporter(),
-                  timeout_s: float = 900.0, inside_cluster: bool = False) -> list[NodeRecord]:  # fmt: skip
+                  timeout_s: float = 900.0, inside_cluster: bool = False,
+                  instance_type: str | None = None) -> list[NodeRecord]:  # fmt: skip
         """Buy `count` more nodes like the plan's nodes of `role`, in their market (a spot trainer after an
         interruption, an on-demand holder that died), from the cluster's own launch template; return them
-        once they answer over SSH. `inside_cluster`: the caller runs on a node of the cluster (the managed
+        once they answer over SSH. `instance_type`: the type of the node lost (a `--mix` plan has several;
+        Plan.group_to_replace). `inside_cluster`: the caller runs on a node of the cluster (the managed
         controller on the head), which reaches the others at their private addresses, not the public ones."""
         with cluster_lock(self.name):
             row = self.row
             if row.status is not ClusterStatus.UP:
                 raise NotFoundError(f"no running cluster named {self.name!r}")
-            group = next((g for g in row.plan.nodes if g.role is role), None)
+            running = Counter(n.instance_type for n in self._running() if n.role is role)
+            group = row.plan.group_to_replace(role, instance_type, running)
             if group is None:
-                raise InputError(f"cluster {self.name}'s plan has no {role.value} nodes to replace")
+                raise InputError(f"cluster {self.name}'s plan has no {instance_type or ''} {role.value} nodes "
+                                 "to replace".replace("  ", " "))  # fmt: skip
             ctx = started(self.target, row.region)
             report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
             outcome = add_instances(ctx, row.identity, row.resources, row.availability_zone,

@@ -36,6 +36,9 @@ from provisioning.cloud.types import (
     CloudKind,
     CloudResources,
     ClusterSpec,
+    LaunchRefused,
+    NotOffered,
+    ShortageError,
     ShortagePolicy,
     Shortfall,
 )
@@ -43,9 +46,6 @@ from provisioning.clusters.cost import ClusterCost
 from provisioning.clusters.handle import (
     Cluster,
     ClusterView,
-    LaunchRefused,
-    NotOffered,
-    ShortageError,
     assign_roles,
     cluster_listing,
     endpoints,

@@ -5,17 +5,19 @@ terminates a node it is told to retire, and may be used from a second thread."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
 from provisioning.cloud.names import CLUSTER_TAG, cluster_tags
+from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import CloudKind
 from provisioning.clusters import lifecycle
 from provisioning.clusters.handle import Cluster, running_clusters
 from provisioning.clusters.lifecycle import UpRequest
 from provisioning.clusters.store import ClusterStatus
 from provisioning.clusters.target import AwsTarget
-from provisioning.core.errors import NotFoundError
+from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import REGION, make_plan
 
@@ -119,3 +121,28 @@ def test_terminating_instances_is_idempotent(cluster, ctx):
     assert both == {gone: "terminated", other: both[other]} and both[other] in ("shutting-down", "terminated")
     state = ctx.client("ec2").describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]
     assert state["Name"] in ("shutting-down", "terminated")
+def _mix_plan():
+    """A --mix plan: an on-demand g4dn anchor, two spot g4dn trainers and one spot g5 trainer."""
+    g4dn, g5 = make_plan(spot=2, on_demand=1), make_plan(spot=1, on_demand=0, instance_type="g5.xlarge")
+    return replace(g4dn, nodes=(*g4dn.nodes, *g5.nodes), price_per_hour=g4dn.price_per_hour + g5.price_per_hour)
+
+
+def _bought(cluster, **options) -> list[str]:
+    steps: list[str] = []
+    with pytest.raises(Exception):  # noqa: B017 - moto's console shows no host key: what matters is what it bought
+        cluster.add_nodes(Role.TRAINER, 1, Reporter(step=steps.append), timeout_s=1.0, **options)
+    return [s for s in steps if s.startswith("launching")]
+
+
+def test_a_replacement_in_a_mixed_plan_is_of_the_type_that_was_lost(ctx, ami):
+    lifecycle.up(AwsTarget(), UpRequest(name="c1", plans=(_mix_plan(),), ssh_cidr="198.51.100.7/32", image_id=ami,
+                                        wait_ssh=False))  # fmt: skip
+    cluster = Cluster.open_running("c1")
+    # told the lost node's type (a g5 got its notice and still runs): a g5, not the plan's first trainer type
+    assert _bought(cluster, instance_type="g5.xlarge") == ["launching 1 replacement spot g5.xlarge (trainer)"]
+    # not told: the type the cluster is short of, once the lost g5 is gone
+    lost = next(n.instance_id for n in cluster.nodes() if n.instance_type == "g5.xlarge" and n.state == "running")
+    cluster.retire([lost], "interrupted")
+    assert _bought(cluster) == ["launching 1 replacement spot g5.xlarge (trainer)"]
+    with pytest.raises(InputError, match=r"cluster c1.s plan has no p3\.2xlarge trainer nodes to replace"):
+        cluster.add_nodes(Role.TRAINER, 1, instance_type="p3.2xlarge")

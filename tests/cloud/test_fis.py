@@ -73,7 +73,7 @@ def test_fis_refusal_is_one_cloud_error():
 
 
 def test_a_rebalance_recommendation_alone_is_refused_on_aws_with_why():
-    from provisioning.cloud.target import AwsTarget
+    from provisioning.clusters.target import AwsTarget
 
     with pytest.raises(InputError) as caught:
         AwsTarget().interrupt(AwsContext(region="us-east-1"), "c1", "i-0abc", 120, ROLE, rebalance_only=True)

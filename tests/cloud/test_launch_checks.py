@@ -7,8 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from provisioning.cloud.types import ShortagePolicy
-from provisioning.clusters.handle import NotOffered
+from provisioning.cloud.types import NotOffered, ShortagePolicy
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget

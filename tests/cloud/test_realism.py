@@ -9,12 +9,12 @@ import urllib.request
 
 import pytest
 
-from provisioning.cloud.cluster import Cluster
-from provisioning.cloud.lifecycle import UpRequest, up
-from provisioning.cloud.target import AwsTarget
 from provisioning.cloud.types import ShortagePolicy
+from provisioning.clusters.handle import Cluster
+from provisioning.clusters.lifecycle import UpRequest, up
+from provisioning.clusters.store import Store
+from provisioning.clusters.target import AwsTarget
 from provisioning.sandbox.realism import CONTROL_PATH, SPOT_TERMINATION, CapacityRule, Realism
-from provisioning.state import Store
 from tests.cloud.plans import make_plan
 
 

@@ -12,8 +12,7 @@ import pytest
 
 from deepvm_cli.main import main
 from provisioning.cloud.aws.teardown import leftovers
-from provisioning.cloud.types import ShortagePolicy
-from provisioning.clusters.handle import LaunchRefused, ShortageError
+from provisioning.cloud.types import LaunchRefused, ShortageError, ShortagePolicy
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget

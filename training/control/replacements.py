@@ -38,9 +38,9 @@ Note = Callable[[str], None]
 
 
 class NodeBuyer(Protocol):
-    def __call__(self, role: Role, count: int, note: Note) -> list[SshEndpoint]:
-        """Buy `count` nodes of `role` like the plan's; return them once they answer over SSH (a
-        DeepvmError says why not)."""
+    def __call__(self, role: Role, count: int, note: Note, instance_type: str | None = None) -> list[SshEndpoint]:
+        """Buy `count` nodes of `role` like the plan's (of `instance_type`, the type that was lost, in a plan
+        of several); return them once they answer over SSH (a DeepvmError says why not)."""
         ...
 
 
@@ -126,8 +126,9 @@ def cloud_buyer(cluster: Cluster, inside_cluster: bool) -> NodeBuyer:
     """Buy from the cluster's cloud, with its launch template, recorded in its store (Cluster.add_nodes).
     `inside_cluster`: the buyer runs on the cluster's head, which reaches nodes at private addresses."""
 
-    def buy(role: Role, count: int, note: Note) -> list[SshEndpoint]:
-        added = cluster.add_nodes(role, count, Reporter(step=note), inside_cluster=inside_cluster)
+    def buy(role: Role, count: int, note: Note, instance_type: str | None = None) -> list[SshEndpoint]:
+        added = cluster.add_nodes(role, count, Reporter(step=note), inside_cluster=inside_cluster,
+                                  instance_type=instance_type)  # fmt: skip
         ids = {n.instance_id for n in added}
         return [e for e in cluster.endpoints() if e.instance_id in ids]
 
