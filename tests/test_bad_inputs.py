@@ -27,7 +27,7 @@ from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from deepvm_cli.main import _register_commands, app, main
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.sandbox.target import SANDBOX_IMAGE
+from provisioning.sandbox.realism import SANDBOX_IMAGE
 from tests.cloud.cloud_state import created_resources
 from tests.cloud.conftest import moto_endpoint  # noqa: F401  (the session's moto server, for `up` rows)
 from tests.cloud.plans import REGION

@@ -37,8 +37,9 @@ class ShortageError(CloudError):
     """The cloud delivered fewer instances than the plan needs."""
 
 
-class NotOffered(ShortageError):
-    """A type of the plan is not launched in the plan's zone at all (the next plan may be elsewhere)."""
+class Unlaunchable(ShortageError):
+    """The plan cannot run where and as it says (a type not offered in its zone, GPUs the image does not
+    drive); nothing was made, and the next plan may run."""
 
 
 class LaunchRefused(CloudError):

@@ -162,8 +162,10 @@ class Cluster:
 
     @property
     def node_python(self) -> str:
-        """The interpreter on its nodes, with torch and mpi4py (train's and profile's --python default)."""
-        return self.target.node_python
+        """The interpreter on its nodes, with torch and mpi4py (train's and profile's --python default): the
+        image's own where the record names it (the PyTorch Deep Learning AMI's /opt/pytorch/bin/python,
+        provisioning/cloud/aws/images.py), else its cloud's."""
+        return self._row.node_python or self.target.node_python
 
     @cached_property
     def keys(self) -> ClusterKeys:

@@ -37,10 +37,10 @@ from provisioning.cloud.types import (
     CloudResources,
     ClusterSpec,
     LaunchRefused,
-    NotOffered,
     ShortageError,
     ShortagePolicy,
     Shortfall,
+    Unlaunchable,
 )
 from provisioning.clusters.cost import ClusterCost
 from provisioning.clusters.handle import (
@@ -141,9 +141,10 @@ def _launch(
     if others:  # not refused: they may be another user's; but if they are a lost record's, they bill
         report.step(f"other clusters named {name} are in {plan.region} (ids {', '.join(others)}): another "
                     f"user's, or ones this machine has no record of (`deepvm down {name} --cluster-id ID`)")
+    image = target.image(ctx, plan, request.image_id)  # refused (a plan it cannot serve): nothing made
     _check_offered(ctx, plan)
     ssh_cidr = target.ssh_cidr(ctx, request.ssh_cidr)
-    subnet_id = target.subnet(ctx, plan.availability_zone, request.subnet_id, ssh_cidr)  # refused: nothing made
+    subnet_id = target.subnet(ctx, plan.availability_zone, request.subnet_id, ssh_cidr)
     keys = ensure_cluster_keys(name)
     report.step("preparing key pair, security group and launch template")
     spec = ClusterSpec(
@@ -151,7 +152,7 @@ def _launch(
         plan=plan,
         ssh_cidr=ssh_cidr,
         subnet_id=subnet_id,
-        image_id=target.image(ctx, request.image_id),
+        image_id=image.image_id,
         ssh_user=target.ssh_user(request.ssh_user),
         ssh_public_key=keys.login_public,
         internal_public_key=keys.internal_public,
@@ -170,6 +171,7 @@ def _launch(
             spec.ssh_user,
             created_at=utc_now(),
             cluster_id=identity.cluster_id,
+            node_python=image.python,
         )
     )
     resources = CloudResources()
@@ -237,11 +239,11 @@ def _launch(
 
 
 def _check_offered(ctx: AwsContext, plan: Plan) -> None:
-    """NotOffered (a shortage: next-plan goes on) when a type of the plan is not launched in its zone."""
+    """Unlaunchable (a shortage: next-plan goes on) when a type of the plan is not launched in its zone."""
     missing = not_offered(ctx, plan.availability_zone, list(dict.fromkeys(g.instance_type for g in plan.nodes)))
     if missing:
         roles = ", ".join(f"{g.role.value}s ({g.instance_type})" for g in plan.nodes if g.instance_type in missing)
-        raise NotOffered(
+        raise Unlaunchable(
             f"the plan's {roles} cannot launch in {plan.availability_zone}: EC2 does not offer "
             f"{', '.join(missing)} there (DescribeInstanceTypeOfferings); nothing was created "
             "(--on-shortage next-plan tries the next plan)"

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS clusters (
     ssh_user TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    cluster_id TEXT NOT NULL DEFAULT ''  -- the id `up` gave it (provisioning.cloud.names); '' before ids
+    cluster_id TEXT NOT NULL DEFAULT '',  -- the id `up` gave it (provisioning.cloud.names); '' before ids
+    node_python TEXT NOT NULL DEFAULT ''  -- the Python with the job's stack on the image ('': the cloud's default)
 )"""
 _NODES = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -90,7 +91,8 @@ CREATE TABLE IF NOT EXISTS past_clusters (
 )"""
 SCHEMA = Schema(
     name="clusters",
-    version=3,  # 2: past_clusters; 3: clusters.cluster_id (a cluster recorded before has '': named as then)
+    version=4,  # 2: past_clusters; 3: clusters.cluster_id (a cluster recorded before has '': named as then);
+    # 4: clusters.node_python
     statements=(
         _CLUSTERS,
         _NODES,
@@ -101,7 +103,8 @@ SCHEMA = Schema(
         "CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster)",
         "CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster)",
     ),
-    added_columns=(AddedColumn("clusters", "cluster_id", "TEXT NOT NULL DEFAULT ''"),),
+    added_columns=(AddedColumn("clusters", "cluster_id", "TEXT NOT NULL DEFAULT ''"),
+                   AddedColumn("clusters", "node_python", "TEXT NOT NULL DEFAULT ''")),
 )
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
@@ -142,6 +145,7 @@ class ClusterRow:
     created_at: str
     updated_at: str = ""
     cluster_id: str = ""  # the id `up` gave it; "" for a cluster recorded before ids (named as then)
+    node_python: str = ""  # the nodes' Python with the job's stack (the image's); "": the cloud's default
 
     @property
     def identity(self) -> ClusterIdentity:
@@ -210,8 +214,8 @@ class Store:
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
             db.execute(
                 "INSERT INTO clusters (name, cloud, region, availability_zone, status, plan_json, prices_as_of, "
-                "launch_token, resources_json, ssh_user, created_at, updated_at, cluster_id) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "launch_token, resources_json, ssh_user, created_at, updated_at, cluster_id, node_python) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     row.name,
                     row.cloud.value,
@@ -226,6 +230,7 @@ class Store:
                     row.created_at or now,
                     now,
                     row.cluster_id,
+                    row.node_python,
                 ),
             )
             _event(db, row.name, "created", f"cluster recorded ({row.cloud}, {row.region})")
@@ -407,6 +412,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         cluster_id=row["cluster_id"],
+        node_python=row["node_python"],
     )
 
 

@@ -10,10 +10,11 @@ from typing import Protocol
 
 from provisioning.cloud.aws.context import AwsContext, default_region, has_aws_credentials
 from provisioning.cloud.aws.fis import send_spot_interruption
+from provisioning.cloud.aws.images import PYTORCH_DLAMI, NodeImage, default_image
 from provisioning.cloud.aws.network import caller_cidr, check_cidr, check_subnet, default_subnet
-from provisioning.cloud.aws.template import DLAMI_USER, resolve_image
 from provisioning.cloud.types import CloudKind
 from provisioning.core.errors import CloudError, InputError
+from provisioning.planner.plan import Plan
 
 CLOUDS = ("auto", *(kind.value for kind in CloudKind))  # what --cloud and the config file accept
 
@@ -35,7 +36,9 @@ class CloudTarget(Protocol):
 
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str: ...
 
-    def image(self, ctx: AwsContext, explicit: str | None) -> str: ...
+    def image(self, ctx: AwsContext, plan: Plan, explicit: str | None) -> NodeImage:
+        """What the plan's nodes boot: the user's AMI as given, else the default image, once it is known to
+        serve every node of the plan (Unlaunchable when it cannot)."""
 
     def ssh_user(self, explicit: str | None) -> str: ...
 
@@ -62,7 +65,7 @@ class AwsTarget:
     kind = CloudKind.AWS
     banner = ""
     ssh_port = 22
-    node_python = "python3"  # the Deep Learning AMI's
+    node_python = "python3"  # on an image deepvm knows nothing of (a user's --ami): images.py names the DLAMI's
 
     def context(self, region: str, start: bool = True) -> AwsContext:
         return AwsContext(region=region)
@@ -81,11 +84,11 @@ class AwsTarget:
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str:
         return check_cidr(explicit) if explicit else caller_cidr(ctx)
 
-    def image(self, ctx: AwsContext, explicit: str | None) -> str:
-        return resolve_image(ctx, explicit)
+    def image(self, ctx: AwsContext, plan: Plan, explicit: str | None) -> NodeImage:
+        return NodeImage(explicit, python="") if explicit else default_image(ctx, plan)
 
     def ssh_user(self, explicit: str | None) -> str:
-        return explicit or DLAMI_USER
+        return explicit or PYTORCH_DLAMI.ssh_user
 
     def after_terminate(self, instance_ids: list[str]) -> None:
         return  # EC2 shuts the machines down itself

@@ -23,6 +23,10 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateFleetError.html; the codes:
   https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html). A rule can hold for a
   window of time only: the market emulation of later issues adds rules, it needs no other mechanism.
+- `public_parameters`: SSM GetParameter answers the public parameters AWS publishes (the Deep Learning
+  AMI's id under /aws/service/deeplearning/...), which moto neither has nor lets anyone write ("No access
+  to reserved parameter name", as AWS answers a PutParameter there); the sandbox's points at
+  SANDBOX_IMAGE, so that `up` finds its image the way it does on AWS.
 - `reclaim`: an instance ended by EC2 itself carries the StateReason EC2 gives it, e.g.
   Server.SpotInstanceTermination for a Spot interruption
   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html), where moto would say
@@ -46,7 +50,12 @@ import urllib.request
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from provisioning.cloud.aws.images import PYTORCH_DLAMI
+
 CONTROL_PATH = "/deepvm-realism"
+# the sandbox's AMI: moto does not validate image ids, and the hosts boot this machine whatever it says
+SANDBOX_IMAGE = "ami-0000000000de3b0a1"
+DLAMI_PARAMETERS = {PYTORCH_DLAMI.ssm_parameter: SANDBOX_IMAGE}
 SPOT_TERMINATION = "Server.SpotInstanceTermination"  # EC2 reclaimed a Spot instance
 INTERNAL_ERROR = "Server.InternalError"  # the instance's host failed
 STATE_MESSAGES = {
@@ -108,6 +117,7 @@ class Realism:
     profile_lag_s: float = 0.0
     hide_instant_fleets: bool = True
     capacity: tuple[CapacityRule, ...] = ()
+    public_parameters: dict[str, str] = field(default_factory=lambda: dict(DLAMI_PARAMETERS))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -128,7 +138,10 @@ class Realism:
             if rule.market not in MARKETS or not isinstance(rule.available, int) or rule.available < 0:
                 raise ValueError(f"capacity[{index}]: market must be one of {MARKETS}, available a count >= 0")
             rules.append(rule)
-        realism = cls(**data, capacity=tuple(rules))
+        parameters = data.pop("public_parameters", dict(DLAMI_PARAMETERS))
+        if not isinstance(parameters, dict) or not all(isinstance(v, str) for v in [*parameters, *parameters.values()]):
+            raise ValueError("public_parameters must map parameter names to values")
+        realism = cls(**data, capacity=tuple(rules), public_parameters=parameters)
         for name in ("listing_lag_s", "group_lag_s", "profile_lag_s"):
             value = getattr(realism, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:

@@ -25,6 +25,7 @@ from moto.ec2.responses.security_groups import SecurityGroups
 from moto.iam.models import IAMBackend
 from moto.moto_api._internal.models import MotoAPIBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+from moto.ssm.models import Parameter, SimpleSystemManagerBackend
 
 from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, Realism, ServerState
 
@@ -44,6 +45,7 @@ def patch(state: ServerState) -> None:
         _wrap(IamInstanceProfiles, name, lambda original: _profile_lag(original, state))
     _wrap(DomainDispatcherApplication, "__call__", lambda original: _control_endpoint(original, state))
     _wrap(MotoAPIBackend, "reset", lambda original: _resets_too(original, state))
+    _wrap(SimpleSystemManagerBackend, "get_parameter", lambda original: _public_parameters(original, state))
 
 
 def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -132,6 +134,21 @@ def _profile_lag(original: Callable[..., Any], state: ServerState) -> Callable[.
         return original(self)
 
     return associate
+
+
+def _public_parameters(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """GetParameter knows AWS's public parameters that the settings list (moto has none of them)."""
+
+    def get_parameter(self: Any, name: str) -> Any:
+        found = original(self, name)
+        value = state.realism.public_parameters.get(name)
+        if found is not None or value is None:
+            return found
+        return Parameter(account_id=self.account_id, name=name, value=value, parameter_type="String",
+                         description=None, allowed_pattern=None, keyid=None, last_modified_date=utcnow(),
+                         version=1, data_type="aws:ec2:image")  # fmt: skip
+
+    return get_parameter
 
 
 # capacity

@@ -7,18 +7,17 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from provisioning.cloud.aws.context import AwsContext
+from provisioning.cloud.aws.images import NodeImage, default_image
 from provisioning.cloud.aws.network import check_cidr
 from provisioning.cloud.types import CloudKind
 from provisioning.core.errors import CloudError, InputError
+from provisioning.planner.plan import Plan
 from provisioning.sandbox.capacity import check_fits, measure
 from provisioning.sandbox.control import BANNER, ensure_sandbox, load_info, running_sandbox
 from provisioning.sandbox.hosts import SSH_PORT, host_dir, host_processes, kill_host, ssh_user
 from provisioning.sandbox.metadata import post_interruption, post_rebalance
 from provisioning.sandbox.network import sandbox_subnet
 from provisioning.sandbox.shared import CREDENTIALS
-
-# moto does not validate image ids, and the hosts boot from the local system whatever the AMI says.
-SANDBOX_IMAGE = "ami-0000000000de3b0a1"
 
 
 class SandboxTarget:
@@ -44,8 +43,11 @@ class SandboxTarget:
     def ssh_cidr(self, ctx: AwsContext, explicit: str | None) -> str:
         return check_cidr(explicit) if explicit else "127.0.0.0/8"
 
-    def image(self, ctx: AwsContext, explicit: str | None) -> str:
-        return explicit or SANDBOX_IMAGE
+    def image(self, ctx: AwsContext, plan: Plan, explicit: str | None) -> NodeImage:
+        # as on AWS: the DLAMI's public parameter (which the realism layer answers with SANDBOX_IMAGE), held
+        # to the same families; the hosts run this machine's Python whatever the AMI says
+        chosen = NodeImage(explicit, "") if explicit else default_image(ctx, plan)
+        return NodeImage(chosen.image_id, python="")
 
     def ssh_user(self, explicit: str | None) -> str:
         return explicit or ssh_user()

@@ -11,8 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.sandbox.realism import RealismControl, install
-from provisioning.sandbox.target import SANDBOX_IMAGE
+from provisioning.sandbox.realism import SANDBOX_IMAGE, RealismControl, install
 from tests.cloud.plans import REGION
 
 

@@ -131,7 +131,7 @@ def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
     Store(path).put_cluster(_any_row())  # the cluster tables are added beside
     with sqlite3.connect(path) as db:
         versions = dict(db.execute("SELECT name, version FROM schema_versions"))
-    assert versions == {"jobs": 1, "clusters": 3}
+    assert versions == {"jobs": 1, "clusters": 4}
 
 
 def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):
@@ -139,6 +139,6 @@ def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):
     Store(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE schema_versions SET version = 7 WHERE name = 'clusters'")
-    newer = r"written by a newer deepvm \(clusters tables version 7, this one knows 3\)"
+    newer = r"written by a newer deepvm \(clusters tables version 7, this one knows 4\)"
     with pytest.raises(StateFileError, match=newer):
         Store(path)

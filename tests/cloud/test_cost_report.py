@@ -260,4 +260,4 @@ def test_a_state_file_from_before_the_history_is_brought_up_to_date():
         db.execute("UPDATE schema_versions SET version = 1 WHERE name = 'clusters'")
     assert Store().bills() == []
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT version FROM schema_versions WHERE name = 'clusters'").fetchone() == (3,)
+        assert db.execute("SELECT version FROM schema_versions WHERE name = 'clusters'").fetchone() == (4,)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from provisioning.cloud.types import NotOffered, ShortagePolicy
+from provisioning.cloud.types import ShortagePolicy, Unlaunchable
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget
@@ -44,7 +44,7 @@ def _d3_holder_in_1f():
 
 
 def test_a_holder_type_the_trainers_zone_does_not_offer_is_refused_before_anything_launches(ctx):
-    with pytest.raises(NotOffered) as caught:
+    with pytest.raises(Unlaunchable) as caught:
         up(FixedTarget(ctx), _request(_d3_holder_in_1f()))
     assert str(caught.value) == (
         "the plan's holders (d3.xlarge) cannot launch in us-east-1f: EC2 does not offer d3.xlarge there "

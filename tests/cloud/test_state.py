@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from provisioning.catalog.model import Market
@@ -111,3 +112,24 @@ def test_a_cluster_called_train_x_is_not_held_by_training_on_x(isolated_env):
         assert controller_running("x")
     with cluster_lock("train-x"):
         assert not controller_running("x")
+
+
+def test_an_older_file_gets_node_python_and_keeps_its_clusters(tmp_path):
+    path = tmp_path / "state.db"
+    with sqlite3.connect(path) as db:  # clusters tables version 2: no node_python
+        db.execute("CREATE TABLE schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+        db.execute("INSERT INTO schema_versions VALUES ('clusters', 2)")
+        db.execute(_CLUSTERS_V2)
+        db.execute("INSERT INTO clusters VALUES ('old','aws','us-east-1','us-east-1a','up',?,'t','tok',?,'ubuntu',"
+                   "'t','t')", (json.dumps(make_plan().to_dict()), json.dumps({"key_name": "k",
+                   "security_group_id": "", "launch_template_id": "", "fleet_ids": []})))  # fmt: skip
+    store = Store(path)
+    assert store.cluster("old").node_python == "" and store.cluster("old").resources.key_name == "k"
+    store.put_cluster(replace(_row("new"), node_python="/opt/pytorch/bin/python"))
+    assert store.cluster("new").node_python == "/opt/pytorch/bin/python"
+
+
+_CLUSTERS_V2 = """CREATE TABLE clusters (name TEXT PRIMARY KEY, cloud TEXT NOT NULL, region TEXT NOT NULL,
+    availability_zone TEXT NOT NULL, status TEXT NOT NULL, plan_json TEXT NOT NULL, prices_as_of TEXT NOT NULL,
+    launch_token TEXT NOT NULL, resources_json TEXT NOT NULL, ssh_user TEXT NOT NULL, created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL)"""

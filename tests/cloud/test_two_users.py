@@ -126,7 +126,7 @@ def test_a_cluster_recorded_before_ids_is_torn_down_and_nothing_newer(aws, ami, 
     row = Store().cluster(NAME)  # the file is brought up to date; the old cluster keeps its names
     assert row is not None and row.identity == ClusterIdentity(NAME)
     with sqlite3.connect(old / "state.db") as db:
-        assert db.execute("SELECT version FROM schema_versions WHERE name = 'clusters'").fetchone() == (3,)
+        assert db.execute("SELECT version FROM schema_versions WHERE name = 'clusters'").fetchone() == (4,)
     assert {item.kind for item in leftovers(ctx, legacy)} >= {"instance", "key pair", "IAM role"}
     lifecycle.down(NAME)
     assert leftovers(ctx, legacy) == []

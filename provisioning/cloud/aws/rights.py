@@ -114,6 +114,7 @@ RUNS_UNDER: dict[str, Module] = {
     "provisioning.catalog.market.ondemand": Module(frozenset({_U}), "`plan` with live prices and quotas"),
     "provisioning.catalog.market.quotas": Module(frozenset({_U}), "`plan` with live prices and quotas"),
     "provisioning.cloud.aws.template": Module(frozenset({_U}), "`up`: image, key pair, launch template"),
+    "provisioning.cloud.aws.images": Module(frozenset({_U}), "`up`: image, key pair, launch template"),
     "provisioning.cloud.aws.network": Module(frozenset({_U}), "`up`: subnet and security group"),
     "provisioning.cloud.aws.offerings": Module(frozenset({_U}), "`up`: the plan's types are offered in its zone"),
     "provisioning.cloud.aws.iam": Module(frozenset({_U}), "`up`, `train`, `down`: the cluster's IAM roles"),

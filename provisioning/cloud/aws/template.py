@@ -1,5 +1,5 @@
-"""What every node boots from: the AMI, the imported public key and the launch template (IMDSv2 required,
-metadata one hop away, user-data with public keys only), all tagged with the cluster."""
+"""What every node boots from: the imported public key and the launch template (the AMI: images.py; IMDSv2
+required, metadata one hop away, user-data with public keys only), all tagged with the cluster."""
 
 from __future__ import annotations
 
@@ -9,25 +9,8 @@ from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.names import ClusterIdentity, resource_name, tag_spec
 from provisioning.cloud.types import ClusterSpec
 from provisioning.cloud.userdata import NodeBoot, render_user_data
-from provisioning.core.errors import CloudError
 
-# AWS publishes the current Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch-ready) under this name.
-DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-DLAMI_USER = "ubuntu"
 IMDS_HOP_LIMIT = 1
-
-
-def resolve_image(ctx: AwsContext, image_id: str | None) -> str:
-    """The given AMI, or the region's current Deep Learning AMI from its public SSM parameter."""
-    if image_id:
-        return image_id
-    try:
-        return ctx.client("ssm").get_parameter(Name=DLAMI_PARAMETER)["Parameter"]["Value"]
-    except ClientError as exc:
-        raise CloudError(
-            f"could not find the Deep Learning AMI in {ctx.region} "
-            f"({error_code(exc)} for {DLAMI_PARAMETER}); pass --ami AMI_ID"
-        ) from exc
 
 
 def ensure_key_pair(ctx: AwsContext, cluster: ClusterIdentity, public_key: str) -> str:
