@@ -1,6 +1,10 @@
-"""`deepvm sandbox status|stop`: see and stop the sandbox's control plane and hosts."""
+"""`deepvm sandbox status|stop|realism`: see and stop the sandbox's control plane and hosts, and set how far
+its EC2 behaves like AWS (provisioning/sandbox/realism.py)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
@@ -44,6 +48,34 @@ def sandbox_stop() -> None:
     for item in stopped:
         console.out.print(f"stopped {item}")
     console.info("sandbox stopped" if stopped else "the sandbox was not running")
+
+
+@sandbox_app.command("realism")
+def sandbox_realism(
+    settings: Path | None = typer.Option(None, "--set", help="A JSON file of realism settings to put in force."),
+    reset: bool = typer.Option(False, "--reset", help="Put the sandbox's own settings back in force."),
+) -> None:
+    """Show (as JSON) or change how the running sandbox's EC2 behaves like AWS: listing lags, eventual
+    consistency, instant fleets, a capacity schedule (provisioning/sandbox/realism.py says each)."""
+    from provisioning.core.errors import CloudError, InputError
+    from provisioning.core.inputfile import MIB, read_user_file
+    from provisioning.sandbox.control import running_sandbox
+    from provisioning.sandbox.realism import SANDBOX, Realism, RealismControl
+
+    if settings is not None and reset:
+        raise InputError("--set and --reset are alternatives: give one")
+    info = running_sandbox()
+    if info is None:
+        raise CloudError("the sandbox is not running (`deepvm up --cloud sandbox` starts it)")
+    control = RealismControl(info.endpoint)
+    if settings is not None:
+        try:
+            control.set(Realism.from_json(read_user_file(settings, "realism settings file", MIB)))
+        except ValueError as exc:
+            raise InputError(f"{settings}: {exc}") from None
+    elif reset:
+        control.set(SANDBOX)
+    console.print_json(json.loads(control.settings().to_json()))
 
 
 def register(app: typer.Typer) -> None:

@@ -170,11 +170,13 @@ def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path):
     assert ctx.client("ec2").describe_instances()["Reservations"] == []
 
 
-def test_missing_deep_learning_ami_says_to_pass_ami(moto, tmp_path):
+def test_missing_deep_learning_ami_says_to_pass_ami(realism, tmp_path):
+    realism.change(public_parameters={})  # a region where AWS publishes no such image
     plan = write_plans(tmp_path / "plan.json", make_plan())
     result = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
-    assert "could not find the Deep Learning AMI" in result.stderr and "pass --ami" in result.stderr
+    assert "could not find Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.9 (Ubuntu 24.04) in us-east-1 " \
+           "(ParameterNotFound for /aws/service/deeplearning/" in result.stderr and "pass --ami" in result.stderr
 
 
 def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami, tmp_path):

@@ -3,18 +3,29 @@ the moto server's control endpoint and observed through boto3, as deepvm's code 
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from deepvm_cli.main import main
 from provisioning.cloud.types import ShortagePolicy
 from provisioning.clusters.handle import Cluster
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget
-from provisioning.sandbox.realism import CONTROL_PATH, SPOT_TERMINATION, CapacityRule, Realism
+from provisioning.sandbox.control import SandboxInfo, save_info
+from provisioning.sandbox.realism import (
+    CONTROL_PATH,
+    SANDBOX,
+    SPOT_TERMINATION,
+    CapacityRule,
+    Realism,
+    RealismControl,
+)
 from tests.cloud.plans import make_plan
 
 
@@ -83,3 +94,20 @@ class _Fixed(AwsTarget):
     def context(self, region, start=True):
         return self.ctx
 
+
+
+def test_the_cli_shows_and_changes_a_running_sandboxs_realism(moto, tmp_path, capsys):
+    # a sandbox whose control plane is the test's moto server (this process keeps it alive)
+    save_info(SandboxInfo(moto_pid=os.getpid(), moto_port=int(moto.rsplit(":", 1)[1])))
+    settings = tmp_path / "realism.json"
+    settings.write_text(json.dumps({"listing_lag_s": 3, "capacity": [{"market": "spot", "available": 1}]}))
+    assert main(["sandbox", "realism", "--set", str(settings)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["listing_lag_s"] == 3 and shown["capacity"][0]["available"] == 1
+    assert RealismControl(moto).settings().capacity == (CapacityRule(market="spot", available=1),)
+    settings.write_text('{"listing_lag_s": "soon"}')
+    assert main(["sandbox", "realism", "--set", str(settings)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"deepvm: error: {settings}: listing_lag_s must be a number of seconds from 0 to 60, not 'soon'")
+    assert main(["sandbox", "realism", "--reset"]) == 0
+    assert json.loads(capsys.readouterr().out)["listing_lag_s"] == SANDBOX.listing_lag_s

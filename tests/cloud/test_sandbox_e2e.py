@@ -15,6 +15,7 @@ import pytest
 from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.clusters.handle import Cluster
+from provisioning.clusters.store import Store
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
@@ -167,6 +168,14 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     refused = run_cli("interrupt", on_demand)
     assert refused.returncode == 2 and "only spot nodes get interruption notices" in refused.stderr
 
+    # a rebalance recommendation alone (sandbox only): the document appears, and nothing else happens
+    calm = next(n["instance_id"] for n in nodes if n["market"] == "spot" and n["instance_id"] != spot)
+    result = run_cli("interrupt", calm, "--rebalance-only")
+    assert result.returncode == 0 and "rebalance recommendation alone" in result.stdout + result.stderr
+    code, body = _imds(clients[calm], "latest/meta-data/events/recommendations/rebalance")
+    assert code == "200" and json.loads(body).keys() == {"noticeTime"}
+    assert _imds(clients[calm], "latest/meta-data/spot/instance-action")[0] == "404"
+
     result = run_cli("interrupt", spot, "--after", "4")
     assert result.returncode == 0, result.stderr
     code, body = _imds(clients[spot], "latest/meta-data/spot/instance-action")
@@ -184,8 +193,11 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
         time.sleep(0.5)
     assert _refused(spot_ip, 22) and _refused(spot_ip, METADATA_PORT)
     states = {n["instance_id"]: n["state"] for n in _status("e2e")["nodes"]}
-    assert states[spot] == "terminated"
+    assert states[spot] == "terminated" and states[calm] == "running"
     assert sorted(states.values()) == ["running", "running", "running", "terminated"]
+    # ended by EC2 as a Spot interruption (the realism layer's reclaim), which the cluster's events say
+    ended = [e.message for e in Store().events("e2e") if e.kind == "ended"]
+    assert ended == [f"{spot} terminated: Server.SpotInstanceTermination"]
     for client in clients.values():
         client.close()
 
