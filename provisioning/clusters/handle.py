@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -163,8 +162,7 @@ class Cluster:
     @property
     def node_python(self) -> str:
         """The interpreter on its nodes, with torch and mpi4py (train's and profile's --python default): the
-        image's own where the record names it (the PyTorch Deep Learning AMI's /opt/pytorch/bin/python,
-        provisioning/cloud/aws/images.py), else its cloud's."""
+        image's own where the record names it (the PyTorch DLAMI's: cloud/aws/images.py), else its cloud's."""
         return self._row.node_python or self.target.node_python
 
     @cached_property
@@ -237,8 +235,7 @@ class Cluster:
             return False
         self._store.put_nodes(self.name, [replace(n, state=seen[n.instance_id].state if n.instance_id in seen
                                                   else "terminated") for n in nodes])  # fmt: skip
-        for node in nodes:  # why EC2 ended what ran: a Spot interruption reads differently from a `down`
-            info = seen.get(node.instance_id)
+        for node, info in ((n, seen.get(n.instance_id)) for n in nodes):  # why EC2 ended what ran (StateReason)
             if node.state == RUNNING and info is not None and info.state != RUNNING and info.state_reason:
                 self.event("ended", f"{node.instance_id} {info.state}: {info.state_reason}")
         known = {n.instance_id for n in nodes}
@@ -253,31 +250,30 @@ class Cluster:
     def add_nodes(self, role: Role = Role.TRAINER, count: int = 1, report: Reporter = Reporter(),
                   timeout_s: float = 900.0, inside_cluster: bool = False,
                   instance_type: str | None = None) -> list[NodeRecord]:  # fmt: skip
-        """Buy `count` more nodes like the plan's nodes of `role`, in their market (a spot trainer after an
-        interruption, an on-demand holder that died), from the cluster's own launch template; return them
-        once they answer over SSH. `instance_type`: the type of the node lost (a `--mix` plan has several;
-        Plan.group_to_replace). `inside_cluster`: the caller runs on a node of the cluster (the managed
-        controller on the head), which reaches the others at their private addresses, not the public ones."""
+        """Buy `count` more nodes like the plan's nodes of `role` (of `instance_type`, the lost node's: a --mix
+        plan has several), in their market, from the cluster's own launch template; return them once they
+        answer over SSH. `inside_cluster`: the caller runs on a node of the cluster (the managed controller
+        on the head), which reaches the others at their private addresses, not the public ones."""
         with cluster_lock(self.name):
             row = self.row
             if row.status is not ClusterStatus.UP:
                 raise NotFoundError(f"no running cluster named {self.name!r}")
-            running = Counter(n.instance_type for n in self._running() if n.role is role)
-            group = row.plan.group_to_replace(role, instance_type, running)
+            group = row.plan.group_to_replace(role, instance_type, [n.instance_type for n in self._running()
+                                                                    if n.role is role])  # fmt: skip
             if group is None:
-                raise InputError(f"cluster {self.name}'s plan has no {instance_type or ''} {role.value} nodes "
-                                 "to replace".replace("  ", " "))  # fmt: skip
+                kind = " ".join(filter(None, (instance_type, role.value)))
+                raise InputError(f"cluster {self.name}'s plan has no {kind} nodes to replace")
             ctx = started(self.target, row.region)
             report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
             outcome = add_instances(ctx, row.identity, row.resources, row.availability_zone,
                                     replace(group, count=count), uuid.uuid4().hex)  # fmt: skip
             self._store.set_resources(self.name, outcome.resources)
-            if outcome.shortfalls:
-                self.event("shortage", "; ".join(s.describe() for s in outcome.shortfalls))
-            if outcome.refusal and not outcome.instance_ids:
-                raise LaunchRefused(f"no replacement launched: EC2 refused {outcome.refusal}")
-            if not outcome.instance_ids:
-                raise ShortageError(f"no replacement launched: {'; '.join(s.describe() for s in outcome.shortfalls)}")
+            short = "; ".join(s.describe() for s in outcome.shortfalls)
+            if short:
+                self.event("shortage", short)
+            if not outcome.instance_ids:  # a refusal (a right, a quota) is not a shortage: no retry changes it
+                why = f"EC2 refused {outcome.refusal}" if outcome.refusal else short
+                raise (LaunchRefused if outcome.refusal else ShortageError)(f"no replacement launched: {why}")
             try:
                 return self._settle(ctx, row, group, list(outcome.instance_ids), report, timeout_s, inside_cluster)
             except BaseException as exc:  # bought but of no use: nothing may go on billing for it

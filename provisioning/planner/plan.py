@@ -7,7 +7,7 @@ silently uses different prices.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -87,14 +87,13 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def group_to_replace(self, role: Role, instance_type: str | None = None,
-                         running: Mapping[str, int] | None = None) -> NodeGroup | None:  # fmt: skip
+                         running: Sequence[str] = ()) -> NodeGroup | None:  # fmt: skip
         """The group of `role` a replacement node restores: the one of `instance_type` (the type that was
-        lost) when given, else the one furthest below its count by `running` (nodes of the role per type
-        now), the first on a tie. A `--mix` plan has several trainer groups, and a lost g5 replaced by a
-        g4dn would change the plan's speed and price. None when the plan has no such group."""
+        lost) when given, else the one furthest below its count by `running` (the types of the role's nodes
+        that run now), the first on a tie. A `--mix` plan has several trainer groups, and a lost g5 replaced
+        by a g4dn would change the plan's speed and price. None when the plan has no such group."""
         groups = [g for g in self.nodes if g.role is role and instance_type in (None, g.instance_type)]
-        now = running or {}
-        return max(groups, key=lambda g: g.count - now.get(g.instance_type, 0), default=None)
+        return max(groups, key=lambda g: g.count - list(running).count(g.instance_type), default=None)
 
     def summary(self) -> str:
         """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""

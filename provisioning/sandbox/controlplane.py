@@ -22,7 +22,8 @@ from moto.ec2.responses.general import General
 from moto.server import main as moto_main
 
 from provisioning.sandbox.hosts import console_text
-from provisioning.sandbox.realism import SANDBOX, install
+from provisioning.sandbox.realism import SANDBOX
+from provisioning.sandbox.realism_moto import install
 
 
 def console_output(self: General) -> ActionResult:

@@ -32,9 +32,9 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html), where moto would say
   Client.UserInitiatedShutdown. The sandbox's supervisor reclaims an interrupted instance this way.
 
-How it is switched on: `install()` patches moto's EC2 and IAM classes in the process that runs the moto
-server (the sandbox's control plane, `provisioning.sandbox.controlplane`, or a test's ThreadedMotoServer)
-and adds a small control endpoint to it, `/deepvm-realism` (GET and PUT the settings as JSON) and
+How it is switched on: `realism_moto.install()` patches moto's EC2, IAM and SSM classes in the process that
+runs the moto server (the sandbox's control plane, `provisioning.sandbox.controlplane`, or a test's
+ThreadedMotoServer) and adds a small control endpoint to it, `/deepvm-realism` (GET and PUT the settings as JSON) and
 `/deepvm-realism/reclaim` (POST). `RealismControl(endpoint)` is its client: tests, the supervisor and the
 CLI change the behaviour of a running server with it, over HTTP, without importing moto. The sandbox
 starts with `SANDBOX` (everything on, delays of a few seconds at most); a test's moto starts with
@@ -44,8 +44,6 @@ starts with `SANDBOX` (everything on, delays of a few seconds at most); a test's
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.request
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -189,66 +187,3 @@ class RealismControl:
                                          headers={"Content-Type": "application/json"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=10) as reply:
             reply.read()
-
-
-@dataclass
-class ServerState:
-    """The server side: settings in force, what each capacity rule has launched, and when things were
-    born (security groups by id, instance profiles by name), all guarded by one lock."""
-
-    realism: Realism = field(default_factory=Realism)
-    default: Realism = field(default_factory=Realism)  # what a reset of the server (/moto-api/reset) restores
-    launched: dict[int, int] = field(default_factory=dict)  # rule index -> instances launched under it
-    born: dict[str, float] = field(default_factory=dict)  # resource id or name -> time.monotonic()
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def configure(self, realism: Realism) -> None:
-        with self.lock:
-            self.realism, self.launched = realism, {}
-
-    def reset(self) -> None:
-        with self.lock:
-            self.realism, self.launched, self.born = self.default, {}, {}
-
-    def note_birth(self, key: str) -> None:
-        with self.lock:
-            self.born[key] = time.monotonic()
-
-    def younger_than(self, key: str, seconds: float) -> bool:
-        with self.lock:
-            born = self.born.get(key)
-        return born is not None and time.monotonic() - born < seconds
-
-    def grant(self, zone: str, instance_type: str, market: str, wanted: int,
-              minimum: int) -> tuple[int, CapacityRule | None]:  # fmt: skip
-        """How many of `wanted` instances the pool launches (0 below `minimum`), and the rule that
-        limited it (None when none did)."""
-        now = time.time()
-        with self.lock:
-            for index, rule in enumerate(self.realism.capacity):
-                if not rule.matches(zone, instance_type, market, now):
-                    continue
-                left = max(0, rule.available - self.launched.get(index, 0))
-                granted = min(wanted, left)
-                if granted < minimum:
-                    granted = 0
-                self.launched[index] = self.launched.get(index, 0) + granted
-                return granted, (rule if granted < wanted else None)
-        return wanted, None
-
-
-STATE = ServerState()
-_installed = False
-
-
-def install(realism: Realism = Realism()) -> None:
-    """Patch moto in this process (once) and put `realism` in force, also after every reset of moto."""
-    global _installed
-    STATE.default = realism
-    STATE.configure(realism)
-    if _installed:
-        return
-    from provisioning.sandbox import realism_moto
-
-    realism_moto.patch(STATE)
-    _installed = True

@@ -1,6 +1,7 @@
-"""The moto side of `provisioning.sandbox.realism`: the patches that make moto behave as that module's
-docstring says, and its control endpoint. Imported only by `realism.install()`, in the process that runs a
-moto server, so that nothing else pays for importing moto.
+"""The moto side of `provisioning.sandbox.realism`: the settings in force in this process, the patches that
+make moto behave as that module's docstring says, and its control endpoint. `install()` is called by the
+process that runs a moto server (the sandbox's control plane, a test's ThreadedMotoServer); nothing else
+imports this module, so nothing else pays for importing moto.
 
 Each patch wraps one of moto's own methods and reads the settings in force at the time of the call, so a
 test can change them between two calls of the same run.
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +31,68 @@ from moto.moto_api._internal.models import MotoAPIBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.ssm.models import Parameter, SimpleSystemManagerBackend
 
-from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, Realism, ServerState
+from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, CapacityRule, Realism
+
+
+@dataclass
+class ServerState:
+    """The server side: settings in force, what each capacity rule has launched, and when things were
+    born (security groups by id, instance profiles by name), all guarded by one lock."""
+
+    realism: Realism = field(default_factory=Realism)
+    default: Realism = field(default_factory=Realism)  # what a reset of the server (/moto-api/reset) restores
+    launched: dict[int, int] = field(default_factory=dict)  # rule index -> instances launched under it
+    born: dict[str, float] = field(default_factory=dict)  # resource id or name -> time.monotonic()
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def configure(self, realism: Realism) -> None:
+        with self.lock:
+            self.realism, self.launched = realism, {}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.realism, self.launched, self.born = self.default, {}, {}
+
+    def note_birth(self, key: str) -> None:
+        with self.lock:
+            self.born[key] = time.monotonic()
+
+    def younger_than(self, key: str, seconds: float) -> bool:
+        with self.lock:
+            born = self.born.get(key)
+        return born is not None and time.monotonic() - born < seconds
+
+    def grant(self, zone: str, instance_type: str, market: str, wanted: int,
+              minimum: int) -> tuple[int, CapacityRule | None]:  # fmt: skip
+        """How many of `wanted` instances the pool launches (0 below `minimum`), and the rule that
+        limited it (None when none did)."""
+        now = time.time()
+        with self.lock:
+            for index, rule in enumerate(self.realism.capacity):
+                if not rule.matches(zone, instance_type, market, now):
+                    continue
+                left = max(0, rule.available - self.launched.get(index, 0))
+                granted = min(wanted, left)
+                if granted < minimum:
+                    granted = 0
+                self.launched[index] = self.launched.get(index, 0) + granted
+                return granted, (rule if granted < wanted else None)
+        return wanted, None
+
+
+STATE = ServerState()
+_installed = False
+
+
+def install(realism: Realism = Realism()) -> None:
+    """Patch moto in this process (once) and put `realism` in force, also after every reset of moto."""
+    global _installed
+    STATE.default = realism
+    STATE.configure(realism)
+    if not _installed:
+        patch(STATE)
+        _installed = True
+
 
 _MARKET_KEYS = (("spot", "SpotTargetCapacity"), ("on-demand", "OnDemandTargetCapacity"))
 

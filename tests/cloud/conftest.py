@@ -11,7 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from provisioning.cloud.aws.context import AwsContext
-from provisioning.sandbox.realism import SANDBOX_IMAGE, RealismControl, install
+from provisioning.sandbox.realism import SANDBOX_IMAGE, RealismControl
 from tests.cloud.plans import REGION
 
 
@@ -22,6 +22,8 @@ def moto_endpoint():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"  # read by moto when a region's backend starts
+    from provisioning.sandbox.realism_moto import install  # moto's patches: only where a moto server runs
+
     install()  # the realism layer in this process, where the server's threads run
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
