@@ -61,7 +61,8 @@ def _fix(reason: str) -> str:
     if reason.startswith((NO_CREDENTIALS, REFUSED_CREDENTIALS)):
         return "; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
     if reason.startswith(MISSING_RIGHT):
-        return "; for live prices add that right to your identity's IAM policy (README: \"Using your AWS account\")"
+        return ("; for live prices add that right to your identity's IAM policy (README: \"What deepvm needs "
+                "from your AWS account\")")
     return ""
 
 

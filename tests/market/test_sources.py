@@ -125,7 +125,7 @@ def test_a_missing_pricing_right_falls_back_saying_which_right(live_aws, monkeyp
     assert catalog.warnings == [
         "your AWS identity lacks the right pricing:GetProducts (AccessDeniedException: not authorized); using the "
         f"built-in price snapshot of {SNAPSHOT_DATE} ({AGE}); for live prices add that right to your identity's "
-        'IAM policy (README: "Using your AWS account")'
+        'IAM policy (README: "What deepvm needs from your AWS account")'
     ]
 
 
