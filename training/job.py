@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from training.shared.events import End, EndStatus, Start, Step, emit
+from training.shared.metrics import RunMetrics
 
 if TYPE_CHECKING:  # only deepvm's runner builds a context: a script importing this module needs no MPI
     from training.node.checkpointing import Checkpointer
@@ -183,25 +184,25 @@ class JobContext:
         that forgot ctx.step(), or returned early); the job then fails instead of completing at step 0."""
         return self._last_step == 0 and self.start_step < self.total_steps
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> RunMetrics:
         """For deepvm's runner, once the script returned: the End event; the run's metrics."""
         status = EndStatus.STOPPED if self._leaving else EndStatus.COMPLETED
         steps = max(self._last_step, self.start_step)
         final_loss = self._curve[-1][1] if self._curve else float("nan")
         emit(End(rank=self.rank, status=status, steps=steps, final_loss=final_loss))
-        return {
-            "job": self._spec.name,
-            "status": status,
-            "script": self._script,
-            "synthetic": False,  # whatever the script trains on, deepvm did not make it up
-            "world_size": self.world_size,
-            "first_step": self.start_step,
-            "steps": steps,
-            "total_steps": self.total_steps,
-            "final_loss": final_loss,
-            "loss_curve": self._curve,
-            "wall_s": round(time.perf_counter() - self._started_at, 3),
-        }
+        return RunMetrics(
+            job=self._spec.name,
+            status=status,
+            script=self._script,
+            synthetic=False,  # whatever the script trains on, deepvm did not make it up
+            world_size=self.world_size,
+            first_step=self.start_step,
+            steps=steps,
+            total_steps=self.total_steps,
+            final_loss=final_loss,
+            loss_curve=tuple(self._curve),
+            wall_s=round(time.perf_counter() - self._started_at, 3),
+        )
 
     def _begin(self, first_step: int) -> None:
         self._started, self.start_step, self._started_at = True, first_step, time.perf_counter()

@@ -13,7 +13,7 @@ from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
 from deepvm_cli.ui.flags import at_least, writable_folder
 from training.shared.jobstore import JobStatus
-from training.shared.records import LogRecord
+from training.shared.records import LogKind, LogRecord
 
 MAX_RANK = 65_535  # `logs --rank`
 MAX_TAIL = 10_000_000  # `logs --tail`: lines
@@ -69,7 +69,7 @@ def logs_command(
     width = console.out.width if console.out.is_terminal else None  # a progress line never wraps on a screen
 
     def show(record: LogRecord) -> None:
-        if rank is None or (record.kind == "log" and record.rank == rank):
+        if rank is None or (record.kind is LogKind.LOG and record.rank == rank):
             console.out.print(record_line(record, width), markup=False, highlight=False)
 
     try:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -27,8 +27,8 @@ from deepvm_cli.ui.flags import DAY_S, at_least, writable_folder
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
 from provisioning.core.errors import CloudError, DeepvmError, InputError
 from training.shared.jobstore import JobStatus
-from training.shared.progress import JobReporter
-from training.shared.records import LogRecord
+from training.shared.progress import JobReporter, TrainResult
+from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
     from training.client.managed import Head
@@ -114,7 +114,7 @@ def train_command(
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
-                result = train(request, report).to_dict()
+                result = train(request, report)
         if isinstance(result, Detached):  # said once, below the bars (not between two of their redraws)
             for line in result.lines():
                 console.err.print(line, markup=False, highlight=False)
@@ -122,13 +122,13 @@ def train_command(
         if result is None:  # cancelled meanwhile: said by run_managed
             return
         if as_json:
-            console.print_json(result)
+            console.print_json(result.to_dict())
             return
         for line in result_lines(result):
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> dict[str, Any] | Detached | None:
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> TrainResult | Detached | None:
     """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
     it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import fetch_outputs, find_head, follow, submit
@@ -165,7 +165,7 @@ def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) ->
 
     def watch(record: LogRecord) -> None:
         nonlocal started
-        started = started or record.text.startswith("attempt ") or record.kind == "state"
+        started = started or record.text.startswith("attempt ") or record.kind is LogKind.STATE
         show(record)
 
     while time.monotonic() < deadline:

@@ -8,13 +8,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deepvm_cli.ui.console import duration
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.mpinotes import LauncherNotes
-from training.shared.progress import LAUNCHER, JobReporter, Progress
-from training.shared.records import LogRecord
+from training.shared.progress import LAUNCHER, JobReporter, Progress, TrainResult
+from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
     from training.client.leftovers import Leftovers
@@ -103,33 +103,34 @@ class Detached:
 
 def record_line(record: LogRecord, width: int | None = None) -> str:
     """One log record as one line of text (a progress line within `width`, when a terminal shows it)."""
-    if record.kind == "log":
-        return f"[{record.source}] {record.text}"
-    if record.kind == "progress" and record.progress is not None:
-        return progress_line(record.progress, width=width)
-    if record.kind == "push":
-        return f"pushed {record.total:,} bytes to {record.source}"
-    if record.kind == "state":
-        return f"job {record.status}: {record.text}"
+    match record.kind:
+        case LogKind.LOG:
+            return f"[{record.source}] {record.text}"
+        case LogKind.PROGRESS if record.progress is not None:
+            return progress_line(record.progress, width=width)
+        case LogKind.PUSH:
+            return f"pushed {record.total:,} bytes to {record.source}"
+        case LogKind.STATE:
+            return f"job {record.status}: {record.text}"
     return record.text
 
 
-def result_lines(result: dict[str, Any]) -> list[str]:
-    """A completed job's summary (a TrainResult as a dict), as `deepvm train` prints it."""
-    synthetic = " (synthetic data)" if result["synthetic"] else ""
-    trained = (f"step {result['steps']}/{result['total_steps']}, final loss {result['final_loss']:.4f}{synthetic}"
-               if result["total_steps"] else "its script takes no steps (run.calls_step: false)")
+def result_lines(result: TrainResult) -> list[str]:
+    """A completed job's summary, as `deepvm train` prints it."""
+    synthetic = " (synthetic data)" if result.synthetic else ""
+    trained = (f"step {result.steps}/{result.total_steps}, final loss {result.final_loss:.4f}{synthetic}"
+               if result.total_steps else "its script takes no steps (run.calls_step: false)")
     lines = [
-        f"{result['job_id']} completed: {trained}, {result['restarts']} restarts, "
-        f"{result['lost_steps']} steps lost, ${result['cost_usd']:.4f}, {result['wall_s']:.0f}s"
+        f"{result.job_id} completed: {trained}, {result.restarts} restarts, "
+        f"{result.lost_steps} steps lost, ${result.cost_usd:.4f}, {result.wall_s:.0f}s"
     ]
-    for r in result["recoveries"]:
-        resumed = "-" if r["detect_to_resumed_s"] is None else f"{r['detect_to_resumed_s']:.1f}s"
+    for r in result.recoveries:
+        resumed = "-" if r.detect_to_resumed_s is None else f"{r.detect_to_resumed_s:.1f}s"
         lines.append(
-            f"  {r['reason']}: {r['world_before']} -> {r['world_after']} trainers, resumed at step "
-            f"{r['resumed_step']} ({r['lost_steps']} steps lost), {resumed} from detection to training again"
+            f"  {r.reason}: {r.world_before} -> {r.world_after} trainers, resumed at step "
+            f"{r.resumed_step} ({r.lost_steps} steps lost), {resumed} from detection to training again"
         )
-    lines.append(f"model and metrics: {result['out_dir']}")
+    lines.append(f"model and metrics: {result.out_dir}")
     return lines
 
 
@@ -137,14 +138,15 @@ def replay(report: JobReporter) -> Callable[[LogRecord], None]:
     """Show a managed job's log records through a reporter, as if its controller ran here."""
 
     def show(record: LogRecord) -> None:
-        if record.kind == "log":
-            report.log(record.source, record.text)
-        elif record.kind == "progress" and record.progress is not None:
-            report.progress(record.progress)
-        elif record.kind == "push":
-            report.push(record.source, record.done, record.total)
-        else:
-            report.note(record_line(record))
+        match record.kind:
+            case LogKind.LOG:
+                report.log(record.source, record.text)
+            case LogKind.PROGRESS if record.progress is not None:
+                report.progress(record.progress)
+            case LogKind.PUSH:
+                report.push(record.source, record.done, record.total)
+            case _:
+                report.note(record_line(record))
 
     return show
 

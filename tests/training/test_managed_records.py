@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_plan
 from training.shared.jobstore import JobStatus
-from training.shared.records import HeadJob, JobSummary, LogRecord
+from training.shared.progress import Outcome, RecoveryReason, RelaunchPhases, TrainResult
+from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
 
 
 def test_a_state_record_carries_the_status_string_and_reads_back_as_the_enum():
@@ -48,3 +51,39 @@ def test_the_head_job_keeps_the_cluster_status():
     back = HeadJob.from_json(job.to_json())
     assert back.cluster.status is ClusterStatus.UP and back.nodes == job.nodes
     assert replace(back.cluster, plan=cluster.plan) == cluster  # the plan's price is written rounded
+
+
+# a managed job's result.json as the head wrote it before recoveries kept their phases
+OLD_RESULT = (
+    '{"job_id": "bench-20261125T101010", "cluster": "bench", "status": "completed", "steps": 80, "total_steps": 80, '
+    '"final_loss": 2.1, "synthetic": true, "restarts": 1, "lost_steps": 0, "cost_usd": 0.01, "wall_s": 70.5, '
+    '"out_dir": "/root/deepvm/managed/jobs/bench-20261125T101010/out", "attempts": [{"number": 1, "nodes": '
+    '["i-1", "i-2"], "world_size": 1, "first_step": 0, "last_step": 14, "status": "stopped", "returncode": 0, '
+    '"startup_s": 5.5}], "recoveries": [{"reason": "notice", "nodes": ["i-2"], "from_step": 14, "resumed_step": '
+    '14, "lost_steps": 0, "world_before": 2, "world_after": 1, "detected_wall": 1700000000.5, '
+    '"detect_to_checkpoint_s": 0.4, "detect_to_resumed_s": 10.5}]}'
+)
+
+
+def test_a_result_of_before_reads_as_the_record_and_writes_back_with_its_values():
+    result = TrainResult.from_json(OLD_RESULT)
+    assert result.status is JobStatus.COMPLETED and result.attempts[0].status is Outcome.STOPPED
+    (recovery,) = result.recoveries
+    assert recovery.reason is RecoveryReason.NOTICE and recovery.nodes == ("i-2",) and recovery.phases is None
+    again = json.loads(result.to_json())
+    assert again == {**json.loads(OLD_RESULT), "recoveries": [{**json.loads(OLD_RESULT)["recoveries"][0],
+                                                                 "phases": None}]}  # fmt: skip
+    assert TrainResult.from_json(result.to_json()) == result
+
+
+def test_a_result_with_phases_round_trips():
+    phases = RelaunchPhases(0.4, 1.0, 0.5, 3.0, 0.2, 0.6)
+    result = replace(TrainResult.from_json(OLD_RESULT), recoveries=[
+        replace(TrainResult.from_json(OLD_RESULT).recoveries[0], phases=phases)])  # fmt: skip
+    assert TrainResult.from_json(result.to_json()).recoveries[0].phases == phases and phases.total_s == 5.7
+
+
+def test_a_log_line_of_a_kind_none_of_ours_is_not_a_record():
+    with pytest.raises(ValueError, match="'chat' is not a valid LogKind"):
+        LogRecord.from_json('{"kind": "chat", "at": 1.0, "text": "hi"}')
+    assert LogRecord.from_json('{"kind": "note", "at": 1.0, "text": "hi"}').kind is LogKind.NOTE

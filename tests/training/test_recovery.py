@@ -24,6 +24,7 @@ from training.control.launcher import (
 )
 from training.control.recovery import RecoveryLog
 from training.control.staging import JobPaths
+from training.shared.progress import RelaunchPhases
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():
@@ -37,6 +38,33 @@ def test_notice_flushed_at_the_stop_step_loses_nothing():
     assert (recovery.from_step, recovery.resumed_step, recovery.lost_steps) == (19, 19, 0)
     assert (recovery.world_before, recovery.world_after) == (3, 2)
     assert (recovery.detect_to_checkpoint_s, recovery.detect_to_resumed_s) == (0.4, 12.0)
+
+
+def test_the_phases_of_a_relaunch_add_up_to_the_time_from_the_notice_to_training():
+    log = RecoveryLog()
+    log.trouble("notice", ("i-1",), attempt=1, world=3, at=100.0)
+    log.checkpointed(at=100.5)
+    log.attempt_ended(1, last_step=19, at=101.5)
+    log.launched(at=102.0)
+    log.restored(at=105.5, seconds=0.5)
+    log.started(at=105.6)
+    recovery = log.stepped(attempt=2, first_step=19, step=20, world=2, at=106.0)
+    assert recovery is not None and recovery.phases == RelaunchPhases(
+        checkpoint_s=0.5, teardown_s=1.0, launch_s=0.5, imports_s=3.0, restore_s=0.5, first_step_s=0.5)
+    assert recovery.phases.total_s == recovery.detect_to_resumed_s == 6.0
+
+
+def test_phases_not_seen_take_no_time_and_a_later_launch_counts():
+    log = RecoveryLog()
+    log.trouble("node-lost", ("i-2",), attempt=1, world=3, at=50.0, from_step=17)
+    log.attempt_ended(1, last_step=17, at=50.0)
+    log.launched(at=51.0)
+    log.started(at=52.0)  # this launch failed before a step: the next one is what resumed
+    log.attempt_ended(2, last_step=10, at=53.0)
+    log.launched(at=54.0)
+    log.started(at=57.0)
+    recovery = log.stepped(attempt=3, first_step=10, step=11, world=2, at=58.0)
+    assert recovery is not None and recovery.phases == RelaunchPhases(0.0, 3.0, 1.0, 3.0, 0.0, 1.0)
 
 
 def test_a_dead_node_costs_the_steps_since_the_newest_checkpoint():

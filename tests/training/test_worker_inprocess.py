@@ -62,9 +62,9 @@ def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
     snap = recorder.snapshots[2]
     assert set(snap) == {"format", "step", "model", "optimizer", "sampler", "rng", "loss_curve"}
     assert snap["sampler"] == {"epoch": 0, "offset": 8}
-    assert metrics["status"] == "completed" and metrics["steps"] == 4 and metrics["synthetic"] is True
+    assert metrics.status == "completed" and metrics.steps == 4 and metrics.synthetic is True
     saved = json.loads((out / "metrics.json").read_text())
-    assert saved["final_loss"] == metrics["final_loss"] and math.isfinite(saved["final_loss"])
+    assert saved["final_loss"] == metrics.final_loss and math.isfinite(saved["final_loss"])
     model = build_model("resnet18", 4)
     model.load_state_dict(torch.load(out / "model.pt"))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -75,13 +75,13 @@ def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
 def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):
     whole, _ = run(tmp_path, "whole", steps=6)
     stopped, out = run(tmp_path, "part", steps=6, stop_at_step=3)
-    assert (stopped["status"], stopped["steps"]) == ("stopped", 3)
+    assert (stopped.status, stopped.steps) == ("stopped", 3)
     resumed, _ = run(tmp_path, "rest", steps=6, resume=out / "state.pt")
-    assert (resumed["first_step"], resumed["steps"], resumed["status"]) == (3, 6, "completed")
-    assert resumed["final_loss"] == whole["final_loss"]
+    assert (resumed.first_step, resumed.steps, resumed.status) == (3, 6, "completed")
+    assert resumed.final_loss == whole.final_loss
     # the whole run's curve, not this attempt's: the uninterrupted run's points, and the stop's own
-    assert sorted(set(resumed["loss_curve"]) - set(whole["loss_curve"])) == [(3, stopped["final_loss"])]
-    assert set(whole["loss_curve"]) <= set(resumed["loss_curve"])
+    assert sorted(set(resumed.loss_curve) - set(whole.loss_curve)) == [(3, stopped.final_loss)]
+    assert set(whole.loss_curve) <= set(resumed.loss_curve)
 
 
 def test_resume_at_the_last_step_keeps_the_final_loss(tmp_path):
@@ -90,12 +90,12 @@ def test_resume_at_the_last_step_keeps_the_final_loss(tmp_path):
     state resumed from is the one a checkpoint hook is shown at the last step, as DeepCheck saves it."""
     recorder = Recorder()
     whole, _ = run(tmp_path, "whole", steps=4, hooks=[recorder])
-    assert recorder.snapshots[4]["loss_curve"] == whole["loss_curve"]  # the last point is in the checkpoint
+    assert tuple(recorder.snapshots[4]["loss_curve"]) == whole.loss_curve  # the last point is in the checkpoint
     torch.save(recorder.snapshots[4], tmp_path / "at-last-step.pt")
     again, _ = run(tmp_path, "again", steps=4, resume=tmp_path / "at-last-step.pt")
-    assert (again["first_step"], again["steps"], again["status"]) == (4, 4, "completed")
-    assert math.isfinite(again["final_loss"]) and again["final_loss"] == whole["final_loss"]
-    assert again["loss_curve"] == whole["loss_curve"]
+    assert (again.first_step, again.steps, again.status) == (4, 4, "completed")
+    assert math.isfinite(again.final_loss) and again.final_loss == whole.final_loss
+    assert again.loss_curve == whole.loss_curve
 
 
 def test_a_checkpoint_without_a_loss_curve_still_resumes(tmp_path):
@@ -106,15 +106,15 @@ def test_a_checkpoint_without_a_loss_curve_still_resumes(tmp_path):
     del old["loss_curve"]
     torch.save(old, out / "state.pt")
     resumed, _ = run(tmp_path, "rest", steps=5, resume=out / "state.pt")
-    assert (resumed["first_step"], resumed["steps"]) == (2, 5)
-    assert next(step for step, _ in resumed["loss_curve"]) > 2
+    assert (resumed.first_step, resumed.steps) == (2, 5)
+    assert next(step for step, _ in resumed.loss_curve) > 2
 
 
 def test_resume_with_a_larger_plan_keeps_global_batch(tmp_path):
     _, out = run(tmp_path, "part", steps=5, stop_at_step=2)
     resumed, _ = run(tmp_path, "rest", steps=5, resume=out / "state.pt", planned_world_size=2)
-    assert resumed["rank_batches"] == [8] and resumed["global_batch"] == 8
-    assert (resumed["first_step"], resumed["steps"]) == (2, 5)
+    assert resumed.rank_batches == (8,) and resumed.global_batch == 8
+    assert (resumed.first_step, resumed.steps) == (2, 5)
 
 
 def test_resume_from_a_damaged_state_is_one_clear_error(tmp_path):

@@ -9,7 +9,6 @@ from the head after the cluster is gone.
 
 from __future__ import annotations
 
-import json
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -29,8 +28,8 @@ from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.layout import MANAGED_HOME, JobFiles
-from training.shared.progress import JobReporter
-from training.shared.records import HeadJob, JobSummary, LogRecord
+from training.shared.progress import JobReporter, TrainResult
+from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
 from training.shared.transport import (
     OutputLine,
     PushProgress,
@@ -246,7 +245,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
         except (ValueError, TypeError):
             return  # a line the head's service did not write as a record (cannot happen unless edited)
         state = replace(state, next_line=state.next_line + 1)
-        if record.kind == "state" and record.status is not None:
+        if record.kind is LogKind.STATE and record.status is not None:
             state = replace(state, status=record.status, text=record.text)
         on_record(record)
 
@@ -296,9 +295,9 @@ def cancel(head: Head, job_id: str, now: bool) -> None:
         raise TransportError(f"{head.host.where}: cancelling {job_id} failed (exit {code})")
 
 
-def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> dict | None:
+def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> TrainResult | None:
     """Once the job has completed, copy its outputs from the head into out_dir and return its result
-    (TrainResult as a dict, its out_dir this one); None for a job that has not (its head holds no outputs:
+    (its out_dir this one); None for a job that has not (its head holds no outputs:
     training.client.leftovers finds what it left on the nodes)."""
     from training.shared.transport import fetch_files, fetch_tree
 
@@ -306,11 +305,11 @@ def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> dict | None:
     try:
         with tempfile.TemporaryDirectory(prefix="deepvm-result-") as work:
             fetch_files(head.host, files.root, ["result.json"], Path(work))
-            result = json.loads((Path(work) / "result.json").read_text())
+            result = TrainResult.from_json((Path(work) / "result.json").read_text())
     except TransportError:
         return None
     fetch_tree(head.host, files.out, out_dir)
-    return {**result, "out_dir": str(out_dir)}
+    return replace(result, out_dir=str(out_dir))
 
 
 def managed_job(job_id: str) -> JobRow:

@@ -15,8 +15,11 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
 - A replacement node is folded in (the running attempt is asked to stop cleanly and relaunched with it)
   only once the attempt has trained a step and no recovery is in flight: stopping an attempt that is
   still starting wastes its start, and one recovery at a time keeps the accounting of lost steps exact.
-- Nodes are bought until the plan's count of a role is met again, counting those on their way.
+- Nodes are bought until the plan's count of a role is met again, counting those on their way: trainers
+  after any trouble (a notice, a failed attempt, a notice found before a launch), the holding roles only
+  once none of their nodes is left (the job trains on with the holders it has).
 - With no holder left, the job can only continue from checkpoints in S3 (level l3).
+- `deepvm cancel` stops the job as Ctrl-C does (a checkpoint, then leave) or, with --now, at once.
 """
 
 from __future__ import annotations
@@ -27,6 +30,21 @@ from enum import Enum
 
 from training.shared.events import EndStatus
 from training.shared.progress import Outcome
+
+
+class CancelMode(str, Enum):
+    """How `deepvm cancel` asked a managed job to stop; the head's cancel file holds the value."""
+
+    CHECKPOINT = "checkpoint"  # as Ctrl-C: the trainers flush a checkpoint of their current step, then leave
+    NOW = "now"  # at once, without a last checkpoint: mpirun is killed
+
+    @classmethod
+    def requested(cls, text: str) -> CancelMode:
+        """The mode the cancel file's `text` asks for: anything but "now" is a stop after a checkpoint."""
+        return cls.NOW if text.strip() == cls.NOW.value else cls.CHECKPOINT
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Action(str, Enum):

@@ -36,7 +36,6 @@ newest complete checkpoint.
 
 from __future__ import annotations
 
-import json
 import queue
 import tempfile
 import threading
@@ -58,6 +57,7 @@ from provisioning.core.home import deepvm_home
 from provisioning.planner.plan import Role
 from training.control.attempts import (
     Action,
+    CancelMode,
     can_continue_without_holders,
     classify,
     decide,
@@ -96,6 +96,7 @@ from training.shared.events import (
 )
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore, train_lock
+from training.shared.metrics import METRICS_FILE, RunMetrics
 from training.shared.progress import (
     LAUNCHER,
     AttemptRecord,
@@ -103,6 +104,7 @@ from training.shared.progress import (
     Outcome,
     Progress,
     Recovery,
+    RecoveryReason,
     TrainResult,
 )
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
@@ -111,7 +113,7 @@ _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}
 # why a node that a probe did not log in to is dropped (one with a host key not pinned is not the node launched)
 _UNUSABLE = {Answer.NO: "does not answer over SSH", Answer.NOT_PINNED: "answers with a host key not pinned for it"}
 _HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
-_FETCH = ("model.pt", "metrics.json")
+_FETCH = ("model.pt", METRICS_FILE)
 _STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 _SAVE_EVERY_S = 2.0  # how often progress is written to the jobs table
 
@@ -198,7 +200,7 @@ class Controller:
         self.stall = StallWatch(fixed_s=request.stall_timeout_s)
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
-        self.cancel_mode: str | None = None  # "checkpoint" | "now" once `deepvm cancel` asked
+        self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
         self.members: set[str] = {e.instance_id for e in cluster.endpoints()}  # nodes it may use
         self.attempts: list[AttemptRecord] = []
         self.last_progress: Progress | None = None
@@ -211,7 +213,8 @@ class Controller:
         spec, request = self.spec, self.request
         if request.job_id is not None and (known := self.jobs.get(request.job_id)) is not None:
             # the head's controller restarted (crash, reboot): carry on from the newest checkpoint
-            self.recovery.trouble("controller-restart", (), 0, known.world_size, time.monotonic(), known.step)
+            self.recovery.trouble(RecoveryReason.CONTROLLER_RESTART, (), 0, known.world_size, time.monotonic(),
+                                  known.step)
             self.report.note(f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
                              f"(last at step {known.step})")  # fmt: skip
             return self.jobs.put(replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
@@ -227,7 +230,7 @@ class Controller:
             job = unfinished[0]
             # a job the user stopped (Ctrl-C) continues as asked: that is no restart; a crash's resume is one
             asked = job.status is JobStatus.STOPPED
-            reason = "user-resume" if asked else "controller-restart"
+            reason = RecoveryReason.USER_RESUME if asked else RecoveryReason.CONTROLLER_RESTART
             self.recovery.trouble(reason, (), 0, job.world_size, time.monotonic(), job.step)
             self.report.note(f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
             return self.jobs.put(replace(job, status=JobStatus.RUNNING, spec_path=str(request.job_path.resolve()),
@@ -303,7 +306,8 @@ class Controller:
                 if decision.action is Action.RECOVER:
                     self._after_failure(run)
                 elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
-                    self.recovery.trouble("restart", (), run.attempt.number, run.trainers, time.monotonic())
+                    self.recovery.trouble(RecoveryReason.RESTART, (), run.attempt.number, run.trainers,
+                                          time.monotonic())
                 self._save(restarts=self.job.restarts + 1)
         except BaseException as exc:
             if run is not None and run.attempt.running:
@@ -466,12 +470,12 @@ class Controller:
         cancel_file = self.request.cancel_file
         if self.cancel_mode is not None or cancel_file is None or not cancel_file.exists():
             return
-        self.cancel_mode = "now" if cancel_file.read_text().strip() == "now" else "checkpoint"
+        self.cancel_mode = CancelMode.requested(cancel_file.read_text())
         self.report.note(f"cancel requested ({self.cancel_mode})")
         if run is None:  # between attempts: nothing runs that could checkpoint
             self._save(status=JobStatus.CANCELLED, message=f"cancelled ({self.cancel_mode})")
             raise TrainingCancelled(f"cancelled at step {self.job.step}")
-        if self.cancel_mode == "now":
+        if self.cancel_mode is CancelMode.NOW:
             self.user_stop = 1
             threading.Thread(target=run.attempt.kill, kwargs={"grace_s": 5.0}, daemon=True).start()
         else:
@@ -487,7 +491,8 @@ class Controller:
         text = f"no progress for {silent:.0f}s (limit {self.stall.limit_s():.0f}s): a node hangs; stopping the job"
         self.report.note(text)
         self._event("stall", text)
-        self.recovery.trouble("stall", (), run.attempt.number, run.trainers, time.monotonic(), run.last_step)
+        self.recovery.trouble(RecoveryReason.STALL, (), run.attempt.number, run.trainers, time.monotonic(),
+                              run.last_step)
         threading.Thread(target=run.attempt.kill, name="kill-hung", daemon=True).start()
 
     def _outcome(self, run: _Run, done: AttemptExit) -> Outcome:
@@ -589,7 +594,7 @@ class Controller:
     # --- trouble --------------------------------------------------------------------------------
     def _recovered(self, r: Recovery) -> None:
         self._save(lost_steps=self.job.lost_steps + r.lost_steps)
-        since = "notice" if r.reason == "notice" else "detection"
+        since = "notice" if r.reason is RecoveryReason.NOTICE else "detection"
         text = (
             f"recovered ({r.reason}): {r.world_before} -> {r.world_after} trainers, resumed at step "
             f"{r.resumed_step}, {r.lost_steps} steps lost, {r.detect_to_resumed_s:.1f}s from {since} to training"
@@ -601,7 +606,7 @@ class Controller:
         if node.instance_id in self.excluded:
             return
         self._exclude(node.instance_id, f"interruption notice ({notice.kind})")
-        self.recovery.trouble("notice", (node.instance_id,), run.attempt.number, run.trainers, at)
+        self.recovery.trouble(RecoveryReason.NOTICE, (node.instance_id,), run.attempt.number, run.trainers, at)
         text = f"Spot interruption notice on {node.name} ({notice.kind}): checkpointing, then without it"
         self.report.note(text)
         self._event("notice", text)
@@ -620,7 +625,7 @@ class Controller:
             self.report.note(text)
             self._event("node-lost", text)
             self._retire(dead, "unreachable over SSH after the job failed")
-        reason = "node-lost" if dead else "restart"
+        reason = RecoveryReason.NODE_LOST if dead else RecoveryReason.RESTART
         self.recovery.trouble(reason, dead, run.attempt.number, run.trainers, time.monotonic(), run.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
         self._ensure_replacements()
@@ -681,7 +686,7 @@ class Controller:
         added = tuple(i for i in self.members if i not in running and i in self.prepared and self._usable(i))
         if not added:
             return
-        self.recovery.trouble("fold-in", added, run.attempt.number, run.trainers, time.monotonic())
+        self.recovery.trouble(RecoveryReason.FOLD_IN, added, run.attempt.number, run.trainers, time.monotonic())
         run.attempt.request_stop()
 
     # --- the end ----------------------------------------------------------------------------------
@@ -692,19 +697,19 @@ class Controller:
             fetch_files(trainer0.host, run.attempt.launch.paths.out, _FETCH, out)
         else:
             fetch_tree(trainer0.host, run.attempt.launch.paths.out, out)
-        metrics = json.loads((out / "metrics.json").read_text())
+        metrics = RunMetrics.read(out)
         self.replacements.wait(timeout_s=300)
-        self._save(status=JobStatus.COMPLETED, step=int(metrics["steps"]), loss=metrics["final_loss"],
+        self._save(status=JobStatus.COMPLETED, step=metrics.steps, loss=metrics.final_loss,
                    message=f"completed; model and metrics in {out}")  # fmt: skip
-        self._event("completed", f"step {metrics['steps']}, loss {metrics['final_loss']:.4f}")
+        self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}")
         return TrainResult(
             job_id=self.job.job_id,
             cluster=self.cluster.name,
             status=JobStatus.COMPLETED,
-            steps=int(metrics["steps"]),
-            total_steps=int(metrics["total_steps"]),
-            final_loss=metrics["final_loss"],
-            synthetic=bool(metrics["synthetic"]),
+            steps=metrics.steps,
+            total_steps=metrics.total_steps,
+            final_loss=metrics.final_loss,
+            synthetic=metrics.synthetic,
             restarts=self.job.restarts,
             lost_steps=self.job.lost_steps,
             cost_usd=round(self.job.cost_usd, 6),

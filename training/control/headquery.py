@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 from provisioning.core.home import deepvm_home
+from training.control.attempts import CancelMode
 from training.shared.jobstore import JobRow, JobStatus, JobStore
-from training.shared.records import JobSummary, LogRecord
+from training.shared.records import JobSummary, LogKind, LogRecord
 
 _POLL_S = 0.2
 
@@ -69,7 +70,7 @@ def _last_state(root: Path) -> tuple[JobStatus, str]:
         for line in log:
             with contextlib.suppress(ValueError, TypeError):
                 record = LogRecord.from_json(line)
-                if record.kind == "state" and record.status is not None:
+                if record.kind is LogKind.STATE and record.status is not None:
                     status, text = record.status, record.text
     return status, text
 
@@ -123,7 +124,7 @@ def cancel(job_id: str, now: bool) -> int:
         print(f"no job {job_id} on this head", file=sys.stderr)
         return 2
     temp = root / "cancel.tmp"
-    temp.write_text("now" if now else "checkpoint")
+    temp.write_text(str(CancelMode.NOW if now else CancelMode.CHECKPOINT))
     os.replace(temp, root / "cancel")
     return 0
 

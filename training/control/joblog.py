@@ -17,7 +17,7 @@ from pathlib import Path
 
 from training.shared.jobstore import JobStatus
 from training.shared.progress import JobReporter, Progress
-from training.shared.records import LogRecord
+from training.shared.records import LogKind, LogRecord
 
 _FSYNC_EVERY_S = 1.0
 _RANK = re.compile(r" r(\d+)$")  # the controller prefixes a rank's lines with "NODE rN"
@@ -35,15 +35,15 @@ class JobLog:
         data = (record.to_json() + "\n").encode()
         with self._lock:
             os.write(self._fd, data)
-            if time.monotonic() - self._synced >= _FSYNC_EVERY_S or record.kind == "state":
+            if time.monotonic() - self._synced >= _FSYNC_EVERY_S or record.kind is LogKind.STATE:
                 os.fsync(self._fd)
                 self._synced = time.monotonic()
 
     def note(self, text: str) -> None:
-        self.write(LogRecord("note", time.time(), text=text))
+        self.write(LogRecord(LogKind.NOTE, time.time(), text=text))
 
     def state(self, status: JobStatus, text: str) -> None:
-        self.write(LogRecord("state", time.time(), text=text, status=status))
+        self.write(LogRecord(LogKind.STATE, time.time(), text=text, status=status))
 
     def close(self) -> None:
         with self._lock:
@@ -55,17 +55,17 @@ class JobLog:
 
         def log(prefix: str, text: str) -> None:
             match = _RANK.search(prefix)
-            self.write(LogRecord("log", time.time(), text=text, source=prefix,
+            self.write(LogRecord(LogKind.LOG, time.time(), text=text, source=prefix,
                                  rank=int(match[1]) if match else None))  # fmt: skip
 
         def progress(p: Progress) -> None:
-            self.write(LogRecord("progress", time.time(), progress=p))
+            self.write(LogRecord(LogKind.PROGRESS, time.time(), progress=p))
 
         finished: set[tuple[str, int]] = set()
 
         def push(host: str, done: int, total: int) -> None:
             if done == total and (host, total) not in finished:  # one line per push, not one per block
                 finished.add((host, total))
-                self.write(LogRecord("push", time.time(), source=host, done=done, total=total))
+                self.write(LogRecord(LogKind.PUSH, time.time(), source=host, done=done, total=total))
 
         return JobReporter(note=self.note, log=log, progress=progress, push=push)

@@ -7,19 +7,23 @@ relaunch joins the same incident. When attempt N ends, the newest step it reache
 `from_step`; the incident closes at the first step a later attempt trains, whose start step is where
 it resumed. Lost steps = from_step - resumed step: zero when the job flushed a checkpoint at the step
 it stopped at, at most one checkpoint interval when a node died without a word.
+
+Where the time went (RelaunchPhases) is read from the moments the controller reports on the way: the
+checkpoint flushed, the stopped attempt's exit, the next launch, its restore (or its start), its first step.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 
-from training.shared.progress import Recovery
+from training.shared.progress import Recovery, RecoveryReason, RelaunchPhases
 
 
 @dataclass
 class _Incident:
-    reason: str
+    reason: RecoveryReason
     nodes: tuple[str, ...]
     attempt: int  # the attempt during which it was seen (0: before the first one)
     detected_at: float  # time.monotonic()
@@ -27,6 +31,11 @@ class _Incident:
     world_before: int
     from_step: int = -1
     checkpoint_at: float | None = None
+    exited_at: float | None = None  # the newest attempt end since the trouble
+    launched_at: float | None = None  # the newest launch since then
+    restore_began_at: float | None = None  # that launch's trainer 0 began restoring
+    restored_at: float | None = None  # ... and had restored
+    started_at: float | None = None  # ... or started without anything to restore
 
 
 class RecoveryLog:
@@ -36,13 +45,12 @@ class RecoveryLog:
         self.open: _Incident | None = None
         self.closed: list[Recovery] = []
 
-    def trouble(
-        self, reason: str, nodes: tuple[str, ...], attempt: int, world: int, at: float, from_step: int = -1
-    ) -> None:
+    def trouble(self, reason: RecoveryReason, nodes: tuple[str, ...], attempt: int, world: int, at: float,
+                from_step: int = -1) -> None:  # fmt: skip
         """Record trouble seen during `attempt`; it joins the open incident if there is one."""
         if self.open is None:
             wall = time.time() - (time.monotonic() - at)
-            self.open = _Incident(reason, nodes, attempt, at, wall, world, from_step)
+            self.open = _Incident(RecoveryReason(reason), nodes, attempt, at, wall, world, from_step)
             return
         self.open.nodes += tuple(n for n in nodes if n not in self.open.nodes)
         self.open.from_step = max(self.open.from_step, from_step)
@@ -52,9 +60,29 @@ class RecoveryLog:
         if self.open is not None and self.open.checkpoint_at is None:
             self.open.checkpoint_at = at
 
-    def attempt_ended(self, attempt: int, last_step: int) -> None:
+    def attempt_ended(self, attempt: int, last_step: int, at: float | None = None) -> None:
+        """Attempt `attempt` ended at `at` (its mpirun exited), having reached `last_step`."""
         if self.open is not None and self.open.attempt <= attempt:
             self.open.from_step = max(self.open.from_step, last_step)
+            if at is not None:
+                self.open.exited_at = at
+
+    def launched(self, at: float) -> None:
+        """An attempt's mpirun started at `at`: what its trainers report next is this launch's."""
+        if self.open is not None:
+            incident = self.open
+            incident.launched_at, incident.restore_began_at, incident.restored_at, incident.started_at = (
+                at, None, None, None)  # fmt: skip
+
+    def restored(self, at: float, seconds: float) -> None:
+        """Trainer 0 reported at `at` that it had restored a checkpoint, which took `seconds`."""
+        if self.open is not None:
+            self.open.restore_began_at, self.open.restored_at = at - seconds, at
+
+    def started(self, at: float) -> None:
+        """Trainer 0 reported at `at` that it starts training (after any restore)."""
+        if self.open is not None and self.open.started_at is None:
+            self.open.started_at = at
 
     def stepped(self, attempt: int, first_step: int, step: int, world: int, at: float) -> Recovery | None:
         """Attempt `attempt` (started at `first_step`) trained `step`: closes the incident of an earlier
@@ -76,6 +104,19 @@ class RecoveryLog:
             if incident.checkpoint_at is None
             else round(incident.checkpoint_at - incident.detected_at, 3),
             detect_to_resumed_s=round(at - incident.detected_at, 3),
+            phases=_phases(incident, at),
         )
         self.closed.append(recovery)
         return recovery
+
+
+def _phases(incident: _Incident, stepped_at: float) -> RelaunchPhases:
+    """The moments of the incident, in order, as the spans between them (a moment not seen takes the one
+    before it, so its span is 0 and the spans still add up)."""
+    began = incident.restore_began_at if incident.restore_began_at is not None else incident.started_at
+    moments = [incident.detected_at]
+    for seen in (incident.checkpoint_at, incident.exited_at, incident.launched_at, began, incident.restored_at,
+                 stepped_at):  # fmt: skip
+        moments.append(max(moments[-1], seen if seen is not None else moments[-1]))
+    spans = [round(after - before, 3) for before, after in pairwise(moments)]
+    return RelaunchPhases(*spans)

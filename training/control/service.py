@@ -16,7 +16,6 @@ cannot go on (it failed for good, or the request is wrong), anything else (a cra
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import replace
@@ -26,6 +25,7 @@ from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.types import CloudKind
 from provisioning.clusters.handle import RUNNING, private_only
 from provisioning.clusters.store import ClusterStatus, Store
+from provisioning.core.atomicfile import write_text_atomic
 from provisioning.core.errors import InputError
 from training.control.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
 from training.control.joblog import JobLog
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
             inside_cluster=True,
         )
         result = train(request, log.reporter())
-        _write_atomic(root / "result.json", json.dumps(result.to_dict()))
+        write_text_atomic(root / "result.json", result.to_json())
         log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
         return 0
     except TrainingCancelled as exc:
@@ -91,15 +91,6 @@ def main(argv: list[str]) -> int:
         if mirror is not None:
             mirror.close()
         log.close()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_suffix(".tmp")
-    with open(temp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
 
 
 if __name__ == "__main__":

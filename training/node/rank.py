@@ -178,6 +178,7 @@ def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
         planned_world_size=opts.planned_trainers,
         device=opts.device,
         threads=_threads(),
+        save_when_stopped=False,  # the relaunch restores DeepCheck's flushed checkpoint, not state.pt
     )
 
 

@@ -10,7 +10,6 @@ torch.distributed group if the script did not.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import runpy
 import sys
@@ -65,9 +64,7 @@ def run_script(
                 "spec if the script takes none")
         metrics = ctx.finish()
     if env.rank == 0:
-        partial = out / "metrics.json.part"
-        partial.write_text(json.dumps(metrics, indent=1) + "\n")
-        os.replace(partial, out / "metrics.json")
+        metrics.write(out)
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -3,17 +3,19 @@
 It trains the job's model with DDP on its slice of each global batch and prints one JSON object per
 line on stdout (training.shared.events: Start, Step every log_every steps and at the last, End), every line
 tagged with the rank, so the launcher can parse progress from mpirun's merged output. Rank 0 writes
-model.pt (weights), state.pt (a TrainState to resume from) and metrics.json into --out.
+model.pt (weights), state.pt (a TrainState to resume from) and metrics.json (training.shared.metrics)
+into --out.
 
 SIGTERM or SIGUSR1 on any rank asks for a clean stop: the ranks agree at the next step boundary,
 save state like a finished run and exit 0 with status "stopped" in the metrics. A hook can end the run
-the same way by returning True from on_step (on every rank at the same step).
+the same way by returning True from on_step (on every rank at the same step). Under `deepvm train`
+(training.node.rank) a stopped run writes only its metrics: DeepCheck's flushed checkpoint is what the
+relaunch restores, and writing the model and state there (hundreds of MB) would only delay it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pickle
 import signal
@@ -39,6 +41,7 @@ from training.node.sampler import GlobalBatchSampler
 from training.node.schedule import build_optimizer, lr_factor, set_lr
 from training.shared.events import End, EndStatus, Start, Step, emit
 from training.shared.jobspec import JobSpec, load_job_spec
+from training.shared.metrics import RunMetrics
 
 RANK_BATCHES_ENV = "DEEPVM_RANK_BATCHES"
 
@@ -57,6 +60,7 @@ class WorkerOptions:
     stop_at_step: int | None = None  # stop cleanly after this step, as if asked to
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = None  # torch intra-op threads; default: cores / ranks on this node
+    save_when_stopped: bool = True  # a stopped run writes model.pt and state.pt (False: a checkpoint hook keeps it)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
@@ -184,7 +188,7 @@ class Run:
         state.step += 1
         return float(loss.item())
 
-    def train(self, stop: StopRequest) -> dict[str, Any]:
+    def train(self, stop: StopRequest) -> RunMetrics:
         spec, state, rank = self.spec, self.state, self.env.rank
         for hook in self.hooks:
             hook.on_start(state)  # first: a hook may restore a checkpoint, and "start" reports from where
@@ -248,40 +252,40 @@ class Run:
         for hook in self.hooks:
             hook.on_stop(state, state.step, status)
         trained = (state.step - first_step) * self.plan.global_batch
-        metrics = {
-            "job": spec.name,
-            "status": status,
-            "model": spec.model.name,
-            "dataset": spec.dataset.kind,
-            "synthetic": spec.is_synthetic,
-            "seed": spec.seed,
-            "world_size": self.env.world_size,
-            "rank_batches": list(self.plan.per_rank),
-            "global_batch": self.plan.global_batch,
-            "lr": self.base_lr,
-            "first_step": first_step,
-            "steps": state.step,
-            "total_steps": self.total_steps,
-            "epoch": state.sampler.epoch,
-            "final_loss": final_loss,
-            "loss_curve": state.loss_curve,
-            "samples_per_s": trained / wall if wall > 0 else 0.0,
-            "wall_s": wall,
-        }
+        metrics = RunMetrics(
+            job=spec.name,
+            status=status,
+            model=spec.model.name,
+            dataset=spec.dataset.kind,
+            synthetic=spec.is_synthetic,
+            seed=spec.seed,
+            world_size=self.env.world_size,
+            rank_batches=tuple(self.plan.per_rank),
+            global_batch=self.plan.global_batch,
+            lr=self.base_lr,
+            first_step=first_step,
+            steps=state.step,
+            total_steps=self.total_steps,
+            epoch=state.sampler.epoch,
+            final_loss=final_loss,
+            loss_curve=tuple(state.loss_curve),
+            samples_per_s=trained / wall if wall > 0 else 0.0,
+            wall_s=wall,
+        )
         emit(End(rank=rank, status=status, steps=state.step, final_loss=final_loss, wall_s=round(wall, 3)))
         return metrics
 
-    def save(self, metrics: dict[str, Any]) -> None:
-        """Rank 0 writes model.pt, state.pt and metrics.json (temp name, then rename)."""
+    def save(self, metrics: RunMetrics) -> None:
+        """Rank 0 writes model.pt and state.pt (unless a stopped run need not: WorkerOptions) and metrics.json,
+        each under a temporary name, then renamed."""
         if self.env.rank != 0:
             return
         out = self.opts.out
         out.mkdir(parents=True, exist_ok=True)
-        _save_atomic(self.state.model.state_dict(), out / "model.pt")
-        _save_atomic(self.state.state_dict(), out / "state.pt")
-        tmp = out / "metrics.json.part"
-        tmp.write_text(json.dumps(metrics, indent=1) + "\n")
-        os.replace(tmp, out / "metrics.json")
+        if metrics.status is EndStatus.COMPLETED or self.opts.save_when_stopped:
+            _save_atomic(self.state.model.state_dict(), out / "model.pt")
+            _save_atomic(self.state.state_dict(), out / "state.pt")
+        metrics.write(out)
 
 
 def _load_state(path: Path, device: torch.device) -> dict[str, Any]:
@@ -300,7 +304,7 @@ def _save_atomic(obj: Any, path: Path) -> None:
 
 def run_training(
     spec: JobSpec, env: DistEnv, opts: WorkerOptions, hooks: Sequence[CheckpointHook] = ()
-) -> dict[str, Any]:
+) -> RunMetrics:
     """Join the group, train, save on rank 0, leave the group; returns the metrics (on every rank)."""
     local_cores = os.cpu_count() or 1
     torch.set_num_threads(opts.threads or max(1, local_cores // env.local_size))

@@ -2,13 +2,16 @@
 
 The controller never prints. It hands the CLI a JobReporter (callbacks, called from the controller's
 own thread) and returns a TrainResult; both are built from the dataclasses here, so a test can read
-exactly what a user sees, and `deepvm train --json` prints the result as is.
+exactly what a user sees, and `deepvm train --json` prints the result as is. A managed job's head writes
+the same TrainResult as result.json and the user's machine reads it back (TrainResult.from_json), so
+the CLI renders one record whichever side ran the controller.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -29,11 +32,45 @@ class Progress:
     synthetic: bool
 
 
+class RecoveryReason(str, Enum):
+    """Why the job relaunched: the first trouble of an incident (training.control.recovery). Here, beside
+    Recovery, and not in the controller's package: the reason travels to the user's machine in the result."""
+
+    NOTICE = "notice"  # a Spot interruption notice: the trainers flushed and left; relaunch on the survivors
+    NODE_LOST = "node-lost"  # an attempt failed and a node did not answer afterwards: relaunch without it
+    STALL = "stall"  # no progress for longer than the stall limit: the attempt was killed (a node hangs)
+    FOLD_IN = "fold-in"  # a replacement node was ready: the attempt was stopped cleanly to relaunch with it
+    RESTART = "restart"  # an attempt ended early with every node still answering: relaunch on the same nodes
+    CONTROLLER_RESTART = "controller-restart"  # the controller died; a new one resumed the job
+    USER_RESUME = "user-resume"  # the user continued a job they had stopped (`train --resume`)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RelaunchPhases:
+    """Where a relaunch's time went, from the trouble to the first step trained after it, in seconds, in
+    order (they add up to the recovery's detect_to_resumed_s). The controller's clock times each: a
+    rank's event counts when the controller reads it."""
+
+    checkpoint_s: float  # detection -> the checkpoint flushed (0 when none was: a node died, a restart)
+    teardown_s: float  # -> the stopped (or failed, or killed) attempt's mpirun exited
+    launch_s: float  # -> the next mpirun started: probes, preparing nodes, readying the head
+    imports_s: float  # -> its trainers began restoring: interpreters, imports, MPI, DeepCheck, the model
+    restore_s: float  # -> the checkpoint restored (0: nothing to restore)
+    first_step_s: float  # -> the first step trained after it
+
+    @property
+    def total_s(self) -> float:
+        return round(sum(getattr(self, f.name) for f in fields(self)), 3)
+
+
 @dataclass(frozen=True)
 class Recovery:
     """One relaunch and what it cost."""
 
-    reason: str  # notice | node-lost | fold-in | controller-restart | user-resume | restart
+    reason: RecoveryReason
     nodes: tuple[str, ...]  # instance ids that left (notice, node-lost) or joined (fold-in)
     from_step: int  # the newest step reached before the relaunch
     resumed_step: int  # the step the relaunch restored
@@ -43,6 +80,13 @@ class Recovery:
     detected_wall: float  # time.time() when the controller learned of it (relates it to other clocks)
     detect_to_checkpoint_s: float | None  # the notice (or stop request) to the flushed checkpoint
     detect_to_resumed_s: float | None  # to the first step trained after the relaunch
+    phases: RelaunchPhases | None = None  # where that time went (None: a result written before it was kept)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recovery:
+        phases = data.get("phases")
+        return cls(**{**data, "reason": RecoveryReason(data["reason"]), "nodes": tuple(data["nodes"]),
+                      "phases": RelaunchPhases(**phases) if phases else None})  # fmt: skip
 
 
 class Outcome(str, Enum):
@@ -70,9 +114,16 @@ class AttemptRecord:
     returncode: int
     startup_s: float | None  # mpirun started -> its first step trained (None: it never trained)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttemptRecord:
+        return cls(**{**data, "nodes": tuple(data["nodes"]), "status": Outcome(data["status"])})
+
 
 @dataclass
 class TrainResult:
+    """A completed job: what `deepvm train` prints (as JSON with --json), and what a managed job's head
+    keeps as result.json for the user's machine to fetch."""
+
     job_id: str
     cluster: str
     status: JobStatus  # COMPLETED (a stopped or failed run raises instead)
@@ -90,6 +141,17 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainResult:
+        """The result as to_json wrote it, or as an earlier deepvm did (no relaunch phases then)."""
+        data = json.loads(text)
+        return cls(**{**data, "status": JobStatus(data["status"]),
+                      "attempts": [AttemptRecord.from_dict(a) for a in data["attempts"]],
+                      "recoveries": [Recovery.from_dict(r) for r in data["recoveries"]]})  # fmt: skip
 
 
 LAUNCHER = "mpirun"  # JobReporter.log's prefix for a line that no rank wrote: the launcher's own

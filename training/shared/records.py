@@ -3,13 +3,19 @@ and one way to read it back (JSON), so that neither side indexes free-form dicts
 
 - HeadJob: what the client hands the head to run one job (written once, as job.json).
 - LogRecord: one line of a job's log (log.jsonl), written by the head's service and supervisor and read
-  by `deepvm train` / `deepvm logs`. A log line stays a LogRecord from the head to the renderer.
+  by `deepvm train` / `deepvm logs`. A log line stays a LogRecord from the head to the renderer, its
+  kind a LogKind.
+- JobSummary: a job as `deepvm jobs` lists it.
+
+A completed job's result (training.shared.progress.TrainResult, result.json on the head) and a run's
+metrics.json (training.shared.metrics.RunMetrics) are records of their own beside these.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from typing import Any
 
 from provisioning.catalog.model import Market
@@ -61,15 +67,24 @@ def _resources(data: dict[str, Any]) -> CloudResources:
     return CloudResources(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
 
+class LogKind(str, Enum):
+    """What one line of a managed job's log says, and which of LogRecord's fields it sets."""
+
+    NOTE = "note"  # a controller event (`text`)
+    LOG = "log"  # a rank's or node's own output (`text`; `source` names it, `rank` is the MPI rank when known)
+    PROGRESS = "progress"  # trainer 0's progress (`progress`)
+    PUSH = "push"  # bytes pushed to `source` (`done` of `total`)
+    STATE = "state"  # the job's state changed (`status`, with `text` saying why)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class LogRecord:
-    """One line of a managed job's log.
+    """One line of a managed job's log; `kind` says which fields it sets. `at` is the head's wall clock."""
 
-    kind: note (a controller event), log (a rank's or node's own output; `source` names it, `rank` is the
-    MPI rank when known), progress (`progress` set), push (bytes pushed to `source`: `done`/`total`),
-    state (the job's state changed: `status`, with `text` saying why). `at` is the head's wall clock."""
-
-    kind: str
+    kind: LogKind
     at: float
     text: str = ""
     source: str = ""
@@ -79,8 +94,12 @@ class LogRecord:
     total: int = 0
     status: JobStatus | None = None  # set in state records
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", LogKind(self.kind))  # a kind none of ours is a ValueError
+
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v not in ("", None, 0) or k in ("kind", "at")}
+        data["kind"] = self.kind.value
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
