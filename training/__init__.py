@@ -4,15 +4,17 @@
   and starts its supervised service), follows its log, cancels it, lists jobs and fetches outputs; none of
   it has to keep running for the job to go on; `leftovers` finds what a job that did not complete left
   on the nodes (for `deepvm fetch`). `profiling` (`deepvm profile`) drives launches of its own from the
-  user's machine with control's launcher and staging. `storage` grants a job's S3 areas to the cluster's
+  user's machine through control's attempt session. `storage` grants a job's S3 areas to the cluster's
   roles, or refuses the job, before anything is staged.
 - `control/`: the recovery controller and what it drives. On the cluster's on-demand head node for a
   managed job (the default); on the user's machine with `deepvm train --controller local`, so these
-  modules run on either side. `controller` runs a job attempt by attempt; `attempts` is its pure decision
-  core; `launcher` builds and runs one mpirun on the head over SSH; `staging` readies nodes (the client
-  also pushes the runtime to the head with it); `replacements` buys lost nodes back; `recovery` and
-  `stall` account for and notice trouble; `scripterror` finds a failed attempt's own cause in its output;
-  `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
+  modules run on either side. `controller` runs a job attempt by attempt and decides; `attempts` is its
+  pure decision core; `session` runs one attempt (prepare, launch, watch), for the controller and for
+  `deepvm profile`; `nodepool` holds each node's state and what to do about it, `nodes` does it;
+  `jobrecord` chooses the job and keeps its row; `launcher` builds and runs one mpirun on the head over
+  SSH; `staging` readies nodes (the client also pushes the runtime to the head with it); `replacements`
+  buys lost nodes back; `recovery` and `stall` account for and notice trouble; `scripterror` finds a
+  failed attempt's own cause in its output; `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
   the head: `supervisor` keeps `service` (one managed job's controller) running, `joblog` and `mirror`
   write and mirror its log, `headquery` answers the client over SSH.
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `headrun` and
@@ -22,11 +24,12 @@
   notices, in a rank and once per node before a launch.
 - `shared/`: read or written on both sides, so both import it: the job spec (`jobspec`, `yamlmarks`:
   validated on the user's machine, re-read by the controller and every rank), the events ranks send the
-  controller (`events`, with `Notice`), what a run reports (`progress`), the jobs table (`jobstore`: the
-  user's machine and the head each keep one), the records that cross between the user's machine and the
-  head (`records`) and the head's file layout they name (`layout`), where a job's objects live in S3
-  (`storage`), SSH (`transport`, with `jobdir`: which files of a pushed directory go, and the rule for
-  symbolic links), and Open MPI's own notes in a job's output (`mpinotes`).
+  controller (`events`, with `Notice`), what a run reports (`progress`) and what trainer 0 writes at its
+  end (`metrics`), the jobs table (`jobstore`: the user's machine and the head each keep one), the
+  records that cross between the user's machine and the head (`records`) and the head's file layout
+  they name (`layout`), where a job's objects live in S3 (`storage`), SSH (`transport`, with `jobdir`:
+  which files of a pushed directory go, and the rule for symbolic links), and Open MPI's own notes in a
+  job's output (`mpinotes`).
 - `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its
   path is part of the job-spec contract (configs/own_train.py, README); it runs on trainer ranks.
 

@@ -32,7 +32,7 @@ from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
     from training.client.managed import Head
-    from training.control.controller import TrainRequest
+    from training.control.jobrecord import TrainRequest
 
 CONTROLLERS = ("head", "local")
 _DETACH_WAIT_S = 900.0  # `train --detach`: longest wait for the first attempt to start
@@ -74,7 +74,8 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
-    from training.control.controller import TrainRequest, train
+    from training.control.controller import train
+    from training.control.jobrecord import TrainRequest
     from training.shared.jobdir import checked_job_file
     from training.shared.jobspec import load_job_spec
 

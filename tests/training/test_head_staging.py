@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import getpass
 import stat
+from dataclasses import replace
 
 import pytest
 from sshd import can_run_sshd, start_sshd, stop_sshd
 
 import training.control.staging
+from provisioning.catalog.model import Market
 from provisioning.cloud.types import HostSpec
 from provisioning.core.errors import InputError
+from training.control.launcher import Launch, Node
+from training.control.session import SshNodes
 from training.control.staging import JobPaths, prepare_head
 
 pytestmark = pytest.mark.skipif(not can_run_sshd(), reason="needs /usr/sbin/sshd")
@@ -63,3 +67,19 @@ def test_mpirun_on_the_path_needs_no_prefix_and_one_outside_it_names_its_home(he
     monkeypatch.setattr(training.control.staging, "MPIRUN", "deepvm-test-mpirun")
     monkeypatch.setattr(training.control.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"), str(home)))
     assert prepare_head(head, paths, internal, {}) == str(home)
+
+
+def test_a_head_is_asked_for_its_open_mpi_once_and_gets_every_launch_s_files(head, tmp_path, monkeypatch):
+    """A relaunch on the same head writes the launch's files but does not look for mpirun again: it was there
+    a launch ago (one SSH command less on the way from a notice to training again)."""
+    internal = tmp_path / "internal_ed25519"
+    internal.write_text("key\n")
+    node = Node("i-1", head, "both", Market.ON_DEMAND, "127.0.0.1")
+    launch = Launch.on([node], JobPaths(str(tmp_path / "home"), "job-1"), "job.yaml", "python3", 1, {})
+    nodes = SshNodes()
+    assert nodes.ready_head(launch, internal).open_mpi_home is None  # Debian's /usr/bin/mpirun
+    monkeypatch.setattr(training.control.staging, "MPIRUN", "deepvm-test-no-such-mpirun")  # a look would fail now
+    monkeypatch.setattr(training.control.staging, "OPEN_MPI_HOMES", (str(tmp_path / "nowhere"),))
+    again = nodes.ready_head(replace(launch, paths=JobPaths(str(tmp_path / "home"), "job-2")), internal)
+    assert again.open_mpi_home is None
+    assert (tmp_path / "home" / "deepvm" / "jobs" / "job-2" / "hostfile").read_text() == "127.0.0.1 slots=1\n"

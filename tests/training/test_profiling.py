@@ -1,5 +1,7 @@
-"""`deepvm profile` without a cluster: the measuring spec, the rates of repeats, the sizes, and every input
-refused before anything runs (one line, exit >= 2). The sandbox run is in tests/cloud/test_train_e2e.py."""
+"""`deepvm profile` without a cluster: the measuring spec, the rates of repeats, the sizes, every input
+refused before anything runs (one line, exit >= 2), and a size's launch through the controller's attempt
+session on the scripted cluster (tests/training/scripted_cluster.py). The sandbox run is in
+tests/cloud/test_train_e2e.py."""
 
 from __future__ import annotations
 
@@ -15,16 +17,26 @@ from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_tiering_plan
+from tests.training.scripted_cluster import FakeCluster, Hang, ScriptedNodes, World, tiering_plan
 from training.client.profiling import (
+    DERIVED_SPEC,
     ProfileFailed,
     ProfileRequest,
+    _SizeRun,
     default_sizes,
     derived_spec,
     profile_target,
     repeat_rates,
     spec_hash,
 )
+from training.control.launcher import Launch, cluster_node
+from training.control.plan_facts import TypeFacts
+from training.control.session import AttemptSession
+from training.control.staging import JobPaths, JobToStage
+from training.control.stall import StallWatch
+from training.shared.events import EndStatus, Step
 from training.shared.jobspec import JobSpec, load_job_spec
+from training.shared.progress import JobReporter, Progress
 
 
 def test_default_sizes_double_up_to_the_trainer_count():
@@ -147,3 +159,56 @@ def test_json_output_holds_the_profile_as_written(tmp_path):
     assert Profile.model_validate(doc["profile"]) == profile
     assert (doc["saved_to"], doc["plot"], doc["wall_s"], doc["cost_usd"]) == (str(tmp_path / "p.json"), None, 131.9,
                                                                               0.02358)
+
+
+class _Measuring:
+    """What a size's listener asks of its profiler: where progress goes."""
+
+    def __init__(self, report: JobReporter) -> None:
+        self.report = report
+
+    def progress(self, step: Step, trainers: int) -> Progress:
+        return Progress(step.step, 10, 0, step.global_loss, step.samples_per_s * trainers, trainers, 0.0, True)
+
+
+def _size_launch(tmp_path, stall: StallWatch, report: JobReporter = JobReporter()):
+    """A launch of 2 trainer nodes and the holder on the scripted cluster, through the attempt session
+    the controller uses (training/control/session.py)."""
+    cluster = FakeCluster(tmp_path, tiering_plan())
+    nodes = ScriptedNodes(cluster, World(total_steps=10, every=100))
+    job = JobToStage(tmp_path, tmp_path, "p-1", (), {}, "python3", "ssh-ed25519 K")
+    session = AttemptSession(nodes, job, tmp_path / "k", report, stall, ctrl_c_stops=False, tick_s=0.01)
+    endpoints = cluster.endpoints()
+    used = endpoints[:2] + endpoints[3:]  # two trainers and the holder
+    chosen = [cluster_node(e, TypeFacts(65.0, 1 if e.role is Role.TRAINER else 0)) for e in used]
+    launch = Launch.on(chosen, JobPaths("/home/u", "p-1"), DERIVED_SPEC, "python3", 2, {})
+    size = _SizeRun(_Measuring(report), 2, launch.trainer_ranks)  # type: ignore[arg-type]
+    return session, launch, size, nodes
+
+
+def test_a_size_runs_through_the_attempt_session_and_every_trainer_is_measured(tmp_path):
+    seen: list[int] = []
+    session, launch, size, _ = _size_launch(tmp_path, StallWatch(), JobReporter(progress=lambda p: seen.append(p.step)))
+    end = session.run(2, launch, size)
+    assert end.returncode == 0 and size.ended == {0: EndStatus.COMPLETED, 1: EndStatus.COMPLETED}
+    assert repeat_rates(size.rates, 2, warmup=4, steps=3, repeats=2) == (200.0, 200.0)  # 2 trainers x 100 samples/s
+    assert seen == list(range(1, 11))  # trainer 0's progress, once a step
+
+
+def test_a_size_that_hangs_fails_the_profile_and_stops_its_launch(tmp_path):
+    session, launch, size, nodes = _size_launch(tmp_path, StallWatch(fixed_s=0.1))
+    nodes.world.faults = [Hang(2, 3, node="i-t0000001")]
+    with pytest.raises(ProfileFailed, match="no progress for 0s on 2 trainer nodes: a node hangs; nothing was written"):
+        session.run(2, launch, size)
+    assert nodes.attempts[0].returncode == 137
+
+
+def test_ctrl_c_during_a_size_stops_its_launch_and_ends_the_profile(tmp_path):
+    def ctrl_c(p: Progress) -> None:
+        if p.step == 3:
+            raise KeyboardInterrupt
+
+    session, launch, size, nodes = _size_launch(tmp_path, StallWatch(), JobReporter(progress=ctrl_c))
+    with pytest.raises(KeyboardInterrupt):
+        session.run(2, launch, size)
+    assert nodes.attempts[0].returncode == 137 and not nodes.attempts[0].stop_asked.is_set()

@@ -1,17 +1,17 @@
-"""Replacement buying (training/control/replacements.py) with a buyer and a stager of our own: what is requested
-against the plan, what comes back on the queue, and that nothing is bought twice. Real threads, no cloud."""
+"""Replacement buying (training/control/replacements.py) with a buyer and a stager of our own: what comes back on
+the queue, in which order, and that purchases take turns. Real threads, no cloud. How many to buy (the plan's
+count, less what is firm and on its way) is the node pool's: tests/training/test_nodepool.py."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections import Counter
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import SshEndpoint
 from provisioning.core.errors import CloudError
 from provisioning.planner.plan import Role
-from training.control.replacements import ReplacementNote, ReplacementReady, Replacements
+from training.control.replacements import ReplacementBought, ReplacementNote, ReplacementReady, Replacements
 from training.control.staging import NodeState
 from training.shared.events import Notice
 
@@ -44,10 +44,9 @@ def _stage(nodes: list[SshEndpoint], note) -> dict[str, NodeState]:
     return {e.instance_id: NodeState("/root", None) for e in nodes}
 
 
-def _replacements(cloud: _Cloud, stage=_stage, trainers: int = 3, holders: int = 1):
+def _replacements(cloud: _Cloud, stage=_stage):
     events: queue.Queue[object] = queue.Queue()
-    planned = Counter({Role.TRAINER: trainers, Role.HOLDER: holders})
-    return Replacements(planned, cloud.buy, stage, events.put), events
+    return Replacements(cloud.buy, stage, events.put), events
 
 
 def _ready(events: queue.Queue[object]) -> ReplacementReady:
@@ -57,53 +56,28 @@ def _ready(events: queue.Queue[object]) -> ReplacementReady:
             return item
 
 
-def test_buys_what_the_plan_lacks_and_posts_the_staged_nodes():
+def test_buys_the_order_and_posts_the_bought_then_the_staged_nodes():
     cloud = _Cloud()
     replacements, events = _replacements(cloud)
-    assert replacements.request(Role.TRAINER, usable=1) == 2
+    replacements.start(Role.TRAINER, 2)
     notes = []
     while not isinstance(item := events.get(timeout=10), ReplacementReady):
         notes.append(item)
-    assert notes == [ReplacementNote("launching 2 trainer")]
+    ids = ["i-trainer-0-0", "i-trainer-0-1"]
+    assert notes[0] == ReplacementNote("launching 2 trainer")
+    assert notes[1:] == [ReplacementBought(Role.TRAINER, tuple(item.added))]  # before they are staged
     assert item.error is None and item.requested == 2 and item.role is Role.TRAINER
-    assert [e.instance_id for e in item.added] == ["i-trainer-0-0", "i-trainer-0-1"]
-    assert set(item.states) == {"i-trainer-0-0", "i-trainer-0-1"}
+    assert [e.instance_id for e in item.added] == ids
+    assert set(item.states) == set(ids)
     assert cloud.bought == [(Role.TRAINER, 2)]
 
 
-def test_nodes_on_their_way_are_not_bought_twice_until_settled():
-    cloud = _Cloud()
-    cloud.gate.clear()
-    replacements, events = _replacements(cloud)
-    assert replacements.request(Role.TRAINER, usable=2) == 1
-    assert replacements.on_their_way(Role.TRAINER) == 1
-    assert replacements.request(Role.TRAINER, usable=2) == 0  # the one on its way fills the plan
-    assert replacements.request(Role.TRAINER, usable=1) == 1  # another node lost meanwhile
-    cloud.gate.set()
-    done = [_ready(events), _ready(events)]
-    for item in done:
-        replacements.settled(item)
-    assert replacements.on_their_way(Role.TRAINER) == 0
-    assert sorted(c for _, c in cloud.bought) == [1, 1]
-
-
-def test_a_role_at_its_planned_count_or_outside_the_plan_buys_nothing():
-    cloud = _Cloud()
-    replacements, events = _replacements(cloud, holders=0)
-    assert replacements.request(Role.TRAINER, usable=3) == 0
-    assert replacements.request(Role.HOLDER, usable=0) == 0
-    replacements.wait(timeout_s=1)
-    assert cloud.bought == [] and events.empty()
-
-
-def test_a_refused_purchase_comes_back_as_its_reason_and_frees_the_count():
+def test_a_refused_purchase_comes_back_as_its_reason():
     cloud = _Cloud(fail="InsufficientInstanceCapacity in us-east-1a")
     replacements, events = _replacements(cloud)
-    assert replacements.request(Role.HOLDER, usable=0) == 1
+    replacements.start(Role.HOLDER, 1)
     done = _ready(events)
     assert done == ReplacementReady(Role.HOLDER, 1, (), {}, "InsufficientInstanceCapacity in us-east-1a")
-    replacements.settled(done)
-    assert replacements.request(Role.HOLDER, usable=0) == 1  # asked again: tried again
 
 
 def test_a_node_that_cannot_be_staged_is_not_handed_over():
@@ -111,7 +85,7 @@ def test_a_node_that_cannot_be_staged_is_not_handed_over():
         raise CloudError("setup failed on trainer-i-1")
 
     replacements, events = _replacements(_Cloud(), stage=stage)
-    replacements.request(Role.TRAINER, usable=2)
+    replacements.start(Role.TRAINER, 1)
     done = _ready(events)
     assert done.added == () and done.error == "setup failed on trainer-i-1"
 
@@ -123,7 +97,7 @@ def test_what_staging_found_travels_with_the_nodes():
         return {e.instance_id: NodeState("/home/ubuntu", notice) for e in nodes}
 
     replacements, events = _replacements(_Cloud(), stage=stage)
-    replacements.request(Role.TRAINER, usable=2)
+    replacements.start(Role.TRAINER, 1)
     done = _ready(events)
     assert [s.notice for s in done.states.values()] == [notice]
 
@@ -132,7 +106,7 @@ def test_wait_returns_once_the_threads_are_done():
     cloud = _Cloud()
     cloud.gate.clear()
     replacements, events = _replacements(cloud)
-    replacements.request(Role.TRAINER, usable=0)
+    replacements.start(Role.TRAINER, 3)
     threading.Timer(0.2, cloud.gate.set).start()
     replacements.wait(timeout_s=10)
     assert cloud.bought == [(Role.TRAINER, 3)]
@@ -147,7 +121,7 @@ def test_nodes_bought_but_not_staged_come_back_stranded_and_any_failure_is_answe
         raise OSError("connection reset while copying the job")
 
     replacements, events = _replacements(_Cloud(), stage=stage)
-    replacements.request(Role.TRAINER, usable=1)
+    replacements.start(Role.TRAINER, 2)
     done = _ready(events)
     assert done.added == () and done.error == "OSError: connection reset while copying the job"
     assert done.stranded == ("i-trainer-0-0", "i-trainer-0-1")
@@ -170,9 +144,9 @@ def test_purchases_take_turns_so_a_second_loss_is_replaced_too():
             buying.release()
 
     events: queue.Queue[object] = queue.Queue()
-    replacements = Replacements(Counter({Role.TRAINER: 3}), locked_buy, _stage, events.put)
-    assert replacements.request(Role.TRAINER, usable=2) == 1
-    assert replacements.request(Role.TRAINER, usable=1) == 1  # a second loss while the first is bought
+    replacements = Replacements(locked_buy, _stage, events.put)
+    replacements.start(Role.TRAINER, 1)
+    replacements.start(Role.TRAINER, 1)  # a second loss while the first is bought
     threading.Timer(0.3, cloud.gate.set).start()
     done = [_ready(events), _ready(events)]
     assert [d.error for d in done] == [None, None]

@@ -23,7 +23,7 @@ from provisioning.clusters.head import head_node
 from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.core.home import deepvm_home
-from training.control.controller import TrainRequest, new_job_id
+from training.control.jobrecord import TrainRequest, new_job_id
 from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore

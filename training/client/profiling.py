@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import shlex
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,31 +35,22 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from provisioning.catalog.model import Market
 from provisioning.cloud.types import NodeRecord, SshEndpoint
 from provisioning.clusters.handle import RUNNING, Cluster
 from provisioning.clusters.store import ClusterStatus
 from provisioning.core.errors import DeepvmError, InputError, JobFailed, NotFoundError
 from provisioning.planner.plan import Role
 from provisioning.scaling.profile import JobIdentity, Measured
-from training.control.controller import cluster_node, new_job_id
-from training.control.launcher import (
-    Attempt,
-    AttemptExit,
-    Launch,
-    Node,
-    RankLine,
-    arrange,
-    ready_on_head,
-    rendezvous_port,
-)
+from training.control.jobrecord import new_job_id
+from training.control.launcher import Launch, Node, cluster_node
 from training.control.plan_facts import UNKNOWN, type_facts
-from training.control.staging import JobPaths, NodeState, prepare_nodes, stage_runtime
+from training.control.session import AttemptEnd, AttemptRun, AttemptSession, SshNodes
+from training.control.staging import JobPaths, JobToStage, NodeState, stage_runtime
 from training.control.stall import StallWatch
-from training.shared.events import End, EndStatus, Step, parse
+from training.shared.events import End, EndStatus, Event, Step
 from training.shared.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.shared.jobstore import train_lock
-from training.shared.progress import LAUNCHER, JobReporter, Progress
+from training.shared.progress import JobReporter, Progress
 from training.shared.transport import run_on_hosts, write_files
 from training.shared.yamlmarks import read_yaml
 
@@ -216,16 +205,6 @@ def derived_spec(job_path: Path, total_steps: int) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-@dataclass
-class _SizeRun:
-    """What one launch reported."""
-
-    trainers: int  # trainer ranks
-    rates: dict[int, dict[int, float]] = field(default_factory=dict)  # trainer -> step -> samples/s
-    ended: dict[int, EndStatus] = field(default_factory=dict)  # trainer -> End status
-    errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))
-
-
 def repeat_rates(reported: dict[int, dict[int, float]], trainers: int, warmup: int, steps: int,
                  repeats: int) -> tuple[float, ...]:  # fmt: skip
     """The job's global samples/s in each repeat, from every trainer's per-step rates ({trainer: {step:
@@ -261,9 +240,18 @@ class _Profiler:
         self.target, self.request, self.report = target, request, report
         self.job_id = new_job_id(f"{target.spec.name}-profile")
         self.cluster = Cluster.open_running(target.cluster)
-        self.env = {**self.cluster.node_env(), **target.spec.env}
-        self.runtime = stage_runtime(work / "runtime")
+        env = {**self.cluster.node_env(), **target.spec.env}
+        runtime, job_dir, key = stage_runtime(work / "runtime"), request.job_path.resolve().parent, self.cluster.keys
+        self.job = JobToStage(runtime, job_dir, self.job_id, tuple(target.spec.setup), env, request.python,
+                              key.internal_public)  # fmt: skip
+        self.access = SshNodes()
         self.started = time.monotonic()
+
+    def _session(self) -> AttemptSession:
+        """A session for one launch (its own stall watch, as each size's pace is its own); Ctrl-C ends the
+        profile: nothing is written."""
+        return AttemptSession(self.access, self.job, self.cluster.keys.internal_key_path, self.report, StallWatch(),
+                              ctrl_c_stops=False)  # fmt: skip
 
     def run(self, on_estimate: Callable[[float], None]) -> list[Measured]:
         endpoints = {e.instance_id: e for e in self.cluster.endpoints()}
@@ -297,22 +285,9 @@ class _Profiler:
 
     def _prepare(self, endpoints: list[SshEndpoint]) -> dict[str, NodeState]:
         """Push the runtime and the job, run setup, check the nodes; write the measuring spec beside it."""
-        hosts = [e.host for e in endpoints]
-        self.report.note(f"preparing {len(hosts)} node(s): push runtime and job, setup, checks")
-        states = prepare_nodes(
-            hosts,
-            {h.name for h, e in zip(hosts, endpoints) if e.market is Market.SPOT},
-            runtime_dir=self.runtime,
-            job_dir=self.request.job_path.resolve().parent,
-            job_id=self.job_id,
-            setup=self.target.spec.setup,
-            env=self.env,
-            python=self.request.python,
-            authorize=self.cluster.keys.internal_public,
-            on_push=lambda p: self.report.push(p.host, p.bytes_done, p.bytes_total),
-            on_line=lambda line: self.report.log(line.host, line.text),
-        )
-        noticed = [name for name, state in states.items() if state.notice is not None]
+        self.report.note(f"preparing {len(endpoints)} node(s): push runtime and job, setup, checks")
+        states = self._session().prepare(endpoints)
+        noticed = [e.host.name for e in endpoints if states[e.instance_id].notice is not None]
         if noticed:
             raise ProfileFailed(f"{noticed[0]} has a Spot interruption notice: profile once the cluster is whole "
                                 "again (`deepvm status` shows its nodes)")  # fmt: skip
@@ -321,89 +296,46 @@ class _Profiler:
             raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
         spec = self.target.measuring_spec.encode()  # as read before anything ran: the job the profile names
         where = f"{JobPaths(homes.pop(), self.job_id).job}/{DERIVED_SPEC}"
+        hosts = [e.host for e in endpoints]
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
             list(pool.map(lambda host: write_files(host, {where: spec}), hosts))
-        return {e.instance_id: states[h.name] for e, h in zip(endpoints, hosts)}
+        return states
 
     def _launch(self, nodes: list[Node], states: dict[str, NodeState], n: int) -> Launch:
         home = states[nodes[0].instance_id].home
-        launch = Launch(
-            nodes=arrange(nodes),
-            paths=JobPaths(home, self.job_id),
-            job_file=DERIVED_SPEC,
-            python=self.request.python,
-            planned_trainers=sum(node.ranks for node in nodes if node.trains),
-            master_port=rendezvous_port(),
-            env=self.env,
-        )
         self.report.note(f"{n} trainer node{'s' if n > 1 else ''}: {self.target.warmup_steps} warm-up steps, then "
                          f"{self.target.repeats} x {self.target.steps} measured")  # fmt: skip
-        return ready_on_head(launch, self.cluster.keys.internal_key_path)
+        return Launch.on(nodes, JobPaths(home, self.job_id), DERIVED_SPEC, self.request.python,
+                         sum(node.ranks for node in nodes if node.trains), self.job.env)  # fmt: skip
 
     def _measure(self, launch: Launch, n: int) -> tuple[float, ...]:
         """Run one launch to its end; the global samples/s of each repeat."""
-        events: queue.Queue[object] = queue.Queue()
-        run = _SizeRun(launch.trainer_ranks)
-        stall = StallWatch()
-        attempt = Attempt(n, launch, events.put)
-        stall.started(attempt.started_at)
-        try:
-            while True:
-                silent = stall.stalled(time.monotonic())
-                if silent is not None:
-                    attempt.kill()
-                    raise ProfileFailed(f"no progress for {silent:.0f}s on {n} trainer nodes: a node hangs; "
-                                        f"nothing was written")  # fmt: skip
-                try:
-                    item = events.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if isinstance(item, AttemptExit):
-                    return self._rates(run, item.returncode, n)
-                if isinstance(item, RankLine):
-                    self._on_line(item, run, attempt, stall)
-        except BaseException:
-            attempt.kill()
-            raise
+        size = _SizeRun(self, n, launch.trainer_ranks)
+        end = self._session().run(n, launch, size)
+        return self._rates(size, end, n)
 
-    def _on_line(self, line: RankLine, run: _SizeRun, attempt: Attempt, stall: StallWatch) -> None:
-        event = parse(line.text) if line.stream == "stdout" else None
-        if isinstance(event, Step):
-            stall.progressed(line.at)
-            run.rates.setdefault(event.rank, {})[event.step] = event.samples_per_s
-            if event.rank == 0:
-                self.report.progress(self._progress(event, run))
-        elif isinstance(event, End):
-            run.ended[event.rank] = event.status
-        elif event is None:
-            node = attempt.node_of(line.rank)
-            prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
-            if line.stream == "stderr" and line.text.strip():
-                run.errors.append(f"[{prefix}] {line.text.strip()}")
-            self.report.log(prefix, line.text)
-
-    def _progress(self, step: Step, run: _SizeRun) -> Progress:
+    def progress(self, step: Step, trainers: int) -> Progress:
         return Progress(
             step=step.step,
             total_steps=self.target.total_steps,
             epoch=step.epoch,
             loss=step.global_loss,
-            samples_per_s=step.samples_per_s * run.trainers,
-            world_size=run.trainers,
+            samples_per_s=step.samples_per_s * trainers,
+            world_size=trainers,
             cost_usd=self.target.usd_per_hour * (time.monotonic() - self.started) / 3600,
             synthetic=step.synthetic,
         )
 
-    def _rates(self, run: _SizeRun, returncode: int, n: int) -> tuple[float, ...]:
+    def _rates(self, size: _SizeRun, end: AttemptEnd, n: int) -> tuple[float, ...]:
         """Each repeat's global samples/s, or ProfileFailed saying why there is none."""
         where = f"{n} trainer node{'s' if n > 1 else ''}"
-        if returncode != 0:
-            errors = " | ".join(run.errors) or "no error output"
-            raise ProfileFailed(f"profiling on {where} failed (mpirun exit {returncode}): {errors}")
-        if any(status is not EndStatus.COMPLETED for status in run.ended.values()):
+        if end.returncode != 0:
+            errors = " | ".join(end.errors) or "no error output"
+            raise ProfileFailed(f"profiling on {where} failed (mpirun exit {end.returncode}): {errors}")
+        if any(status is not EndStatus.COMPLETED for status in size.ended.values()):
             raise ProfileFailed(f"the job stopped early on {where} (a Spot notice?); nothing was written")
         target = self.target
-        rates = repeat_rates(run.rates, run.trainers, target.warmup_steps, target.steps, target.repeats)
+        rates = repeat_rates(size.rates, size.trainers, target.warmup_steps, target.steps, target.repeats)
         self.report.note(f"{where}: {', '.join(f'{r:,.1f}' for r in rates)} samples/s")
         return rates
 
@@ -411,3 +343,35 @@ class _Profiler:
         """The seconds the other sizes should take if each takes as long as the first (steps of more nodes
         take at least as long: a lower bound of sorts)."""
         return first_size_s * (len(self.target.sizes) - 1)
+
+
+@dataclass
+class _SizeRun:
+    """What one launch reported: the listener of its attempt (training.control.session)."""
+
+    profiler: _Profiler
+    nodes: int  # trainer nodes
+    trainers: int  # trainer ranks
+    rates: dict[int, dict[int, float]] = field(default_factory=dict)  # trainer -> step -> samples/s
+    ended: dict[int, EndStatus] = field(default_factory=dict)  # trainer -> End status
+
+    def on_launch(self, run: AttemptRun) -> None:
+        pass
+
+    def on_event(self, event: Event, node: Node | None, at: float, run: AttemptRun) -> None:
+        if isinstance(event, Step):
+            self.rates.setdefault(event.rank, {})[event.step] = event.samples_per_s
+            if event.rank == 0:
+                self.profiler.report.progress(self.profiler.progress(event, self.trainers))
+        elif isinstance(event, End):
+            self.ended[event.rank] = event.status
+
+    def on_post(self, item: object, run: AttemptRun | None) -> None:
+        pass  # nothing else posts to a profile's session
+
+    def on_tick(self, run: AttemptRun) -> None:
+        pass
+
+    def on_stall(self, run: AttemptRun, silent_s: float, limit_s: float) -> None:
+        raise ProfileFailed(f"no progress for {silent_s:.0f}s on {self.nodes} trainer nodes: a node hangs; "
+                            "nothing was written")  # fmt: skip

@@ -34,20 +34,22 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import paramiko
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.keys import host_pattern
 from provisioning.cloud.ssh import TransportError
-from provisioning.cloud.types import HostSpec
+from provisioning.cloud.types import HostSpec, SshEndpoint
 from provisioning.core.errors import InputError
-from training.control.staging import JobPaths, prepare_head
+from provisioning.planner.plan import Role
+from training.control.plan_facts import TypeFacts
+from training.control.staging import JobPaths
 from training.shared.transport import OutputLine, RemoteCommand
 
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
+_ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}  # plan role -> DeepCheck role
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
 _NUMPY_WARNING = "Failed to initialize NumPy"
 _PING_S = 10.0  # how often an Attempt tells headrun that the controller is alive
@@ -121,18 +123,24 @@ class Launch:
         the least likely to be taken away; the first node if there is none."""
         return next((n for n in self.nodes if n.market is Market.ON_DEMAND), self.nodes[0])
 
+    @classmethod
+    def on(cls, nodes: Sequence[Node], paths: JobPaths, job_file: str, python: str, planned_trainers: int,
+           env: dict[str, str], rank_batches: tuple[int, ...] | None = None) -> Launch:  # fmt: skip
+        """A launch on `nodes` (put in rank order), on a rendezvous port of its own."""
+        return cls(arrange(nodes), paths, job_file, python, planned_trainers, rendezvous_port(), env, rank_batches)
+
+
+def cluster_node(e: SshEndpoint, facts: TypeFacts) -> Node:
+    """A node as a launch uses it: its DeepCheck role from the plan's, its speed and GPUs from its type's
+    facts (training.control.plan_facts)."""
+    return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
+                facts.gpus)  # fmt: skip
+
 
 def rendezvous_port() -> int:
     """A port for torch.distributed's rendezvous on trainer 0 (a new one each launch: the last one's may
     still be in TIME_WAIT)."""
     return random.randint(*_MASTER_PORTS)
-
-
-def ready_on_head(launch: Launch, internal_key: Path) -> Launch:
-    """The launch once its head can run it: the cluster-internal key, the hostfile and the pinned host keys
-    written there (staging.prepare_head), and where the head's Open MPI is."""
-    home = prepare_head(launch.head.host, launch.paths, internal_key, head_files(launch))
-    return replace(launch, open_mpi_home=home)
 
 
 def arrange(nodes: Sequence[Node]) -> tuple[Node, ...]:

@@ -1,19 +1,18 @@
 """Replacement nodes: buying a cluster's lost nodes back, in the background, while the job trains on.
 
-The controller decides *when* a role is short (a notice, a node dead after a failure, a node found with a
-notice while being prepared) and *what* a ready node means for the running attempt (fold it in now or at
-the next launch: training.control.attempts). This module does the buying in between:
+The controller's node pool decides *how many* of a role to buy (training.control.nodepool: the plan's
+count, less the firm nodes and those on their way) and the controller *what* a ready node means for the
+running attempt (fold it in now or at the next launch: training.control.attempts). This module does the
+buying in between:
 
-1. `Replacements.request(role, usable)` counts the nodes of the role still usable and those already on
-   their way against the plan (training.control.attempts.nodes_to_buy), and starts one thread for the rest;
-2. that thread buys them with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` asks the
-   cluster's handle), then stages them (push, setup, checks: `NodeStager`), so the next launch can use them at
-   once. Purchases take turns: buying holds the cluster's lock (one command changing a cluster at a time),
-   so a second loss while a replacement is being bought waits for that purchase instead of failing on the
-   lock and leaving the cluster short;
-3. it posts what happened on the controller's event queue: `ReplacementNote`s while it works and one
-   `ReplacementReady` at the end, with the nodes it added or why there are none. The controller hands
-   the latter back to `settled`, which takes the nodes off the count of those on their way.
+1. `Replacements.start(role, count)` starts one thread for the order;
+2. that thread buys the nodes with the cluster's own launch template (`NodeBuyer`; `cloud_buyer` asks
+   the cluster's handle) and posts `ReplacementBought` with them, then stages them (push, setup, checks:
+   `NodeStager`), so the next launch can use them at once. Purchases take turns: buying holds the
+   cluster's lock (one command changing a cluster at a time), so a second loss while a replacement is
+   being bought waits for that purchase instead of failing on the lock and leaving the cluster short;
+3. it posts `ReplacementNote`s while it works and one `ReplacementReady` at the end, with the nodes it
+   added or why there are none (and which nodes it bought for nothing, for the controller to retire).
 
 Threads only post: every decision and every change of the controller's state stays on its main thread.
 """
@@ -21,7 +20,6 @@ Threads only post: every decision and every change of the controller's state sta
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,7 +29,6 @@ from provisioning.cloud.types import SshEndpoint
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import DeepvmError
 from provisioning.planner.plan import Role
-from training.control.attempts import nodes_to_buy
 from training.control.staging import NodeState
 
 Note = Callable[[str], None]
@@ -58,6 +55,14 @@ class ReplacementNote:
 
 
 @dataclass(frozen=True)
+class ReplacementBought:
+    """An order's nodes are bought (and answer over SSH); its thread prepares them now."""
+
+    role: Role
+    added: tuple[SshEndpoint, ...]
+
+
+@dataclass(frozen=True)
 class ReplacementReady:
     """The end of one request: the nodes bought and prepared, or why there are none."""
 
@@ -70,35 +75,18 @@ class ReplacementReady:
 
 
 class Replacements:
-    """The replacement requests of one job: the counts of nodes on their way, and their threads."""
+    """The replacement orders of one job, each bought and staged by a thread of its own."""
 
-    def __init__(self, planned: Counter[Role], buy: NodeBuyer, stage: NodeStager,
-                 post: Callable[[object], None]) -> None:  # fmt: skip
-        self.planned = planned  # nodes per role in the plan: what replacements restore
+    def __init__(self, buy: NodeBuyer, stage: NodeStager, post: Callable[[object], None]) -> None:
         self._buy, self._stage, self._post = buy, stage, post
-        self._on_their_way: Counter[Role] = Counter()
         self._threads: list[threading.Thread] = []
         self._buying = threading.Lock()  # one purchase at a time (each holds the cluster's lock)
 
-    def on_their_way(self, role: Role) -> int:
-        """Nodes of `role` requested and not yet settled."""
-        return self._on_their_way[role]
-
-    def request(self, role: Role, usable: int) -> int:
-        """Start buying what `role` lacks against the plan, given `usable` nodes of it; how many (0: none)."""
-        missing = nodes_to_buy(self.planned[role], usable, self._on_their_way[role])
-        if missing <= 0:
-            return 0
-        self._on_their_way[role] += missing
-        thread = threading.Thread(target=self._work, args=(role, missing), name=f"replace-{role.value}",
-                                  daemon=True)  # fmt: skip
+    def start(self, role: Role, count: int) -> None:
+        """Buy and stage `count` nodes of `role` in the background; the news comes on the queue."""
+        thread = threading.Thread(target=self._work, args=(role, count), name=f"replace-{role.value}", daemon=True)
         self._threads.append(thread)
         thread.start()
-        return missing
-
-    def settled(self, done: ReplacementReady) -> None:
-        """The controller has the request's result: its nodes are no longer on their way."""
-        self._on_their_way[done.role] -= done.requested
 
     def wait(self, timeout_s: float) -> None:
         """Wait for the requests still running (so that a node being bought is recorded and `down`
@@ -114,6 +102,7 @@ class Replacements:
         try:
             with self._buying:
                 added = self._buy(role, count, note)
+            self._post(ReplacementBought(role, tuple(added)))
             states = self._stage(added, note)
         except Exception as exc:  # anything left unanswered here would keep the controller waiting forever
             why = str(exc) if isinstance(exc, DeepvmError) else f"{type(exc).__name__}: {exc}"

@@ -27,8 +27,9 @@ from provisioning.clusters.handle import RUNNING, private_only
 from provisioning.clusters.store import ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
 from provisioning.core.errors import InputError
-from training.control.controller import TrainingCancelled, TrainingFailed, TrainRequest, train
+from training.control.controller import TrainingCancelled, TrainingFailed, train
 from training.control.joblog import JobLog
+from training.control.jobrecord import TrainRequest
 from training.control.mirror import LogMirror
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import ControllerBusy, JobStatus

@@ -106,6 +106,19 @@ class NodeState:
     notice: Notice | None  # the interruption notice posted to the node, if any
 
 
+@dataclass(frozen=True)
+class JobToStage:
+    """What preparing a node pushes there and runs for one job."""
+
+    runtime_dir: Path  # deepvm's code for the nodes (stage_runtime)
+    job_dir: Path  # the job's directory on this machine: its YAML and whatever sits beside it
+    job_id: str
+    setup: tuple[str, ...]  # the job's setup commands, run once per node
+    env: dict[str, str]  # exported while they run
+    python: str  # the nodes' interpreter, checked for what ranks import
+    authorize: str  # the cluster-internal public key: how the head logs in to the node
+
+
 def stage_runtime(target: Path) -> Path:
     """Copy deepvm's code for the nodes into `target` (emptied first), ready to push."""
     if target.exists():
@@ -188,27 +201,20 @@ def _run_marked(
 def prepare_nodes(
     hosts: Sequence[HostSpec],
     spot: set[str],
-    *,
-    runtime_dir: Path,
-    job_dir: Path,
-    job_id: str,
-    setup: Sequence[str],
-    env: dict[str, str],
-    python: str,
-    authorize: str,
+    job: JobToStage,
     on_push: Callable[[PushProgress], None],
     on_line: Callable[[OutputLine], None],
 ) -> dict[str, NodeState]:
     """Push, set up and check every host in parallel; {host name: NodeState}. `spot` names the hosts
-    whose notices are read; `authorize` is the cluster-internal public key. Setup output is streamed
-    through on_line; a failing setup is an error."""
-    push_tree(hosts, runtime_dir, RUNTIME_DIR, progress=on_push)
-    push_tree(hosts, job_dir, f"deepvm/jobs/{job_id}/job", progress=on_push)
+    whose notices are read. Setup output is streamed through on_line; a failing setup is an error."""
+    push_tree(hosts, job.runtime_dir, RUNTIME_DIR, progress=on_push)
+    push_tree(hosts, job.job_dir, f"deepvm/jobs/{job.job_id}/job", progress=on_push)
+    python = job.python
     codes, found = _run_marked(
         hosts,
-        lambda h: prepare_command(job_id, setup, python, check_notice=h.name in spot, authorize=authorize),
+        lambda h: prepare_command(job.job_id, job.setup, python, check_notice=h.name in spot, authorize=job.authorize),
         on_line,
-        env,
+        job.env,
     )
     failed = sorted(name for name, code in codes.items() if code != 0)
     if failed:
@@ -234,14 +240,18 @@ OPEN_MPI_HOMES = ("/opt/amazon/openmpi",)
 _HOME_MARK = "open-mpi-home="
 
 
-def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str]) -> str | None:
+def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str],
+                 find_mpirun: bool = True) -> str | None:  # fmt: skip
     """Make `head` ready to run mpirun for a launch: the cluster-internal private key (0600; no other node
     gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself.
 
     Returns None when mpirun is on the head's PATH, else the Open MPI installation it was found in
     (OPEN_MPI_HOMES), which mpirun must then be given as --prefix so that its daemons on the other nodes
-    find their programs and libraries too."""
+    find their programs and libraries too. Without `find_mpirun` (it was found on this head before) only
+    the files are written, and None returned."""
     write_files(head, {paths.internal_key: internal_key.read_bytes(), **{p: t.encode() for p, t in files.items()}})
+    if not find_mpirun:
+        return None
     probe = [f"command -v {MPIRUN} >/dev/null && exit 0"]
     for home in map(shlex.quote, OPEN_MPI_HOMES):
         probe.append(f"if [ -x {home}/bin/{MPIRUN} ]; then echo {_HOME_MARK}{home}; exit 0; fi")

@@ -228,9 +228,14 @@ _KINDS: dict[str, type[Event]] = {
 }
 
 
+def line(event: Event) -> str:
+    """`event` as its line on the wire (without the newline)."""
+    return json.dumps({"event": event.EVENT, **event._fields()})
+
+
 def emit(event: Event) -> None:
     """Print `event` on stdout as one line, written in one piece so ranks' lines never mix."""
-    sys.stdout.write(json.dumps({"event": event.EVENT, **event._fields()}) + "\n")
+    sys.stdout.write(line(event) + "\n")
     sys.stdout.flush()
 
 

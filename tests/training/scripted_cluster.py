@@ -1,0 +1,367 @@
+"""A cluster in this process for the controller's tests: no SSH, no mpirun, no cloud.
+
+Each fake stands in for one seam of training.control, and implements its Protocol:
+- FakeCluster: ClusterHandle (the cluster's store and cloud: running nodes, retire, refresh, events, cost);
+- FakeBuyer: NodeBuyer (a replacement is a new node of the cluster; a gate holds it until a test opens it);
+- ScriptedNodes: NodeAccess (preparing, probes, notices, the head, fetching outputs; every call recorded);
+- ScriptedMpirun: Mpirun (a training job that steps, checkpoints every few steps into the cluster's shared
+  checkpoint, honours a clean stop at its next step and a kill at once, and meets the faults a test
+  scripts for an attempt at a step: a notice, nodes dying, a hang, a crash at start).
+
+The ranks' events travel as the real ones do: JSON lines (training.shared.events.line) in RankLines on the
+session's queue, read and parsed by the real AttemptSession.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from provisioning.cloud.keys import ClusterKeys
+from provisioning.cloud.ssh import Answer
+from provisioning.cloud.types import HostSpec, NodeRecord, SshEndpoint
+from provisioning.clusters.cost import ClusterCost
+from provisioning.core.errors import CloudError
+from provisioning.planner.plan import Plan, Role
+from tests.cloud.plans import make_tiering_plan
+from training.control.launcher import AttemptExit, Launch, Node, RankLine
+from training.control.staging import JobToStage, NodeState
+from training.shared.events import End, EndStatus, Event, Flush, Notice, NoticeSeen, Restored, Saved, Start, Step, line
+from training.shared.metrics import RunMetrics
+from training.shared.transport import OutputLine, PushProgress
+
+STEP_S = 0.002  # a training step of the scripted job
+NOTICE = Notice("instance-action", '{"action": "terminate", "time": "2026-11-25T10:00:00Z"}', 1.0)
+
+
+def tiering_plan(trainers: int = 3, holders: int = 1) -> Plan:
+    """3 spot trainers (one GPU each) + 1 on-demand holder, their facts stated (no catalog is read)."""
+    plan = make_tiering_plan(spot=trainers, holders=holders)
+    trainer, holder = plan.nodes
+    return replace(plan, nodes=(replace(trainer, gpus=1, tflops=65.0), replace(holder, gpus=0, tflops=0.0)))
+
+
+class FakeCluster:
+    """The cluster's nodes as its store and its cloud know them."""
+
+    name = "c1"
+
+    def __init__(self, work: Path, plan: Plan) -> None:
+        self.plan = plan
+        self.keys = ClusterKeys(work, work / "login", "ssh-ed25519 LOGIN", work / "known_hosts", work / "internal",
+                                "ssh-ed25519 INTERNAL")  # fmt: skip
+        self.records: list[NodeRecord] = []
+        self.terminated_by_cloud: set[str] = set()  # the cloud took them; refresh sees it
+        self.retired: list[tuple[tuple[str, ...], str]] = []
+        self.events: list[tuple[str, str]] = []
+        self.refreshes = 0
+        self._lock = threading.Lock()
+        for group in plan.nodes:
+            for _ in range(group.count):
+                self.add(group.role)
+
+    def add(self, role: Role) -> NodeRecord:
+        group = next(g for g in self.plan.nodes if g.role is role)
+        with self._lock:
+            letter = {Role.TRAINER: "t", Role.HOLDER: "h", Role.ANCHOR: "a"}[role]
+            number = sum(1 for r in self.records if r.role is role)
+            record = NodeRecord(f"i-{letter}{number:07d}", group.instance_type, group.market, role, "us-east-1a",
+                                "running", f"10.0.0.{len(self.records) + 1}", None, group.usd_per_hour)  # fmt: skip
+            self.records.append(record)
+        return record
+
+    def endpoints(self) -> list[SshEndpoint]:
+        with self._lock:
+            return [SshEndpoint(r.instance_id, "127.0.0.1", r.private_ip or "", 22, "root", r.role, r.market, "/k",
+                                "/kh") for r in self.records if r.state == "running"]  # fmt: skip
+
+    def nodes(self) -> list[NodeRecord]:
+        with self._lock:
+            return list(self.records)
+
+    def refresh(self) -> bool:
+        self.refreshes += 1
+        self._set_state(self.terminated_by_cloud, "terminated")
+        return True
+
+    def cost(self) -> ClusterCost:
+        return ClusterCost(usd=0.25, usd_per_hour=1.0, launched=None, ended=None, runtime_s=1.0)
+
+    def event(self, kind: str, message: str) -> None:
+        self.events.append((kind, message))
+
+    def retire(self, instance_ids: list[str], why: str) -> None:
+        self.retired.append((tuple(instance_ids), why))
+        self._set_state(set(instance_ids), "shutting-down")
+
+    def node_env(self) -> dict[str, str]:
+        return {"AWS_REGION": "us-east-1"}
+
+    def running(self, role: Role | None = None) -> list[str]:
+        return [e.instance_id for e in self.endpoints() if role is None or e.role is role]
+
+    def _set_state(self, instance_ids: set[str], state: str) -> None:
+        with self._lock:
+            self.records = [replace(r, state=state) if r.instance_id in instance_ids else r for r in self.records]
+
+
+class FakeBuyer:
+    """Buys nodes like the plan's as new nodes of the fake cluster; `gate` holds each purchase until set."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail: str | None = None  # the cloud's refusal, when set
+        self.bought: list[tuple[Role, int]] = []
+        self.done = threading.Event()  # set after each purchase
+
+    def __call__(self, role: Role, count: int, note: Callable[[str], None]) -> list[SshEndpoint]:
+        assert self.gate.wait(timeout=5), "the test never let the purchase through"
+        note(f"launching {count} replacement {role.value}")
+        if self.fail:
+            raise CloudError(self.fail)
+        ids = {self.cluster.add(role).instance_id for _ in range(count)}
+        self.bought.append((role, count))
+        self.done.set()
+        return [e for e in self.cluster.endpoints() if e.instance_id in ids]
+
+
+@dataclass
+class Fault:
+    """Something that happens to attempt `attempt` once it has reported `step` (0: before it starts)."""
+
+    attempt: int
+    step: int
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        """Do it; True when the attempt ends here."""
+        raise NotImplementedError
+
+
+@dataclass
+class NoticeOn(Fault):
+    """A Spot notice on `node`: its watcher says so, the trainers flush this step and leave cleanly."""
+
+    node: str = ""
+    before_exit: Callable[[], None] | None = None  # returns when the attempt may exit (ordering tests)
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        mpirun.nodes.notices[self.node] = NOTICE
+        rank = next(r for r, n in enumerate(mpirun.launch.rank_nodes) if n.instance_id == self.node)
+        mpirun.emit(rank, NoticeSeen(rank=rank, notice=NOTICE))
+        mpirun.flush(self.step, "notice")
+        if self.before_exit is not None:
+            self.before_exit()
+        mpirun.end(EndStatus.STOPPED, self.step)
+        return True
+
+
+@dataclass
+class Die(Fault):
+    """`nodes` die without a word (the cloud took them, or they lost their network): mpirun aborts."""
+
+    nodes: tuple[str, ...] = ()
+    taken_by_cloud: bool = True
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        mpirun.nodes.dead.update(self.nodes)
+        if self.taken_by_cloud:
+            mpirun.nodes.cluster.terminated_by_cloud.update(self.nodes)
+        mpirun.say_error(f"ORTE has lost communication with a remote daemon ({', '.join(self.nodes)})")
+        mpirun.exit(1)
+        return True
+
+
+@dataclass
+class Hang(Fault):
+    """`node` freezes: nothing fails, every trainer waits in the next allreduce until mpirun is killed."""
+
+    node: str = ""
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        mpirun.nodes.dead.add(self.node)  # a frozen node does not answer a probe either
+        while not mpirun.killed.wait(timeout=0.005):
+            pass
+        mpirun.exit(137)
+        return True
+
+
+@dataclass
+class Crash(Fault):
+    """The job crashes (an import error, a bug): every rank dies before training a step."""
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        mpirun.say_error("ModuleNotFoundError: No module named 'torchvison'")
+        mpirun.exit(1)
+        return True
+
+
+@dataclass
+class Call(Fault):
+    """Run `action` (write a cancel file, open a purchase's gate); the attempt goes on."""
+
+    action: Callable[[], None] = lambda: None
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        self.action()
+        return False
+
+
+@dataclass
+class World:
+    """What outlives an attempt: the newest complete checkpoint (on the holders, or in S3) and the job's length."""
+
+    total_steps: int = 40
+    every: int = 5  # checkpoint interval
+    checkpoint: int = 0  # the newest complete checkpoint's step (0: none)
+    faults: list[Fault] = field(default_factory=list)
+
+
+class ScriptedNodes:
+    """NodeAccess on the fake cluster: every call recorded in `calls` as (what, host names)."""
+
+    def __init__(self, cluster: FakeCluster, world: World) -> None:
+        self.cluster, self.world = cluster, world
+        self.dead: set[str] = set()  # instance ids that do not answer
+        self.notices: dict[str, Notice] = {}  # instance id -> the notice posted to it
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.attempts: list[ScriptedMpirun] = []
+        self._lock = threading.Lock()
+
+    def _record(self, what: str, hosts: Sequence[HostSpec]) -> list[str]:
+        ids = [self._id(h) for h in hosts]
+        with self._lock:
+            self.calls.append((what, tuple(ids)))
+        return ids
+
+    def _id(self, host: HostSpec) -> str:
+        return next(r.instance_id for r in self.cluster.nodes() if r.instance_id[2:10] == host.name.split("-")[1])
+
+    def called(self, what: str) -> list[tuple[str, ...]]:
+        return [ids for kind, ids in self.calls if kind == what]
+
+    def prepare(self, hosts: Sequence[HostSpec], spot: set[str], job: JobToStage,
+                on_push: Callable[[PushProgress], None],
+                on_line: Callable[[OutputLine], None]) -> dict[str, NodeState]:  # fmt: skip
+        ids = self._record("prepare", hosts)
+        found = {h.name: self.notices.get(i) if h.name in spot else None for h, i in zip(hosts, ids)}
+        return {name: NodeState("/home/u", notice) for name, notice in found.items()}
+
+    def probe(self, hosts: Sequence[HostSpec]) -> list[Answer]:
+        return [Answer.NO if i in self.dead else Answer.YES for i in self._record("probe", hosts)]
+
+    def read_notices(self, hosts: Sequence[HostSpec], python: str,
+                     on_line: Callable[[OutputLine], None]) -> dict[str, Notice | None]:  # fmt: skip
+        return {h.name: self.notices.get(i) for h, i in zip(hosts, self._record("notices", hosts))}
+
+    def ready_head(self, launch: Launch, internal_key: Path) -> Launch:
+        self._record("head", [launch.head.host])
+        return launch
+
+    def start(self, number: int, launch: Launch, sink: Callable[[object], None]) -> ScriptedMpirun:
+        self._record("start", [n.host for n in launch.nodes])
+        mpirun = ScriptedMpirun(self, number, launch, sink)
+        self.attempts.append(mpirun)
+        return mpirun
+
+    def fetch(self, host: HostSpec, remote_dir: str, local_dir: Path, names: Sequence[str] | None) -> None:
+        self._record("fetch", [host])
+        metrics = RunMetrics(job="fake", status=EndStatus.COMPLETED, synthetic=True, world_size=3, first_step=0,
+                             steps=self.world.total_steps, total_steps=self.world.total_steps, final_loss=0.5,
+                             loss_curve=((self.world.total_steps, 0.5),), wall_s=1.0)  # fmt: skip
+        metrics.write(local_dir)
+        (local_dir / "model.pt").write_bytes(b"weights")
+
+
+class ScriptedMpirun:
+    """One attempt of the scripted job, played on a thread of its own (see the module docstring)."""
+
+    def __init__(self, nodes: ScriptedNodes, number: int, launch: Launch, sink: Callable[[object], None]) -> None:
+        self.nodes, self.number, self.launch, self._sink = nodes, number, launch, sink
+        self.started_at = time.monotonic()
+        self.returncode: int | None = None
+        self.stop_asked, self.killed, self._exited = threading.Event(), threading.Event(), threading.Event()
+        self.first_step = nodes.world.checkpoint
+        threading.Thread(target=self._play, name=f"mpirun-{number}", daemon=True).start()
+
+    @property
+    def running(self) -> bool:
+        return not self._exited.is_set()
+
+    def node_of(self, rank: int | None) -> Node | None:
+        ranks = self.launch.rank_nodes
+        return ranks[rank] if rank is not None and 0 <= rank < len(ranks) else None
+
+    def request_stop(self) -> None:
+        self.stop_asked.set()
+
+    def kill(self, grace_s: float = 10.0) -> None:
+        self.killed.set()
+        self._exited.wait(timeout=5)
+
+    # what the ranks and mpirun say
+    def emit(self, rank: int, event: Event) -> None:
+        self._sink(RankLine(self.number, rank, "stdout", line(event), time.monotonic()))
+
+    def say_error(self, text: str) -> None:
+        self._sink(RankLine(self.number, 0, "stderr", text, time.monotonic()))
+
+    def exit(self, code: int) -> None:
+        self.returncode = code
+        self._exited.set()
+        self._sink(AttemptExit(self.number, code, time.monotonic()))
+
+    def flush(self, step: int, reason: str) -> None:
+        self.nodes.world.checkpoint = max(self.nodes.world.checkpoint, step)
+        self.emit(0, Flush(rank=0, step=step, reason=reason, level="L1", seconds=0.001, stall_s=0.0))
+
+    def end(self, status: EndStatus, step: int) -> None:
+        for rank in range(self.launch.trainer_ranks):
+            self.emit(rank, End(rank=rank, status=status, steps=step, final_loss=0.5))
+        self.exit(0)
+
+    def _play(self) -> None:
+        try:
+            self._steps()
+        except BaseException as exc:  # a broken script must end the attempt, not leave the controller waiting
+            self.say_error(f"scripted mpirun: {type(exc).__name__}: {exc}")
+            if self.running:
+                self.exit(99)
+            raise
+
+    def _steps(self) -> None:
+        world, step = self.nodes.world, self.first_step
+        faults = {f.step: f for f in world.faults if f.attempt == self.number}
+        if 0 in faults and faults[0].strike(self):
+            return
+        if step > 0:
+            self.emit(0, Restored(rank=0, step=step, checkpoint=f"step-{step}", levels=("L1",), seconds=0.001,
+                                  fallbacks=()))  # fmt: skip
+        trainers = self.launch.trainer_ranks
+        for rank in range(trainers):
+            self.emit(rank, Start(rank=rank, job="fake", synthetic=True, world_size=trainers, device="cpu",
+                                  total_steps=world.total_steps, first_step=step, pid=100 + rank))  # fmt: skip
+        while step < world.total_steps:
+            time.sleep(STEP_S)
+            if self.killed.is_set():
+                self.exit(137)
+                return
+            step += 1
+            for rank in range(trainers):  # every trainer reports (log_every: 1), trainer 0 first
+                self.emit(rank, Step(rank=rank, step=step, epoch=0, loss=0.5, global_loss=0.5, samples_per_s=100.0,
+                                     synthetic=True))  # fmt: skip
+            if step % world.every == 0:
+                world.checkpoint = max(world.checkpoint, step)
+                self.emit(0, Saved(rank=0, step=step, stall_s=0.0, bytes=1))
+            if step in faults and faults[step].strike(self):
+                return
+            if self.stop_asked.is_set():
+                if world.checkpoint < step:
+                    self.flush(step, "stop")
+                self.end(EndStatus.STOPPED, step)
+                return
+        self.end(EndStatus.COMPLETED, step)
