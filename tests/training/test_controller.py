@@ -1,0 +1,322 @@
+"""The real Controller, with its real AttemptSession, NodePool, Replacements, RecoveryLog and jobs table, on a
+scripted cluster in this process (tests/training/scripted_cluster.py: no SSH, no mpirun, no cloud): every
+path a job takes through trouble, each in well under a second. The sandbox end-to-end runs
+(tests/cloud/test_train_e2e.py, test_managed_e2e.py) show the same paths on real hosts, real mpirun and
+real torch; these show the controller's decisions, exactly, and fast."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from provisioning.core.errors import InputError
+from provisioning.planner.plan import Role
+from tests.training.scripted_cluster import (
+    Call,
+    Crash,
+    Die,
+    FakeBuyer,
+    FakeCluster,
+    Hang,
+    NoticeOn,
+    ScriptedNodes,
+    World,
+    tiering_plan,
+)
+from training.control.controller import Controller, TrainingCancelled, TrainingFailed, TrainingStopped
+from training.control.jobrecord import TrainRequest
+from training.control.nodepool import NodeStatus
+from training.shared.jobspec import load_job_spec
+from training.shared.jobstore import JobRow, JobStatus, JobStore
+from training.shared.progress import JobReporter, Outcome, Progress, RecoveryReason, TrainResult
+
+JOB = """\
+name: fake
+steps: 40
+batch_size: 8
+log_every: 1
+model: {name: resnet18, num_classes: 10}
+dataset: {kind: synthetic, samples: 64, image_shape: [3, 8, 8], classes: 10, seed: 0}
+checkpoint: {every_steps: 5, levels: LEVELS}
+"""
+T0, T1, T2, H0 = "i-t0000000", "i-t0000001", "i-t0000002", "i-h0000000"
+pytestmark = pytest.mark.timeout(30)  # each takes well under a second: a hang is a bug, not a slow machine
+
+
+@dataclass
+class Rig:
+    """The scripted cluster, and a controller to run on it."""
+
+    tmp: Path
+    world: World = field(default_factory=World)
+    notes: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cluster = FakeCluster(self.tmp, tiering_plan())
+        self.buyer = FakeBuyer(self.cluster)
+        self.nodes = ScriptedNodes(self.cluster, self.world)
+        self.job = self.tmp / "job" / "fake.yaml"
+        self.job.parent.mkdir()
+        self.job.write_text(JOB.replace("LEVELS", "[l1, l2]"))
+        self.cancel_file = self.tmp / "cancel"
+        self.controller: Controller | None = None
+
+    def with_l3(self) -> Rig:
+        self.job.write_text(JOB.replace("LEVELS", "[l1, l2, l3], s3_prefix: 's3://b/run'"))
+        return self
+
+    def cancel(self, mode: str) -> Callable[[], None]:
+        """What `deepvm cancel` does on the head (headquery): the request file, written whole."""
+
+        def write() -> None:
+            partial = self.cancel_file.with_suffix(".tmp")
+            partial.write_text(mode)
+            partial.replace(self.cancel_file)
+
+        return write
+
+    def reporter(self) -> JobReporter:
+        def progress(p: Progress) -> None:
+            self.steps.append(p.step)
+
+        return JobReporter(note=self.notes.append, progress=progress)
+
+    def build(self, **asked: object) -> Controller:
+        request = replace(TrainRequest(self.job, self.cluster.name, "python3", cancel_file=self.cancel_file), **asked)
+        self.controller = Controller(load_job_spec(self.job), request, self.cluster, self.tmp / "runtime",
+                                     self.reporter(), self.buyer, self.nodes, tick_s=0.01)  # fmt: skip
+        return self.controller
+
+    def run(self, **asked: object) -> TrainResult:
+        return self.build(**asked).run()
+
+    def row(self) -> JobRow:
+        (row,) = JobStore().all()
+        return row
+
+    def wait_ready(self, instance_id_prefix: str) -> None:
+        """Until the controller's pool has a ready node bought for the job (an id it did not start with)."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            pool = self.controller.pool if self.controller else None
+            if pool and any(i.startswith(instance_id_prefix) and s.status is NodeStatus.READY and i not in (T0, T1, T2)
+                            for i, s in list(pool.slots.items())):  # fmt: skip
+                return
+            time.sleep(0.002)
+        raise AssertionError("no replacement became ready")
+
+
+@pytest.fixture
+def rig(tmp_path) -> Rig:
+    return Rig(tmp_path)
+
+
+def _attempts(result: TrainResult) -> list[tuple[int, int, int, Outcome]]:
+    """(trainers, first step, last step, outcome) of each attempt."""
+    return [(a.world_size, a.first_step, a.last_step, a.status) for a in result.attempts]
+
+
+def test_a_job_without_trouble_completes_in_one_attempt_and_fetches_its_outputs(rig):
+    result = rig.run()
+    assert (result.status, result.steps, result.restarts, result.lost_steps) == (JobStatus.COMPLETED, 40, 0, 0)
+    assert _attempts(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.recoveries == []
+    assert rig.nodes.called("prepare") == [(T0, T1, T2, H0)] and rig.nodes.called("fetch") == [(T0,)]
+    assert (Path(result.out_dir) / "model.pt").exists() and rig.steps[-1] == 40
+    row = rig.row()
+    assert (row.status, row.step, row.checkpoint_step, row.world_size) == (JobStatus.COMPLETED, 40, 40, 3)
+    assert rig.cluster.retired == [] and rig.buyer.bought == []
+    assert ("completed", f"{result.job_id}: step 40, loss 0.5000") in rig.cluster.events
+
+
+def test_a_notice_relaunches_at_once_from_the_flushed_step_asks_no_node_again_and_folds_the_replacement_in(rig):
+    """The noticed node leaves, the survivors go on from the very step flushed (nothing lost) without any node
+    being probed or asked for notices again (they just ran the attempt to its end); the replacement, ready
+    only after the relaunch chose its nodes, is folded in at the next step."""
+    rig.buyer.gate.clear()
+    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 9, action=rig.buyer.gate.set)]
+    result = rig.run()
+
+    assert _attempts(result)[:2] == [(3, 0, 6, Outcome.STOPPED), (2, 6, _attempts(result)[1][2], Outcome.STOPPED)]
+    assert _attempts(result)[2][0] == 3 and result.steps == 40 and result.lost_steps == 0
+    notice, fold = result.recoveries
+    assert (notice.reason, notice.nodes, notice.from_step, notice.resumed_step) == (RecoveryReason.NOTICE, (T1,), 6, 6)
+    assert (notice.world_before, notice.world_after, notice.lost_steps) == (3, 2, 0)
+    assert notice.detect_to_checkpoint_s is not None and notice.phases is not None
+    assert notice.phases.total_s == pytest.approx(notice.detect_to_resumed_s, abs=0.01)
+    assert (fold.reason, fold.world_before, fold.world_after, fold.lost_steps) == (RecoveryReason.FOLD_IN, 2, 3, 0)
+    assert T1 not in result.attempts[1].nodes and T1 not in result.attempts[2].nodes
+    assert rig.nodes.called("probe") == [] and rig.nodes.called("notices") == []  # relaunch without waste
+    (new,) = [i for i in result.attempts[2].nodes if i not in (T0, T1, T2, H0)]
+    assert rig.nodes.called("prepare") == [(T0, T1, T2, H0), (new,)]
+    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == []  # the cloud takes T1
+    assert any(n.startswith("Spot interruption notice on trainer-t0000001 (instance-action)") for n in rig.notes)
+    assert result.restarts == 2 and rig.row().lost_steps == 0
+
+
+def test_a_replacement_ready_before_the_relaunch_chooses_its_nodes_joins_it_without_a_fold_in(rig):
+    rig.world.faults = [NoticeOn(1, 6, node=T1, before_exit=lambda: rig.wait_ready("i-t"))]
+    result = rig.run()
+    assert _attempts(result) == [(3, 0, 6, Outcome.STOPPED), (3, 6, 40, Outcome.COMPLETED)]
+    assert [r.reason for r in result.recoveries] == [RecoveryReason.NOTICE]
+    assert result.recoveries[0].world_after == 3 and T1 not in result.attempts[1].nodes
+
+
+def test_a_node_lost_without_notice_is_retired_and_the_job_resumes_from_the_newest_checkpoint(rig):
+    rig.buyer.gate.clear()  # the replacement comes while the relaunch trains
+    rig.world.faults = [Die(1, 9, nodes=(T0,)), Call(2, 8, action=rig.buyer.gate.set)]
+    result = rig.run()
+    lost = result.recoveries[0]
+    assert (lost.reason, lost.nodes, lost.from_step, lost.resumed_step, lost.lost_steps) == (
+        RecoveryReason.NODE_LOST, (T0,), 9, 5, 4)  # fmt: skip
+    assert _attempts(result)[0] == (3, 0, 9, Outcome.FAILED) and _attempts(result)[1][:2] == (2, 5)
+    assert rig.cluster.retired == [((T0,), "unreachable over SSH after the job failed")]
+    assert rig.nodes.called("probe") == [(T0, T1, T2, H0)]  # once, after the failure; not again before the relaunch
+    assert rig.nodes.called("notices") == [(T1, T2)]  # the spot nodes that answered
+    assert rig.cluster.refreshes == 1 and rig.buyer.bought == [(Role.TRAINER, 1)]
+    assert result.steps == 40 and result.lost_steps == 4 and rig.row().lost_steps == 4
+    assert "attempt 1 failed (mpirun exit 1)" in rig.notes
+
+
+def test_two_nodes_lost_at_once_are_retired_together_and_both_bought_back(rig):
+    rig.buyer.gate.clear()
+    rig.world.faults = [Die(1, 9, nodes=(T0, T2)), Call(2, 8, action=rig.buyer.gate.set)]
+    result = rig.run()
+    assert result.recoveries[0].nodes == (T0, T2) and result.recoveries[0].world_after == 1
+    assert rig.cluster.retired == [((T0, T2), "unreachable over SSH after the job failed")]
+    assert rig.buyer.bought == [(Role.TRAINER, 2)] and result.steps == 40
+    assert "requesting 2 replacement trainer node(s) within the plan" in rig.notes
+
+
+def test_losing_the_only_holder_without_l3_fails_and_says_the_checkpoints_are_lost(rig):
+    rig.world.faults = [Die(1, 9, nodes=(H0,))]
+    with pytest.raises(TrainingFailed, match=r"no checkpoint holder .* unless it had L3"):
+        rig.run()
+    assert rig.row().status is JobStatus.FAILED and rig.buyer.bought == []
+    assert rig.cluster.retired == [((H0,), "unreachable over SSH after the job failed")]
+
+
+def test_losing_the_only_holder_with_l3_waits_for_a_new_holder_and_resumes_from_s3(rig):
+    rig.with_l3().world.faults = [Die(1, 12, nodes=(H0,))]
+    result = rig.run()
+    assert rig.buyer.bought == [(Role.HOLDER, 1)]
+    assert "no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)" in rig.notes
+    lost = result.recoveries[0]
+    assert (lost.nodes, lost.from_step, lost.resumed_step) == ((H0,), 12, 10) and result.steps == 40
+    assert H0 not in result.attempts[1].nodes and len(result.attempts[1].nodes) == 4
+
+
+def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_replaced(rig):
+    rig.world.faults = [Hang(1, 9, node=T2)]
+    result = rig.run(stall_timeout_s=0.3)
+    stall = result.recoveries[0]
+    assert (stall.reason, stall.nodes, stall.from_step, stall.resumed_step) == (RecoveryReason.STALL, (T2,), 9, 5)
+    assert result.attempts[0].status is Outcome.FAILED and result.attempts[0].returncode == 137
+    assert rig.cluster.retired == [((T2,), "unreachable over SSH after the job failed")]
+    assert any(n.startswith("no progress for 0s (limit 0s): a node hangs") for n in rig.notes)
+    assert ("stall", next(m for k, m in rig.cluster.events if k == "stall")) in rig.cluster.events
+
+
+def test_cancel_after_a_checkpoint_flushes_the_step_and_ends_the_job_for_good(rig):
+    rig.world.faults = [Call(1, 8, action=rig.cancel("checkpoint"))]
+    with pytest.raises(TrainingCancelled, match=r"cancelled at step (\d+) \(checkpoint at step \1\)"):
+        rig.run()
+    row = rig.row()
+    assert row.status is JobStatus.CANCELLED and row.message == "cancelled (checkpoint)"
+    assert row.checkpoint_step == row.step >= 8 and len(rig.nodes.attempts) == 1
+    assert "stopping: trainers checkpoint and leave (Ctrl-C again to kill at once)" in rig.notes
+
+
+def test_cancel_now_kills_the_job_without_a_last_checkpoint(rig):
+    rig.world.faults = [Call(1, 8, action=rig.cancel("now"))]
+    with pytest.raises(TrainingCancelled):
+        rig.run()
+    row = rig.row()
+    assert row.status is JobStatus.CANCELLED and row.message == "cancelled (now)" and row.checkpoint_step == 5
+    assert rig.nodes.attempts[0].returncode == 137
+
+
+def test_a_cancel_between_attempts_ends_the_job_before_the_next_launch(rig):
+    rig.cancel("checkpoint")()  # there before the first launch
+    with pytest.raises(TrainingCancelled, match="cancelled at step 0"):
+        rig.run()
+    assert rig.nodes.attempts == [] and rig.row().status is JobStatus.CANCELLED
+
+
+def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_without_a_restart(rig):
+    def ctrl_c_at_step_8(p: Progress) -> None:
+        rig.steps.append(p.step)
+        if p.step == 8 and rig.steps.count(8) == 1:
+            raise KeyboardInterrupt
+
+    controller = rig.build()
+    controller.report = replace(controller.report, progress=ctrl_c_at_step_8)
+    with pytest.raises(TrainingStopped, match=r"stopped at step \d+ .*`deepvm train .* --controller local --resume`"):
+        controller.run()
+    row = rig.row()
+    assert row.status is JobStatus.STOPPED and row.checkpoint_step == row.step >= 8
+
+    rig.world.faults = []
+    result = rig.run(resume=True)
+    assert result.restarts == 0 and result.recoveries[0].reason is RecoveryReason.USER_RESUME
+    assert result.attempts[0].first_step == row.step and result.job_id == row.job_id and result.steps == 40
+
+
+def test_a_restarted_controller_resumes_its_job_from_the_newest_checkpoint(rig):
+    first = rig.build(job_id="fake-1")
+    JobStore().put(replace(first.job.row, step=12, checkpoint_step=10, world_size=3))  # then the head rebooted
+    rig.world.checkpoint = 10
+    result = rig.run(job_id="fake-1")
+    restart = result.recoveries[0]
+    assert (restart.reason, restart.from_step, restart.resumed_step, restart.lost_steps) == (
+        RecoveryReason.CONTROLLER_RESTART, 12, 10, 2)  # fmt: skip
+    assert result.restarts == 1 and result.job_id == "fake-1" and result.steps == 40
+    assert any(n.startswith("controller restarted: resuming job fake-1") for n in rig.notes)
+
+
+def test_resume_continues_a_failed_job_as_a_restart_and_refuses_when_there_is_nothing_to_resume(rig):
+    with pytest.raises(InputError, match="nothing to resume: no unfinished job named 'fake' on cluster c1"):
+        rig.build(resume=True)
+    rig.world.faults = [Crash(n, 0) for n in (1, 2, 3)]
+    with pytest.raises(TrainingFailed):
+        rig.run()
+    rig.world.faults = []
+    result = rig.run(resume=True)
+    assert result.recoveries[0].reason is RecoveryReason.CONTROLLER_RESTART and result.restarts == 3
+
+
+def test_repeated_failures_without_progress_give_up_with_the_ranks_last_errors(rig):
+    rig.world.faults = [Crash(n, 0) for n in (1, 2, 3, 4)]
+    with pytest.raises(TrainingFailed, match=r"3 attempts in a row failed without progress: .*torchvison"):
+        rig.run()
+    assert len(rig.nodes.attempts) == 3 and rig.row().status is JobStatus.FAILED
+    assert rig.nodes.called("probe") == [(T0, T1, T2, H0)] * 2  # after each failure that is retried
+    assert rig.cluster.retired == [] and rig.buyer.bought == []
+
+
+def test_a_refused_replacement_leaves_the_job_training_on_what_is_left(rig):
+    rig.buyer.fail = "InsufficientInstanceCapacity in us-east-1a"
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    result = rig.run()
+    assert "no replacement node: InsufficientInstanceCapacity in us-east-1a; continuing with what is left" in rig.notes
+    assert _attempts(result) == [(3, 0, 6, Outcome.STOPPED), (2, 6, 40, Outcome.COMPLETED)]
+
+
+def test_no_trainer_left_waits_for_the_replacement_spot_nodes(rig):
+    rig.buyer.gate.clear()
+    rig.world.faults = [Die(1, 9, nodes=(T0, T1, T2))]
+
+    def note(text: str) -> None:
+        rig.notes.append(text)
+        if text.startswith("no trainer left"):  # the purchase completes once the controller waits for it
+            rig.buyer.gate.set()
+
+    controller = rig.build()
+    controller.report = replace(controller.report, note=note)
+    result = controller.run()
+    assert "no trainer left: waiting for the replacement spot node" in rig.notes
+    assert rig.buyer.bought == [(Role.TRAINER, 3)] and _attempts(result)[1][:2] == (3, 5)
