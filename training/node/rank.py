@@ -18,12 +18,15 @@ controller asks the job to stop): they must stay to receive the trainers' last f
 every trainer has closed.
 
 Any error ends the whole job at once (MPI_Abort), so no rank waits forever in a collective for a peer
-that is gone; the controller then restarts from the newest complete checkpoint.
+that is gone; the controller then restarts from the newest complete checkpoint. A rank of deepvm's worker
+that ended cleanly leaves without the interpreter's teardown (leave_now), which with torch loaded costs
+more than a second of CPU per rank on the way from a clean stop to the relaunch.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -31,6 +34,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from mpi4py import MPI
 
@@ -198,7 +202,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(getattr(exc, "exit_code", 1))
+    holder = opts.roles[MPI.COMM_WORLD.Get_rank()] == "holder"
+    if spec.run is None or holder:  # a job's own script (trainers only) may leave files for the exit to flush
+        leave_now()
     return 0
+
+
+def leave_now() -> NoReturn:
+    """Finalize MPI and exit 0 without the interpreter's teardown. Python's exit with torch loaded takes
+    1.5-2 s of CPU (measured on the sandbox's 2 cores: 1.7 s against 0.15 s for this), paid by every rank
+    before mpirun can end an attempt that stopped for a relaunch. Nothing of deepvm's is left to flush:
+    DeepCheck is closed, the worker's files are written and renamed, every event line was flushed."""
+    logging.shutdown()  # DeepCheck logs through logging: its handlers flush
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
+    os._exit(0)
 
 
 if __name__ == "__main__":
