@@ -39,7 +39,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from provisioning.catalog.model import Market
 from provisioning.cloud.types import SshEndpoint
 from provisioning.planner.plan import Role
 from training.control.attempts import nodes_to_buy
@@ -309,9 +308,6 @@ class NodePool:
     def joinable(self) -> list[Slot]:
         """Ready nodes that the running attempt does not have: a fold-in would add them."""
         return [s for s in self.with_status({NodeStatus.READY}) if s.instance_id not in self.running]
-
-    def spot(self, slots: Iterable[Slot]) -> list[Slot]:
-        return [s for s in slots if s.endpoint.market is Market.SPOT]
 
     def excluded(self) -> dict[str, str]:
         """{instance id: why} of the nodes no launch uses again, for a message that names them."""
