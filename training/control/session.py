@@ -12,7 +12,8 @@ How a job is (re)launched is here, once; when, and on which nodes, is the caller
    it: every line of every rank is parsed (training.shared.events) and handed to `listener.on_event`, or
    shown as the rank's output; anything else posted on the session's queue goes to `listener.on_post`;
    `listener.on_tick` runs at least every `tick_s` (cancel requests, saving progress); silence longer
-   than the stall watch allows calls `listener.on_stall` and kills mpirun; Ctrl-C asks the trainers to
+   than the stall watch allows (judged once what had arrived is handled) calls `listener.on_stall` and
+   kills mpirun; Ctrl-C asks the trainers to
    checkpoint and leave, a second Ctrl-C kills (or, for a profile, kills and propagates). It returns once
    mpirun has exited, as an AttemptEnd;
 3) between attempts, `drain(handle)` hands over what was posted meanwhile, and `wait_for_post()` blocks
@@ -30,7 +31,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -268,15 +269,12 @@ class AttemptSession:
             listener.on_launch(run)
             while True:
                 try:
-                    self._check_stall(run, listener)
                     listener.on_tick(run)
-                    try:
-                        item = self._queue.get(timeout=self.tick_s)
-                    except queue.Empty:
-                        continue
-                    if isinstance(item, AttemptExit) and item.attempt == number:
-                        return self._end(run, item)
-                    self._handle(item, run, listener)
+                    for item in self._arrived():
+                        if isinstance(item, AttemptExit) and item.attempt == number:
+                            return self._end(run, item)
+                        self._handle(item, run, listener)
+                    self._check_stall(run, listener)  # after what had arrived: a backlog is no silence
                 except KeyboardInterrupt:
                     if not self.ctrl_c_stops:
                         raise
@@ -285,6 +283,18 @@ class AttemptSession:
             if mpirun.running:
                 mpirun.kill()
             raise
+
+    def _arrived(self) -> Iterator[object]:
+        """What was posted: the first item within tick_s (nothing if none came), then all that is queued."""
+        try:
+            yield self._queue.get(timeout=self.tick_s)
+        except queue.Empty:
+            return
+        while True:
+            try:
+                yield self._queue.get_nowait()
+            except queue.Empty:
+                return
 
     def stop_by_user(self, run: AttemptRun) -> None:
         """Ctrl-C (or `deepvm cancel` after a checkpoint): the trainers checkpoint and leave, once every one
