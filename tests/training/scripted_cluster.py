@@ -202,12 +202,18 @@ class Crash(Fault):
 
 @dataclass
 class Call(Fault):
-    """Run `action` (write a cancel file, open a purchase's gate); the attempt goes on."""
+    """Run `action` (write a cancel file, open a purchase's gate); the attempt goes on. With `hold`, it goes
+    on only once the controller has asked it to stop or killed it (what the test waits for must not race
+    a job that would otherwise finish first on a loaded machine)."""
 
     action: Callable[[], None] = lambda: None
+    hold: bool = False
 
     def strike(self, mpirun: ScriptedMpirun) -> bool:
         self.action()
+        deadline = time.monotonic() + 5
+        while self.hold and not (mpirun.stop_asked.is_set() or mpirun.killed.is_set()) and time.monotonic() < deadline:
+            time.sleep(0.002)
         return False
 
 

@@ -99,6 +99,12 @@ class Rig:
         (row,) = JobStore().all()
         return row
 
+    def wait_note(self, text: str) -> None:
+        """Until the controller has said `text` (the scripted job waits for it: no race on a loaded machine)."""
+        deadline = time.monotonic() + 5
+        while text not in self.notes and time.monotonic() < deadline:
+            time.sleep(0.002)
+
     def wait_ready(self, instance_id_prefix: str) -> None:
         """Until the controller's pool has a ready node bought for the job (an id it did not start with)."""
         deadline = time.monotonic() + 5
@@ -138,7 +144,7 @@ def test_a_notice_relaunches_at_once_from_the_flushed_step_asks_no_node_again_an
     being probed or asked for notices again (they just ran the attempt to its end); the replacement, ready
     only after the relaunch chose its nodes, is folded in at the next step."""
     rig.buyer.gate.clear()
-    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 9, action=rig.buyer.gate.set)]
+    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 9, action=rig.buyer.gate.set, hold=True)]
     result = rig.run()
 
     assert _attempts(result)[:2] == [(3, 0, 6, Outcome.STOPPED), (2, 6, _attempts(result)[1][2], Outcome.STOPPED)]
@@ -222,7 +228,7 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
 
 
 def test_cancel_after_a_checkpoint_flushes_the_step_and_ends_the_job_for_good(rig):
-    rig.world.faults = [Call(1, 8, action=rig.cancel("checkpoint"))]
+    rig.world.faults = [Call(1, 8, action=rig.cancel("checkpoint"), hold=True)]
     with pytest.raises(TrainingCancelled, match=r"cancelled at step (\d+) \(checkpoint at step \1\)"):
         rig.run()
     row = rig.row()
@@ -232,7 +238,7 @@ def test_cancel_after_a_checkpoint_flushes_the_step_and_ends_the_job_for_good(ri
 
 
 def test_cancel_now_kills_the_job_without_a_last_checkpoint(rig):
-    rig.world.faults = [Call(1, 8, action=rig.cancel("now"))]
+    rig.world.faults = [Call(1, 8, action=rig.cancel("now"), hold=True)]
     with pytest.raises(TrainingCancelled):
         rig.run()
     row = rig.row()
@@ -253,6 +259,7 @@ def test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_without_a_restart(
         if p.step == 8 and rig.steps.count(8) == 1:
             raise KeyboardInterrupt
 
+    rig.world.faults = [Call(1, 8, hold=True)]  # the job waits for the stop the Ctrl-C asks for
     controller = rig.build()
     controller.report = replace(controller.report, progress=ctrl_c_at_step_8)
     with pytest.raises(TrainingStopped, match=r"stopped at step \d+ .*`deepvm train .* --controller local --resume`"):
@@ -300,9 +307,10 @@ def test_repeated_failures_without_progress_give_up_with_the_ranks_last_errors(r
 
 def test_a_refused_replacement_leaves_the_job_training_on_what_is_left(rig):
     rig.buyer.fail = "InsufficientInstanceCapacity in us-east-1a"
-    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    refused = "no replacement node: InsufficientInstanceCapacity in us-east-1a; continuing with what is left"
+    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 8, action=lambda: rig.wait_note(refused))]
     result = rig.run()
-    assert "no replacement node: InsufficientInstanceCapacity in us-east-1a; continuing with what is left" in rig.notes
+    assert refused in rig.notes
     assert _attempts(result) == [(3, 0, 6, Outcome.STOPPED), (2, 6, 40, Outcome.COMPLETED)]
 
 

@@ -17,7 +17,7 @@ from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_tiering_plan
-from tests.training.scripted_cluster import FakeCluster, Hang, ScriptedNodes, World, tiering_plan
+from tests.training.scripted_cluster import Call, FakeCluster, Hang, ScriptedNodes, World, tiering_plan
 from training.client.profiling import (
     DERIVED_SPEC,
     ProfileFailed,
@@ -209,6 +209,7 @@ def test_ctrl_c_during_a_size_stops_its_launch_and_ends_the_profile(tmp_path):
             raise KeyboardInterrupt
 
     session, launch, size, nodes = _size_launch(tmp_path, StallWatch(), JobReporter(progress=ctrl_c))
+    nodes.world.faults = [Call(2, 3, hold=True)]  # the launch waits to be killed, however loaded the machine
     with pytest.raises(KeyboardInterrupt):
         session.run(2, launch, size)
     assert nodes.attempts[0].returncode == 137 and not nodes.attempts[0].stop_asked.is_set()
