@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from provisioning.cloud.aws.context import AwsContext, error_code
 
@@ -71,9 +71,14 @@ def probes(image_id: str | None) -> dict[str, Probe]:
     """Every probe there is, by action; RunInstances only with an image to name (`image_id`)."""
     tag = [{"ResourceType": "security-group", "Tags": [{"Key": "deepvm:check", "Value": "probe"}]}]
     found = [
-        *_describing("describe_fleets", "describe_instances", "describe_instance_types", "describe_key_pairs",
-                     "describe_launch_templates", "describe_regions", "describe_security_groups",
-                     "describe_spot_price_history", "describe_subnets", "describe_volumes"),
+        *_describing("describe_instances", "describe_key_pairs", "describe_launch_templates", "describe_regions",
+                     "describe_security_groups", "describe_subnets", "describe_volumes"),
+        # narrowed: an endpoint that carries a DryRun describe out (moto) has less to list
+        Probe("ec2:DescribeInstanceTypes", lambda ec2: ec2.describe_instance_types(
+            DryRun=True, InstanceTypes=["t3.micro"])),
+        Probe("ec2:DescribeSpotPriceHistory", lambda ec2: ec2.describe_spot_price_history(
+            DryRun=True, InstanceTypes=["t3.micro"], MaxResults=1)),
+        Probe("ec2:DescribeFleets", lambda ec2: ec2.describe_fleets(DryRun=True, FleetIds=[_FLEET])),
         Probe("ec2:CreateSecurityGroup", lambda ec2: ec2.create_security_group(
             DryRun=True, GroupName=_NAME, Description=_NAME)),
         Probe("ec2:CreateTags", lambda ec2: ec2.create_security_group(
@@ -111,7 +116,8 @@ def dry_run(ctx: AwsContext, actions: Iterable[str], image_id: str | None) -> di
     available = probes(image_id)
     chosen = [available[a] for a in sorted(set(actions)) if a in available]
     ec2 = ctx.client("ec2")  # made here, once: boto3 clients are thread-safe, their creation is not
-    with ThreadPoolExecutor(max_workers=_PARALLEL) as pool:
+    # a local emulator (moto) is not thread-safe: its state changes under concurrent requests
+    with ThreadPoolExecutor(max_workers=1 if ctx.emulated else _PARALLEL) as pool:
         return {answer.action: answer for answer in pool.map(lambda p: _ask(ec2, p), chosen)}
 
 
@@ -121,7 +127,7 @@ def _ask(ec2: Any, probe: Probe) -> Answer:
     except ClientError as exc:
         message = str(exc.response.get("Error", {}).get("Message", ""))
         return Answer(probe.action, error_code(exc), message, probe.also)
-    except BotoCoreError as exc:
+    except Exception as exc:  # any other failure (an unparsable answer, no connection) tells nothing
         return Answer(probe.action, type(exc).__name__, str(exc), probe.also)
     # EC2 never carries out a DryRun request; an answer without an error is not EC2's
     return Answer(probe.action, "NoDryRunAnswer", "the endpoint carried out a DryRun request", probe.also)
