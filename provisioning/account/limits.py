@@ -28,30 +28,47 @@ class PlanChoice:
     """The plan quotas are held against, and its row."""
 
     row: CheckRow
-    plan: Plan | None = None
-    catalog: Catalog | None = None  # the catalog it was checked against: its types' vCPUs and quota groups
+    plan: Plan | None = None  # None: no plan, or one whose types its catalog does not know
+    catalog: Catalog | None = None  # the catalog it names: its types' vCPUs and quota groups
 
 
 def choose_plan(path: Path | None) -> PlanChoice:
-    """The plan `up` would launch first: the file given (a bad one is the caller's InputError, exit 2), else
-    the saved plan (one that no longer checks is a ✗ row), else none (a ? row)."""
-    from provisioning.clusters.plan_choice import load_plans
+    """The first plan of the file given, else of the saved plan, else none (a ? row).
+
+    A file that is no plan document is bad input when given (InputError, exit 2) and a ✗ row when saved. A
+    plan that reads but cannot be launched (a type its catalog lacks, more vCPUs than the catalog's quotas,
+    prices that moved) is a ✗ row either way: that is what `check` is for; its quota rows are still made
+    from Service Quotas when its types are known."""
+    from provisioning.clusters.plan_choice import MAX_PLAN_BYTES, named_catalog
+    from provisioning.core.jsonfile import read_json_file
+    from provisioning.planner.plan_check import check_plan
+    from provisioning.planner.plan_document import PlanDocumentError, read_plan_document
 
     if path is None and not saved_plan_path().exists():
         return PlanChoice(CheckRow(Section.PLAN, "plan", Mark.UNKNOWN,
                                    f"no saved plan to hold the quotas against; {PLAN_AGAIN}"))  # fmt: skip
-    where = str(path or saved_plan_path())
+    where = path or saved_plan_path()
     try:
-        loaded = load_plans(path)
+        try:
+            entry = read_plan_document(read_json_file(where, "plan file", MAX_PLAN_BYTES))[0]
+        except PlanDocumentError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        catalog, label = named_catalog(entry.plan)
     except InputError as exc:
         if path is not None:
             raise
-        return PlanChoice(CheckRow(Section.PLAN, where, Mark.MISSING, str(exc), PLAN_AGAIN))
-    plan = loaded.plans[0]
+        return PlanChoice(CheckRow(Section.PLAN, str(where), Mark.MISSING, str(exc), PLAN_AGAIN))
+    plan = entry.plan
+    known = plan if all(g.instance_type in catalog.types for g in plan.nodes) else None
+    try:
+        checked = check_plan(entry, catalog, label)
+    except PlanDocumentError as exc:
+        return PlanChoice(CheckRow(Section.PLAN, str(where), Mark.MISSING, str(exc), PLAN_AGAIN), known, catalog)
+    plan = checked.plan
     nodes = ", ".join(f"{g.count} {g.market.value} {g.instance_type} ({g.role.value})" for g in plan.nodes)
     detail = "; ".join([f"{plan.architecture.value} in {plan.availability_zone}: {nodes}, ${plan.price_per_hour:.4f}/h",
-                        *loaded.warnings])
-    return PlanChoice(CheckRow(Section.PLAN, where, Mark.OK, detail), plan, loaded.catalogs[0])
+                        *catalog.warnings, *checked.warnings])  # fmt: skip
+    return PlanChoice(CheckRow(Section.PLAN, str(where), Mark.OK, detail), plan, catalog)
 
 
 def quota_rows(ctx: AwsContext, plan: Plan, catalog: Catalog) -> list[CheckRow]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import boto3
@@ -318,6 +319,16 @@ def test_a_right_the_sandbox_refuses_is_missing_with_the_action_to_add(sandbox, 
     assert fleet.startswith("?") and "also needs ec2:RunInstances" in fleet
     assert any(line.startswith("✓") and "2 sandbox hosts" in line for line in lines)
     assert lines[-1].endswith(": not ready: fix the ✗ rows") and "2 ✗" in lines[-1]
+
+
+@needs_root
+def test_a_plan_that_cannot_be_launched_is_missing_not_bad_input(sandbox, tmp_path, capsys):
+    plan = write_plans(tmp_path / "plan.json", replace(make_plan(spot=1), availability_zone="us-east-1z"))
+    code, out, _ = run(capsys, "check", "--cloud", "sandbox", "--plan", str(plan), "--json")
+    assert code == 1
+    row = rows_of(out)[str(plan)]
+    assert row["mark"] == "✗" and row["detail"].startswith("availability_zone: 'us-east-1z' is not a zone of us-east-1")
+    assert row["fix"] == "plan again: `deepvm plan --max-price X` (or pass --plan FILE)"
 
 
 @needs_root

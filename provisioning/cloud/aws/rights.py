@@ -184,7 +184,9 @@ Generated from deepvm's rights table (`provisioning/cloud/aws/rights.py`) by `py
 provisioning.cloud.aws.rights`; `tests/cloud/test_iam_contract.py` proves that each role's rights cover the
 calls its code makes and that every action below is a real IAM action. The head's and the holders' policies
 are written by deepvm (`provisioning/cloud/aws/policies.py`), limited to the cluster's tag
-`deepvm:cluster-id` and to the job's S3 prefix. Where a call needs an action only sometimes, it says when."""
+`deepvm:cluster-id` and to the job's S3 prefix. Where a call needs an action only sometimes, it says when.
+`deepvm check` probes each right of the first table that `plan`, `up`, `train` and `down` call (not
+`interrupt`'s, not its own)."""
 
 
 def render() -> str:
