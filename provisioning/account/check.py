@@ -69,7 +69,7 @@ def run_check(request: CheckRequest) -> CheckReport:
         return CheckReport(kind, region, None, (row, chosen.row, *_not_asked("the credentials do not work")))
     rows = [row, _region_row(ctx, region)]
     principal = simulated_principal(ctx, identity) if not ctx.emulated else Principal("", "")
-    images, image_id = image_rows(ctx, target, request.image_id)
+    images, image_id = image_rows(ctx, kind, request.image_id, chosen.plan)
     rows += rights_rows(ctx, principal, image_id)
     rows.append(chosen.row)
     if chosen.plan is not None and chosen.catalog is not None:

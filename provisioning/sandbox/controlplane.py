@@ -7,8 +7,6 @@ instance printed to its serial console, and that is where deepvm learns each nod
 machine and on a head node alike. Where moto is not AWS in ways deepvm's code must meet (eventual
 consistency, instant fleets, capacity, how instances end), the realism layer makes it so
 (provisioning/sandbox/realism.py), with the sandbox's settings, `SANDBOX`, in force from the start.
-EC2's DryRun, and rights a test tells the sandbox to refuse, are answered as AWS answers them
-(provisioning/sandbox/refusals.py).
 
 Run as `python -m provisioning.sandbox.controlplane` with moto.server's arguments.
 """
@@ -26,7 +24,6 @@ from moto.server import main as moto_main
 from provisioning.sandbox.hosts import console_text
 from provisioning.sandbox.realism import SANDBOX
 from provisioning.sandbox.realism_moto import install
-from provisioning.sandbox.refusals import install as answer_iam
 
 
 def console_output(self: General) -> ActionResult:
@@ -43,7 +40,6 @@ def console_output(self: General) -> ActionResult:
 def main(argv: list[str]) -> None:
     General.get_console_output = console_output  # type: ignore[method-assign]
     install(SANDBOX)
-    answer_iam()
     moto_main(argv)
 
 

@@ -33,7 +33,7 @@ from provisioning.cloud.aws.rights import Side, Use, needs
 from provisioning.cloud.aws.simulator import Simulated, Verdict, simulate
 from provisioning.cloud.names import ClusterIdentity, resource_name, tag_spec
 from provisioning.cloud.types import CloudKind
-from provisioning.sandbox.target import SANDBOX_IMAGE
+from provisioning.sandbox.realism import SANDBOX_IMAGE, RealismControl
 from scripts import aws_smoke
 from tests.cloud.plans import make_plan, make_tiering_plan, write_plans
 
@@ -235,9 +235,9 @@ def test_on_an_emulator_rights_no_probe_can_tell_are_unknown_and_the_image_is_re
     rows = rows_of(out)
     assert rows["credentials"]["mark"] == "✓" and rows["us-east-1"]["mark"] == "✓"
     assert rows["ec2:DescribeInstances"]["detail"] == "EC2 DryRun: allowed"
-    # moto carries out GetConsoleOutput whatever DryRun says: a made-up instance is not found, which tells nothing
-    assert rows["ec2:GetConsoleOutput"]["mark"] == "?"
-    assert rows["ec2:GetConsoleOutput"]["detail"].startswith("EC2 DryRun answered InvalidInstanceID.NotFound")
+    # moto alone carries GetConsoleOutput out whatever DryRun says; the realism layer answers as EC2 does
+    assert rows["ec2:GetConsoleOutput"]["detail"] == "EC2 DryRun: allowed"
+    assert rows["ec2:AssociateIamInstanceProfile"]["mark"] == "?"  # it takes no DryRun
     assert rows["iam:CreateRole"] == {**rows["iam:CreateRole"], "mark": "?",
                                       "detail": "no IAM policy simulator here (moto); only EC2 takes DryRun"}
     assert rows[image]["mark"] == "✓" and rows[image]["detail"] == "deepvm-test: available, x86_64"
@@ -269,13 +269,12 @@ def sandbox(sandbox_home, monkeypatch):
     return sandbox_home
 
 
-def _refusals():
+def _realism() -> RealismControl:
     from provisioning.sandbox.control import running_sandbox
-    from provisioning.sandbox.refusals import Refusals
 
     info = running_sandbox()
     assert info is not None
-    return Refusals(info.endpoint)
+    return RealismControl(info.endpoint)
 
 
 @needs_root
@@ -301,12 +300,12 @@ def test_in_the_sandbox_only_what_something_answered_is_ok(sandbox, capsys):
 def test_a_right_the_sandbox_refuses_is_missing_with_the_action_to_add(sandbox, tmp_path, capsys):
     plan = write_plans(tmp_path / "plan.json", make_tiering_plan(spot=1, holders=1))
     run(capsys, "check", "--cloud", "sandbox", "--json")  # the sandbox runs
-    refusals = _refusals()
-    refusals.refuse(["ec2:RunInstances", "ec2:DeleteVolume"])
+    realism = _realism()
+    realism.change(refused_actions=("ec2:RunInstances", "ec2:DeleteVolume"))
     try:
         code, out, _ = run(capsys, "check", "--cloud", "sandbox", "--plan", str(plan))
     finally:
-        refusals.refuse([])
+        realism.change(refused_actions=())
     assert code == 1
     lines = out.splitlines()
     assert any(line.startswith("✗") and "ec2:RunInstances" in line and "UnauthorizedOperation" in line
@@ -318,6 +317,7 @@ def test_a_right_the_sandbox_refuses_is_missing_with_the_action_to_add(sandbox, 
     fleet = next(line for line in lines if "ec2:CreateFleet" in line)  # refused, but for want of RunInstances
     assert fleet.startswith("?") and "also needs ec2:RunInstances" in fleet
     assert any(line.startswith("✓") and "2 sandbox hosts" in line for line in lines)
+    assert any(line.startswith("✓  g4dn.xlarge (trainer)") and "drives its T4 GPUs" in line for line in lines)
     assert lines[-1].endswith(": not ready: fix the ✗ rows") and "2 ✗" in lines[-1]
 
 
@@ -329,6 +329,18 @@ def test_a_plan_that_cannot_be_launched_is_missing_not_bad_input(sandbox, tmp_pa
     row = rows_of(out)[str(plan)]
     assert row["mark"] == "✗" and row["detail"].startswith("availability_zone: 'us-east-1z' is not a zone of us-east-1")
     assert row["fix"] == "plan again: `deepvm plan --max-price X` (or pass --plan FILE)"
+
+
+@needs_root
+def test_trainers_the_image_cannot_drive_are_missing_with_the_fix(sandbox, tmp_path, capsys):
+    plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, instance_type="p3.2xlarge"))
+    code, out, _ = run(capsys, "check", "--cloud", "sandbox", "--plan", str(plan), "--json")
+    assert code == 1
+    rows = rows_of(out)
+    for role in ("anchor", "trainer"):
+        row = rows[f"p3.2xlarge ({role})"]
+        assert row["mark"] == "✗" and row["detail"].startswith("its V100 GPUs are not among the instances it supports")
+        assert row["fix"].startswith("plan without p3 (`deepvm plan`), or pass `deepvm up --ami AMI_ID`")
 
 
 @needs_root
