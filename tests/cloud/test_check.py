@@ -18,6 +18,7 @@ from pathlib import Path
 import boto3
 import botocore.session
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -244,6 +245,32 @@ def test_on_an_emulator_rights_no_probe_can_tell_are_unknown_and_the_image_is_re
     assert rows["PyTorch on the image"]["mark"] == "?"
     assert all(r["mark"] != "✓" for r in json.loads(out)["rows"] if r["section"] == "rights"
                and not r["name"].startswith("ec2:"))  # fmt: skip
+
+
+def _code(call) -> tuple[str, str]:
+    with pytest.raises(ClientError) as failed:
+        call()
+    error = failed.value.response["Error"]
+    return error["Code"], error["Message"]
+
+
+def test_the_realism_layer_answers_dry_run_as_ec2_and_refuses_as_iam(realism):
+    ctx = AwsContext(region="us-east-1")
+    ec2, iam, ssm = ctx.client("ec2"), ctx.client("iam"), ctx.client("ssm")
+    # moto alone carries GetConsoleOutput out (InvalidInstanceID.NotFound); EC2 only says whether it may
+    assert _code(lambda: ec2.get_console_output(DryRun=True, InstanceId="i-00000000000000000"))[0] == "DryRunOperation"
+    realism.change(refused_actions=("ec2:CreateTags", "ec2:RunInstances", "iam:GetRole", "ssm:GetParameter"))
+    ec2.create_security_group(GroupName="untagged", Description="needs no ec2:CreateTags")
+    tags = [{"ResourceType": "security-group", "Tags": [{"Key": "k", "Value": "v"}]}]
+    code, message = _code(lambda: ec2.create_security_group(GroupName="t", Description="t", TagSpecifications=tags))
+    assert code == "UnauthorizedOperation" and "is not authorized to perform: ec2:CreateTags" in message
+    fleet = {"Type": "instant", "TargetCapacitySpecification": {"TotalTargetCapacity": 1},
+             "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0", "Version": "1"}}]}
+    code, message = _code(lambda: ec2.create_fleet(DryRun=True, **fleet))  # an instant fleet runs instances
+    assert code == "UnauthorizedOperation" and "ec2:RunInstances" in message
+    assert _code(lambda: iam.get_role(RoleName="r"))[0] == "AccessDenied"
+    assert _code(lambda: ssm.get_parameter(Name="p"))[0] == "AccessDeniedException"
+    assert _code(lambda: ec2.describe_instances(DryRun=True))[0] == "DryRunOperation"
 
 
 # --- the sandbox: one for the module ------------------------------------------------------------------------------
