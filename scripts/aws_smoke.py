@@ -91,7 +91,7 @@ class Smoke:
             return main(list(args))
 
     def tiny_plan(self) -> str:
-        plan = cheapest_plan(self.region, offline=self.cloud == "sandbox")
+        plan = cheapest_plan(self.cloud, self.region)
         (self.workdir / "plan.json").write_text(json.dumps(plan.to_dict()))
         return f"{plan.summary()} in {plan.availability_zone}, ${plan.price_per_hour:.4f}/h"
 
@@ -147,25 +147,32 @@ class Smoke:
         return f"nothing of {self.name} is left"
 
 
-def cheapest_plan(region: str, offline: bool):  # -> provisioning.planner.plan.Plan
-    """The cheapest Tiering plan there is: one spot trainer of the cheapest GPU type in its cheapest zone,
-    one on-demand holder of the cheapest CPU type, priced from the region's catalog."""
+def cheapest_plan(cloud: str, region: str):  # -> provisioning.planner.plan.Plan
+    """The cheapest Tiering plan there is: one spot trainer of the cheapest GPU type the default image drives,
+    in its cheapest zone that also offers the cheapest on-demand CPU holder type, priced from the region's
+    catalog (the live one on AWS, the snapshot in the sandbox)."""
     from provisioning.catalog.model import Market
     from provisioning.catalog.sources import resolve_catalog
+    from provisioning.cloud.aws.images import PYTORCH_DLAMI
+    from provisioning.cloud.aws.offerings import not_offered
+    from provisioning.clusters.target import resolve_target
     from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 
-    catalog = resolve_catalog(regions=[region], offline=offline, catalog_file=None)
-    spot = [(price, zone, t) for t in catalog.gpu_types()
-            for zone, price in catalog.spot_prices(t.name, region).items()]  # fmt: skip
-    on_demand = [(catalog.on_demand_price(t.name, region), t.name, t) for t in catalog.cpu_types()]
-    on_demand = [o for o in on_demand if o[0] is not None]
+    catalog = resolve_catalog(regions=[region], offline=cloud == "sandbox", catalog_file=None)
+    spot = sorted((price, zone, t.name) for t in catalog.gpu_types() if PYTORCH_DLAMI.why_not(t.name, Role.TRAINER)
+                  is None for zone, price in catalog.spot_prices(t.name, region).items())  # fmt: skip
+    on_demand = sorted((price, t.name) for t in catalog.cpu_types()
+                       if (price := catalog.on_demand_price(t.name, region)) is not None)  # fmt: skip
     if not spot or not on_demand:
         raise StepFailed(f"the catalog of {region} has no spot GPU type or no on-demand CPU type")
-    trainer_price, zone, trainer = min(spot, key=lambda s: (s[0], s[2].name))
-    holder_price, _, holder = min(on_demand)
-    nodes = (NodeGroup.of(trainer, Market.SPOT, 1, Role.TRAINER, trainer_price),
-             NodeGroup.of(holder, Market.ON_DEMAND, 1, Role.HOLDER, holder_price))  # fmt: skip
-    return Plan(Architecture.TIERING, region, zone, nodes, trainer_price + holder_price, trainer.flops, trainer.flops,
+    holder_price, holder = on_demand[0]
+    ctx = resolve_target(cloud).context(region)
+    trainer_price, zone, trainer = next(
+        (s for s in spot[:20] if not not_offered(ctx, s[1], [s[2], holder])), spot[0])  # fmt: skip
+    nodes = (NodeGroup.of(catalog.types[trainer], Market.SPOT, 1, Role.TRAINER, trainer_price),
+             NodeGroup.of(catalog.types[holder], Market.ON_DEMAND, 1, Role.HOLDER, holder_price))  # fmt: skip
+    flops = catalog.types[trainer].flops
+    return Plan(Architecture.TIERING, region, zone, nodes, trainer_price + holder_price, flops, flops,
                 catalog_source=catalog.source, prices_as_of=catalog.as_of)  # fmt: skip
 
 

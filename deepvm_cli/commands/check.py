@@ -33,7 +33,11 @@ def check_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
     strict: bool = typer.Option(False, "--strict", help="Fail (exit 3) on rights or quotas that cannot be told."),
 ) -> int:
-    """Check credentials, region, IAM rights, quotas and the image before `plan` and `up`."""
+    """Check credentials, region, IAM rights, quotas and the image before `plan` and `up`.
+
+    Exit codes: 0 nothing is ✗; 1 something is ✗; 2 bad input; 3 with --strict, something is ? (and nothing
+    ✗); 4 the cloud could not be reached at all.
+    """
     from provisioning.account.check import CheckRequest, run_check
 
     defaults = Defaults()

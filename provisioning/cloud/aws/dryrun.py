@@ -71,8 +71,9 @@ def probes(image_id: str | None) -> dict[str, Probe]:
     """Every probe there is, by action; RunInstances only with an image to name (`image_id`)."""
     tag = [{"ResourceType": "security-group", "Tags": [{"Key": "deepvm:check", "Value": "probe"}]}]
     found = [
-        *_describing("describe_instances", "describe_key_pairs", "describe_launch_templates", "describe_regions",
-                     "describe_security_groups", "describe_subnets", "describe_volumes"),
+        *_describing("describe_instances", "describe_instance_type_offerings", "describe_key_pairs",
+                     "describe_launch_templates", "describe_regions", "describe_security_groups", "describe_subnets",
+                     "describe_volumes"),
         # narrowed: an endpoint that carries a DryRun describe out (moto) has less to list
         Probe("ec2:DescribeInstanceTypes", lambda ec2: ec2.describe_instance_types(
             DryRun=True, InstanceTypes=["t3.micro"])),
