@@ -31,12 +31,11 @@ def check_command(
     ),
     ami: str | None = typer.Option(None, "--ami", help="The AMI `up --ami` would boot (default: the DLAMI)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
-    strict: bool = typer.Option(False, "--strict", help="Fail (exit 3) on rights or quotas that cannot be told."),
+    strict: bool = typer.Option(False, "--strict", help="Fail (exit 3) on anything that cannot be told (a ? row)."),
 ) -> int:
     """Check credentials, region, IAM rights, quotas and the image before `plan` and `up`.
 
-    Exit codes: 0 nothing is ✗; 1 something is ✗; 2 bad input; 3 with --strict, something is ? (and nothing
-    ✗); 4 the cloud could not be reached at all.
+    Exit codes: 0 ready, 1 a ✗ row, 2 bad input, 3 a ? row with --strict, 4 no cloud to check.
     """
     from provisioning.account.check import CheckRequest, run_check
 

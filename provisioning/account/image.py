@@ -16,7 +16,7 @@ import sys
 
 from provisioning.account.report import CheckRow, Mark, Section
 from provisioning.catalog.market.families import family_of
-from provisioning.cloud.aws.account import Refused, image_facts
+from provisioning.cloud.aws.account import Refused, asking, image_facts
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.images import PYTORCH_DLAMI, latest_build
 from provisioning.cloud.types import CloudKind
@@ -30,7 +30,8 @@ def image_rows(ctx: AwsContext, kind: CloudKind, explicit: str | None, plan: Pla
                ) -> tuple[list[CheckRow], str | None]:  # fmt: skip
     """The rows, and the image id `up` would boot (None when it cannot be found)."""
     try:
-        image_id = explicit or latest_build(ctx)
+        with asking("ssm:GetParameter"):  # no connection at all is a Refused too
+            image_id = explicit or latest_build(ctx)
     except CloudError as exc:
         return [CheckRow(Section.IMAGE, PYTORCH_DLAMI.name, Mark.MISSING, str(exc), ANY_AMI)], None
     if kind is CloudKind.SANDBOX:
