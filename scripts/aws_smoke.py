@@ -26,7 +26,7 @@ pricing, quotas, DryRun) is free. The run prints the plan's $/h before `up` and 
 
 `--cloud sandbox` runs the same steps against the sandbox (no charges; tests/cloud/test_check.py does, so
 this script is run in CI). It works under its own DEEPVM_HOME (a new temporary one unless --home is
-given), so the user's saved plan, clusters and keys are never touched.
+given, deleted after a run that passed), so the user's saved plan, clusters and keys are never touched.
 
 Exit codes: 0 every step passed and nothing is left; 1 a step failed or something is left; 2 bad input;
 77 skipped: --cloud aws and no AWS credentials (automake's code for a skipped test).
@@ -40,6 +40,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -277,16 +278,23 @@ def main(argv: list[str] | None = None) -> int:
         return SKIPPED
     region = args.region or (default_region() if args.cloud == "aws" else None) or "us-east-1"
     before = os.environ.get("DEEPVM_HOME")
-    os.environ["DEEPVM_HOME"] = str(args.home or tempfile.mkdtemp(prefix="deepvm-smoke-"))
+    home = args.home or Path(tempfile.mkdtemp(prefix="deepvm-smoke-"))
+    os.environ["DEEPVM_HOME"] = str(home)
     from provisioning.sandbox.control import running_sandbox, stop_sandbox
 
     ours = args.cloud == "sandbox" and running_sandbox() is None  # a sandbox this run starts, it stops
+    name, code = f"smoke-{uuid.uuid4().hex[:6]}", 1
     with tempfile.TemporaryDirectory(prefix="deepvm-smoke-plan-") as workdir:
         try:
-            return run(Smoke(args.cloud, region, f"smoke-{uuid.uuid4().hex[:6]}", Path(workdir), args.yes), say)
+            code = run(Smoke(args.cloud, region, name, Path(workdir), args.yes), say)
+            return code
         finally:
             if ours:
                 stop_sandbox()
+            if args.home is None and code == 0:  # its keys and records are of no more use
+                shutil.rmtree(home, ignore_errors=True)
+            elif args.home is None:
+                say(f"smoke: its state is kept for a retry: DEEPVM_HOME={home} deepvm down {name} --yes")
             if before is None:
                 os.environ.pop("DEEPVM_HOME", None)
             else:
