@@ -58,6 +58,7 @@ def _register_commands() -> None:
         return
     from deepvm_cli.commands import (
         chaos,
+        check,
         config,
         cost,
         down,
@@ -74,7 +75,8 @@ def _register_commands() -> None:
     )
 
     for module in (
-        plan, market, up, train, profile, jobs, status, down, cost, interrupt, sandbox, simulate, chaos, config,
+        check, plan, market, up, train, profile, jobs, status, down, cost, interrupt, sandbox, simulate, chaos,
+        config,
     ):
         module.register(app)
 

@@ -61,6 +61,10 @@ def up_args(path: Path) -> list[str]:
     return ["up", "--yes", "--cloud", "aws", "--plan", str(path), "--ami", SANDBOX_IMAGE, "--no-wait", "--name", "c1"]
 
 
+def check_args(path: Path) -> list[str]:
+    return ["check", "--cloud", "aws", "--plan", str(path)]
+
+
 def plan_args(path: Path) -> list[str]:
     return ["plan", "--catalog", str(path), "--max-price", "3"]
 
@@ -324,7 +328,7 @@ SPECIAL_FILES: list[tuple[str, Callable[[Path], Path], str]] = [
 FILE_COMMANDS: list[tuple[str, str, Callable[[Path], list[str]]]] = [
     # (id, what the file is called in errors, the command that reads it)
     ("plan", "plan file", up_args), ("catalog", "catalog file", plan_args), ("job", "job file", train_args),
-    ("profile", "profile", profiled_plan_args),
+    ("profile", "profile", profiled_plan_args), ("check-plan", "plan file", check_args),
 ]
 
 

@@ -93,7 +93,12 @@ class _Catalogs:
 def catalog_of(plan: Plan) -> Catalog:
     """The catalog a checked plan was planned on (its `catalog_source`), for readers that need its types'
     FLOPS and scaling curves, such as `deepvm simulate --plan`."""
-    return _load(plan.catalog_source or "snapshot", plan.region)[0]
+    return named_catalog(plan)[0]
+
+
+def named_catalog(plan: Plan) -> tuple[Catalog, str]:
+    """The catalog a plan names (its `catalog_source`) and how messages name it; InputError if unreadable."""
+    return _load(plan.catalog_source or "snapshot", plan.region)
 
 
 def _load(source: str, region: str) -> tuple[Catalog, str]:

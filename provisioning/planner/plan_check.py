@@ -148,11 +148,7 @@ def _check_size(plan: Plan, catalog: Catalog, where: str) -> None:
     total = sum(g.count for g in plan.nodes)
     if total > MAX_NODES:
         raise PlanDocumentError(where, f"{total} nodes in all; deepvm launches at most {MAX_NODES} per cluster")
-    vcpus: dict[tuple[str, Market], int] = defaultdict(int)
-    for group in plan.nodes:
-        itype = catalog.types[group.instance_type]
-        vcpus[(itype.quota_group_in(group.market), group.market)] += itype.vcpus * group.count
-    for (quota_group, market), needed in sorted(vcpus.items()):
+    for (quota_group, market), needed in sorted(vcpus_by_quota(plan, catalog).items()):
         quota = catalog.quota(plan.region, quota_group, market)
         if quota is not None and needed > quota:
             raise PlanDocumentError(
@@ -160,6 +156,16 @@ def _check_size(plan: Plan, catalog: Catalog, where: str) -> None:
                 f"needs {needed} {market.value} vCPUs of quota group {quota_group!r} in {plan.region}; "
                 f"the quota is {quota:g}",
             )
+
+
+def vcpus_by_quota(plan: Plan, catalog: Catalog) -> dict[tuple[str, Market], int]:
+    """The vCPUs the plan's nodes count against each quota group, per market (EC2's vCPU quotas are per
+    group and market; P5 Spot has its own: InstanceType.quota_group_in); every type must be in the catalog."""
+    vcpus: dict[tuple[str, Market], int] = defaultdict(int)
+    for group in plan.nodes:
+        itype = catalog.types[group.instance_type]
+        vcpus[(itype.quota_group_in(group.market), group.market)] += itype.vcpus * group.count
+    return dict(vcpus)
 
 
 def _repriced(plan: Plan, priced: tuple[NodeGroup, ...], label: str, where: str) -> CheckedPlan:

@@ -27,6 +27,10 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
   AMI's id under /aws/service/deeplearning/...), which moto neither has nor lets anyone write ("No access
   to reserved parameter name", as AWS answers a PutParameter there); the sandbox's points at
   SANDBOX_IMAGE, so that `up` finds its image the way it does on AWS.
+- `answer_dry_run` and `refused_actions`: IAM's say. EC2 answers a DryRun request (DryRunOperation or
+  UnauthorizedOperation) and never carries it out, which moto does for some operations only; the actions in
+  `refused_actions` are refused to every caller as IAM refuses a policy that lacks them
+  (provisioning/sandbox/realism_iam.py says how, with AWS's pages).
 - `reclaim`: an instance ended by EC2 itself carries the StateReason EC2 gives it, e.g.
   Server.SpotInstanceTermination for a Spot interruption
   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html), where moto would say
@@ -116,6 +120,8 @@ class Realism:
     hide_instant_fleets: bool = True
     capacity: tuple[CapacityRule, ...] = ()
     public_parameters: dict[str, str] = field(default_factory=lambda: dict(DLAMI_PARAMETERS))
+    answer_dry_run: bool = True
+    refused_actions: tuple[str, ...] = ()  # IAM actions ("ec2:CreateFleet") refused to every caller
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -139,7 +145,10 @@ class Realism:
         parameters = data.pop("public_parameters", dict(DLAMI_PARAMETERS))
         if not isinstance(parameters, dict) or not all(isinstance(v, str) for v in [*parameters, *parameters.values()]):
             raise ValueError("public_parameters must map parameter names to values")
-        realism = cls(**data, capacity=tuple(rules), public_parameters=parameters)
+        refused = data.pop("refused_actions", [])
+        if not isinstance(refused, list) or not all(isinstance(a, str) and ":" in a for a in refused):
+            raise ValueError("refused_actions must list IAM actions (service:Action)")
+        realism = cls(**data, capacity=tuple(rules), public_parameters=parameters, refused_actions=tuple(refused))
         for name in ("listing_lag_s", "group_lag_s", "profile_lag_s"):
             value = getattr(realism, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:

@@ -32,6 +32,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.ssm.models import Parameter, SimpleSystemManagerBackend
 
 from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, CapacityRule, Realism
+from provisioning.sandbox.realism_iam import answer as iam_answer
 
 
 @dataclass
@@ -279,12 +280,14 @@ def _fleet_errors_answered(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _control_endpoint(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
-    """GET/PUT CONTROL_PATH: the settings; POST CONTROL_PATH/reclaim: end an instance as EC2 does."""
+    """GET/PUT CONTROL_PATH: the settings; POST CONTROL_PATH/reclaim: end an instance as EC2 does. Every
+    other request gets IAM's say first (realism_iam: DryRun, refused actions)."""
 
     def call(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
         if not path.startswith(CONTROL_PATH):
-            return original(self, environ, start_response)
+            iam = iam_answer(environ, state.realism)
+            return iam(environ, start_response) if iam else original(self, environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length).decode() if length else ""

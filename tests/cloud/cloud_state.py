@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.leftover import Leftover
-from provisioning.cloud.aws.teardown import clusters_named, leftovers
+from provisioning.cloud.aws.teardown import leftovers_named
 from provisioning.cloud.names import ClusterIdentity, resource_name
 from provisioning.clusters.store import Store
 
@@ -27,7 +27,7 @@ def created_resources(ctx: AwsContext) -> dict[str, list[str]]:
 
 def left_of(ctx: AwsContext, name: str = "c1") -> list[Leftover]:
     """What is still there of any cluster called `name`, whatever its id: [] once `down NAME` is done."""
-    return [item for cluster in clusters_named(ctx, name) for item in leftovers(ctx, cluster)]
+    return leftovers_named(ctx, name)
 
 
 def identity(name: str = "c1") -> ClusterIdentity:

@@ -158,10 +158,10 @@ def test_no_row_or_side_is_left_over():
 
 def test_a_new_call_is_seen_and_has_no_row_until_one_is_added():
     services = frozenset({"ec2", "s3"})
-    source = 'ec2 = ctx.client("ec2")\nec2.describe_images(Owners=["self"])\ns3.upload_file("a", "b", "c")\n'
+    source = 'ec2 = ctx.client("ec2")\nec2.describe_snapshots(OwnerIds=["self"])\ns3.upload_file("a", "b", "c")\n'
     found = {(c.service, c.operation) for c in module_calls("m", source, services)}
-    assert ("ec2", "DescribeImages") in found and ("s3", "AbortMultipartUpload") in found
-    assert rights.call("ec2", "DescribeImages") is None  # so the test above would fail, naming it
+    assert ("ec2", "DescribeSnapshots") in found and ("s3", "AbortMultipartUpload") in found
+    assert rights.call("ec2", "DescribeSnapshots") is None  # so the test above would fail, naming it
 
 
 # (d)

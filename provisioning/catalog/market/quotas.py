@@ -29,7 +29,9 @@ QUOTA_CODES: dict[str, dict[Market, str]] = {
 }
 
 
-def _quota_value(client: Any, code: str) -> float:
+def vcpu_quota(client: Any, code: str) -> float:
+    """The account's value of one quota (`code`, one of QUOTA_CODES'), or AWS's default where the account's
+    was never changed."""
     try:
         answer = client.get_service_quota(ServiceCode="ec2", QuotaCode=code)
     except client.exceptions.NoSuchResourceException:
@@ -40,7 +42,7 @@ def _quota_value(client: Any, code: str) -> float:
 def fetch_vcpu_quotas(client: Any, region: str, groups: Iterable[str]) -> Catalog:
     """The vCPU quotas of `groups` (both markets) in the client's region, as a catalog holding quotas only."""
     quotas = [
-        Quota(region, group, market, _quota_value(client, code))
+        Quota(region, group, market, vcpu_quota(client, code))
         for group in sorted(set(groups) & QUOTA_CODES.keys())
         for market, code in QUOTA_CODES[group].items()
     ]

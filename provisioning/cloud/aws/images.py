@@ -72,19 +72,24 @@ class DeepLearningAmi:
         """The plan's groups this image cannot serve, described with why ("trainers (p3.2xlarge): its V100
         GPUs are not driven"); [] when it serves them all."""
         roles: dict[str, list[str]] = {}  # instance type -> the roles of its groups it cannot serve
+        whys: dict[str, str] = {}
         for group in plan.nodes:
-            support = self.families.get(family_of(group.instance_type))
-            if support is None or not support.serves(group.role):
+            why = self.why_not(group.instance_type, group.role)
+            if why is not None:
                 roles.setdefault(group.instance_type, []).append(f"{group.role.value}s")
-        problems = []
-        for instance_type, unserved in roles.items():
-            family = family_of(instance_type)
-            support = self.families.get(family)
-            why = (f"{family} is not among the families it is known to serve" if support is None else
-                   f"its {support.gpu} GPUs are not among the instances it supports ({support.source}, "
-                   f"{support.as_of})")  # fmt: skip
-            problems.append(f"{' and '.join(dict.fromkeys(unserved))} ({instance_type}): {why}")
-        return problems
+                whys[group.instance_type] = why
+        return [f"{' and '.join(dict.fromkeys(unserved))} ({instance_type}): {whys[instance_type]}"
+                for instance_type, unserved in roles.items()]  # fmt: skip
+
+    def why_not(self, instance_type: str, role: Role) -> str | None:
+        """Why the image cannot serve a node of `role` on `instance_type`, with the source; None when it can."""
+        family = family_of(instance_type)
+        support = self.families.get(family)
+        if support is None:
+            return f"{family} is not among the families it is known to serve"
+        if support.serves(role):
+            return None
+        return f"its {support.gpu} GPUs are not among the instances it supports ({support.source}, {support.as_of})"
 
 
 PYTORCH_DLAMI = DeepLearningAmi(
@@ -125,11 +130,16 @@ def default_image(ctx: AwsContext, plan: Plan, image: DeepLearningAmi = PYTORCH_
             f"the image deepvm boots ({image.name}) cannot serve the plan's {'; '.join(problems)}; pass --ami "
             "with an image that can (and --ssh-user), or --on-shortage next-plan to launch the next plan"
         )
+    return NodeImage(latest_build(ctx, image), image.python)
+
+
+def latest_build(ctx: AwsContext, image: DeepLearningAmi = PYTORCH_DLAMI) -> str:
+    """The id of the image's latest build in the region, from its public SSM parameter (a CloudError with
+    the fix when it cannot be read)."""
     try:
-        ami = ctx.client("ssm").get_parameter(Name=image.ssm_parameter)["Parameter"]["Value"]
+        return str(ctx.client("ssm").get_parameter(Name=image.ssm_parameter)["Parameter"]["Value"])
     except ClientError as exc:
         raise CloudError(
             f"could not find {image.name} in {ctx.region} ({error_code(exc)} for {image.ssm_parameter}); pass "
             "--ami AMI_ID (it needs ssm:GetParameter on that public parameter)"
         ) from exc
-    return NodeImage(ami, image.python)

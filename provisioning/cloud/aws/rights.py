@@ -52,12 +52,24 @@ class Call:
     note: str = ""  # when an action is needed only sometimes, or why none is
 
 
+class Use(Enum):
+    """What a module's calls are for, which decides whether `deepvm check` probes their rights."""
+
+    RUN = "what `plan`, `up`, `train` and `down` need: `deepvm check` probes each of these rights"
+    OPTIONAL = "an optional command's (`interrupt` on AWS, `check`'s own questions): listed, never probed"
+    # DryRun calls ask EC2 whether a right is held and never act; UnauthorizedOperation is their answer, so
+    # they need no right of their own and add none to the README (EC2's DryRun: https://docs.aws.amazon.com/
+    # AWSEC2/latest/APIReference/CommonParameters.html)
+    PROBE = "DryRun probes: a refusal is their answer"
+
+
 @dataclass(frozen=True)
 class Module:
     """Where one module's calls run, and what for (the README's words)."""
 
     sides: frozenset[Side]
     purpose: str
+    use: Use = Use.RUN
 
 
 def _same(service: str, prefix: str, *operations: str) -> tuple[Call, ...]:
@@ -69,12 +81,12 @@ _PASS = "iam:PassRole"
 CALLS: tuple[Call, ...] = (
     *_same("ec2", "ec2", "AuthorizeSecurityGroupIngress", "DeleteFleets", "DeleteKeyPair", "DeleteLaunchTemplate",
            "DeleteSecurityGroup", "DeleteVolume", "DescribeFleets", "DescribeIamInstanceProfileAssociations",
-           "DescribeInstances", "DescribeInstanceTypeOfferings", "DescribeInstanceTypes", "DescribeKeyPairs",
-           "DescribeLaunchTemplates",
-           "DescribeRegions", "DescribeSecurityGroups", "DescribeSpotPriceHistory", "DescribeSubnets",
-           "DescribeVolumes", "GetConsoleOutput", "TerminateInstances"),
+           "DescribeImages", "DescribeInstances", "DescribeInstanceTypeOfferings", "DescribeInstanceTypes",
+           "DescribeKeyPairs", "DescribeLaunchTemplates", "DescribeRegions", "DescribeSecurityGroups",
+           "DescribeSpotPriceHistory", "DescribeSubnets", "DescribeVolumes", "GetConsoleOutput", "TerminateInstances"),
     Call("ec2", "CreateFleet", ("ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateTags", _PASS),
          "iam:PassRole for the role of the launch template's instance profile (`--instance-profile`)"),
+    Call("ec2", "RunInstances", ("ec2:RunInstances",)),  # `check`'s probe: untagged, no instance profile
     Call("ec2", "CreateLaunchTemplate", ("ec2:CreateLaunchTemplate", "ec2:CreateTags")),
     Call("ec2", "CreateSecurityGroup", ("ec2:CreateSecurityGroup", "ec2:CreateTags")),
     Call("ec2", "ImportKeyPair", ("ec2:ImportKeyPair", "ec2:CreateTags")),
@@ -82,7 +94,7 @@ CALLS: tuple[Call, ...] = (
     Call("ec2", "ReplaceIamInstanceProfileAssociation", ("ec2:ReplaceIamInstanceProfileAssociation", _PASS)),
     *_same("iam", "iam", "DeleteInstanceProfile", "DeleteRole", "DeleteRolePolicy", "GetInstanceProfile", "GetRole",
            "ListInstanceProfilesForRole", "ListRolePolicies", "ListRoles", "PutRolePolicy",
-           "RemoveRoleFromInstanceProfile"),
+           "RemoveRoleFromInstanceProfile", "SimulatePrincipalPolicy"),
     Call("iam", "CreateRole", ("iam:CreateRole", "iam:TagRole")),
     Call("iam", "CreateInstanceProfile", ("iam:CreateInstanceProfile", "iam:TagInstanceProfile")),
     Call("iam", "AddRoleToInstanceProfile", ("iam:AddRoleToInstanceProfile", _PASS)),
@@ -126,7 +138,12 @@ RUNS_UNDER: dict[str, Module] = {
     "provisioning.cloud.aws.console": Module(frozenset({_U, _H}), "learning each new node's SSH host key"),
     "provisioning.cloud.aws.profiles": Module(frozenset({_U, _H}), "the head's and holders' instance profiles"),
     "provisioning.cloud.aws.teardown": Module(frozenset({_U}), "`down`, and `up` cleaning up after a failure"),
-    "provisioning.cloud.aws.fis": Module(frozenset({_U}), "`interrupt` on AWS (an FIS experiment)"),
+    "provisioning.cloud.aws.fis": Module(frozenset({_U}), "`interrupt` on AWS (an FIS experiment)", Use.OPTIONAL),
+    "provisioning.cloud.aws.account": Module(frozenset({_U}), "`check`: your role's ARN, whether the region is "
+                                             "enabled, the image's record", Use.OPTIONAL),
+    "provisioning.cloud.aws.simulator": Module(frozenset({_U}), "`check`: your rights, from IAM's policy simulator "
+                                               "(without it, EC2's DryRun)", Use.OPTIONAL),
+    "provisioning.cloud.aws.dryrun": Module(frozenset({_U}), "`check`: EC2 rights probed with DryRun", Use.PROBE),
     "training.client.storage": Module(frozenset({_U}), "`train` with l3: the job's bucket exists"),
     "training.control.mirror": Module(frozenset({_H}), "a managed job's log, mirrored beside its L3"),
     # every holder (the head always is one) writes L3; the head leads, and commits manifests
@@ -146,14 +163,15 @@ def call(service: str, operation: str) -> Call | None:
     return next((c for c in CALLS if (c.service, c.operation) == (service, operation)), None)
 
 
-def needs(side: Side) -> dict[str, set[str]]:
-    """IAM action -> the purposes it serves, for everything the code that runs under `side` calls."""
+def needs(side: Side, uses: frozenset[Use] = frozenset({Use.RUN, Use.OPTIONAL})) -> dict[str, set[str]]:
+    """IAM action -> the purposes it serves, for everything the code that runs under `side` calls for `uses`
+    (DryRun probes need nothing: they are never counted)."""
     from provisioning.cloud.aws.callscan import source_calls
 
     found: dict[str, set[str]] = {}
     for made in source_calls():
         where, row = RUNS_UNDER.get(made.module), call(made.service, made.operation)
-        if where is None or row is None or side not in where.sides:
+        if where is None or row is None or side not in where.sides or where.use not in uses - {Use.PROBE}:
             continue
         for action in row.actions:
             found.setdefault(action, set()).add(where.purpose)
@@ -166,7 +184,9 @@ Generated from deepvm's rights table (`provisioning/cloud/aws/rights.py`) by `py
 provisioning.cloud.aws.rights`; `tests/cloud/test_iam_contract.py` proves that each role's rights cover the
 calls its code makes and that every action below is a real IAM action. The head's and the holders' policies
 are written by deepvm (`provisioning/cloud/aws/policies.py`), limited to the cluster's tag
-`deepvm:cluster-id` and to the job's S3 prefix. Where a call needs an action only sometimes, it says when."""
+`deepvm:cluster-id` and to the job's S3 prefix. Where a call needs an action only sometimes, it says when.
+`deepvm check` probes each right of the first table that `plan`, `up`, `train` and `down` call (not
+`interrupt`'s, not its own)."""
 
 
 def render() -> str:

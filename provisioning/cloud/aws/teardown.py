@@ -193,14 +193,7 @@ def _one_pass(
 
     on_step("deleting detached volumes")
 
-    def volumes() -> list[str]:
-        with cloud_errors("listing volumes"):
-            found = ec2.describe_volumes(
-                Filters=[*cluster_filter(cluster), {"Name": "status", "Values": ["available"]}]
-            )["Volumes"]
-        return [v["VolumeId"] for v in owned_by(cluster, found)]
-
-    for volume_id in _listed(run, "volume", volumes):
+    for volume_id in _listed(run, "volume", lambda: _detached_volumes(ctx, cluster)):
         run.delete(f"volume {volume_id}", lambda v=volume_id: ec2.delete_volume(VolumeId=v))
     return run
 
@@ -219,7 +212,22 @@ def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources =
         found += [Leftover("security group", g) for g in cluster_security_groups(ctx, cluster)]
         key_pairs = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
         found += [Leftover("key pair", k["KeyName"]) for k in owned_by(cluster, key_pairs)]
+    found += [Leftover("volume", v) for v in _detached_volumes(ctx, cluster)]
     return found + controller_leftovers(ctx, cluster)
+
+
+def leftovers_named(ctx: AwsContext, name: str) -> list[Leftover]:
+    """What is left of every cluster called `name`, whatever its id (the sweep after a `down NAME`)."""
+    return [item for cluster in clusters_named(ctx, name) for item in leftovers(ctx, cluster)]
+
+
+def _detached_volumes(ctx: AwsContext, cluster: ClusterIdentity) -> list[str]:
+    """The cluster's volumes no instance holds: they bill until deleted (a node's own volumes go with it)."""
+    with cloud_errors("listing volumes"):
+        found = ctx.client("ec2").describe_volumes(
+            Filters=[*cluster_filter(cluster), {"Name": "status", "Values": ["available"]}]
+        )["Volumes"]
+    return [v["VolumeId"] for v in owned_by(cluster, found)]
 
 
 def clusters_named(ctx: AwsContext, name: str) -> list[ClusterIdentity]:
