@@ -104,7 +104,11 @@ class _Run:
         self.price = {o.pool: o.usd_per_hour for o in case.offers}
         self.facts = {t.instance_type: t for t in case.types}
         self.decisions: list[tuple[float, Decision]] = []
-        self._rates: dict[tuple[tuple[str, int], ...], float] = {}
+        self._rate_now: float | None = None
+        self._usd_now: float | None = None
+        self._holdings_now: tuple[Holding, ...] | None = None
+        self._offers: dict[tuple[int, ...], tuple[Offer, ...]] = {}  # per free capacity of each zone
+        self._zones = tuple(z.zone for z in case.zones)
         self._act()
 
     # --- the loop ---------------------------------------------------------------------------------------------
@@ -133,17 +137,23 @@ class _Run:
             self._act()
 
     def _rate(self) -> float:
-        counts: dict[str, int] = {}
-        for n in self.nodes:
-            if n.joined and n.trains:
-                counts[n.pool.instance_type] = counts.get(n.pool.instance_type, 0) + 1
-        key = tuple(sorted(counts.items()))
-        if key not in self._rates:
-            self._rates[key] = pflop_per_hour([(self.facts[name], count) for name, count in key])
-        return self._rates[key]
+        """The model's rate of the trainers joined (kept until the nodes change)."""
+        if self._rate_now is None:
+            counts: dict[str, int] = {}
+            for n in self.nodes:
+                if n.joined and n.trains:
+                    counts[n.pool.instance_type] = counts.get(n.pool.instance_type, 0) + 1
+            self._rate_now = pflop_per_hour((self.facts[name], count) for name, count in sorted(counts.items()))
+        return self._rate_now
 
     def _usd_per_hour(self) -> float:
-        return sum(self.price[n.pool] for n in self.nodes)
+        """What every node held bills (kept until the nodes change)."""
+        if self._usd_now is None:
+            self._usd_now = sum(self.price[n.pool] for n in self.nodes)
+        return self._usd_now
+
+    def _changed(self) -> None:
+        self._rate_now = self._usd_now = self._holdings_now = None
 
     # --- what the market does -------------------------------------------------------------------------------
     def _deaths(self, dying: list[_Node], rate: float) -> None:
@@ -167,6 +177,7 @@ class _Run:
         self._relaunch(fails=without_notice)
 
     def _joins(self, joining: list[_Node], rate_before: float) -> None:
+        self._changed()
         for n in joining:
             n.joined = True
             if n.replaces is not None:
@@ -199,6 +210,7 @@ class _Run:
             self.restarts += 1
 
     def _remove(self, n: _Node) -> None:
+        self._changed()
         self.nodes.remove(n)
         if n.level >= 0:
             self.occupied[n.pool.zone].discard(n.level)
@@ -231,21 +243,28 @@ class _Run:
 
     def _situation(self) -> Situation:
         case = self.case
-        counts: dict[tuple[Pool, Role, bool], list[int]] = {}
-        for n in self.nodes:
-            entry = counts.setdefault((n.pool, n.role, n.stand_in), [0, 0])
-            entry[0 if n.joined else 1] += 1
-        holdings = tuple(Holding(pool, role, ready, coming, stand_in)
-                         for (pool, role, stand_in), (ready, coming) in counts.items())
-        free = {z.zone: self._free(z.zone) for z in case.zones}
-        offers = tuple(Offer(o.pool, o.usd_per_hour, free[o.pool.zone]) if o.pool.market is Market.SPOT else o
-                       for o in case.offers)
+        free = tuple(self._free(z.zone) for z in case.zones)
+        if free not in self._offers:
+            seen = dict(zip(case.zone_index, free))
+            self._offers[free] = tuple(Offer(o.pool, o.usd_per_hour, seen[o.pool.zone])
+                                       if o.pool.market is Market.SPOT else o for o in case.offers)
         remaining = case.workload.work_pflop - self.done
         return Situation(
-            now_s=self.t * HOUR_S, zone=self.zone, zones=tuple(z.zone for z in case.zones), plan=case.planned,
-            types=case.types, holdings=holdings, offers=offers, refusals=tuple(self.refusals.values()),
+            now_s=self.t * HOUR_S, zone=self.zone, zones=self._zones, plan=case.planned, types=case.types,
+            holdings=self._holdings(), offers=self._offers[free], refusals=tuple(self.refusals.values()),
             progress=Progress(remaining, self._rate()), limits=case.limits, timing=case.timing,
             moving_to=self.moving_to)
+
+    def _holdings(self) -> tuple[Holding, ...]:
+        """The nodes held, per pool, role and stand-in or not (kept until the nodes change)."""
+        if self._holdings_now is None:
+            counts: dict[tuple[Pool, Role, bool], list[int]] = {}
+            for n in self.nodes:
+                entry = counts.setdefault((n.pool, n.role, n.stand_in), [0, 0])
+                entry[0 if n.joined else 1] += 1
+            self._holdings_now = tuple(Holding(pool, role, ready, coming, stand_in)
+                                       for (pool, role, stand_in), (ready, coming) in counts.items())
+        return self._holdings_now
 
     def _free(self, zone: str) -> int:
         market = self.case.zones[self.case.zone_index[zone]]
@@ -276,6 +295,7 @@ class _Run:
         return trained
 
     def _buy(self, order: Order, moving: bool) -> None:
+        self._changed()
         t = self.t
         start = t == 0.0  # the job's first nodes are up when it starts, as every policy's are
         joins = t if start else t + self.recovery.replacement_delay_h

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from provisioning.catalog.model import Market
 from provisioning.ladder.backoff import cooling
@@ -61,7 +61,7 @@ class Fill:
         extra = ((self.facts, stand_ins),) if self.facts is not None else ()
         return pflop_per_hour(self.ground + extra)
 
-    @property
+    @cached_property
     def full_rate(self) -> float:
         return self.rate(self.count)
 
@@ -120,7 +120,7 @@ class DeadlineView:
     stand_ins_held: int
     remaining_pflop: float
 
-    @property
+    @cached_property
     def guaranteed(self) -> float:
         return self.fill.full_rate * self.efficiency
 

@@ -28,6 +28,12 @@ def _k(curve: ScalingParams, trainers: int) -> float:
 
 def pflop_per_hour(counts: Iterable[tuple[TypeFacts, int]]) -> float:
     """The model's rate for `count` trainers of each type (types that do not train are ignored)."""
+    return _rate(tuple(counts))
+
+
+@lru_cache(maxsize=65536)
+def _rate(counts: tuple[tuple[TypeFacts, int], ...]) -> float:
+    """pflop_per_hour, once per composition: the ladder and the simulator ask about the same few again and again."""
     trainers, tflops, curves = 0, 0.0, []
     for facts, count in counts:
         if count <= 0 or not facts.trains:
