@@ -50,7 +50,7 @@ class _Node:
     occupant: int  # how many nodes that level had before it (its draws' address)
     joins_h: float
     dies_h: float  # math.inf on demand
-    replaces: Pool | None = None  # retire a stand-in of this pool as it joins
+    replaces: Pool | None = None  # retire a stand-in of this pool as it joins (RETURN_TO_SPOT)
     moving: bool = False  # bought for the move under way
     joined: bool = False
 
@@ -295,22 +295,24 @@ class _Run:
         return trained
 
     def _buy(self, order: Order, moving: bool) -> None:
+        """Buy as EC2 answers; the first `order.retires.count` nodes bought each retire a stand-in as they join."""
         self._changed()
+        swaps = 0 if order.retires is None else order.retires.count
         t = self.t
         start = t == 0.0  # the job's first nodes are up when it starts, as every policy's are
         joins = t if start else t + self.recovery.replacement_delay_h
         pool = order.pool
         if pool.market is Market.ON_DEMAND:
-            for _ in range(order.count):
-                self.nodes.append(_Node(pool, order.role, order.stand_in, -1, 0, joins, math.inf, order.replaces,
-                                        moving, joined=start))
+            for i in range(order.count):
+                self.nodes.append(_Node(pool, order.role, order.stand_in, -1, 0, joins, math.inf,
+                                        _swap(order, i < swaps), moving, joined=start))
             self.refusals.pop(pool, None)
             return
         zone = self.case.zones[self.case.zone_index[pool.zone]]
         capacity = zone.capacity(self.offset, t, self.case.levels)
         taken = self.occupied[pool.zone]
         free = [level for level in range(capacity) if level not in taken][:order.count]
-        for level in free:
+        for i, level in enumerate(free):
             occupant = self.occupants.get((pool.zone, level), 0)
             self.occupants[(pool.zone, level)] = occupant + 1
             slot = self.case.zone_index[pool.zone] * self.case.levels + level
@@ -318,8 +320,8 @@ class _Run:
             if zone.windows is not None:
                 dies = min(dies, float(zone.windows.at(level, self.offset, t)[1]))
             taken.add(level)
-            self.nodes.append(_Node(pool, order.role, False, level, occupant, joins, dies, order.replaces, moving,
-                                    joined=start))
+            self.nodes.append(_Node(pool, order.role, False, level, occupant, joins, dies, _swap(order, i < swaps),
+                                    moving, joined=start))
         if len(free) < order.count:
             seen = self.refusals.get(pool)
             t_s = t * HOUR_S
@@ -327,3 +329,8 @@ class _Run:
                                    else Refusals(pool, seen.in_row + 1, seen.first_s, t_s))
         else:
             self.refusals.pop(pool, None)
+
+
+def _swap(order: Order, swaps: bool) -> Pool | None:
+    """The stand-ins' pool a node of `order` retires one of as it joins (None: it retires none)."""
+    return order.retires.pool if swaps and order.retires is not None else None

@@ -132,14 +132,19 @@ class DeadlineView:
         """Whether the FALLBACK rule asks for more than `held` at this slack."""
         return held + present < self.guaranteed * (2.0 - slack_s / self.join_s) - 1e-9
 
-    def to_order(self) -> int:
-        """Stand-ins to buy now (0: the rule holds), at most what the fill has left."""
+    def to_order(self, rate: float) -> int:
+        """Stand-ins to buy now (0: the rule holds), at most what the fill has left. When the rule asks for
+        some, it is asked at the slack a join from now at the cluster's `rate` (PFLOP/h): the stand-ins a
+        falling slack will want meanwhile come in one order, one relaunch, not one order per threshold."""
         if self.guaranteed <= 0:
             return 0
         present = self._rate(self.present, 0)
         room = max(0, self.fill.count - self.stand_ins_held)
-        for extra in range(room + 1):
-            if not self._needs(self.slack_s, present, self._rate(self.held, extra)):
+        if not self._needs(self.slack_s, present, self._rate(self.held, 0)):
+            return 0
+        ahead = self.slack_s + min(0.0, rate / self.guaranteed - 1.0) * self.join_s
+        for extra in range(1, room + 1):
+            if not self._needs(ahead, present, self._rate(self.held, extra)):
                 return extra
         return room
 

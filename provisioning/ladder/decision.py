@@ -35,18 +35,6 @@ class Rung(str, Enum):
 
 
 @dataclass(frozen=True)
-class Order:
-    """Buy `count` nodes of `pool` for `role`. A stand-in is an on-demand trainer the deadline asked for;
-    `replaces` names the stand-ins' pool whose nodes are retired one for one as these join."""
-
-    pool: Pool
-    role: Role
-    count: int
-    stand_in: bool = False
-    replaces: Pool | None = None
-
-
-@dataclass(frozen=True)
 class Retire:
     """Let `count` nodes of `pool` go (those not yet joined first): the controller drains them at its next
     launch (training/control/nodepool.py: AT_RISK -> DRAINING -> RETIRED)."""
@@ -54,6 +42,19 @@ class Retire:
     pool: Pool
     role: Role
     count: int
+
+
+@dataclass(frozen=True)
+class Order:
+    """Buy `count` nodes of `pool` for `role`. A stand-in is an on-demand trainer the deadline asked for;
+    `retires` names stand-ins to let go as these join, one per node joined, until its count have gone
+    (RETURN_TO_SPOT: they stay until their Spot replacements train)."""
+
+    pool: Pool
+    role: Role
+    count: int
+    stand_in: bool = False
+    retires: Retire | None = None
 
 
 @dataclass(frozen=True)

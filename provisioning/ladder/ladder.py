@@ -3,7 +3,10 @@
 1. STOP            the budget would be exceeded within the time a checkpoint and a clean stop take
 2. MOVING          a move is under way: nothing else until its nodes have joined
 3. FALLBACK        the deadline needs on-demand stand-ins (provisioning/ladder/deadline.py); Spot trainers
-                   are retired to make room under the fallback cap when the stand-ins need it
+                   are retired to make room under the fallback cap when the stand-ins need it, but not
+                   once the deadline cannot be kept for sure (the whole fill would finish late): then the
+                   stand-ins are only what the cap has free, and the Spot trainers, faster per dollar,
+                   stay
 4. a role is short (what the plan has, less what the cluster holds in its zone):
    BUY_LIKE_PLAN   its pool in the cluster's zone, unless that pool refused lately (backoff.py)
    REPAIR          else the Spot type of the zone that trains fastest beside what the cluster has, within
@@ -80,13 +83,18 @@ def _budget_wake(s: Situation) -> float | None:
 def _fallback(s: Situation, view: DeadlineView | None) -> Decision | None:
     if view is None:
         return None
-    count = view.to_order()
+    count = view.to_order(_rate_now(s, view))
     if count == 0:
         return None
     offer = view.fill.offer
     assert offer is not None, "a fill with stand-ins to order has an offer"
+    room = s.limits.fallback_usd_per_hour - s.usd_per_hour()
+    if view.broken:  # no guarantee left to buy: chase the deadline with what the cap has free, keep the Spot
+        count = min(count, affordable(room, offer.usd_per_hour))
+        if count == 0:
+            return None
     orders = (Order(offer.pool, Role.TRAINER, count, stand_in=True),)
-    over = s.usd_per_hour() + count * offer.usd_per_hour - s.limits.fallback_usd_per_hour
+    over = count * offer.usd_per_hour - room
     retire = _make_room(s, over) if over > 1e-9 else ()
     lost = " (it cannot be kept for sure: even the whole fill may finish late)" if view.broken else ""
     text = (f"the deadline needs on-demand: slack {view.slack_s / 60:.1f} min against {view.fill.describe()} "
@@ -240,8 +248,8 @@ def _return_to_spot(s: Situation, view: DeadlineView | None) -> Decision | None:
         if count <= 0:
             continue
         text = (f"the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} (slack "
-                f"{view.slack_s / 60:.1f} min): buying {count} Spot trainers, each retiring a stand-in as it joins")
-        order = Order(pool, g.role, count, replaces=stand_in_pool)
+                f"{view.slack_s / 60:.1f} min): buying {count} Spot trainers; the stand-ins go as they join")
+        order = Order(pool, g.role, count, retires=Retire(stand_in_pool, Role.TRAINER, spare))
         return Decision(Rung.RETURN_TO_SPOT, Reason(text, short=short, slack_s=view.slack_s), orders=(order,))
     return None
 
@@ -263,7 +271,6 @@ def _wake(s: Situation, view: DeadlineView | None, refused: tuple[Pool, ...] = (
     times.append(_budget_wake(s))
     if view is not None:
         times.append(view.wake_s(s.now_s, _rate_now(s, view)))
-        times.append(s.now_s + s.timing.join_s)  # with a deadline, look at least once per join time
     found = [t for t in times if t is not None and math.isfinite(t)]
     return max(s.now_s, min(found)) if found else None
 

@@ -115,7 +115,7 @@ def _deadline_at(slack_s: float) -> float:
 def test_with_two_joins_of_slack_the_job_stays_on_spot():
     d = decide(situation(remaining=TEN_HOURS, deadline_s=_deadline_at(700.0)))
     assert d.rung is Rung.HOLD and d.reason.slack_s == pytest.approx(700.0)
-    assert d.check_at_s == pytest.approx(1300.0)  # Spot outruns the fill: look again a join from now
+    assert d.check_at_s is None  # Spot outruns the fill: the slack only grows until the next event
 
 
 def test_between_one_and_two_joins_of_slack_stand_ins_grow_with_the_danger():
@@ -130,10 +130,14 @@ def test_between_one_and_two_joins_of_slack_stand_ins_grow_with_the_danger():
     assert roomy.retire == () and roomy.orders == (Order(od(), Role.TRAINER, 6, stand_in=True),)
 
 
-def test_below_one_join_the_whole_fill_is_bought_and_the_risk_said():
-    d = decide(situation(remaining=TEN_HOURS, deadline_s=_deadline_at(200.0)))
-    assert d.rung is Rung.FALLBACK and d.orders[0].count == 4 and d.reason.deadline_at_risk
+def test_below_one_join_the_whole_fill_is_bought_and_the_risk_said_but_spot_is_not_given_up_for_it():
+    """At 200 s of slack even the whole fill bought now may be late: no guarantee is left to buy, so the
+    stand-ins are what the cap has free (2.30 $/h beside 2 Spot trainers: all 4), and none beside 16."""
+    d = decide(situation(whole(spot_ready=2), remaining=TEN_HOURS, deadline_s=_deadline_at(200.0)))
+    assert d.rung is Rung.FALLBACK and d.orders[0].count == 4 and d.retire == () and d.reason.deadline_at_risk
     assert "cannot be kept for sure" in d.reason.text
+    full = decide(situation(remaining=TEN_HOURS, deadline_s=_deadline_at(200.0)))
+    assert full.rung is Rung.HOLD and full.reason.deadline_at_risk and full.orders == full.retire == ()
 
 
 def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_joins():
@@ -141,7 +145,8 @@ def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_j
             Holding(od(), Role.TRAINER, 4, stand_in=True))
     d = decide(situation(held, remaining=TEN_HOURS, deadline_s=_deadline_at(5000.0)))
     assert d.rung is Rung.RETURN_TO_SPOT
-    assert d.orders == (Order(spot(), Role.TRAINER, 13, replaces=od()),)  # 13 short, 0.05 + 4 x 0.526 $/h of room
+    # 13 short, 0.05 + 4 x 0.526 $/h of room; all 4 stand-ins may go, one as each of the first 4 joins
+    assert d.orders == (Order(spot(), Role.TRAINER, 13, retires=Retire(od(), Role.TRAINER, 4)),)
     # at 400 s of slack one fewer would break the rule a join from now (2 x 3 x 234 < g (2 - 100/300)): all stay
     tight = decide(situation(held, remaining=TEN_HOURS, deadline_s=_deadline_at(400.0)))
     assert tight.rung is Rung.HOLD and "4 stand-ins held" in tight.reason.text
