@@ -181,10 +181,12 @@ class DeadlineView:
         need_at = self.join_s * (2.0 - (present + held) / g) - _PAST_S  # just below it, more are needed
         if drift < 0 and self.slack_s > need_at:
             return now_s + (self.slack_s - need_at) / -drift
-        release_at = need_at + self.join_s
-        if drift > 0 and self.stand_ins_held and self.slack_s < release_at:
-            return now_s + (release_at - self.slack_s) / drift
-        return None
+        facts = self.fill.facts
+        if drift <= 0 or facts is None or not self.stand_ins_held:
+            return None
+        fewer = self._rate(_less(self.present, facts, 1), 0) + self._rate(_less(self.held, facts, 1), 0)
+        release_at = self.join_s * (3.0 - fewer / g) + _PAST_S  # just above it, one may go (spare())
+        return now_s + (release_at - self.slack_s) / drift if self.slack_s < release_at else None
 
 
 def _less(counts: tuple[tuple[TypeFacts, int], ...], facts: TypeFacts, k: int) -> tuple[tuple[TypeFacts, int], ...]:
