@@ -42,7 +42,7 @@ from provisioning.scaling.profile import JobIdentity, Measured, Profile, Profile
 from simulation.case import SimCase  # noqa: E402
 from simulation.cluster import sim_cluster  # noqa: E402
 from simulation.engine import simulate  # noqa: E402
-from simulation.policies import DEEPVM_RECOVERY  # noqa: E402
+from simulation.policies import PLAN_ONLY_RECOVERY  # noqa: E402
 from simulation.recovery import Workload  # noqa: E402
 from simulation.trace import Trace, TraceKind  # noqa: E402
 
@@ -127,7 +127,7 @@ def paper_rows(catalog: Catalog, profiles: Sequence[Profile] = (), measured_csv:
     for policy, plan in plans.items():
         cluster = sim_cluster(plan, predicting)
         traces = tuple(NO_INTERRUPTIONS for _ in cluster.spot_groups)
-        out = simulate(SimCase(cluster, traces, DEEPVM_RECOVERY, Workload(work, runs=1, seed=0)))
+        out = simulate(SimCase(cluster, traces, PLAN_ONLY_RECOVERY, Workload(work, runs=1, seed=0)))
         predicted[policy] = float(out.makespan_h[0]) * 3600.0
     return [
         PaperRow(policy, plans[policy].summary(), predicted[policy], measured[key],

@@ -40,7 +40,7 @@ from provisioning.planner import PlanRequest, plan_cluster  # noqa: E402
 from simulation.case import SimCase  # noqa: E402
 from simulation.cluster import sim_cluster  # noqa: E402
 from simulation.engine import simulate  # noqa: E402
-from simulation.policies import DEEPVM_RECOVERY  # noqa: E402
+from simulation.policies import PLAN_ONLY_RECOVERY  # noqa: E402
 from simulation.recovery import Workload  # noqa: E402
 from simulation.reference import run_one  # noqa: E402
 from simulation.trace import Trace  # noqa: E402
@@ -53,7 +53,7 @@ def speed(catalog: Catalog, trace: Trace, runs: int, reference_runs: int) -> dic
     plan = plan_cluster(catalog, PlanRequest(max_price=PAPER_CAP)).plans[0]
     cluster = sim_cluster(plan, catalog)
     work = cluster.full_pflop_per_hour * WEEK_H
-    case = SimCase(cluster, tuple(trace for _ in cluster.spot_groups), DEEPVM_RECOVERY,
+    case = SimCase(cluster, tuple(trace for _ in cluster.spot_groups), PLAN_ONLY_RECOVERY,
                    Workload(work, runs=runs, seed=0))
     wall, cpu = time.perf_counter(), time.process_time()
     draws = case.draws()

@@ -21,11 +21,12 @@ from simulation.trace import Trace
 
 @dataclass(frozen=True)
 class PolicyRules:
-    """How a policy reacts to a lost Spot node (DeepVM's own behaviour is replace=True, nothing else)."""
+    """How a policy reacts to a lost Spot node (plan-only, deepvm's before the ladder, is replace=True alone)."""
 
     replace: bool  # buy a replacement for every lost Spot node, fold it in when it is ready
     restart_all: bool = False  # any loss stops the job; the whole cluster is relaunched (SkyPilot managed jobs)
     deadline_fallback: bool = False  # buy on-demand trainers when the deadline is at risk (Can't Be Late)
+    ladder: bool = False  # the recovery ladder decides (simulation/market_run.py), not these slots
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from provisioning.planner.plan import Plan
 from simulation.case import SimCase
 from simulation.cluster import SimCluster, sim_cluster
 from simulation.draws import Draws
-from simulation.policies import DEEPVM_RECOVERY
+from simulation.policies import PLAN_ONLY_RECOVERY
 from simulation.recovery import SECONDS_PER_HOUR, RecoveryModel, Workload
 from simulation.reference import EventKind, RunResult, run_one
 from simulation.trace import Trace
@@ -69,7 +69,7 @@ class ChaosQuestion:
             launch_s=None if self.recovery.launch_s is None else self.recovery.launch_s * self.time_scale,
         )
         workload = Workload(work_pflop=work * work_factor, runs=1, seed=self.seed, recovery=scaled)
-        return SimCase(cluster, tuple(self.trace for _ in cluster.spot_groups), DEEPVM_RECOVERY, workload)
+        return SimCase(cluster, tuple(self.trace for _ in cluster.spot_groups), PLAN_ONLY_RECOVERY, workload)
 
     def draws(self) -> Draws:
         """The run's random numbers. A simulation sizes its blocks of lifetimes by the work it expects,

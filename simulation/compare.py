@@ -1,7 +1,9 @@
 """Every policy on the same workload, runs and seed: the core of `deepvm simulate`.
 
-Each Spot group of each policy's plan gets its trace from `trace_for(instance_type, region)`: the user's
-`--trace` or `--interruption-rate` for all of them, else each type's default (simulation/traces.py).
+Each Spot group of each policy's plan follows its zone's trace (simulation/zones.py: the user's `--trace
+[ZONE=]...`, else `--interruption-rate`, else each type's band). The `deepvm` policy runs through the
+recovery ladder on every zone given a trace (simulation/market_run.py); the others on the plan's slots
+(simulation/engine.py).
 """
 
 from __future__ import annotations
@@ -13,22 +15,40 @@ from provisioning.catalog.model import Catalog
 from simulation.case import SimCase
 from simulation.cluster import sim_cluster
 from simulation.engine import RunOutcomes, simulate
+from simulation.market import MarketCase, market_case
+from simulation.market_run import simulate_market
 from simulation.policies import PolicyName, PolicyPlan
 from simulation.recovery import SECONDS_PER_HOUR, RecoveryModel, Workload
 from simulation.report import SimulationReport, summarise
 from simulation.trace import Trace
 from simulation.traces.errors import TraceError
+from simulation.zones import ZoneTraces
 
-TraceFor = Callable[[str, str], Trace]  # (instance type, region) -> the trace its Spot nodes follow
 Progress = Callable[[PolicyName, int, int], None]  # (policy, runs finished, runs)
 
 
-def policy_case(policy: PolicyPlan, catalog: Catalog, trace_for: TraceFor, workload: Workload) -> SimCase:
+@dataclass(frozen=True)
+class Caps:
+    """The hourly caps the `deepvm` policy keeps: the plan's, and its fallback's (None: the plan's)."""
+
+    max_usd_per_hour: float
+    fallback_usd_per_hour: float | None = None
+
+
+def policy_case(policy: PolicyPlan, catalog: Catalog, traces: ZoneTraces, workload: Workload) -> SimCase:
     cluster = sim_cluster(policy.plan, catalog)
-    traces = tuple(trace_for(g.instance_type, policy.plan.region) for g in cluster.spot_groups)
-    for trace in traces:
+    plan = policy.plan
+    chosen = tuple(traces.trace_for(g.instance_type, plan.region, plan.availability_zone) for g in cluster.spot_groups)
+    for trace in chosen:
         check_lives(trace, workload.recovery)
-    return SimCase(cluster, traces, policy.rules, workload)
+    return SimCase(cluster, chosen, policy.rules, workload)
+
+
+def ladder_case(policy: PolicyPlan, catalog: Catalog, traces: ZoneTraces, workload: Workload, caps: Caps) -> MarketCase:
+    case = market_case(policy.plan, catalog, traces, workload, caps.fallback_usd_per_hour, caps.max_usd_per_hour)
+    for zone in case.zones:
+        check_lives(zone.trace, workload.recovery)
+    return case
 
 
 def check_lives(trace: Trace, recovery: RecoveryModel) -> None:
@@ -57,28 +77,41 @@ class Comparison:
     outcomes: tuple[RunOutcomes, ...]  # every run of each policy, in the report's order (for the plot)
 
 
-def compare_policies(policies: tuple[PolicyPlan, ...], catalog: Catalog, trace_for: TraceFor, workload: Workload,
-                     progress: Progress | None = None) -> Comparison:
+def compare_policies(policies: tuple[PolicyPlan, ...], catalog: Catalog, traces: ZoneTraces, workload: Workload,
+                     caps: Caps, progress: Progress | None = None) -> Comparison:
     summaries, names, every = [], {}, []
     for policy in policies:
-        case = policy_case(policy, catalog, trace_for, workload)
         report = None if progress is None else (lambda done, total, p=policy.policy: progress(p, done, total))
-        outcomes = simulate(case, progress=report)
+        if policy.rules.ladder:
+            market = ladder_case(policy, catalog, traces, workload, caps)
+            outcomes = simulate_market(market, progress=report)
+            used = tuple(z.trace.name for z in market.zones)
+        else:
+            case = policy_case(policy, catalog, traces, workload)
+            outcomes = simulate(case, progress=report)
+            for group, trace in zip(case.cluster.spot_groups, case.traces):
+                names.setdefault(group.instance_type, trace.name)
+            used = tuple(t.name for t in case.traces)
         every.append(outcomes)
-        for group, trace in zip(case.cluster.spot_groups, case.traces):
-            names.setdefault(group.instance_type, trace.name)
-        summaries.append(summarise(policy.policy, policy.plan, tuple(t.name for t in case.traces), outcomes,
-                                   workload.work_pflop, workload.deadline_h))
+        summaries.append(summarise(policy.policy, policy.plan, used, outcomes, workload.work_pflop,
+                                   workload.deadline_h))
     report = SimulationReport(
         runs=workload.runs,
         seed=workload.seed,
-        trace=_trace_label(names),
+        trace=_zones_label(traces) or _trace_label(names),
         work_pflop=workload.work_pflop,
         deadline_h=workload.deadline_h,
         recovery=workload.recovery,
         policies=tuple(summaries),
     )
     return Comparison(report, tuple(every))
+
+
+def _zones_label(traces: ZoneTraces) -> str | None:
+    """"zone: trace" for each zone given one, when there are several (None: one or none)."""
+    if len(traces.by_zone) < 2:
+        return None
+    return ", ".join(f"{zone}: {trace.name}" for zone, trace in traces.by_zone)
 
 
 def _trace_label(names: dict[str, str]) -> str:

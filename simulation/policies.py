@@ -1,6 +1,10 @@
 """The policies `deepvm simulate` compares, each a plan and a way of reacting to lost Spot nodes.
 
-    deepvm             the plan, run as deepvm runs it: replace every lost node, continue on the survivors
+    deepvm             the plan, run by the recovery ladder (provisioning/ladder, the head's own decisions):
+                       buy like the plan with backoff, move to another zone of the region when it pays,
+                       on-demand stand-ins when the deadline needs them, back to Spot when it allows
+    plan-only          the plan's fixed slots, as deepvm recovered before the ladder: replace every lost node
+                       in the plan's zone once its capacity is back, continue on the survivors
     shrink-only        the same plan, no replacements (the plan's nodes are bought again only when no
                        trainer is left, or the job could never finish)
     cost-first         the paper's baselines (provisioning/planner/baselines.py) at the same price cap,
@@ -8,8 +12,9 @@
     on-demand          the best all-on-demand cluster at the same price cap (planner/on_demand.py)
     spot-restart       the plan's trainers, all Spot, no holders, restarting the whole cluster from the
                        last checkpoint on any loss (SkyPilot managed jobs; checkpoints in a bucket)
-    deadline-fallback  the plan with deepvm's recovery, buying on-demand trainers of the same types when
-                       the deadline is at risk (Can't Be Late); only with a deadline
+    deadline-fallback  the plan with plan-only's recovery, buying every missing node on demand once the
+                       current rate would miss the deadline (the first reading of Can't Be Late, kept to
+                       compare); only with a deadline
 
 Every policy runs on the same seed: run i of each starts at the same point of the traces and its k-th
 node of slot j lives as long (simulation/draws.py).
@@ -29,6 +34,7 @@ from simulation.case import PolicyRules
 
 class PolicyName(str, Enum):
     DEEPVM = "deepvm"
+    PLAN_ONLY = "plan-only"
     SHRINK_ONLY = "shrink-only"
     COST_FIRST = "cost-first"
     PERFORMANCE_FIRST = "performance-first"
@@ -37,7 +43,8 @@ class PolicyName(str, Enum):
     DEADLINE_FALLBACK = "deadline-fallback"
 
 
-DEEPVM_RECOVERY = PolicyRules(replace=True)
+PLAN_ONLY_RECOVERY = PolicyRules(replace=True)
+LADDER = PolicyRules(replace=True, ladder=True)
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,16 @@ def policy_plans(primary: Plan, result: PlanResult, on_demand: Plan | None, cata
     does not fit the cap is left out, as `deepvm plan` leaves it out.
     """
     chosen = [
-        PolicyPlan(PolicyName.DEEPVM, primary, DEEPVM_RECOVERY),
+        PolicyPlan(PolicyName.DEEPVM, primary, LADDER),
+        PolicyPlan(PolicyName.PLAN_ONLY, primary, PLAN_ONLY_RECOVERY),
         PolicyPlan(PolicyName.SHRINK_ONLY, primary, PolicyRules(replace=False)),
     ]
     for name, key in ((PolicyName.COST_FIRST, "cost_first"), (PolicyName.PERFORMANCE_FIRST, "performance_first")):
         baseline = result.baselines.get(key)
         if baseline is not None:
-            chosen.append(PolicyPlan(name, baseline, DEEPVM_RECOVERY))
+            chosen.append(PolicyPlan(name, baseline, PLAN_ONLY_RECOVERY))
     if on_demand is not None:
-        chosen.append(PolicyPlan(PolicyName.ON_DEMAND, on_demand, DEEPVM_RECOVERY))
+        chosen.append(PolicyPlan(PolicyName.ON_DEMAND, on_demand, PLAN_ONLY_RECOVERY))
     chosen.append(PolicyPlan(PolicyName.SPOT_RESTART, spot_only_plan(primary, catalog),
                              PolicyRules(replace=True, restart_all=True)))
     if with_deadline:

@@ -100,3 +100,14 @@ class Workload:
             raise ValueError("runs must be at least 1 and seed non-negative")
         if self.deadline_h is not None and not 0 < self.deadline_h < float("inf"):
             raise ValueError(f"deadline_h must be positive and finite, got {self.deadline_h}")
+
+
+def relaunch_end(t: float, pause: float, fails: bool, recovery: RecoveryModel) -> float | None:
+    """When the relaunch that an event at `t` starts ends (a loss, `fails` when without notice; a node to
+    fold in), or None when the coming launch takes the event in: one relaunch at a time, and one under way
+    takes in what happens before it launches its nodes (simulation/reference.py's module docstring).
+    `pause` is when the relaunch under way (if any) ends."""
+    if t < pause - recovery.launch_h:
+        return None
+    start = t if fails else max(t, pause)
+    return start + (recovery.loss_pause_h if fails else recovery.notice_pause_h)

@@ -48,6 +48,7 @@ from provisioning.catalog.model import Market
 from simulation.case import SimCase, SpotPool
 from simulation.draws import Draws
 from simulation.errors import check_time
+from simulation.recovery import relaunch_end
 
 
 class EventKind(str, Enum):
@@ -242,12 +243,10 @@ class _Run:
     def _relaunch(self, fails: bool) -> None:
         """The job relaunches for what happened now (a loss, `fails` when without notice; a node to fold
         in), unless the coming launch takes it in: one relaunch at a time (see the module docstring)."""
-        recovery = self.recovery
-        if self.t < self.pause - recovery.launch_h:
-            return
-        start = self.t if fails else max(self.t, self.pause)
-        self.pause = start + (recovery.loss_pause_h if fails else recovery.notice_pause_h)
-        self.restarts += 1
+        end = relaunch_end(self.t, self.pause, fails, self.recovery)
+        if end is not None:
+            self.pause = end
+            self.restarts += 1
 
     def _check_deadline(self, deadline_h: float) -> None:
         rate = self._rate()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from deepvm_cli.ui import console, plan_flags
-from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
+from deepvm_cli.ui.flags import DAY_S, MAX_PRICE, MAX_SEED, MAX_STEPS, at_least, positive
 from deepvm_cli.ui.user_config import Defaults
 from provisioning.core.errors import InputError
 
@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from provisioning.catalog.model import Catalog
     from provisioning.planner.plan import Plan
     from provisioning.planner.request import PlanRequest
-    from simulation.compare import TraceFor
-    from simulation.recovery import RecoveryModel
+    from simulation.compare import Caps
+    from simulation.recovery import RecoveryModel, Workload
+    from simulation.trace import Trace
+    from simulation.zones import TraceFor, TraceSpec, ZoneTraces
 
 MAX_RUNS = 100_000  # memory grows with runs x Spot nodes x nodes per slot; 10x the benchmark's 10,000
 
@@ -46,11 +48,18 @@ def simulate(
         None, "--steps", callback=positive(MAX_STEPS), help="Or training steps (with --step-time)."),
     step_time: float = typer.Option(
         None, "--step-time", callback=positive(DAY_S), help="Seconds per step on the whole plan."),
-    trace: str = typer.Option(None, "--trace", help="A shipped trace's name, or a trace file."),
+    trace: list[str] = typer.Option(
+        None, "--trace",
+        help="[ZONE=]NAME|FILE: a shipped trace or a trace file, for ZONE of the plan's region (default: the plan's "
+        "own zone); once per zone."),
     interruption_rate: str = typer.Option(
         None, "--interruption-rate", help="An AWS frequency band ('10-15%') or interruptions per node-hour."),
     deadline: float = typer.Option(
         None, "--deadline", callback=positive(plan_flags.MAX_HOURS), help="Hours: P(miss) and the on-demand fallback."),
+    fallback_max_price: float = typer.Option(
+        None, "--fallback-max-price", callback=positive(MAX_PRICE),
+        help="USD per hour the cluster may bill while the deadline holds on-demand stand-ins (default: the plan's "
+        "cap)."),
     runs: int = typer.Option(1000, "--runs", callback=positive(MAX_RUNS), help="Simulated runs per policy."),
     seed: int = typer.Option(0, "--seed", callback=at_least(0, MAX_SEED), help="Random seed (same seed, same runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -74,10 +83,12 @@ def simulate(
     _check_work(work, steps, step_time)
     if plot is not None and not plot.parent.is_dir():  # before the simulation, not after it
         raise InputError(f"--plot: no folder {plot.parent} to write {plot.name} in")
-    trace_for = _trace_for(trace, interruption_rate)
+    if fallback_max_price is not None and deadline is None:
+        raise InputError("--fallback-max-price is what the deadline's on-demand stand-ins bill: give --deadline too")
+    given, default = _traces(trace or [], interruption_rate)
 
     from simulation.cluster import sim_cluster
-    from simulation.compare import compare_policies
+    from simulation.compare import Caps, compare_policies
     from simulation.policies import plan_policies
     from simulation.recovery import Workload
 
@@ -85,15 +96,21 @@ def simulate(
                                     checkpoint_size, buffer_slots)
     catalog, _ = plan_flags.with_profiles(profile_files or [], catalog)
     policies = plan_policies(catalog, request, plan, with_deadline=deadline is not None)
+    primary = policies[0].plan
+    zones = _zone_traces(given, default, primary, catalog)
     if work is None:
-        rate = sim_cluster(policies[0].plan, catalog)
+        rate = sim_cluster(primary, catalog)
         work = steps * step_time / 3600.0 * rate.full_pflop_per_hour
     workload = Workload(work_pflop=work, runs=runs, seed=seed, deadline_h=deadline, recovery=recovery)
+    assert request.max_price is not None, "simulate always plans at a price cap"
+    caps = Caps(request.max_price, fallback_max_price)
+    if deadline is not None:
+        _check_deadline(primary, catalog, zones, workload, caps)
 
     from deepvm_cli.render.simulate import simulation_progress
 
     with simulation_progress() as progress:
-        comparison = compare_policies(policies, catalog, trace_for, workload, progress)
+        comparison = compare_policies(policies, catalog, zones, workload, caps, progress)
     if as_json:
         console.print_json(comparison.report.to_dict())
     else:
@@ -123,22 +140,50 @@ def _check_work(work: float | None, steps: int | None, step_time: float | None) 
         raise InputError("the work is required: --work PFLOP, or --steps N with --step-time S (seconds per step)")
 
 
-def _trace_for(trace: str | None, rate: str | None) -> TraceFor:
-    """What the Spot nodes follow: one trace for all, or each type's default (its interruption band)."""
+def _traces(flags: list[str], rate: str | None) -> tuple[list[tuple[TraceSpec, Trace]], TraceFor]:
+    """The `--trace` flags read (zone checked later, against the plan), and what a Spot group follows where
+    no trace is given: the `--interruption-rate` band, or each type's own band."""
     from simulation import traces
+    from simulation.zones import parse_trace_flag
 
-    if trace is not None and rate is not None:
+    if flags and rate is not None:
         raise InputError("give --trace or --interruption-rate, not both")
-    if trace is not None:
+    given = []
+    for flag in flags:
+        spec = parse_trace_flag(flag)
         from deepvm_cli.render.simulate import trace_progress
 
-        with trace_progress(trace) as progress:
-            chosen = traces.resolve_trace(trace, progress=progress)
-    elif rate is not None:
-        chosen = traces.band_trace(rate)  # a band, or a rate per node-hour such as 0.02
-    else:
-        return traces.default_trace_for
-    return lambda instance_type, region: chosen
+        with trace_progress(spec.spec) as progress:
+            given.append((spec, traces.resolve_trace(spec.spec, progress=progress)))
+    if rate is None:
+        return given, traces.default_trace_for
+    band = traces.band_trace(rate)  # a band, or a rate per node-hour such as 0.02
+    return given, lambda instance_type, region: band
+
+
+def _zone_traces(given: list[tuple[TraceSpec, Trace]], default: TraceFor, plan: Plan, catalog: Catalog) -> ZoneTraces:
+    """The traces by zone of the plan's region (a zone outside it, or two traces for one: one line, exit 2)."""
+    from simulation.zones import zone_traces
+
+    region_zones = sorted({p.availability_zone for p in catalog.prices
+                           if p.region == plan.region and p.availability_zone is not None})
+    return zone_traces(given, plan.availability_zone, plan.region, region_zones, default)
+
+
+def _check_deadline(plan: Plan, catalog: Catalog, zones: ZoneTraces, workload: Workload, caps: Caps) -> None:
+    """A deadline that even the fallback's whole cap on on-demand stand-ins cannot keep is refused, with the
+    earliest one it keeps (the `deepvm` policy's own rule: provisioning/ladder/deadline.py)."""
+    from simulation.market import earliest_deadline
+
+    deadline = workload.deadline_h
+    assert deadline is not None
+    earliest = earliest_deadline(plan, catalog, zones, workload, caps.fallback_usd_per_hour, caps.max_usd_per_hour)
+    if deadline >= earliest.hours:
+        return
+    cap = caps.fallback_usd_per_hour or caps.max_usd_per_hour
+    raise InputError(f"--deadline {deadline:g} h cannot be kept for sure: ${cap:g}/h of on-demand ({earliest.fill}) "
+                     f"does {earliest.pflop_per_hour:,.0f} PFLOP/h, so the earliest deadline it keeps is "
+                     f"{earliest.hours:.2f} h; give a later one, or more --fallback-max-price")
 
 
 def _plans(plan_file: Path | None, max_price: float | None, region: str | None, catalog_file: Path | None,

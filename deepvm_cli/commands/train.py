@@ -23,10 +23,12 @@ import typer
 from deepvm_cli.render.job import Detached, replay, result_lines
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
-from deepvm_cli.ui.flags import DAY_S, at_least, writable_folder
+from deepvm_cli.ui.flags import DAY_S, MAX_PRICE, at_least, positive, writable_folder
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
+from provisioning.catalog.model import Market
 from provisioning.core.errors import CloudError, DeepvmError, InputError
 from training.shared.jobstore import JobStatus
+from training.shared.limits import MAX_HOURS, MAX_USD, JobLimits, check_budget, check_fallback_cap, job_limits
 from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import LogKind, LogRecord
 
@@ -71,6 +73,17 @@ def train_command(
         "machine; local: it runs in this process, and the job stops when this process does.",
     ),
     detach: bool = typer.Option(False, "--detach", help="Return as soon as the job runs (managed jobs)."),
+    deadline: float | None = typer.Option(
+        None, "--deadline", callback=positive(MAX_HOURS),
+        help="Hours from the job's start by which it must end: on-demand stand-ins when Spot would miss it "
+        "(default: the job file's limits.deadline, else none)."),
+    budget: float | None = typer.Option(
+        None, "--budget", callback=positive(MAX_USD),
+        help="USD the whole job may cost, replacements included: it stops with a checkpoint before (resumable)."),
+    fallback_max_price: float | None = typer.Option(
+        None, "--fallback-max-price", callback=positive(MAX_PRICE),
+        help="USD per hour the cluster may bill while the deadline holds on-demand stand-ins (default: the plan's "
+        "cap)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
@@ -89,7 +102,11 @@ def train_command(
                          "(`deepvm jobs` shows it)")  # fmt: skip
     if controller == "local" and detach:
         raise InputError("--detach needs the controller on the head (--controller head)")
+    limits = job_limits(spec.limits.job_limits(), deadline, budget, fallback_max_price)
     found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
+    check_fallback_cap(limits, sum(g.count * g.usd_per_hour for g in found.plan.nodes if g.market is Market.ON_DEMAND))
+    if resume:
+        _check_resumed_budget(limits, found.name, spec.name)
     if python is None:
         python = found.node_python
     if found.banner:
@@ -111,7 +128,7 @@ def train_command(
     with billing_reminder(found.name):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
-                result = run_managed(request, report, detach=detach)
+                result = run_managed(request, report, detach=detach, limits=limits)
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
@@ -129,13 +146,14 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> TrainResult | Detached | None:
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool,
+                limits: JobLimits) -> TrainResult | Detached | None:
     """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
     it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import fetch_outputs, find_head, follow, submit
     from training.control.controller import TrainingFailed
 
-    job = submit(request, report)
+    job = submit(request, report, limits)
     head = find_head(job.cluster, job.python)
     try:
         if detach:
@@ -155,6 +173,19 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> Tra
         raise TrainingFailed(end.text)
     raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
+
+
+def _check_resumed_budget(limits: JobLimits, cluster: str, name: str) -> None:
+    """`--resume` continues the newest unfinished run of the job on the cluster (training/control): its budget
+    must be above what that run has spent."""
+    from training.shared.jobstore import JobStore
+
+    if limits.budget_usd is None:
+        return
+    resumable = (JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED)  # what `--resume` continues
+    unfinished = [j for j in JobStore().for_cluster(cluster) if j.name == name and j.status in resumable]
+    if unfinished:
+        check_budget(limits, unfinished[0].cost_usd, unfinished[0].job_id)
 
 
 def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) -> None:

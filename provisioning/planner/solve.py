@@ -65,6 +65,8 @@ def plan_cluster(
         plans = _with_mix(plans, mixed, request.top)
     if not plans:
         raise InfeasibleError(_why_infeasible(catalog, request, options, holders, spec))
+    if request.interruptions is not None:
+        plans = _on_demand_if_better(plans, catalog, request, spec)
 
     baselines: dict[str, Plan | None] = {}
     if with_baselines:
@@ -108,6 +110,28 @@ def plan_budgets(catalog: Catalog, request: PlanRequest, max_prices: list[float]
     solved = iter(best_of_blocks([b for b in blocks if b is not None], problem) if any(blocks) else [])
     choices = [None if b is None else next(solved) for b in blocks]
     return [None if c is None else _to_plan(c, spec, catalog) for c in choices]
+
+
+def _on_demand_if_better(plans: list[Plan], catalog: Catalog, request: PlanRequest, spec: ObjectiveSpec) -> list[Plan]:
+    """With interruptions counted, the all-on-demand cluster at the cap (planner/on_demand.py) first when it
+    beats the best Spot plan's expected value: Spot that a trace says is seldom there is seen coming, and
+    the plan starts on demand. Compared where the values share a unit: DeepVM's Z (FLOPP x n x K, on-demand
+    prices, goodput share 1) and throughput; the cost and deadline objectives keep their Spot ranking."""
+    from provisioning.planner.on_demand import on_demand_plan
+
+    if spec.objective not in (Objective.DEEPVM, Objective.THROUGHPUT):
+        return plans
+    od = on_demand_plan(catalog, request)
+    if od is None:
+        return plans
+    value = od.objective_value if spec.objective is Objective.DEEPVM else od.effective_flops
+    if value <= plans[0].objective_value:
+        return plans
+    assert request.interruptions is not None
+    note = (f"on demand: counting interruptions {request.interruptions.label}, the best Spot plan "
+            f"({plans[0].summary()}) expects {plans[0].objective_value:,.0f}, on demand {value:,.0f}")
+    first = replace(od, objective=spec.objective, objective_value=value, notes=(*od.notes, note))
+    return [first, *plans][:request.top]
 
 
 def _with_mix(single_type: list[Plan], mixed: Plan | None, top: int) -> list[Plan]:

@@ -207,3 +207,22 @@ def test_a_capacity_trace_is_there_its_mean_share_of_the_time():
     assert pool.alive_share == pytest.approx(float(trace.capacity.as_array().mean()))
     assert pool.mttf_h == pytest.approx(trace.mean_lifetime_h())
 
+
+
+def test_spot_a_trace_says_is_seldom_there_is_seen_coming_the_plan_starts_on_demand(tmp_path):
+    """Capacity one sample in twenty: the best Spot plan's expected Z is below the on-demand cluster's."""
+    from provisioning.catalog.model import Market
+    from provisioning.catalog.sources import resolve_catalog
+    from provisioning.planner import PlanRequest, plan_cluster
+
+    seldom = tmp_path / "seldom.json"
+    seldom.write_text(json.dumps({"metadata": {"gap_seconds": 300, "request": 16}, "data": [16] + [0] * 19}))
+    catalog = resolve_catalog(regions=["us-east-1"], offline=True, catalog_file=None, refresh=False)
+    best = {}
+    for spec in (str(seldom), "aws-v100-16-us-east-2b"):
+        request = PlanRequest(max_price=12.0, regions=("us-east-1",),
+                              interruptions=plan_interruptions(spec, RecoveryCosts()))
+        best[spec] = plan_cluster(catalog, request, with_baselines=False, with_architectures=False).plans[0]
+    assert all(g.market is Market.ON_DEMAND for g in best[str(seldom)].nodes)
+    assert "on demand: counting interruptions as in trace" in best[str(seldom)].notes[-1]
+    assert any(g.market is Market.SPOT for g in best["aws-v100-16-us-east-2b"].nodes)  # there 55 % of the time

@@ -12,6 +12,7 @@ from simulation.case import PolicyRules, SimCase
 from simulation.cluster import sim_cluster
 from simulation.recovery import RecoveryModel, Workload
 from simulation.trace import CapacitySeries, Trace, TraceKind
+from simulation.zones import ZoneTraces
 from tests.conftest import DATA
 
 PAPER_CAP = 3.0  # USD per hour: the paper's real-world runs (17 g4dn.xlarge spot + 1 c5.xlarge holder)
@@ -67,3 +68,8 @@ def case(plan: Plan, traces: Trace | tuple[Trace, ...], rules: PolicyRules = Pol
     chosen = traces if isinstance(traces, tuple) else tuple(traces for _ in cluster.spot_groups)
     work = hours * cluster.pflop_per_hour(cluster.trainers, cluster.tflops)
     return SimCase(cluster, chosen, rules, Workload(work, runs, seed, deadline_h=deadline_h, recovery=recovery))
+
+
+def everywhere(trace: Trace, zone: str = "deepvm-a") -> ZoneTraces:
+    """`trace` for every Spot group, whatever its zone (as `--trace NAME` or `--interruption-rate` give it)."""
+    return ZoneTraces(zone, (), lambda instance_type, region: trace)

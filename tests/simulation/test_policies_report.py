@@ -9,11 +9,11 @@ import pytest
 
 from provisioning.catalog.model import Market
 from provisioning.planner import PlanRequest, Role
-from simulation.compare import compare_policies
+from simulation.compare import Caps, compare_policies
 from simulation.policies import PolicyName, plan_policies, spot_only_plan
 from simulation.recovery import Workload
 from simulation.report import Quantiles
-from tests.simulation.sim_cases import PAPER_CAP, hazard, paper_catalog, paper_plan
+from tests.simulation.sim_cases import PAPER_CAP, everywhere, hazard, paper_catalog, paper_plan
 
 ALL = [p.value for p in PolicyName]
 
@@ -22,7 +22,9 @@ def test_every_policy_at_the_papers_price_cap():
     policies = plan_policies(paper_catalog(), PlanRequest(max_price=PAPER_CAP), None, with_deadline=True)
     by_name = {p.policy.value: p for p in policies}
     assert list(by_name) == ALL
-    assert by_name["deepvm"].plan == by_name["shrink-only"].plan == by_name["deadline-fallback"].plan
+    assert by_name["deepvm"].plan == by_name["plan-only"].plan == by_name["shrink-only"].plan == by_name[
+        "deadline-fallback"].plan
+    assert by_name["deepvm"].rules.ladder and not by_name["plan-only"].rules.ladder
     assert by_name["deepvm"].plan.summary() == "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"
     assert by_name["cost-first"].plan.summary() == "1 g4dn.xlarge on-demand anchor + 15 g4dn.xlarge spot"
     assert all(g.market is Market.ON_DEMAND for g in by_name["on-demand"].plan.nodes)
@@ -51,7 +53,7 @@ def test_quantiles_are_numpys():
 def comparison():
     policies = plan_policies(paper_catalog(), PlanRequest(max_price=PAPER_CAP), None, with_deadline=True)
     workload = Workload(work_pflop=400_000.0, runs=200, seed=3, deadline_h=17.5)  # 17.42 h at full speed
-    return compare_policies(policies, paper_catalog(), lambda itype, region: hazard(0.02), workload)
+    return compare_policies(policies, paper_catalog(), everywhere(hazard(0.02)), workload, Caps(PAPER_CAP))
 
 
 def test_json_document_has_the_issues_shape(comparison):
@@ -70,9 +72,9 @@ def test_json_document_has_the_issues_shape(comparison):
         assert set(p["plan"]) >= {"architecture", "nodes", "price_per_hour", "effective_flops"}
     by_name = {p["policy"]: p for p in doc["policies"]}
     assert by_name["on-demand"]["interruptions_per_run"] == 0 and by_name["on-demand"]["restarts_per_run"] == 0
-    assert by_name["deepvm"]["interruptions_per_run"] > 0
-    # the fallback buys on demand when late: it misses the deadline less often than deepvm, at a higher cost
-    fallback, deepvm = by_name["deadline-fallback"], by_name["deepvm"]
+    assert by_name["deepvm"]["interruptions_per_run"] > 0 and by_name["plan-only"]["interruptions_per_run"] > 0
+    # the fallback buys on demand when late: it misses the deadline less often than plan-only, at a higher cost
+    fallback, deepvm = by_name["deadline-fallback"], by_name["plan-only"]
     assert deepvm["p_miss_deadline"] > 0 and fallback["p_miss_deadline"] < deepvm["p_miss_deadline"]
     assert fallback["cost_usd"]["mean"] > deepvm["cost_usd"]["mean"]
     assert by_name["on-demand"]["p_miss_deadline"] == 1.0  # the on-demand cluster is slower than 17.5 h

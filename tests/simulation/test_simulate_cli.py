@@ -24,22 +24,35 @@ def simulate(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 def test_json_on_a_shipped_capacity_trace_with_a_deadline():
-    result = simulate(*PAPER, "--work", "100000", "--runs", "100", "--seed", "7", "--deadline", "12",
+    """The on-demand cluster keeps 15 h (14.74 h): deepvm keeps it too, for less (issue 24's bar)."""
+    result = simulate(*PAPER, "--work", "100000", "--runs", "60", "--seed", "7", "--deadline", "15",
                       "--trace", "aws-v100-16-us-east-2b", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["runs"], doc["seed"], doc["trace"], doc["work"]) == (100, 7, "aws-v100-16-us-east-2b", 100000.0)
+    assert (doc["runs"], doc["seed"], doc["trace"], doc["work"]) == (60, 7, "aws-v100-16-us-east-2b", 100000.0)
     by_name = {p["policy"]: p for p in doc["policies"]}
-    assert list(by_name) == ["deepvm", "shrink-only", "cost-first", "performance-first", "on-demand",
+    assert list(by_name) == ["deepvm", "plan-only", "shrink-only", "cost-first", "performance-first", "on-demand",
                              "spot-restart", "deadline-fallback"]
-    deepvm = by_name["deepvm"]
-    assert deepvm["plan"]["nodes"][0] == {"instance_type": "g4dn.xlarge", "market": "spot", "count": 17,
+    assert by_name["deepvm"]["p_miss_deadline"] <= 0.05 and by_name["on-demand"]["p_miss_deadline"] == 0
+    assert by_name["deepvm"]["cost_usd"]["mean"] < by_name["on-demand"]["cost_usd"]["mean"]
+    plan_only = by_name["plan-only"]
+    assert plan_only["plan"]["nodes"][0] == {"instance_type": "g4dn.xlarge", "market": "spot", "count": 17,
                                           "role": "trainer", "usd_per_hour": 0.1578,
                                           "gpus": 1, "tflops": 377.0}  # as the catalog file states them
-    full_speed_h = 100000 / (deepvm["plan"]["effective_flops"] * 3.6)
-    assert deepvm["makespan_h"]["p50"] >= full_speed_h and deepvm["interruptions_per_run"] > 1
+    full_speed_h = 100000 / (plan_only["plan"]["effective_flops"] * 3.6)
+    assert plan_only["makespan_h"]["p50"] >= full_speed_h and plan_only["interruptions_per_run"] > 1
     assert by_name["on-demand"]["interruptions_per_run"] == 0
-    assert by_name["deadline-fallback"]["p_miss_deadline"] < deepvm["p_miss_deadline"]
+    assert by_name["deadline-fallback"]["p_miss_deadline"] < plan_only["p_miss_deadline"]
+
+
+def test_a_deadline_on_demand_cannot_keep_is_refused_with_the_earliest(capsys):
+    """$3/h of on-demand trains 100,000 PFLOP in 14.74 h: 12 h is no promise deepvm can make."""
+    assert main(["simulate", *PAPER, "--work", "100000", "--deadline", "12"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--deadline 12 h cannot be kept for sure" in err, err
+    assert "5 g4dn.xlarge on-demand" in err and "earliest deadline it keeps is 14.80 h" in err
+    assert main(["simulate", *PAPER, "--work", "100000", "--deadline", "12", "--fallback-max-price", "4",
+                 "--runs", "2", "--json"]) == 0
 
 
 def test_tables_fit_80_columns_and_default_traces_are_the_bands():
@@ -95,6 +108,12 @@ def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path):
     (("--deadline", "inf"), "--deadline must be a finite number, got inf"),
     (("--notice-share", "1.5"), "--notice-share must be at most 1, got 1.5"),
     (("--plot", "/no/such/dir/cdf.png"), "--plot: no folder /no/such/dir to write cdf.png in"),
+    (("--trace", "us-east-1a=aws-v100-16-us-east-2b"),
+     "us-east-1a is not a zone of the plan's region deepvm (its zones: deepvm-a)"),
+    (("--trace", "aws-v100-16-us-east-2b", "--trace", "deepvm-a=aws-v100-4-us-east-1f"),
+     "two traces for deepvm-a (the plan's own zone): aws-v100-16-us-east-2b and aws-v100-4-us-east-1f"),
+    (("--trace", "deepvm-a="), "--trace deepvm-a=: name a trace or a file after 'deepvm-a='"),
+    (("--fallback-max-price", "5"), "--fallback-max-price is what the deadline's on-demand stand-ins bill"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     work = () if "--work" in args else ("--work", "1000")

@@ -28,6 +28,7 @@ from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.layout import MANAGED_HOME, JobFiles
+from training.shared.limits import JobLimits
 from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
 from training.shared.transport import (
@@ -88,8 +89,9 @@ def head_of(cluster: Cluster, python: str) -> Head:
     return Head(cluster.name, node.instance_id, endpoints[node.instance_id].host, python)
 
 
-def submit(request: TrainRequest, report: JobReporter) -> JobRow:
-    """Stage the job on the cluster's head and start its supervised controller there; the job's row."""
+def submit(request: TrainRequest, report: JobReporter, limits: JobLimits) -> JobRow:
+    """Stage the job on the cluster's head and start its supervised controller there; the job's row.
+    `limits`: the job's deadline, budget and fallback cap, as `deepvm train` checked them."""
     spec = load_job_spec(request.job_path)
     cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
@@ -122,6 +124,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         node_env=cluster.node_env(),
         service_env=cluster.controller_env(),
         submitted_at=utc_now(),
+        limits=limits,
     )
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)

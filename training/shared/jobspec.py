@@ -40,6 +40,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provisioning.core.errors import InputError, InputErrors
 from provisioning.core.inputfile import KIB
+from training.shared.limits import MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, JobLimits
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
 
 MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included
@@ -215,6 +216,18 @@ class RunOverride(_Strict):
         return value
 
 
+class LimitsSpec(_Strict):
+    """What the job may take (training/shared/limits.py); `deepvm train --deadline/--budget/--fallback-max-price`
+    override each. Kept by the head's recovery ladder (provisioning/ladder)."""
+
+    deadline: Annotated[float, Field(gt=0, le=MAX_HOURS)] | None = None  # hours from the job's start
+    budget: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None  # USD for the whole job, replacements included
+    fallback_max_price: Annotated[float, Field(gt=0, le=MAX_USD_PER_HOUR)] | None = None  # USD/h with stand-ins
+
+    def job_limits(self) -> JobLimits:
+        return JobLimits(self.deadline, self.budget, self.fallback_max_price)
+
+
 _WORKER_ONLY = ("model", "dataset", "epochs", "batch_size", "optimizer", "schedule", "shrink")
 
 
@@ -236,6 +249,7 @@ class JobSpec(_Strict):
     setup: list[Text] = Field(default_factory=list)  # shell commands, once per node before launch
     env: dict[EnvName, Text] = Field(default_factory=dict)  # exported on every rank
     run: RunOverride | None = None  # your own script instead of deepvm's worker
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)  # deadline, budget, the fallback's hourly cap
 
     @field_validator("env", mode="before")
     @classmethod

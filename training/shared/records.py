@@ -14,7 +14,7 @@ metrics.json (training.shared.metrics.RunMetrics) are records of their own besid
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -24,6 +24,7 @@ from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
 from provisioning.planner.plan_document import plan_from_dict
 from training.shared.jobstore import JobStatus
+from training.shared.limits import JobLimits
 from training.shared.progress import Progress
 
 
@@ -43,6 +44,7 @@ class HeadJob:
     node_env: dict[str, str]  # what the ranks' AWS clients need (never the user's credentials)
     service_env: dict[str, str]  # what the controller's AWS clients need: region, endpoint; never keys
     submitted_at: str
+    limits: JobLimits = field(default_factory=JobLimits)  # the file's, with the flags in their place
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -59,7 +61,7 @@ class HeadJob:
         nodes = tuple(
             NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
         )
-        return cls(**{**data, "cluster": cluster, "nodes": nodes})
+        return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits"))})
 
 
 def _resources(data: dict[str, Any]) -> CloudResources:
