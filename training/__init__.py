@@ -14,11 +14,13 @@
   `jobrecord` chooses the job and keeps its row; `launcher` builds and runs one mpirun on the head over
   SSH; `staging` readies nodes (the client also pushes the runtime to the head with it); `replacements`
   buys lost nodes back; `recovery` and `stall` account for and notice trouble; `scripterror` finds a
-  failed attempt's own cause in its output; `plan_facts` reads the plan's GPUs and TFLOPS. Only ever on
-  the head: `supervisor` keeps `service` (one managed job's controller) running, `joblog` and `mirror`
-  write and mirror its log, `headquery` answers the client over SSH.
-- `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `headrun` and
-  `keeper` supervise mpirun on the head; `rank` is what mpirun starts on every node (`worker`, or the
+  failed attempt's own cause in its output; `plan_facts` reads the plan's GPUs and TFLOPS.
+- `head/`: only ever on the cluster's head node. `job_supervisor` keeps `job_service` (one managed job's
+  controller) running, `joblog` and `log_mirror` write and mirror its log, `query` answers the client over
+  SSH; `mpirun_guard` runs one mpirun there for a controller that may be far away (through
+  `signal_relay`, which turns the guard's death into exactly one SIGTERM for mpirun).
+- `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
+  mpirun starts on every node (`worker`, or the
   job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,
   `sampler`, `batchplan`, `schedule`, `data/`, `models/`); `watcher` polls instance metadata for Spot
   notices, in a rank and once per node before a launch.
@@ -33,6 +35,6 @@
 - `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its
   path is part of the job-spec contract (configs/own_train.py, README); it runs on trainer ranks.
 
-Imports go one way: client -> control -> shared, node -> shared; nothing in node or shared imports
-control or client.
+Imports go one way: client -> control -> shared, head -> control -> shared, node -> shared; nothing in
+node or shared imports control, head or client.
 """

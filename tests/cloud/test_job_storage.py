@@ -32,7 +32,7 @@ from tests.cloud.plans import make_plan, make_tiering_plan
 from tests.deepcheck.dc_fixtures import make_checkpoint
 from tests.documents import JOB
 from training.client.storage import ready_job_storage
-from training.control.mirror import LogMirror
+from training.head.log_mirror import LogMirror
 from training.shared.jobspec import load_job_spec
 from training.shared.storage import job_storage, l3_location
 

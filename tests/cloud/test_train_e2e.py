@@ -173,7 +173,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
     proc = start_train(env, job)
     read_until_step(proc, 6, seen)
     head = on_demand_node(env)  # mpirun and its supervisor run there, not on this machine
-    for command in ("mpirun ", "-m training.node.headrun "):
+    for command in ("mpirun ", "-m training.head.mpirun_guard "):
         pids = [pid for pid, line in _our_processes(env).items() if command in f" {line}"]
         assert pids and {pid_namespace(pid) for pid in pids} == host_namespaces(head), command
     victim = trainers_in_job(env, seen)[1]
@@ -397,7 +397,7 @@ def test_controller_killed_then_resumed(cluster):
     read_until_step(proc, 12, seen)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    deadline = time.monotonic() + 60  # its connection closed: headrun stops mpirun, and the ranks with it
+    deadline = time.monotonic() + 60  # its connection closed: mpirun_guard stops mpirun, and the ranks with it
     while (jobs := [c for c in _our_processes(env).values() if "mpirun" in c or "training.node.rank" in c]) and (
         time.monotonic() < deadline
     ):

@@ -71,7 +71,7 @@ class Rig:
         return self
 
     def cancel(self, mode: str) -> Callable[[], None]:
-        """What `deepvm cancel` does on the head (headquery): the request file, written whole."""
+        """What `deepvm cancel` does on the head (training.head.query): the request file, written whole."""
 
         def write() -> None:
             partial = self.cancel_file.with_suffix(".tmp")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import boto3
 
-from training.control.mirror import LogMirror
+from training.head.log_mirror import LogMirror
 from training.shared.storage import log_key
 
 

@@ -16,8 +16,8 @@ from training.control.launcher import (
     Launch,
     Node,
     arrange,
+    guarded_mpirun_command,
     head_files,
-    headrun_command,
     mpi_network,
     mpirun_command,
     split_batch,
@@ -146,8 +146,8 @@ def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_priv
     assert argv[argv.index("--master-addr") + 1] == "127.10.0.1"  # trainer 0's private address
     assert "OMP_NUM_THREADS=1" in argv and "PYTHONPATH=/home/u/deepvm/runtime" in argv
     assert argv[argv.index("-wdir") + 1] == "/home/u/deepvm/jobs/job-1/job"
-    command = shlex.split(headrun_command(_launch(nodes)))
-    assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.node.headrun", "--lease", "60", "--"]
+    command = shlex.split(guarded_mpirun_command(_launch(nodes)))
+    assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.head.mpirun_guard", "--lease", "60", "--"]
     assert command[7:] == argv
 
 

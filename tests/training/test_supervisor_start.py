@@ -64,7 +64,7 @@ def test_systemd_run_gets_the_exact_unit(tmp_path):
         f"--working-directory={home}",
         f"--setenv=DEEPVM_HOME={home}/deepvm/managed", f"--setenv=PYTHONPATH={home}/deepvm/runtime",
         "--setenv=AWS_DEFAULT_REGION=us-east-1", "--setenv=AWS_ENDPOINT_URL=http://127.0.0.1:5000/a b'c",
-        PYTHON, "-m", "training.control.supervisor", f"{home}/deepvm/managed/jobs/{FILES.job_id}",
+        PYTHON, "-m", "training.head.job_supervisor", f"{home}/deepvm/managed/jobs/{FILES.job_id}",
     ]  # fmt: skip
 
 

@@ -192,7 +192,7 @@ def start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> s
 def supervisor_command(files: JobFiles, python: str) -> str:
     """The head's command line (for its login shell) that runs the job's supervisor, whichever launcher
     starts it: built once, so that the systemd path runs exactly what the sandbox's setsid path runs."""
-    return f'{shlex.quote(python)} -m training.control.supervisor "$HOME/{files.root}"'
+    return f'{shlex.quote(python)} -m training.head.job_supervisor "$HOME/{files.root}"'
 
 
 def systemd_launch(unit: str, command: str, env_names: list[str]) -> str:
@@ -227,7 +227,7 @@ def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
 
 
 def _query(head: Head, args: str) -> str:
-    return f"{_ENV} && {shlex.quote(head.python)} -m training.control.headquery {args}"
+    return f"{_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
 
 
 def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], start: int = 0,

@@ -1,6 +1,6 @@
 """The recovery controller behind `deepvm train`: run a job on a cluster until it completes.
 
-It runs on the cluster's head node for a managed job (training.control.service), or in `deepvm train
+It runs on the cluster's head node for a managed job (training.head.job_service), or in `deepvm train
 --controller local`, and drives one mpirun at a time (an attempt) through an AttemptSession
 (training.control.session: prepare, launch, watch). It decides only *when* and *on which nodes*; its
 parts each keep one thing: the node pool (training.control.nodepool) every node's state, the job record
@@ -31,7 +31,7 @@ The loop, each phase on the controller's thread (threads only post: see session 
 
 The global batch follows the job's shrink policy (the ranks compute it from the plan's trainer count),
 so a relaunch on fewer trainers continues the same optimisation. `deepvm train --resume` continues a job
-whose controller died (headrun stops its mpirun when the controller's connection ends: see launcher)
+whose controller died (mpirun_guard stops its mpirun when the controller's connection ends: see launcher)
 from the newest complete checkpoint.
 """
 

@@ -43,7 +43,7 @@ class TrainRequest:
     replace_nodes: bool = True  # buy a spot node for each one lost, within the plan's count
     max_failures: int = 3  # consecutive attempts that fail without progress before giving up
     stall_timeout_s: float | None = None  # silence after which a running job counts as hung; None: adaptive
-    # set when the controller runs on the cluster's head node (training.control.service):
+    # set when the controller runs on the cluster's head node (training.head.job_service):
     job_id: str | None = None  # the job's id, chosen by the client; a stored job of this id is resumed
     node_env: dict[str, str] | None = None  # the ranks' AWS settings, as the user's machine computed them
     cancel_file: Path | None = None  # once it exists, the job is cancelled ("now" in it: without a checkpoint)

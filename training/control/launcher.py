@@ -17,12 +17,12 @@ checkpoints. A holder node runs one rank.
 When every node address is a loopback address (the sandbox) MPI's TCP traffic is kept on the loopback
 interface.
 
-An Attempt owns one mpirun: it runs under training.node.headrun, started over SSH, whose stdin carries the
+An Attempt owns one mpirun: it runs under training.head.mpirun_guard, started over SSH, whose stdin carries the
 controller's commands (stop, kill, and a ping every few seconds) and whose output is mpirun's, handed
 to a sink line by line with the MPI rank that wrote it. Open MPI forwards SIGUSR1 to every rank: that
 is the clean stop (trainers flush a checkpoint and leave); SIGTERM to mpirun and then SIGKILL to all it
 started on the head are the hard one. A controller that dies, or whose connection drops, leaves nothing
-running: headrun takes the end of its stdin, or a minute without a ping, as the hard stop.
+running: mpirun_guard takes the end of its stdin, or a minute without a ping, as the hard stop.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
 _ROLES = {Role.TRAINER: "trainer", Role.HOLDER: "holder", Role.ANCHOR: "both"}  # plan role -> DeepCheck role
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
 _NUMPY_WARNING = "Failed to initialize NumPy"
-_PING_S = 10.0  # how often an Attempt tells headrun that the controller is alive
-_LEASE_S = 60.0  # headrun stops the job after this long without a word from the controller
+_PING_S = 10.0  # how often an Attempt tells mpirun_guard that the controller is alive
+_LEASE_S = 60.0  # mpirun_guard stops the job after this long without a word from the controller
 _LOST = 255  # an Attempt's exit code when the connection to the head ended without one (as ssh's)
-_EXIT_MARGIN_S = 15.0  # after a hard stop's grace: headrun's SIGKILL, its last output and its exit
+_EXIT_MARGIN_S = 15.0  # after a hard stop's grace: mpirun_guard's SIGKILL, its last output and its exit
 # torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
 # outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
 _MASTER_PORTS = (20000, 32767)
@@ -252,9 +252,10 @@ def _pinned_line(node: Node) -> str:
     return "".join(f"{pattern} {key.get_name()} {key.get_base64()}\n" for key in keys.values())
 
 
-def headrun_command(launch: Launch) -> str:
-    """The command that runs mpirun on the head under training.node.headrun (for the head's login shell)."""
-    argv = [launch.python, "-m", "training.node.headrun", "--lease", f"{_LEASE_S:g}", "--", *mpirun_command(launch)]
+def guarded_mpirun_command(launch: Launch) -> str:
+    """The command that runs mpirun on the head under training.head.mpirun_guard (for the head's login shell)."""
+    guard = [launch.python, "-m", "training.head.mpirun_guard", "--lease", f"{_LEASE_S:g}", "--"]
+    argv = [*guard, *mpirun_command(launch)]
     return "exec " + shlex.join(argv)
 
 
@@ -285,7 +286,7 @@ class Attempt:
         self._exited = threading.Event()
         self.started_at = time.monotonic()
         self._remote = RemoteCommand(
-            launch.head.host, headrun_command(launch), self._line, env={"PYTHONPATH": launch.paths.runtime}
+            launch.head.host, guarded_mpirun_command(launch), self._line, env={"PYTHONPATH": launch.paths.runtime}
         )
         threading.Thread(target=self._reap, daemon=True).start()
         threading.Thread(target=self._keep_alive, daemon=True).start()
@@ -335,5 +336,5 @@ class Attempt:
             return
         self._remote.send_line(f"kill {grace_s:g}")
         if not self._exited.wait(grace_s + _EXIT_MARGIN_S):
-            self._remote.close()  # headrun's stdin ends: the hard stop there, whatever happened here
+            self._remote.close()  # mpirun_guard's stdin ends: the hard stop there, whatever happened here
             self._exited.wait()

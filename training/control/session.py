@@ -100,7 +100,7 @@ class NodeAccess(Protocol):
 
 
 class SshNodes:
-    """NodeAccess over SSH: staging's pushes and scripts, probes, the head's files, mpirun under headrun."""
+    """NodeAccess over SSH: staging's pushes and scripts, probes, the head's files, mpirun under mpirun_guard."""
 
     def __init__(self) -> None:
         self._open_mpi: dict[str, str | None] = {}  # head instance id -> its Open MPI home, once found

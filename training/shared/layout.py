@@ -12,8 +12,8 @@ there, and so does SFTP):
     deepvm/managed/jobs/JOB_ID/cancel       written by `deepvm cancel`: "checkpoint" or "now"
     deepvm/managed/jobs/JOB_ID/supervisor.pid, service.pid   the running processes
 
-The head's programs (service, supervisor, headquery) run in a job's root and name these files directly;
-the client reaches them through JobFiles.
+The head's programs (training/head: job_service, job_supervisor, query) run in a job's root and name these
+files directly; the client reaches them through JobFiles.
 """
 
 from __future__ import annotations

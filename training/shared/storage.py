@@ -1,5 +1,5 @@
 """Where a job's objects live in S3, from its spec: the one place that says so, for the ranks that write
-them (DeepCheck's L3 on every holder, training.node.rank), the head's log mirror (training.control.mirror)
+them (DeepCheck's L3 on every holder, training.node.rank), the head's log mirror (training.head.log_mirror)
 and the user's side that grants exactly these areas to the cluster's roles before the job starts
 (training.client.storage)."""
 

@@ -145,7 +145,7 @@ RUNS_UNDER: dict[str, Module] = {
                                                "(without it, EC2's DryRun)", Use.OPTIONAL),
     "provisioning.cloud.aws.dryrun": Module(frozenset({_U}), "`check`: EC2 rights probed with DryRun", Use.PROBE),
     "training.client.storage": Module(frozenset({_U}), "`train` with l3: the job's bucket exists"),
-    "training.control.mirror": Module(frozenset({_H}), "a managed job's log, mirrored beside its L3"),
+    "training.head.log_mirror": Module(frozenset({_H}), "a managed job's log, mirrored beside its L3"),
     # every holder (the head always is one) writes L3; the head leads, and commits manifests
     "deepcheck.storage_s3": Module(frozenset({_H, _O}), "DeepCheck's L3"),
     # ranks that train read an S3 dataset: the trainers with your profile, a Single Anchor's head with its own

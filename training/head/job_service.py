@@ -1,4 +1,4 @@
-"""The managed job's controller on the head node: `python -m training.control.service JOB_ROOT`.
+"""The managed job's controller on the head node: `python -m training.head.job_service JOB_ROOT`.
 
 It runs training.control.controller for one job, as `deepvm train --controller local` would on the user's
 machine, with three differences that make it independent of that machine:
@@ -28,9 +28,9 @@ from provisioning.clusters.store import ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
 from provisioning.core.errors import InputError
 from training.control.controller import TrainingCancelled, TrainingFailed, train
-from training.control.joblog import JobLog
 from training.control.jobrecord import TrainRequest
-from training.control.mirror import LogMirror
+from training.head.joblog import JobLog
+from training.head.log_mirror import LogMirror
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import ControllerBusy, JobStatus
 from training.shared.records import HeadJob

@@ -1,4 +1,4 @@
-"""Keeps a managed job's service running on the head: `python -m training.control.supervisor JOB_ROOT`.
+"""Keeps a managed job's service running on the head: `python -m training.head.job_supervisor JOB_ROOT`.
 
 Where the head runs systemd (AWS images), the client starts this process as a transient systemd unit
 that is itself restarted on failure; where there is none (the sandbox's hosts), it is started detached
@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
-from training.control.joblog import JobLog
-from training.control.service import FINAL
+from training.head.job_service import FINAL
+from training.head.joblog import JobLog
 from training.shared.jobstore import JobStatus, JobStore
 
 _MAX_CRASHES = 5
@@ -52,7 +52,7 @@ def supervise(root: Path) -> int:
     with open(root / "service.out", "ab") as output:
         while True:
             service = subprocess.Popen(
-                [sys.executable, "-m", "training.control.service", str(root)],
+                [sys.executable, "-m", "training.head.job_service", str(root)],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,

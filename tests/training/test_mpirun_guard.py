@@ -1,4 +1,4 @@
-"""training.node.headrun, the supervisor of mpirun on the head node, around a real local mpirun: the commands
+"""training.head.mpirun_guard, the supervisor of mpirun on the head node, around a real local mpirun: the commands
 on its stdin, the end of stdin and a lapsed lease, its output and its exit code, and that nothing mpirun
 started outlives it."""
 
@@ -46,12 +46,12 @@ pytestmark = [
 ]
 
 
-def headrun(tmp_path: Path, mode: str, *options: str) -> subprocess.Popen:
+def mpirun_guard(tmp_path: Path, mode: str, *options: str) -> subprocess.Popen:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_")}  # headrun allows root itself
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_")}  # mpirun_guard allows root itself
     command = [
-        sys.executable, "-m", "training.node.headrun", *options, "--",
+        sys.executable, "-m", "training.head.mpirun_guard", *options, "--",
         "mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--tag-output", sys.executable, str(script), mode,
     ]  # fmt: skip
     return subprocess.Popen(
@@ -102,7 +102,7 @@ def alive(pid: int) -> bool:
 
 
 def test_stop_reaches_every_rank_and_the_job_ends_cleanly(tmp_path):
-    proc = headrun(tmp_path, "clean", "--lease", "30")
+    proc = mpirun_guard(tmp_path, "clean", "--lease", "30")
     pids = ready(proc)
     send(proc, "ping", "stop")  # stdin stays open: only the stop ends the job
     stdout, _ = finish(proc)
@@ -115,7 +115,7 @@ def test_stop_reaches_every_rank_and_the_job_ends_cleanly(tmp_path):
 
 @pytest.mark.parametrize("how", ["kill", "end of stdin", "lapsed lease", "SIGTERM"])
 def test_the_hard_stop_leaves_nothing_running(tmp_path, how):
-    proc = headrun(tmp_path, "stubborn", "--grace", "1", *(["--lease", "2"] if how == "lapsed lease" else []))
+    proc = mpirun_guard(tmp_path, "stubborn", "--grace", "1", *(["--lease", "2"] if how == "lapsed lease" else []))
     pids = ready(proc)
     started = time.monotonic()
     if how == "kill":
@@ -129,11 +129,11 @@ def test_the_hard_stop_leaves_nothing_running(tmp_path, how):
     left = [p for p in pids if alive(p)]
     assert not left, f"still running: {left}"  # the ranks, their detached children and mpirun
     if how == "lapsed lease":
-        assert "headrun: no word from the controller for 2s: stopping the job" in stderr
+        assert "mpirun_guard: no word from the controller for 2s: stopping the job" in stderr
 
 
 def test_a_killed_supervisor_takes_mpirun_with_it(tmp_path):
-    proc = headrun(tmp_path, "plain")
+    proc = mpirun_guard(tmp_path, "plain")
     pids = ready(proc)
     proc.kill()
     proc.wait()
@@ -145,7 +145,7 @@ def test_a_killed_supervisor_takes_mpirun_with_it(tmp_path):
 
 
 def test_output_passes_through_the_exit_code_is_mpiruns_and_nothing_is_left(tmp_path):
-    proc = headrun(tmp_path, "fail")
+    proc = mpirun_guard(tmp_path, "fail")
     _, stderr = finish(proc)
     assert proc.returncode == 3
     tagged = sorted(m.groups()[1:] for m in map(_TAG.match, stderr.splitlines()) if m)
@@ -171,16 +171,16 @@ print(f"sigterms {len(got)}", flush=True)
 
 def test_the_keeper_folds_repeated_death_signals_into_one_sigterm(tmp_path):
     """mpirun aborts without stopping its ranks on a second SIGTERM; the kernel can send the parent-death
-    signal once per dying thread of headrun. The keeper passes on one."""
+    signal once per dying thread of mpirun_guard. The signal relay passes on one."""
     script = tmp_path / "counter.py"
     script.write_text(COUNTER)
-    keeper = subprocess.Popen(
-        [sys.executable, "-m", "training.node.keeper", "--", sys.executable, str(script)],
+    signal_relay = subprocess.Popen(
+        [sys.executable, "-m", "training.head.signal_relay", "--", sys.executable, str(script)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert keeper.stdout is not None and keeper.stdout.readline() == "ready\n"
+    assert signal_relay.stdout is not None and signal_relay.stdout.readline() == "ready\n"
     for _ in range(3):
-        keeper.send_signal(signal.SIGTERM)
+        signal_relay.send_signal(signal.SIGTERM)
         time.sleep(0.05)
-    out, _ = keeper.communicate(timeout=30)
-    assert out == "sigterms 1\n" and keeper.returncode == 0
+    out, _ = signal_relay.communicate(timeout=30)
+    assert out == "sigterms 1\n" and signal_relay.returncode == 0

@@ -1,10 +1,10 @@
 """What the user's machine asks the head about its managed jobs, over SSH:
 
-    python -m training.control.headquery jobs                 one JobSummary (JSON) per line, newest first
-    python -m training.control.headquery log JOB_ID [--from N] [--follow]
+    python -m training.head.query jobs                 one JobSummary (JSON) per line, newest first
+    python -m training.head.query log JOB_ID [--from N] [--follow]
                                                               the job's log records from line N; with
                                                               --follow, until the job is over
-    python -m training.control.headquery cancel JOB_ID [--now]
+    python -m training.head.query cancel JOB_ID [--now]
 
 It reads the head's files and state store and changes nothing but the cancel request, so any number of
 clients can ask at once while the job runs. Run with DEEPVM_HOME set to the head's managed home.
@@ -38,7 +38,7 @@ def supervisor_alive(root: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return b"training.control.supervisor" in cmdline
+    return b"training.head.job_supervisor" in cmdline
 
 
 def summaries() -> list[JobSummary]:
@@ -130,7 +130,7 @@ def cancel(job_id: str, now: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.control.headquery")
+    parser = argparse.ArgumentParser(prog="python -m training.head.query")
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("jobs")
     log = sub.add_parser("log")

@@ -1,6 +1,6 @@
 """The supervisor of one mpirun on the head node, which the controller starts there over SSH:
 
-    python -m training.node.headrun [--grace S] [--lease S] -- mpirun ARGS...
+    python -m training.head.mpirun_guard [--grace S] [--lease S] -- mpirun ARGS...
 
 mpirun runs in the cluster because Open MPI's daemons connect back to it, which they cannot do to a
 laptop behind NAT or a firewall. The controller then needs a way to drive it from afar, and this is it:
@@ -19,7 +19,7 @@ Whatever mpirun started on this node is found and killed when it exits, however 
 is their subreaper, so even those that left mpirun's process group (Open MPI gives each local rank its
 own) or lost their parent stay below it. mpirun runs in its own process group, so signals meant for
 this process reach it only as this process decides, and it gets one SIGTERM if this process dies, even
-by SIGKILL (through training.node.keeper, which says why it takes a process of its own). As root, Open MPI
+by SIGKILL (through training.head.signal_relay, which says why it takes a process of its own). As root, Open MPI
 must be told that running as root is meant.
 """
 
@@ -52,8 +52,8 @@ class Mpirun:
         if os.geteuid() == 0:  # Open MPI refuses root unless told; the sandbox runs as root
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        self.proc = subprocess.Popen(  # through the keeper: see training/node/keeper.py for why
-            [sys.executable, "-m", "training.node.keeper", "--", *command],
+        self.proc = subprocess.Popen(  # through the signal_relay: see training/head/signal_relay.py for why
+            [sys.executable, "-m", "training.head.signal_relay", "--", *command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -142,7 +142,7 @@ def _read_commands(stdin: BinaryIO, commands: queue.Queue[str]) -> None:
 
 def _say(text: str) -> None:
     with contextlib.suppress(OSError):
-        print(f"headrun: {text}", file=sys.stderr, flush=True)
+        print(f"mpirun_guard: {text}", file=sys.stderr, flush=True)
 
 
 def _obey(commands: queue.Queue[str], mpirun: Mpirun, grace_s: float, lease_s: float | None) -> None:
@@ -167,7 +167,7 @@ def _obey(commands: queue.Queue[str], mpirun: Mpirun, grace_s: float, lease_s: f
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.node.headrun", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m training.head.mpirun_guard", description=__doc__.splitlines()[0])
     p.add_argument("--grace", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL in a hard stop")
     p.add_argument("--lease", type=float, help="hard stop when no line came on stdin for this many seconds")
     p.add_argument("command", nargs="+", help="mpirun and its arguments, after --")

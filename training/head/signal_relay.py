@@ -1,14 +1,14 @@
-"""The one process between training.node.headrun and mpirun: headrun's death, however often the kernel reports
+"""The one process between training.head.mpirun_guard and mpirun: mpirun_guard's death, however often the kernel reports
 it, becomes exactly one SIGTERM for mpirun.
 
-Why it exists: PR_SET_PDEATHSIG is tied to the *thread* that started the child. headrun has several
+Why it exists: PR_SET_PDEATHSIG is tied to the *thread* that started the child. mpirun_guard has several
 threads, and when it is killed the kernel hands its children from one dying thread to the next, sending
 the death signal at every hand-over. Open MPI's mpirun takes a second SIGTERM as "abort at once" and exits
 without stopping its ranks, which then run on with no parent (seen in about one kill in three). This
 process has a single thread, so mpirun, its child, gets the death signal once; its own repeated death
 signals are folded into one. It forwards SIGUSR1 (the clean stop) and exits with mpirun's exit status.
 
-Usage (by headrun): `python -m training.node.keeper -- mpirun ARGS...`
+Usage (by mpirun_guard): `python -m training.head.signal_relay -- mpirun ARGS...`
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _prctl_death_signal() -> None:
 
 
 def _mpirun_setup() -> None:
-    """In mpirun before exec: SIGTERM when this keeper dies (once: it has one thread). SIGPIPE ignored:
+    """In mpirun before exec: SIGTERM when this signal_relay dies (once: it has one thread). SIGPIPE ignored:
     once nobody reads mpirun's output, a write must not kill it halfway through stopping its ranks."""
     _prctl_death_signal()
     ctypes.CDLL(None, use_errno=True).signal(signal.SIGPIPE, _SIG_IGN)
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m training.node.keeper -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m training.head.signal_relay -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     child: subprocess.Popen | None = None
     terminating = False
@@ -60,12 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, on_stop)
     parent = os.getppid()
     _prctl_death_signal()
-    if os.getppid() != parent:  # headrun died before the death signal was armed
+    if os.getppid() != parent:  # mpirun_guard died before the death signal was armed
         return 128 + signal.SIGTERM
     try:
         child = subprocess.Popen(args, preexec_fn=_mpirun_setup)  # single-threaded: safe
     except OSError as exc:
-        print(f"keeper: cannot start {args[0]}: {exc}", file=sys.stderr)
+        print(f"signal_relay: cannot start {args[0]}: {exc}", file=sys.stderr)
         return 127
     if terminating:  # a death signal came while mpirun was starting
         child.send_signal(signal.SIGTERM)
