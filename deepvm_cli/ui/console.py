@@ -13,8 +13,15 @@ from typing import Any
 
 from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+
+def new_consoles() -> tuple[Console, Console]:
+    """stdout's and stderr's consoles, as the environment says now: rich reads TTY_INTERACTIVE, NO_COLOR and a
+    set COLUMNS when a console is made. Made once at import; tests that run many command lines in one process,
+    each with an environment of its own, make them again per line."""
+    return Console(highlight=False, soft_wrap=False), Console(stderr=True, highlight=False)
+
+
+out, err = new_consoles()
 
 
 def info(message: str) -> None:

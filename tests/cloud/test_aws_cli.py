@@ -1,4 +1,4 @@
-"""`deepvm up / status / down` with --cloud aws against a moto server over HTTP, as separate processes."""
+"""`deepvm up / status / down` with --cloud aws against a moto server over HTTP, the CLI in this process."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from provisioning.cloud.names import CLUSTER_TAG, ClusterIdentity
 from provisioning.clusters.store import Store
 from tests.cloud.cloud_state import left_of, named
 from tests.cloud.plans import make_plan, write_plans
-from tests.conftest import run_cli
+from tests.conftest import Cli
 
 
-def _up(plan_file, ami, *extra):
-    return run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
+def _up(cli: Cli, plan_file, ami, *extra):
+    return cli("up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", *extra)
 
 
 def _live_instances(ctx, name="c1"):
@@ -35,9 +35,9 @@ def _has_cluster_tag(tags, name="c1"):
     return {"Key": CLUSTER_TAG, "Value": name} in (tags or [])
 
 
-def test_up_status_down(ctx, ami, tmp_path, isolated_env):
+def test_up_status_down(ctx, ami, tmp_path, isolated_env, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
-    result = _up(plan, ami, "--name", "c1", "--json", "--ssh-cidr", "198.51.100.7/32")
+    result = _up(cli, plan, ami, "--name", "c1", "--json", "--ssh-cidr", "198.51.100.7/32")
     assert result.returncode == 0, result.stderr
     assert "warning:" not in result.stderr  # one address: nothing to warn about
     up = json.loads(result.stdout)
@@ -47,7 +47,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert all(n["availability_zone"] == "us-east-1a" for n in up["nodes"])
     assert (isolated_env / "clusters" / "c1" / "id_ed25519").stat().st_mode & 0o777 == 0o600
 
-    status = run_cli("status", "c1", "--json")
+    status = cli("status", "c1", "--json")
     assert status.returncode == 0, status.stderr
     view = json.loads(status.stdout)
     assert view["name"] == "c1" and view["refreshed"] is True
@@ -55,7 +55,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert view["prices_as_of"] == "2026-11-01T00:00:00Z"
     assert {n["instance_id"] for n in view["nodes"]} == {n["instance_id"] for n in up["nodes"]}
     for columns in ("80", "120"):  # the human view cuts no id, address or price, even at 80 columns
-        shown = run_cli("status", "c1", env={"COLUMNS": columns, "NO_COLOR": "1"})
+        shown = cli("status", "c1", env={"COLUMNS": columns, "NO_COLOR": "1"})
         assert shown.returncode == 0, shown.stderr
         assert "…" not in shown.stdout
         for node in view["nodes"]:
@@ -106,30 +106,30 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env):
     assert internal_private not in user_data
     assert sorted(p.name for p in (isolated_env / "clusters" / "c1").iterdir()) == ["id_ed25519", "internal_ed25519"]
 
-    down = run_cli("down", "c1", "--yes", "--json")
+    down = cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr
     assert len([d for d in json.loads(down.stdout)["deleted"] if d.startswith("instance ")]) == 4
     assert _live_instances(ctx) == [] and left_of(ctx, "c1") == []
-    again = run_cli("down", "c1", "--yes", "--json")
+    again = cli("down", "c1", "--yes", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["deleted"] == []
 
 
-def test_up_twice_is_one_cluster(ctx, ami, tmp_path):
+def test_up_twice_is_one_cluster(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
-    first = _up(plan, ami, "--name", "c1", "--json")
+    first = _up(cli, plan, ami, "--name", "c1", "--json")
     assert first.returncode == 0, first.stderr
-    second = _up(plan, ami, "--name", "c1", "--json")
+    second = _up(cli, plan, ami, "--name", "c1", "--json")
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["nodes"] == json.loads(first.stdout)["nodes"]
     assert len(_live_instances(ctx)) == 3
     assert len(Store().cluster("c1").resources.fleet_ids) == 1
 
 
-def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isolated_env):
+def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isolated_env, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
-    assert _up(plan, ami, "--name", "c1").returncode == 0
+    assert _up(cli, plan, ami, "--name", "c1").returncode == 0
     shutil.rmtree(isolated_env)
-    result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", "us-east-1")
+    result = cli("down", "c1", "--yes", "--cloud", "aws", "--region", "us-east-1")
     assert result.returncode == 0, result.stderr
     assert "deleted instance" in result.stdout
     assert _live_instances(ctx) == [] and left_of(ctx, "c1") == []
@@ -155,48 +155,48 @@ def test_down_after_local_state_was_lost_leaves_nothing(ctx, ami, tmp_path, isol
         (("down", "c1"), 5, "deepvm: error: no cluster named 'c1': not in the local state, and nothing tagged"),
     ],
 )
-def test_bad_input_is_one_line_and_an_exit_code(moto, args, code, message):
-    result = run_cli(*args)
+def test_bad_input_is_one_line_and_an_exit_code(moto, args, code, message, cli):
+    result = cli(*args)
     assert result.returncode == code, result.stderr
     assert result.stderr.startswith(message)
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path):
+def test_bad_cluster_name_on_up_creates_nothing(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan())
-    result = _up(plan, ami, "--name", "my cluster/1")
+    result = _up(cli, plan, ami, "--name", "my cluster/1")
     assert result.returncode == 2
     assert result.stderr.startswith("deepvm: error: cluster name 'my cluster/1' is not allowed")
     assert ctx.client("ec2").describe_instances()["Reservations"] == []
 
 
-def test_missing_deep_learning_ami_says_to_pass_ami(realism, tmp_path):
+def test_missing_deep_learning_ami_says_to_pass_ami(realism, tmp_path, cli):
     realism.change(public_parameters={})  # a region where AWS publishes no such image
     plan = write_plans(tmp_path / "plan.json", make_plan())
-    result = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
+    result = cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
     assert "could not find Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.9 (Ubuntu 24.04) in us-east-1 " \
            "(ParameterNotFound for /aws/service/deeplearning/" in result.stderr and "pass --ami" in result.stderr
 
 
-def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami, tmp_path):
+def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami, tmp_path, cli):
     iam = ctx.client("iam")
     iam.create_role(RoleName="deepvm-nodes", AssumeRolePolicyDocument="{}")
     iam.create_instance_profile(InstanceProfileName="deepvm-nodes")
     iam.add_role_to_instance_profile(InstanceProfileName="deepvm-nodes", RoleName="deepvm-nodes")
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--name", "c1", "--instance-profile", "deepvm-nodes")
+    result = _up(cli, plan, ami, "--name", "c1", "--instance-profile", "deepvm-nodes")
     assert result.returncode == 0, result.stderr
     data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())[
         "LaunchTemplateVersions"
     ][0]["LaunchTemplateData"]
     assert data["IamInstanceProfile"] == {"Name": "deepvm-nodes"}
-    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert cli("down", "c1", "--yes").returncode == 0
 
 
-def test_ssh_open_to_every_address_is_warned_about_and_still_launched(ctx, ami, tmp_path):
+def test_ssh_open_to_every_address_is_warned_about_and_still_launched(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/0")
+    result = _up(cli, plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/0")
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
@@ -205,13 +205,13 @@ def test_ssh_open_to_every_address_is_warned_about_and_still_launched(ctx, ami, 
     group = ctx.client("ec2").describe_security_groups(GroupNames=[named()])["SecurityGroups"][0]
     ssh = next(r for r in group["IpPermissions"] if r.get("FromPort") == 22)
     assert [r["CidrIp"] for r in ssh["IpRanges"]] == ["0.0.0.0/0"]
-    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert cli("down", "c1", "--yes").returncode == 0
 
 
-def test_every_ipv6_address_is_warned_about_too_and_admitted_as_an_ipv6_range(ctx, ami, tmp_path):
+def test_every_ipv6_address_is_warned_about_too_and_admitted_as_an_ipv6_range(ctx, ami, tmp_path, cli):
     cidr = "0::0/0"
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", cidr, "--dry-run")
+    result = _up(cli, plan, ami, "--name", "c1", "--ssh-cidr", cidr, "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "warning: --ssh-cidr ::/0 opens the nodes' SSH port to the whole internet" in result.stderr
 
@@ -222,9 +222,9 @@ def test_every_ipv6_address_is_warned_about_too_and_admitted_as_an_ipv6_range(ct
     assert [r["CidrIpv6"] for r in ssh["Ipv6Ranges"]] == ["::/0"] and ssh["IpRanges"] == []
 
 
-def test_a_malformed_ssh_cidr_is_refused_before_anything_is_created(ctx, ami, tmp_path):
+def test_a_malformed_ssh_cidr_is_refused_before_anything_is_created(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/33")
+    result = _up(cli, plan, ami, "--name", "c1", "--ssh-cidr", "0.0.0.0/33")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "deepvm: error: --ssh-cidr '0.0.0.0/33' is not an address range like 203.0.113.7/32"

@@ -17,7 +17,6 @@ from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.db import StateFileError
 from tests.cloud.cloud_state import created_resources, left_of
 from tests.cloud.plans import REGION, make_plan, write_plans
-from tests.conftest import run_cli
 from training.shared.jobstore import JobStore
 
 
@@ -61,48 +60,50 @@ def _one_clean_line(result, state: Path, shown_before: bool = False) -> str:
 
 
 @pytest.mark.parametrize("broken", BREAKS)
-def test_status_names_the_file_and_says_to_move_it_aside(broken, isolated_env):
+def test_status_names_the_file_and_says_to_move_it_aside(broken, isolated_env, cli):
     isolated_env.mkdir(parents=True, exist_ok=True)
     state = isolated_env / "state.db"
     BREAKS[broken](state)
-    line = _one_clean_line(run_cli("status"), state)
+    line = _one_clean_line(cli("status"), state)
     assert "move it aside" in line and "deepvm down NAME" in line
     with pytest.raises(StateFileError):
         JobStore()  # the jobs table shares the file, and its refusal
 
 
-def test_up_creates_nothing_jobs_refuses_plan_is_unaffected_and_down_finds_nothing(isolated_env, ctx, ami, tmp_path):
+def test_up_creates_nothing_jobs_refuses_plan_is_unaffected_and_down_finds_nothing(
+    isolated_env, ctx, ami, tmp_path, cli
+):
     isolated_env.mkdir(parents=True, exist_ok=True)
     state = isolated_env / "state.db"
     _garbage(state)
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
 
-    up = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--ami", ami, "--no-wait", "--name", "c1")
+    up = cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--ami", ami, "--no-wait", "--name", "c1")
     assert "move it aside" in _one_clean_line(up, state, shown_before=True)
     assert created_resources(ctx) == {}
     assert ctx.client("iam").list_roles()["Roles"] == []
 
-    assert "move it aside" in _one_clean_line(run_cli("jobs"), state)
+    assert "move it aside" in _one_clean_line(cli("jobs"), state)
 
     # the planner reads no state: a broken file does not stand in its way
-    planned = run_cli("plan", "--offline", "--max-price", "2", "--region", REGION, "--json")
+    planned = cli("plan", "--offline", "--max-price", "2", "--region", REGION, "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["plans"]
 
-    nothing = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION)
+    nothing = cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION)
     assert nothing.returncode == 5  # nothing tagged c1 either
     assert "no cluster named 'c1'" in _one_clean_line(nothing, state)
 
 
-def test_down_with_a_broken_state_deletes_the_cluster_found_by_its_tags(isolated_env, ctx, ami, tmp_path):
+def test_down_with_a_broken_state_deletes_the_cluster_found_by_its_tags(isolated_env, ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
-    up = run_cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--ami", ami, "--no-wait", "--name", "c1")
+    up = cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--ami", ami, "--no-wait", "--name", "c1")
     assert up.returncode == 0, up.stderr
     assert created_resources(ctx)["instances"]
     state = isolated_env / "state.db"
     _cut(state, 3)
 
-    result = run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION, "--json")
+    result = cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["had_record"] is False
     assert f"{state} is damaged" in result.stderr and "found by its tags" in result.stderr

@@ -21,7 +21,7 @@ from provisioning.clusters.target import AwsTarget
 from provisioning.core.errors import CloudError
 from tests.cloud.cloud_state import identity, left_of, named
 from tests.cloud.plans import REGION, make_plan, write_plans
-from tests.conftest import run_cli
+from tests.conftest import Cli, run_cli
 
 C1 = ClusterIdentity("c1", "0a1b2c3d")
 ROLE = f"deepvm-c1-0a1b2c3d-{REGION}-controller"  # the cluster's role when `up` gives c1 the id C1's
@@ -131,8 +131,8 @@ def test_the_role_name_is_fixed_per_cluster_and_region_and_fits_iam():
 # `up` and `down` against the moto server
 
 
-def _up(plan_file, ami, *extra):
-    return run_cli(
+def _up(cli: Cli, plan_file, ami, *extra):
+    return cli(
         "up", "--yes", "--cloud", "aws", "--plan", str(plan_file), "--ami", ami, "--no-wait", "--name", "c1", *extra
     )
 
@@ -165,9 +165,9 @@ def _head_id(nodes: list[dict]) -> str:
     return head
 
 
-def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami, tmp_path):
+def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
-    result = _up(plan, ami, "--json")
+    result = _up(cli, plan, ami, "--json")
     assert result.returncode == 0, result.stderr
     head = _head_id(json.loads(result.stdout)["nodes"])
 
@@ -191,41 +191,41 @@ def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami,
     row = Store().cluster("c1")
     assert row.resources.controller == ControllerAccess(profile=role_id, role=role_id, owned=True)
 
-    down = run_cli("down", "c1", "--yes", "--json")
+    down = cli("down", "c1", "--yes", "--json")
     assert down.returncode == 0, down.stderr
     assert {f"IAM role {role_id}", f"IAM instance profile {role_id}"} <= set(json.loads(down.stdout)["deleted"])
     assert _iam_gone(ctx, role_id) and _associations(ctx) == {} and left_of(ctx, "c1") == []
 
 
-def test_controller_profile_is_used_as_given_and_kept_at_down(ctx, ami, tmp_path):
+def test_controller_profile_is_used_as_given_and_kept_at_down(ctx, ami, tmp_path, cli):
     iam = ctx.client("iam")
     iam.create_role(RoleName="ops-controller", AssumeRolePolicyDocument="{}")
     arn = iam.create_instance_profile(InstanceProfileName="ops-controller")["InstanceProfile"]["Arn"]
     iam.add_role_to_instance_profile(InstanceProfileName="ops-controller", RoleName="ops-controller")
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--json", "--controller-profile", "ops-controller")
+    result = _up(cli, plan, ami, "--json", "--controller-profile", "ops-controller")
     assert result.returncode == 0, result.stderr
     assert _associations(ctx) == {_head_id(json.loads(result.stdout)["nodes"]): arn}
     assert iam.list_roles(PathPrefix="/deepvm/")["Roles"] == []  # deepvm made no role of its own
     assert Store().cluster("c1").resources.controller == ControllerAccess(profile="ops-controller")
-    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert cli("down", "c1", "--yes").returncode == 0
     assert iam.get_instance_profile(InstanceProfileName="ops-controller")["InstanceProfile"]["Roles"]
     assert iam.get_role(RoleName="ops-controller")
 
 
-def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(ctx, ami, tmp_path):
+def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(ctx, ami, tmp_path, cli):
     iam = ctx.client("iam")
     node_role = iam.create_role(RoleName="nodes", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     iam.create_instance_profile(InstanceProfileName="nodes")
     iam.add_role_to_instance_profile(InstanceProfileName="nodes", RoleName="nodes")
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
-    result = _up(plan, ami, "--json", "--instance-profile", "nodes")
+    result = _up(cli, plan, ami, "--json", "--instance-profile", "nodes")
     assert result.returncode == 0, result.stderr
     document = iam.get_role_policy(RoleName=_role(), PolicyName="deepvm-controller")["PolicyDocument"]
     assert document == controller_policy(identity(), REGION, node_role)
     head = _head_id(json.loads(result.stdout)["nodes"])
     assert _associations(ctx)[head].endswith(f"instance-profile/deepvm/{_role()}")
-    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert cli("down", "c1", "--yes").returncode == 0
 
 
 def test_attach_replaces_a_profile_the_head_already_holds(ctx, ami):
@@ -294,6 +294,7 @@ def test_a_refused_iam_role_says_what_to_pass_and_leaves_nothing(ctx, ami, monke
 def test_a_crash_in_the_middle_of_up_leaves_nothing_down_does_not_sweep(
     ctx, ami, monkeypatch, isolated_env, fixed_id, operation, service, state_lost
 ):
+    """`down` runs as a process of its own, as after a crash: none of this one's patches and hooks reach it."""
     monkeypatch.setattr(lifecycle, "_destroy", lambda *args, **kwargs: [])  # a dead process cleans nothing
     _fail(ctx, service, operation, _Crash())
     with pytest.raises(_Crash):
@@ -311,11 +312,11 @@ def test_a_crash_in_the_middle_of_up_leaves_nothing_down_does_not_sweep(
 
 
 @pytest.mark.parametrize("path", ["/", "/deepvm/"])
-def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx, path):
+def test_the_sweep_leaves_a_role_of_that_name_deepvm_did_not_tag(ctx, path, cli):
     for name in ("deepvm-c1-controller", ROLE):  # as named before ids, and since
         ctx.client("iam").create_role(RoleName=name, Path=path, AssumeRolePolicyDocument="{}")
     assert left_of(ctx, "c1") == []
-    assert run_cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION).returncode == 5
+    assert cli("down", "c1", "--yes", "--cloud", "aws", "--region", REGION).returncode == 5
     assert ctx.client("iam").get_role(RoleName=ROLE) and ctx.client("iam").get_role(RoleName="deepvm-c1-controller")
 
 

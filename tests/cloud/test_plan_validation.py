@@ -13,7 +13,7 @@ import pytest
 from provisioning.clusters.plan_choice import checked_plans
 from provisioning.core.errors import InputError
 from tests.cloud.cloud_state import created_resources
-from tests.conftest import DATA, run_cli
+from tests.conftest import DATA, Cli
 from tests.documents import plan_document
 
 
@@ -31,27 +31,27 @@ def _refused_in_one_line(result, where: str) -> str:
     return lines[0]
 
 
-def _up(path: Path, ami: str):
-    return run_cli("up", "--yes", "--cloud", "aws", "--plan", str(path), "--ami", ami, "--no-wait", "--name", "c1")
+def _up(cli: Cli, path: Path, ami: str):
+    return cli("up", "--yes", "--cloud", "aws", "--plan", str(path), "--ami", ami, "--no-wait", "--name", "c1")
 
 
-def test_deepvm_plan_json_fed_back_is_accepted_and_its_tampering_refused(ctx, ami, tmp_path):
-    planned = run_cli("plan", "--offline", "--max-price", "3", "--region", "us-east-1", "--json")
+def test_deepvm_plan_json_fed_back_is_accepted_and_its_tampering_refused(ctx, ami, tmp_path, cli):
+    planned = cli("plan", "--offline", "--max-price", "3", "--region", "us-east-1", "--json")
     assert planned.returncode == 0, planned.stderr
     path = _write(tmp_path / "planned.json", planned.stdout)
-    dry = run_cli("up", "--cloud", "aws", "--plan", str(path), "--dry-run", "--json")
+    dry = cli("up", "--cloud", "aws", "--plan", str(path), "--dry-run", "--json")
     assert dry.returncode == 0 and "warning" not in dry.stderr, dry.stderr
     assert json.loads(dry.stdout)["plans"][0] == json.loads(planned.stdout)["plans"][0]
     doc = json.loads(planned.stdout)
     doc["plans"][0]["nodes"][0]["count"] = 1e9
     _write(path, json.dumps(doc))
-    line = _refused_in_one_line(_up(path, ami), f"{path}: plans[0].nodes[0].count: ")
+    line = _refused_in_one_line(_up(cli, path, ami), f"{path}: plans[0].nodes[0].count: ")
     assert "got 1000000000.0" in line
     assert created_resources(ctx) == {}
 
 
-def test_a_plan_made_on_a_catalog_file_is_checked_against_that_file(tmp_path):
-    planned = run_cli("plan", "--catalog", "tests/data/deepvm_data.json", "--max-price", "3", "--json")
+def test_a_plan_made_on_a_catalog_file_is_checked_against_that_file(tmp_path, cli):
+    planned = cli("plan", "--catalog", "tests/data/deepvm_data.json", "--max-price", "3", "--json")
     assert planned.returncode == 0, planned.stderr
     doc = json.loads(planned.stdout)
     assert doc["plans"][0]["catalog_source"] == str(DATA / "deepvm_data.json")  # absolute: `up` may run elsewhere

@@ -50,17 +50,18 @@ def test_on_a_terminal_it_shows_the_cluster_and_no_creates_nothing(ctx, ami, tmp
     assert created_resources(ctx) == {}
 
 
-def test_on_a_terminal_yes_launches(ctx, ami, tmp_path):
+def test_on_a_terminal_yes_launches(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
     result = _on_a_terminal(_args(plan, ami, "--json"), "y\n")
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["nodes"]) == 2
     assert len(created_resources(ctx)["instances"]) == 2
-    assert run_cli("down", "c1", "--yes").returncode == 0
+    assert cli("down", "c1", "--yes").returncode == 0
 
 
 @pytest.mark.parametrize("extra", [(), ("--json",)])
 def test_without_a_terminal_and_without_yes_it_refuses_in_one_line(ctx, ami, tmp_path, extra):
+    """A process of its own, stdin not a terminal (/dev/null), as a script or CI runs it."""
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
     result = run_cli(*_args(plan, ami, *extra))
     assert result.returncode == InputError.exit_code
@@ -72,9 +73,9 @@ def test_without_a_terminal_and_without_yes_it_refuses_in_one_line(ctx, ami, tmp
     assert created_resources(ctx) == {}
 
 
-def test_dry_run_lists_what_it_would_create_and_creates_nothing(ctx, ami, tmp_path):
+def test_dry_run_lists_what_it_would_create_and_creates_nothing(ctx, ami, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=3, on_demand=1))
-    result = run_cli(*_args(plan, ami, "--dry-run"))
+    result = cli(*_args(plan, ami, "--dry-run"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "would create key pair deepvm-c1-<id>",  # the id is made by `up` itself
@@ -83,7 +84,7 @@ def test_dry_run_lists_what_it_would_create_and_creates_nothing(ctx, ami, tmp_pa
         "would create EC2 Fleet (instant) of g4dn.xlarge: 3 spot + 1 on-demand in us-east-1a",
     ]
     assert "dry run: nothing was created" in result.stderr
-    as_json = json.loads(run_cli(*_args(plan, ami, "--dry-run", "--json")).stdout)
+    as_json = json.loads(cli(*_args(plan, ami, "--dry-run", "--json")).stdout)
     assert as_json["dry_run"] is True and as_json["plans"][0]["price_per_hour"] == pytest.approx(0.9994)
     assert created_resources(ctx) == {}
 

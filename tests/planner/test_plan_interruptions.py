@@ -1,4 +1,5 @@
-"""`deepvm plan --interruptions`: expected goodput per dollar, the decision with and without, bad input."""
+"""`deepvm plan --interruptions` (in this process: the `cli` fixture): expected goodput per dollar, the decision
+with and without, bad input."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, Cli
 
 from provisioning.clusters.plan_choice import checked_plans
 from provisioning.planner.interruptions import Interruptions, RecoveryCosts, SpotPool
@@ -45,8 +46,8 @@ NEAR_TIE = {
 }
 
 
-def plan_json(*args: str) -> dict:
-    result = run_cli("plan", *args, "--json")
+def plan_json(cli: Cli, *args: str) -> dict:
+    result = cli("plan", *args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -62,17 +63,17 @@ def near_tie(tmp_path) -> list[str]:
     return ["--catalog", str(path), "--max-price", "1", "--node-limit", "1"]
 
 
-def test_a_frequent_band_moves_a_near_tie_to_the_on_demand_anchor_and_a_rare_one_does_not(near_tie):
-    plain = plan_json(*near_tie)
+def test_a_frequent_band_moves_a_near_tie_to_the_on_demand_anchor_and_a_rare_one_does_not(near_tie, cli):
+    plain = plan_json(cli, *near_tie)
     assert "interruptions" not in plain
     assert trainers(plain["plans"][0]) == [("ga.xlarge", "spot", 1)]
 
-    rare = plan_json(*near_tie, "--interruptions", "<5%")
+    rare = plan_json(cli, *near_tie, "--interruptions", "<5%")
     assert trainers(rare["plans"][0]) == [("ga.xlarge", "spot", 1)]
     assert rare["interruptions"]["decision_changed"] is False
     assert "the best plan stays 1 ga.xlarge spot" in rare["interruptions"]["summary"]
 
-    frequent = plan_json(*near_tie, "--interruptions", ">20%")
+    frequent = plan_json(cli, *near_tie, "--interruptions", ">20%")
     assert trainers(frequent["plans"][0]) == [("gb.xlarge", "on-demand", 1), ("gb.xlarge", "spot", 1)]
     info = frequent["interruptions"]
     assert info["decision_changed"] is True
@@ -88,9 +89,9 @@ def test_a_frequent_band_moves_a_near_tie_to_the_on_demand_anchor_and_a_rare_one
     assert without["goodput_factor"] < info["plans"][0]["goodput_factor"] < 1
 
 
-def test_a_real_trace_trades_spot_nodes_for_goodput():
+def test_a_real_trace_trades_spot_nodes_for_goodput(cli):
     """Bamboo's p3 nodes lived under 2 h: 76 spot trainers would stop for a relaunch every few minutes."""
-    doc = plan_json("--offline", "--max-price", "12", "--region", "us-east-1", "--interruptions", "aws-p3-bamboo")
+    doc = plan_json(cli, "--offline", "--max-price", "12", "--region", "us-east-1", "--interruptions", "aws-p3-bamboo")
     info = doc["interruptions"]
     assert info["decision_changed"] is True
     now, before = info["plans"][0], info["without_interruptions"]
@@ -101,8 +102,8 @@ def test_a_real_trace_trades_spot_nodes_for_goodput():
     assert info["types"][0]["mttf_h"] == pytest.approx(pool.mean_lifetime_h())
 
 
-def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env):
-    doc = plan_json("--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "auto")
+def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env, cli):
+    doc = plan_json(cli, "--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "auto")
     info = doc["interruptions"]
     assert set(info) >= {"spec", "label", "relaunch_s", "replacement_delay_s", "stop_per_interruption_s",
                          "types", "plans", "without_interruptions", "decision_changed", "summary"}
@@ -120,8 +121,8 @@ def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env):
     assert saved["request"]["interruptions"]["spec"] == "auto"
 
 
-def test_recovery_flags_change_the_factor():
-    slow = plan_json("--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "0.1",
+def test_recovery_flags_change_the_factor(cli):
+    slow = plan_json(cli, "--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "0.1",
                      "--relaunch-time", "120", "--replacement-delay", "1800")
     info = slow["interruptions"]
     assert info["stop_per_interruption_s"] == 240 and info["replacement_delay_s"] == 1800
@@ -162,8 +163,8 @@ def test_without_the_flag_nothing_of_the_simulator_loads(isolated_env):
         (["--interruptions", "10-15%", "--mix"], "--mix does not count --interruptions"),
     ],
 )
-def test_bad_input_is_one_line_and_nonzero(args, needle):
-    result = run_cli("plan", "--offline", "--max-price", "3", *args)
+def test_bad_input_is_one_line_and_nonzero(args, needle, cli):
+    result = cli("plan", "--offline", "--max-price", "3", *args)
     assert result.returncode >= 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("deepvm: error:"), result.stderr
@@ -176,10 +177,10 @@ def test_bad_input_is_one_line_and_nonzero(args, needle):
      ('{"metadata": {"gap_seconds": 300}, "data": [4, -1]}', "data[1] must be a whole number of instances >= 0"),
      ("x,y\n", "not a trace deepvm reads")],
 )
-def test_a_malformed_trace_file_is_one_line_naming_it(tmp_path, text, needle):
+def test_a_malformed_trace_file_is_one_line_naming_it(tmp_path, text, needle, cli):
     path = tmp_path / "trace.csv"
     path.write_text(text)
-    result = run_cli("plan", "--offline", "--max-price", "3", "--interruptions", str(path))
+    result = cli("plan", "--offline", "--max-price", "3", "--interruptions", str(path))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and str(path) in lines[0], result.stderr

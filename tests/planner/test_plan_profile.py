@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from conftest import DATA, Cli, run_cli
 
 from benchmarks.paper_realworld import paper_profiles
 from provisioning.catalog.files import load_catalog_file
@@ -48,8 +48,8 @@ def write_profile(path: Path, measured: list[Measured], instance_type: str = "g4
     return path
 
 
-def plan_json(*args: str, max_price: str = "12") -> dict:
-    result = run_cli("plan", "--offline", "--max-price", max_price, *args, "--json")
+def plan_json(cli: Cli, *args: str, max_price: str = "12") -> dict:
+    result = cli("plan", "--offline", "--max-price", max_price, *args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -58,11 +58,11 @@ def trainers(plan: dict) -> list[tuple[str, int]]:
     return [(n["instance_type"], n["count"]) for n in plan["nodes"] if n["role"] != "holder"]
 
 
-def test_poor_scaling_profile_buys_fewer_faster_nodes(tmp_path):
+def test_poor_scaling_profile_buys_fewer_faster_nodes(tmp_path, cli):
     """With DeepVM's curve the decision is 77 g4dn.xlarge; with a profile of a job that gains little from
     g4dn.xlarge beyond 4 nodes it is fewer nodes of a faster type."""
-    default = plan_json()["plans"][0]
-    profiled = plan_json("--profile", str(write_profile(tmp_path / "poor.json", POOR)))["plans"][0]
+    default = plan_json(cli)["plans"][0]
+    profiled = plan_json(cli, "--profile", str(write_profile(tmp_path / "poor.json", POOR)))["plans"][0]
     flops = {name: t.flops for name, t in load_snapshot().types.items()}
     before, after = trainers(default), trainers(profiled)
     assert before == [("g4dn.xlarge", 1), ("g4dn.xlarge", 76)]
@@ -71,11 +71,11 @@ def test_poor_scaling_profile_buys_fewer_faster_nodes(tmp_path):
     assert min(flops[name] for name, _ in after) > flops["g4dn.xlarge"]
 
 
-def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_path):
+def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_path, cli):
     """$1/h buys 5 g4dn.xlarge trainers with DeepVM's curve; a profile measured on 3 nodes allows 4."""
     path = write_profile(tmp_path / "linear.json", LINEAR_TO_3)
-    assert trainers(plan_json("--region", "us-east-1", max_price="1")["plans"][0]) == [("g4dn.xlarge", 5)]
-    doc = plan_json("--profile", str(path), "--region", "us-east-1", max_price="1")
+    assert trainers(plan_json(cli, "--region", "us-east-1", max_price="1")["plans"][0]) == [("g4dn.xlarge", 5)]
+    doc = plan_json(cli, "--profile", str(path), "--region", "us-east-1", max_price="1")
     assert [trainers(p) for p in doc["plans"]] == [[("g4dn.xlarge", 4)]] * 3  # floor(1.5 x 3)
     assert all(p["notes"] == ["g4dn.xlarge: capped at 4 nodes, as far as its profiled scaling curve is trusted "
                               "(1.5 x the most nodes profiled)"] for p in doc["plans"])
@@ -86,9 +86,9 @@ def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_pa
     assert curves["g5.xlarge"]["source"] == "deepvm" and curves["g6.xlarge"]["source"] == "default"
 
 
-def test_human_output_names_the_profile_and_the_defaults(tmp_path):
+def test_human_output_names_the_profile_and_the_defaults(tmp_path, cli):
     path = write_profile(tmp_path / "poor.json", POOR)
-    result = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(path))
+    result = cli("plan", "--offline", "--max-price", "12", "--profile", str(path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     start = lines.index("Scaling curves")
@@ -100,7 +100,8 @@ def test_human_output_names_the_profile_and_the_defaults(tmp_path):
 
 
 def test_plan_imports_no_numerics_with_or_without_a_profile(tmp_path):
-    """`deepvm plan` stays fast: numpy, scipy and matplotlib are for `deepvm profile` (fitting, plotting)."""
+    """`deepvm plan` stays fast: numpy, scipy and matplotlib are for `deepvm profile` (fitting, plotting). (A
+    process of its own: what a fresh interpreter imports.)"""
     path = write_profile(tmp_path / "poor.json", POOR)
 
     def imported(*args: str) -> set[str]:
@@ -199,19 +200,19 @@ def test_bad_profile_documents_are_one_line_naming_the_field(tmp_path, mutation,
     ("[1, 2]", "must be an object"),
     ("", "is not valid JSON"),
 ])
-def test_corrupt_files_through_the_cli_exit_2_with_one_line(tmp_path, content, message):
+def test_corrupt_files_through_the_cli_exit_2_with_one_line(tmp_path, content, message, cli):
     path = tmp_path / "corrupt.json"
     path.write_text(content)
-    result = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(path))
+    result = cli("plan", "--offline", "--max-price", "12", "--profile", str(path))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"deepvm: error: {path}")
     assert message in result.stderr
 
 
-def test_unknown_type_and_duplicates_through_the_cli(tmp_path):
+def test_unknown_type_and_duplicates_through_the_cli(tmp_path, cli):
     good = write_profile(tmp_path / "good.json", LINEAR_TO_3)
-    result = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(good), "--profile", str(good))
+    result = cli("plan", "--offline", "--max-price", "12", "--profile", str(good), "--profile", str(good))
     assert (result.returncode, result.stderr) == (
         2, "deepvm: error: two profiles for g4dn.xlarge: plan with one profile per instance type\n")
-    missing = run_cli("plan", "--offline", "--max-price", "12", "--profile", str(tmp_path / "none.json"))
+    missing = cli("plan", "--offline", "--max-price", "12", "--profile", str(tmp_path / "none.json"))
     assert (missing.returncode, missing.stderr) == (2, f"deepvm: error: profile not found: {tmp_path / 'none.json'}\n")

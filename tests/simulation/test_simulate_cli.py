@@ -1,4 +1,5 @@
-"""`deepvm simulate` as a user runs it: the tables at 80 columns, --json, --plot, a plan file, bad input."""
+"""`deepvm simulate` as a user runs it (in this process): the tables at 80 columns, --json, --plot, a plan file,
+bad input."""
 
 from __future__ import annotations
 
@@ -13,19 +14,19 @@ from deepvm_cli.main import main
 from provisioning.planner import PlanRequest
 from provisioning.planner.saved import save_plans
 from provisioning.scaling.profile import JobIdentity, Measured, ProfileSetup, make_profile, save_profile
-from tests.conftest import DATA, REPO, run_cli
+from tests.conftest import DATA, REPO, Cli, CliResult
 from tests.simulation.sim_cases import paper_result
 
 PAPER = ("--catalog", str(DATA / "deepvm_data.json"), "--max-price", "3")
 
 
-def simulate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_cli("simulate", *args, env=env)
+def simulate(cli: Cli, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    return cli("simulate", *args, env=env)
 
 
-def test_json_on_a_shipped_capacity_trace_with_a_deadline():
+def test_json_on_a_shipped_capacity_trace_with_a_deadline(cli):
     """The on-demand cluster keeps 15 h (14.74 h): deepvm keeps it too, for less (issue 24's bar)."""
-    result = simulate(*PAPER, "--work", "100000", "--runs", "60", "--seed", "7", "--deadline", "15",
+    result = simulate(cli, *PAPER, "--work", "100000", "--runs", "60", "--seed", "7", "--deadline", "15",
                       "--trace", "aws-v100-16-us-east-2b", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -55,8 +56,8 @@ def test_a_deadline_on_demand_cannot_keep_is_refused_with_the_earliest(capsys):
                  "--runs", "2", "--json"]) == 0
 
 
-def test_tables_fit_80_columns_and_default_traces_are_the_bands():
-    result = simulate(*PAPER, "--steps", "20000", "--step-time", "0.9", "--runs", "50", env={"COLUMNS": "80"})
+def test_tables_fit_80_columns_and_default_traces_are_the_bands(cli):
+    result = simulate(cli, *PAPER, "--steps", "20000", "--step-time", "0.9", "--runs", "50", env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -67,11 +68,11 @@ def test_tables_fit_80_columns_and_default_traces_are_the_bands():
     assert "17 g4dn.xlarge spot" in result.stdout
 
 
-def test_plan_file_and_plot(tmp_path):
+def test_plan_file_and_plot(tmp_path, cli):
     """A plan file as `deepvm plan` saves it (its request carries the price cap the baselines share)."""
     plan_file = save_plans(paper_result().plans, PlanRequest(max_price=3.0), tmp_path / "plan.json")
     png = tmp_path / "cdf.png"
-    result = simulate("--plan", str(plan_file), "--work", "50000", "--runs", "20",
+    result = simulate(cli, "--plan", str(plan_file), "--work", "50000", "--runs", "20",
                       "--interruption-rate", "0.01", "--json", "--plot", str(png))
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -85,13 +86,13 @@ def test_plan_file_and_plot(tmp_path):
     assert 20_000 < len(data) < 2_000_000  # two panels of six curves, not an empty canvas
 
 
-def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path):
+def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path, cli):
     """A job that scales poorly on g4dn.xlarge: the plan and its makespan follow the profile's curve."""
     setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="poor", spec_sha256="ab" * 32, file="job.yaml"), "lab",
                          10, 60, 1, "2026-11-24T10:00:00+00:00")
     measured = [Measured(n, (s,)) for n, s in ((1, 100.0), (2, 140.0), (4, 165.0), (8, 175.0), (16, 178.0))]
     save_profile(make_profile(setup, measured), tmp_path / "poor.json")
-    result = simulate(*PAPER, "--profile", str(tmp_path / "poor.json"), "--work", "20000", "--runs", "5",
+    result = simulate(cli, *PAPER, "--profile", str(tmp_path / "poor.json"), "--work", "20000", "--runs", "5",
                       "--interruption-rate", "0", "--json")
     assert result.returncode == 0, result.stderr
     deepvm = json.loads(result.stdout)["policies"][0]
