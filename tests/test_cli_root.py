@@ -11,13 +11,14 @@ from conftest import REPO, run_cli
 
 
 def test_version_prints_the_installed_version():
+    """A process of its own: the entry point's exit status and the installed package's metadata."""
     result = run_cli("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"deepvm {version('deepvm')}"
 
 
-def test_flags_show_no_type_but_options_with_values_do():
-    result = run_cli("plan", "--help", env={"COLUMNS": "120", "NO_COLOR": "1"})
+def test_flags_show_no_type_but_options_with_values_do(cli):
+    result = cli("plan", "--help", env={"COLUMNS": "120", "NO_COLOR": "1"})
     assert result.returncode == 0, result.stderr
     assert "<bool>" not in result.stdout
     offline = next(line for line in result.stdout.splitlines() if "--offline" in line)

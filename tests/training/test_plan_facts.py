@@ -15,14 +15,13 @@ from provisioning.clusters.plan_choice import load_plans
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import NodeGroup, Role
 from tests.cloud.plans import make_plan
-from tests.conftest import run_cli
 from training.control.plan_facts import UNKNOWN, TypeFacts, planned_trainer_ranks, type_facts
 
 GPU_TYPE = "g9x.4xlarge"  # a type of the user's own catalog: the built-in snapshot has never heard of it
 
 
 @pytest.fixture
-def planned(tmp_path):
+def planned(tmp_path, cli):
     """`deepvm plan --catalog FILE --json` on a catalog of a 4-GPU type and a CPU holder; the plan file."""
     assert GPU_TYPE not in load_snapshot().types
     catalog = Catalog(
@@ -41,7 +40,7 @@ def planned(tmp_path):
     )
     catalog_file = tmp_path / "catalog.json"
     catalog_file.write_text(json.dumps(catalog_to_dict(catalog)))
-    result = run_cli("plan", "--catalog", str(catalog_file), "--max-price", "3", "--json")
+    result = cli("plan", "--catalog", str(catalog_file), "--max-price", "3", "--json")
     assert result.returncode == 0, result.stderr
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(result.stdout)

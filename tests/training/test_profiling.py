@@ -9,7 +9,7 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO, run_cli
+from conftest import REPO, Cli
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
@@ -101,18 +101,18 @@ def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
     store.put_nodes("lab", nodes)
 
 
-def profile_error(*args: str) -> tuple[int, str]:
-    result = run_cli("profile", str(REPO / "configs" / "resnet.yaml"), *args)
+def profile_error(cli: Cli, *args: str) -> tuple[int, str]:
+    result = cli("profile", str(REPO / "configs" / "resnet.yaml"), *args)
     assert result.stdout == ""
     return result.returncode, result.stderr
 
 
-def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line():
+def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line(cli):
     _cluster()
-    assert profile_error("--cluster", "lab", "--sizes", "1,2,4") == (
+    assert profile_error(cli, "--cluster", "lab", "--sizes", "1,2,4") == (
         2, "deepvm: error: --sizes 4: cluster lab has 3 trainer nodes; sizes go up to 3\n")
     Store().set_status("lab", ClusterStatus.TERMINATED)
-    assert profile_error("--cluster", "lab") == (
+    assert profile_error(cli, "--cluster", "lab") == (
         5, "deepvm: error: cluster lab is terminated, not up; `deepvm up --name lab` starts one\n")
 
 
@@ -131,17 +131,17 @@ def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, messag
     assert str(raised.value).startswith(message) and raised.value.exit_code >= 2
 
 
-def test_bad_sizes_text_and_step_counts_are_usage_errors():
-    assert profile_error("--sizes", "1,two") == (
+def test_bad_sizes_text_and_step_counts_are_usage_errors(cli):
+    assert profile_error(cli, "--sizes", "1,two") == (
         2, "deepvm: error: --sizes must be comma-separated trainer node counts, e.g. 1,2,4; got '1,two'\n")
-    assert profile_error("--steps", "0") == (
+    assert profile_error(cli, "--steps", "0") == (
         2, "deepvm: error: Invalid value for '--steps': Input should be greater than or equal to 1\n")
 
 
-def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path):
+def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path, cli):
     job = tmp_path / "job.yaml"
     job.write_text("dataset: {kind: synthetic}\nsteps: 10\nmodle: {name: resnet18}\n")
-    result = run_cli("profile", str(job), "--cluster", "nope")
+    result = cli("profile", str(job), "--cluster", "nope")
     assert (result.returncode, result.stderr) == (
         2, f"deepvm: error: {job}:3: modle: unknown field; did you mean model?\n")
 
