@@ -11,9 +11,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
+
+# Hypothesis profiles, picked by pytest's --hypothesis-profile (pyproject's addopts name `ci`): `ci` is what
+# `make test` runs, each property test at the examples it names through examples(); `soak` draws ten times as
+# many (`pytest --hypothesis-profile=soak tests/planner tests/simulation tests/test_input_properties.py`). No
+# deadline: a solve or a simulation may take a second on a loaded machine without being wrong.
+_CI_EXAMPLES = 100
+settings.register_profile("ci", max_examples=_CI_EXAMPLES, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("soak", parent=settings.get_profile("ci"), max_examples=10 * _CI_EXAMPLES)
+
+
+def examples(ci: int) -> int:
+    """`ci` examples under the ci profile, as many more as the loaded profile draws (ten times under soak)."""
+    return max(1, ci * settings.default.max_examples // _CI_EXAMPLES)
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):

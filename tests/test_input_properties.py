@@ -15,17 +15,18 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provisioning.catalog.files import load_catalog_file
 from provisioning.catalog.json_form import CatalogFormatError, catalog_from_dict
 from provisioning.clusters.plan_choice import checked_plans, load_plans
 from provisioning.core.errors import InputError
+from tests.conftest import examples
 from tests.documents import JOB, own_catalog, plan_document
 from training.shared.jobspec import JobSpec, load_job_spec
 
-_FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_FAST = settings(max_examples=examples(100))
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**20), max_value=10**20),

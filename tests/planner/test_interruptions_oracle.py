@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 
-from hypothesis import HealthCheck, given, settings
+from conftest import examples
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_planner_oracle import assert_milp_ranks_as, catalogs, oracle_ranking
 
 from provisioning.planner import Objective, PlanRequest
 from provisioning.planner.interruptions import Interruptions, RecoveryCosts, SpotPool
-
-EXAMPLES = int(os.environ.get("DEEPVM_ORACLE_EXAMPLES", "40"))
 
 
 def counting(catalog, interruptions: Interruptions):
@@ -28,7 +26,7 @@ def counting(catalog, interruptions: Interruptions):
     return counted
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(
     catalog=catalogs(),
     max_price=st.floats(0.2, 8.0),

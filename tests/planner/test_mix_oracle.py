@@ -6,7 +6,8 @@ import itertools
 import math
 from dataclasses import replace
 
-from hypothesis import HealthCheck, assume, given, settings
+from conftest import examples
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
@@ -102,7 +103,7 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
     return best
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(catalog=catalogs(), max_price=st.floats(0.3, 5.0),
        objective=st.sampled_from([Objective.DEEPVM, Objective.THROUGHPUT]), checkpoint=st.sampled_from([0.0, 5.0]))
 def test_mix_equals_brute_force(catalog, max_price, objective, checkpoint):
@@ -119,7 +120,7 @@ def test_mix_equals_brute_force(catalog, max_price, objective, checkpoint):
     assert math.isclose(plan.price_per_hour, expected[1], rel_tol=1e-6, abs_tol=1e-9), (plan, expected)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15))
 @given(catalog=catalogs(), max_price=st.floats(0.3, 5.0), extra=st.integers(1, 3))
 def test_a_floor_no_mixed_plan_reaches_changes_nothing(catalog, max_price, extra):
     """A known plan above the optimum (the optimum with `extra` more nodes, beyond the budget or quota) prunes
@@ -154,7 +155,7 @@ def test_saturation_point_never_decreases_with_bandwidth():
     assert points == sorted(points)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(nodes=st.lists(st.builds(NodeBound, st.floats(0.01, 1.0), st.floats(0.05, 2.0), st.integers(0, 3)),
                       min_size=1, max_size=3),
        budget=st.floats(0.1, 6.0))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 
-from hypothesis import HealthCheck, given, settings
+from conftest import examples
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provisioning.catalog.model import Catalog, InstanceType, Market, Price, Quota, ScalingModel, ScalingParams
@@ -140,10 +140,7 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-7, abs_tol=1e-9)
 
 
-EXAMPLES = int(os.environ.get("DEEPVM_ORACLE_EXAMPLES", "80"))
-
-
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80))
 @given(
     catalog=catalogs(),
     max_price=st.floats(0.2, 8.0),

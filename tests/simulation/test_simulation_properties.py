@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provisioning.planner import PlanRequest
@@ -14,9 +14,10 @@ from simulation.engine import simulate
 from simulation.errors import SimulationError
 from simulation.policies import spot_only_plan
 from simulation.recovery import RecoveryModel
+from tests.conftest import examples
 from tests.simulation.sim_cases import PAPER_CAP, capacity, case, hazard, paper_catalog, paper_plan, paper_result
 
-FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(15))
 shares = st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=1, max_size=60).filter(any)  # some capacity
 traces = st.one_of(st.floats(0.0, 0.5).map(hazard), shares.map(capacity))
 
