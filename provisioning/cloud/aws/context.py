@@ -8,6 +8,7 @@ the clients to register botocore event hooks or Stubbers.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,13 +16,42 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.loaders import Loader
 
 from provisioning.core.errors import CloudError
 
 T = TypeVar("T")
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
+
+
+class _Clients:
+    """Makes clients, each from a boto3 session of its own (a session is not thread-safe, and reads credentials
+    and region when made), all on one botocore data loader per process. A loader per session parsed the
+    service's JSON model and the endpoint rules anew for every client: 0.17 CPU-s an EC2 client, 0.03 on the
+    shared loader, which keeps what it parsed (the models are files of the installed botocore)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one client at a time: the loader is shared, and its search paths trimmed
+        self._loader: Loader | None = None
+        self._paths = 0  # how many search paths the loader has with boto3's own data folder
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        with self._lock:
+            core = botocore.session.Session()
+            if self._loader is not None:
+                core.register_component("data_loader", self._loader)
+            session = boto3.session.Session(botocore_session=core)  # appends boto3's data folder to the paths
+            if self._loader is None:
+                self._loader = core.get_component("data_loader")
+                self._paths = len(self._loader.search_paths)
+            del self._loader.search_paths[self._paths :]  # once is enough: not once more per client
+            return session.client(service, **kwargs)
+
+
+_CLIENTS = _Clients()
 
 
 @dataclass
@@ -40,7 +70,7 @@ class AwsContext:
                 kwargs["endpoint_url"] = self.endpoint_url
             if self.credentials:
                 kwargs["aws_access_key_id"], kwargs["aws_secret_access_key"] = self.credentials
-            self._clients[service] = boto3.session.Session().client(service, **kwargs)
+            self._clients[service] = _CLIENTS.client(service, **kwargs)
         return self._clients[service]
 
     @property
