@@ -31,6 +31,16 @@ def examples(ci: int) -> int:
     return max(1, ci * settings.default.max_examples // _CI_EXAMPLES)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """torch computes on one thread in this process, as the MPI ranks and the sandbox jobs of the tests do: on
+    two shared cores a second intra-op thread spins beside the first and doubled the CPU time of the same work
+    (tests/training/test_models.py: 15.3 CPU-s with two threads, 7.2 with one). Only when a test module
+    imported torch: a run without torch never pays its import for this."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     home = tmp_path / "deepvm-home"
