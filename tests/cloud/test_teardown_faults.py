@@ -12,6 +12,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
+from provisioning.cloud.aws import teardown
 from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.teardown import TeardownIncomplete, leftovers
 from provisioning.cloud.keys import cluster_dir
@@ -106,7 +107,8 @@ def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, 
     assert not (deepvm_home() / "clusters" / "c1").exists()
 
 
-def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws):
+def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws, monkeypatch):
+    monkeypatch.setattr(teardown, "_PASS_PAUSES_S", (0.0, 0.0))  # the refusal is for good: waiting changes nothing
     nodes = up(AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI,
                                       wait_ssh=False)).view.nodes  # fmt: skip
     group = ctx.client("ec2").describe_security_groups(GroupNames=[named()])["SecurityGroups"][0]["GroupId"]
