@@ -27,8 +27,9 @@ from deepvm_cli.main import main
 from deepvm_cli.render.job import describe_progress, progress_line
 from deepvm_cli.ui import console, reporters
 from simulation.traces.files import parse_trace_bytes
-from tests.cloud.plans import make_plan, write_plans
-from tests.conftest import REPO, run_cli
+from tests.cloud.plans import make_plan
+from tests.cloud.sandbox_cluster import sandbox_cluster
+from tests.conftest import REPO
 from training.shared.progress import Progress
 
 _CURSOR = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -230,16 +231,8 @@ NAME = f"own-{uuid.uuid4().hex[:6]}"
 @pytest.fixture(scope="module")
 def cluster_home(tmp_path_factory):
     """DEEPVM_HOME holding one Single Anchor cluster (an on-demand anchor, a spot trainer); gone afterwards."""
-    root = tmp_path_factory.mktemp("own-script")
-    env = {"DEEPVM_HOME": str(root / "home")}
-    plan = write_plans(root / "plan.json", make_plan(spot=1))
-    up = run_cli("up", "--plan", str(plan), "--name", NAME, "--cloud", "sandbox", "--yes", env=env, timeout=180)
-    assert up.returncode == 0, up.stderr
-    try:
-        yield root / "home"
-    finally:
-        run_cli("down", NAME, "--yes", "--cancel-jobs", env=env, timeout=300)
-        run_cli("sandbox", "stop", env=env, timeout=120)
+    with sandbox_cluster(tmp_path_factory.mktemp("own-script"), NAME, make_plan(spot=1)) as env:
+        yield Path(env["DEEPVM_HOME"])
 
 
 @pytest.fixture
@@ -282,7 +275,7 @@ def _cancel_and_fetch(capsys, job: Path, job_id: str, out: Path) -> None:
     deadline = time.monotonic() + 240
     while _job_state(capsys, job_id)["step"] < 5:
         assert time.monotonic() < deadline, "the linked script did not train"
-        time.sleep(2)
+        time.sleep(0.5)  # a poll is one `jobs --json` (the head asked over SSH): a step is seen soon after
     assert run(capsys, "cancel", job_id)[0] == 0
     code, _, err = run(capsys, "fetch", job_id, "--out", str(out))  # was: `listing .../out failed: [Errno 2]`
     assert code == 0, err

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from provisioning.catalog.model import Market
 from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 from tests.cloud.plans import AZ, snapshot_price
-from tests.conftest import REPO, run_cli
+from tests.cloud.sandbox_cluster import sandbox_cluster
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -56,35 +55,26 @@ def _plan() -> Plan:
     )
 
 
-def test_a_four_gpu_node_runs_four_trainer_ranks(tmp_path):
-    env = {"DEEPVM_HOME": str(tmp_path / "home")}
-    (tmp_path / "plan.json").write_text(json.dumps(_plan().to_dict()))
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The environment of a sandbox cluster of one 4-GPU spot trainer and an on-demand holder (a scenario that
+    needs such a node joins it here)."""
+    with sandbox_cluster(tmp_path_factory.mktemp("multigpu"), "mg", _plan()) as env:
+        yield env
+
+
+def test_a_four_gpu_node_runs_four_trainer_ranks(cluster, tmp_path, cli):
+    env = cluster
     job = tmp_path / "job" / "multigpu.yaml"
     job.parent.mkdir()
     job.write_text(JOB)
-    up = run_cli("up", "--yes", "--plan", str(tmp_path / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--json",
-                 env=env, timeout=180)
-    assert up.returncode == 0, up.stderr
-    try:
-        train = subprocess.run(
-            [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg", "--json",
-             "--controller", "local"],
-            cwd=REPO,
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert train.returncode == 0, train.stderr[-3000:]
-        run = json.loads(train.stdout)
-        metrics = json.loads((tmp_path / "home" / "jobs" / run["job_id"] / "metrics.json").read_text())
-        assert (metrics["status"], metrics["steps"], metrics["world_size"]) == ("completed", 8, 4)
-        assert metrics["rank_batches"] == [4, 4, 4, 4] and metrics["global_batch"] == 16
-        (note,) = [line for line in train.stderr.splitlines() if line.startswith("attempt 1:")]
-        assert note.startswith("attempt 1: 4 trainers + 1 holder (") and " x4" in note
-        status = json.loads(run_cli("status", "mg", "--json", env=env).stdout)
-        assert status["jobs"][0]["world_size"] == 4
-    finally:
-        down = run_cli("down", "mg", "--yes", env=env, timeout=180)
-        run_cli("sandbox", "stop", env=env, timeout=120)
-    assert down.returncode == 0, down.stderr
+    train = cli("train", str(job), "--cluster", "mg", "--json", "--controller", "local", env=env)
+    assert train.returncode == 0, train.stderr[-3000:]
+    run = json.loads(train.stdout)
+    metrics = json.loads((Path(env["DEEPVM_HOME"]) / "jobs" / run["job_id"] / "metrics.json").read_text())
+    assert (metrics["status"], metrics["steps"], metrics["world_size"]) == ("completed", 8, 4)
+    assert metrics["rank_batches"] == [4, 4, 4, 4] and metrics["global_batch"] == 16
+    (note,) = [line for line in train.stderr.splitlines() if line.startswith("attempt 1:")]
+    assert note.startswith("attempt 1: 4 trainers + 1 holder (") and " x4" in note
+    status = json.loads(cli("status", "mg", "--json", env=env).stdout)
+    assert status["jobs"][0]["world_size"] == 4
