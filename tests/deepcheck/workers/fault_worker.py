@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from leave import leave_now
 from mpi4py import MPI
 
 import deepcheck
@@ -75,3 +76,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave_now()
