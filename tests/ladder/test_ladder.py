@@ -14,6 +14,7 @@ from provisioning.ladder.decision import Order, Retire, Rung
 from provisioning.ladder.ladder import decide
 from provisioning.ladder.situation import Holding
 from provisioning.planner.plan import Role
+from tests.conftest import examples
 from tests.ladder.situations import (
     CAP,
     CPU,
@@ -175,7 +176,7 @@ def test_decisions_are_pure():
     assert decide(s) == decide(s) and repr(s) == before
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(slack=st.floats(-300.0, 900.0), present=st.integers(0, 4), coming=st.integers(0, 4))
 def test_after_a_fallback_the_rule_holds_or_the_whole_fill_is_held(slack, present, coming):
     """Can't Be Late's rule for the cluster (deadline.py): Q(n_h) >= g (2 - s / j) - Q(n_p)."""
