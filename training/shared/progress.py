@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from training.shared.jobstore import JobStatus
+from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)
@@ -165,3 +166,4 @@ class JobReporter:
     log: Callable[[str, str], None] = lambda prefix, text: None  # a rank's own output line
     progress: Callable[[Progress], None] = lambda progress: None
     push: Callable[[str, int, int], None] = lambda host, done, total: None  # bytes pushed to a host
+    metrics: Callable[[MetricPoint], None] = lambda point: None  # trainer 0's scalars of a step (ctx.log)

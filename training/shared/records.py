@@ -26,6 +26,7 @@ from provisioning.planner.plan_document import plan_from_dict
 from training.shared.jobstore import JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Progress
+from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class LogKind(str, Enum):
     PROGRESS = "progress"  # trainer 0's progress (`progress`)
     PUSH = "push"  # bytes pushed to `source` (`done` of `total`)
     STATE = "state"  # the job's state changed (`status`, with `text` saying why)
+    METRICS = "metrics"  # trainer 0's scalars of a step (`metrics`: ctx.log, deepvm's worker)
 
     def __str__(self) -> str:
         return self.value
@@ -95,6 +97,7 @@ class LogRecord:
     done: int = 0
     total: int = 0
     status: JobStatus | None = None  # set in state records
+    metrics: MetricPoint | None = None  # set in metrics records
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LogKind(self.kind))  # a kind none of ours is a ValueError
@@ -111,8 +114,10 @@ class LogRecord:
             raise ValueError(f"not a log record: {line[:80]!r}")
         progress = data.pop("progress", None)
         status = data.pop("status", None)
+        metrics = data.pop("metrics", None)
         return cls(**data, progress=Progress(**progress) if progress else None,
-                   status=JobStatus(status) if status else None)  # fmt: skip
+                   status=JobStatus(status) if status else None,
+                   metrics=MetricPoint.from_dict(metrics) if metrics else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
