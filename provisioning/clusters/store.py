@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -19,7 +19,7 @@ from pathlib import Path
 from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
-from provisioning.clusters.cost import ClusterCost, CostSegment, cluster_cost, cost_fields, iso
+from provisioning.clusters.cost import ClusterCost, CostSegment, NodeSpan, cluster_cost, cost_fields, iso
 from provisioning.core.db import AddedColumn, Database, Schema, exclusive_lock
 from provisioning.core.errors import CloudError
 from provisioning.planner.plan import Plan, Role
@@ -326,6 +326,12 @@ class Store:
         """What the cluster has cost so far (provisioning/clusters/cost.py), at its nodes' planned prices."""
         rows = self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,))
         return cluster_cost(map(_segment, rows), now or datetime.now(timezone.utc))
+
+    def node_spans(self, cluster: str) -> list[NodeSpan]:
+        """Each cost segment of the cluster with its node's instance type (a run's cost: cost.run_cost)."""
+        rows = self._db.read("SELECT c.*, n.instance_type FROM costs c JOIN nodes n USING (instance_id) "
+                             "WHERE c.cluster = ?", (cluster,))  # fmt: skip
+        return [NodeSpan(r["instance_id"], r["instance_type"], *astuple(_segment(r))) for r in rows]
 
     def bills(self, now: datetime | None = None) -> list[ClusterBill]:
         """Every cluster ever recorded, oldest first: those in the clusters table with their cost as of

@@ -226,7 +226,8 @@ def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
     return out
 
 
-def _query(head: Head, args: str) -> str:
+def query_script(head: Head, args: str) -> str:
+    """The shell line that runs `python -m training.head.query ARGS` on the head, in its managed home."""
     return f"{_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
 
 
@@ -252,7 +253,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
             state = replace(state, status=record.status, text=record.text)
         on_record(record)
 
-    code = run_command(head.host, _query(head, f"log {shlex.quote(job_id)} {flags}"), line)
+    code = run_command(head.host, query_script(head, f"log {shlex.quote(job_id)} {flags}"), line)
     if code == 2:
         raise _no_such_job(head, job_id)
     if code != 0:
@@ -268,7 +269,7 @@ def _no_such_job(head: Head, job_id: str) -> NotFoundError:
 def jobs_on(head: Head) -> list[JobSummary]:
     """The jobs the head knows, newest first; this machine's rows are brought up to date with them."""
     # a head that never ran a managed job has no jobs, and maybe no deepvm runtime to ask with yet
-    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{_query(head, "jobs")}'
+    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{query_script(head, "jobs")}'
     summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
@@ -291,7 +292,7 @@ def _remember(summaries: list[JobSummary]) -> None:
 
 def cancel(head: Head, job_id: str, now: bool) -> None:
     """Ask the job's controller to stop (after a checkpoint, or at once with `now`)."""
-    code = run_command(head.host, _query(head, f"cancel {shlex.quote(job_id)}" + " --now" * now), lambda _: None)
+    code = run_command(head.host, query_script(head, f"cancel {shlex.quote(job_id)}" + " --now" * now), lambda _: None)
     if code == 2:
         raise _no_such_job(head, job_id)
     if code != 0:

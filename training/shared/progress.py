@@ -13,10 +13,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.shared.jobstore import JobStatus
-from training.shared.scalars import MetricPoint
+
+if TYPE_CHECKING:  # a type only: `deepvm plan` imports this module, and nothing of the metrics
+    from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)

@@ -16,17 +16,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
 from provisioning.planner.plan_document import plan_from_dict
-from training.shared.jobstore import JobStatus
+from training.shared.jobstore import JobRow, JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Progress
-from training.shared.scalars import MetricPoint
+
+if TYPE_CHECKING:  # read in from_json: `deepvm plan` imports this module, and nothing of the metrics
+    from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class LogRecord:
         progress = data.pop("progress", None)
         status = data.pop("status", None)
         metrics = data.pop("metrics", None)
+        from training.shared.scalars import MetricPoint
+
         return cls(**data, progress=Progress(**progress) if progress else None,
                    status=JobStatus(status) if status else None,
                    metrics=MetricPoint.from_dict(metrics) if metrics else None)  # fmt: skip
@@ -140,6 +144,14 @@ class JobSummary:
     updated_at: str
     message: str
     controller_alive: bool  # the head's supervisor process runs (a running job without one is orphaned)
+
+    @classmethod
+    def from_row(cls, row: JobRow, controller_alive: bool) -> JobSummary:
+        return cls(job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
+                   total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
+                   checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
+                   cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
+                   message=row.message, controller_alive=controller_alive)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
