@@ -48,11 +48,12 @@ def screen(model: WatchModel, width: int, height: int) -> Text:
 
 
 def job_line(model: WatchModel) -> str:
-    p, state = model.progress, model.status.value
+    p = model.progress
     step = f"step {p.step}/{p.total_steps}" if p else "no step yet"
-    eta = f" · eta {duration(model.eta_s)}" if model.eta_s is not None and not model.status.final else ""
-    ended = f": {model.ended}" if model.status.final and model.ended else ""
-    return f"{model.job_id} · {state}{ended} · {step}{eta}"
+    if model.status.final:  # the log's last state record says how it ended, e.g. "completed: step 60/60"
+        return f"{model.job_id} · {model.ended or model.status.value}" + ("" if model.ended else f" · {step}")
+    eta = f" · eta {duration(model.eta_s)}" if model.eta_s is not None else ""
+    return f"{model.job_id} · {model.status.value} · {step}{eta}"
 
 
 def plain_line(model: WatchModel) -> str:

@@ -108,6 +108,7 @@ SCHEMA = Schema(
 )
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
+_SPANS = "SELECT c.instance_id, n.instance_type, c.* FROM costs c JOIN nodes n USING (instance_id) WHERE c.cluster = ?"
 
 
 class ClusterStatus(str, Enum):
@@ -327,11 +328,8 @@ class Store:
         rows = self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,))
         return cluster_cost(map(_segment, rows), now or datetime.now(timezone.utc))
 
-    def node_spans(self, cluster: str) -> list[NodeSpan]:
-        """Each cost segment of the cluster with its node's instance type (a run's cost: cost.run_cost)."""
-        rows = self._db.read("SELECT c.*, n.instance_type FROM costs c JOIN nodes n USING (instance_id) "
-                             "WHERE c.cluster = ?", (cluster,))  # fmt: skip
-        return [NodeSpan(r["instance_id"], r["instance_type"], *astuple(_segment(r))) for r in rows]
+    def node_spans(self, cluster: str) -> list[NodeSpan]:  # each cost segment with its node's type (cost.run_cost)
+        return [NodeSpan(r[0], r[1], *astuple(_segment(r))) for r in self._db.read(_SPANS, (cluster,))]
 
     def bills(self, now: datetime | None = None) -> list[ClusterBill]:
         """Every cluster ever recorded, oldest first: those in the clusters table with their cost as of

@@ -9,6 +9,7 @@ from the head after the cluster is gone.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -314,6 +315,22 @@ def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> TrainResult | None:
         return None
     fetch_tree(head.host, files.out, out_dir)
     return replace(result, out_dir=str(out_dir))
+
+
+def fetch_run_record(head: Head, job_id: str, out_dir: Path) -> list[Path]:
+    """Copy the job's log (log.jsonl, what `deepvm watch` shows once the cluster is gone) and its TensorBoard
+    files (out/tensorboard/, written by its controller on the head) into out_dir, whatever the job's state;
+    the files copied (none that are not there yet)."""
+    from training.control.scalar_sink import TENSORBOARD_DIR
+    from training.shared.transport import fetch_files, fetch_tree
+
+    files, copied = JobFiles(job_id), []
+    with contextlib.suppress(TransportError):  # a job that logged no scalar has no such directory
+        copied += fetch_tree(head.host, f"{files.out}/{TENSORBOARD_DIR}", out_dir / TENSORBOARD_DIR)
+    with contextlib.suppress(TransportError):
+        fetch_files(head.host, files.root, ["log.jsonl"], out_dir)
+        copied.append(out_dir / "log.jsonl")
+    return copied
 
 
 def managed_job(job_id: str) -> JobRow:
