@@ -1,6 +1,6 @@
 """Your own PyTorch script under `deepvm train` (see own-script.yaml): a small CNN on synthetic images.
 
-Copy it and put your model, data and optimizer in its place; keep deepvm's four touch points, marked
+Copy it and put your model, data and optimizer in its place; keep deepvm's five touch points, marked
 `# deepvm:` below. The rest is plain DDP. `deepvm train` exports RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, so `dist.init_process_group()` finds the other trainers as under torchrun.
 """
@@ -85,10 +85,13 @@ def main() -> None:
     data = SyntheticImages(ctx.seed, args.classes, args.image_size)
     for step in range(ctx.start_step + 1, ctx.total_steps + 1):
         images, labels = data.batch(step, ctx.rank, batch)
-        loss = F.cross_entropy(model(images.to(ctx.device)), labels.to(ctx.device))
+        logits = model(images.to(ctx.device))
+        loss = F.cross_entropy(logits, labels.to(ctx.device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        accuracy = (logits.argmax(1) == labels.to(ctx.device)).float().mean()
+        ctx.log(step, loss=loss, accuracy=accuracy)  # deepvm: to TensorBoard and `deepvm watch`, off the step
         if ctx.step(step, checkpoint, loss=loss, samples=batch):  # deepvm: checkpoints, progress, stop
             return  # this step's checkpoint is safe; deepvm continues from it on the nodes it has
 

@@ -72,11 +72,12 @@ def _register_commands() -> None:
         status,
         train,
         up,
+        watch,
     )
 
     for module in (
-        check, plan, market, up, train, profile, jobs, status, down, cost, interrupt, sandbox, simulate, chaos,
-        config,
+        check, plan, market, up, train, profile, jobs, watch, status, down, cost, interrupt, sandbox, simulate,
+        chaos, config,
     ):
         module.register(app)
 

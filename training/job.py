@@ -23,6 +23,7 @@ DeepCheck and the Spot watcher. The script attaches to its context and reports e
         optimizer.load_state_dict(state["optimizer"])
     for step in range(ctx.start_step + 1, ctx.total_steps + 1):
         loss = train_on(batch_of(step))        # one optimizer step
+        ctx.log(step, loss=loss)               # to TensorBoard and `deepvm watch` (returns at once)
         if ctx.step(step, lambda: {"model": net.state_dict(), "optimizer": optimizer.state_dict()},
                     loss=loss, samples=batch_size):
             break                               # its checkpoint is safe: leave now
@@ -34,8 +35,11 @@ seconds, through DeepCheck to the holders); on a Spot notice on any trainer, or 
 controller (a replacement node to fold in, Ctrl-C), every trainer flushes a checkpoint of that very step
 and `ctx.step()` returns True; the controller then relaunches the script on the nodes it has, where
 `ctx.restore()` hands back that step. Progress (step, loss, samples/s) shows in `deepvm train` and
-`deepvm status`; rank 0's `ctx.out` is fetched to `--out` when the job completes, with deepvm's
-metrics.json (steps, loss curve; the name is deepvm's).
+`deepvm status`; `ctx.log(step, **scalars)` sends trainer 0's scalars (numbers or one-element tensors)
+to the job's TensorBoard files, written where its controller runs (the head), and to `deepvm watch`: it
+only queues them, a thread reads and sends them, and a relaunch continues the same run. Rank 0's
+`ctx.out` is fetched to `--out` when the job completes, with deepvm's metrics.json (steps, loss curve;
+the name is deepvm's).
 
 What deepvm relies on:
 
@@ -69,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from training.node.metrics_log import MetricsLog
 from training.shared.events import End, EndStatus, Start, Step, emit
 from training.shared.metrics import RunMetrics
 
@@ -136,6 +141,7 @@ class JobContext:
         self._last_step = 0
         self._curve: list[tuple[int, float]] = []
         self._window_samples, self._window_start = 0, time.perf_counter()
+        self._metrics = MetricsLog(env.rank)
 
     @property
     def backend(self) -> str:
@@ -178,6 +184,14 @@ class JobContext:
         self._leaving = leave
         return leave
 
+    def log(self, step: int, **scalars: float | torch.Tensor) -> None:
+        """Scalars of `step` (e.g. loss=loss, accuracy=acc) for the job's TensorBoard files and `deepvm watch`.
+
+        Any rank may call it; trainer 0's points are the run's. It returns at once: a tensor is read and the
+        point sent by a thread of its own, off the step's path. ValueError for a name or value TensorBoard
+        would not take (names: letters, digits, _ . / -; `train/loss` groups under `train`)."""
+        self._metrics.log(step, scalars)
+
     @property
     def took_no_step(self) -> bool:
         """For deepvm's runner, once the script returned: it had steps to train and reported none (a script
@@ -189,6 +203,7 @@ class JobContext:
         status = EndStatus.STOPPED if self._leaving else EndStatus.COMPLETED
         steps = max(self._last_step, self.start_step)
         final_loss = self._curve[-1][1] if self._curve else float("nan")
+        self._metrics.close()  # the points logged so far leave before End
         emit(End(rank=self.rank, status=status, steps=steps, final_loss=final_loss))
         return RunMetrics(
             job=self._spec.name,

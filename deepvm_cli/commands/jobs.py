@@ -101,17 +101,22 @@ def fetch_command(
     job: str = typer.Argument(..., help="Job id (`deepvm jobs` lists them)."),
     out: str | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
-    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node; of a
-    cancelled or failed job, what it left on the nodes (metrics, its newest checkpoint, how to go on)."""
+    """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node, with its
+    log and TensorBoard files whatever its state; of a cancelled or failed job, what it left on the nodes (metrics,
+    its newest checkpoint, how to go on)."""
     from provisioning.clusters.handle import Cluster
     from training.client.leftovers import collect
-    from training.client.managed import fetch_outputs, head_of, jobs_on, managed_job
+    from training.client.managed import fetch_outputs, fetch_run_record, head_of, jobs_on, managed_job
 
     where = None if out is None else writable_folder("--out", out)  # before any node is asked
     row = managed_job(job)
     where = where or writable_folder("the job's out directory", row.out_dir)
     cluster = Cluster.open_running(row.cluster)
     head = head_of(cluster, row.python)
+    record = fetch_run_record(head, job, where)
+    board = where / "tensorboard"
+    if any(p.parent == board for p in record):
+        console.info(f"TensorBoard files of {job} in {board}: `tensorboard --logdir {board}` shows them")
     if fetch_outputs(head, job, where) is not None:
         console.info(f"outputs of {job} in {where}")
         return

@@ -73,6 +73,11 @@ class Eta:
 
     def update(self, step: int, total_steps: int) -> str:
         """The estimate after trainer 0 reported `step`, as "12m05s"; "" until two reports say how fast."""
+        left = self.left_s(step, total_steps)
+        return "" if left is None else duration(left)
+
+    def left_s(self, step: int, total_steps: int) -> float | None:
+        """update's estimate in seconds (None until two reports say how fast)."""
         now = self._clock()
         if self._seen and step < self._seen[-1][1]:  # resumed from an older checkpoint: the rate starts over
             self._seen.clear()
@@ -81,8 +86,8 @@ class Eta:
             self._seen.popleft()
         (t0, s0), (t1, s1) = self._seen[0], self._seen[-1]
         if s1 <= s0 or t1 <= t0:
-            return ""
-        return duration((total_steps - step) * (t1 - t0) / (s1 - s0))
+            return None
+        return (total_steps - step) * (t1 - t0) / (s1 - s0)
 
 
 @dataclass(frozen=True)

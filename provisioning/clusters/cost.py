@@ -9,7 +9,7 @@ that moved after planning is not followed (the cloud's bill is the authority).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -80,3 +80,41 @@ def cost_fields(cost: ClusterCost | None) -> dict[str, object]:
 def iso(moment: datetime | None) -> str | None:
     """How the state store and `--json` write a moment (None stays None)."""
     return None if moment is None else moment.isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class NodeSpan:
+    """One node's billing as a run's cost counts it: its type, its planned price, when it billed."""
+
+    instance_id: str
+    instance_type: str
+    usd_per_hour: float  # as planned (a spot node's planned spot price)
+    started: datetime
+    ended: datetime | None  # None while it runs
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What a run cost, and what the same nodes would have cost at on-demand prices."""
+
+    usd: float
+    on_demand_usd: float | None  # None when the on-demand price of one of its types is not known
+    unpriced: tuple[str, ...] = ()  # those types
+
+
+def run_cost(spans: Iterable[NodeSpan], on_demand: Mapping[str, float], start: datetime, end: datetime) -> RunCost:
+    """What a run from `start` to `end` cost, and what on-demand would have cost (README, "What on-demand would
+    have cost"): every node that billed during the run, for the part of its life within it, at its planned
+    price and at its type's on-demand price (`on_demand`: USD per hour by type). Replacements count as they
+    ran: the same nodes for the same wall time, never a guess at how long an on-demand cluster would take."""
+    usd = on_demand_usd = 0.0
+    unpriced: set[str] = set()
+    for span in spans:
+        hours = max(0.0, (min(span.ended or end, end) - max(span.started, start)).total_seconds()) / 3600
+        usd += hours * span.usd_per_hour
+        price = on_demand.get(span.instance_type)
+        if price is None:
+            unpriced.add(span.instance_type)
+        else:
+            on_demand_usd += hours * price
+    return RunCost(usd, None if unpriced else on_demand_usd, tuple(sorted(unpriced)))

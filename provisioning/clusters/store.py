@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -19,7 +19,7 @@ from pathlib import Path
 from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
-from provisioning.clusters.cost import ClusterCost, CostSegment, cluster_cost, cost_fields, iso
+from provisioning.clusters.cost import ClusterCost, CostSegment, NodeSpan, cluster_cost, cost_fields, iso
 from provisioning.core.db import AddedColumn, Database, Schema, exclusive_lock
 from provisioning.core.errors import CloudError
 from provisioning.planner.plan import Plan, Role
@@ -108,6 +108,7 @@ SCHEMA = Schema(
 )
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
+_SPANS = "SELECT c.instance_id, n.instance_type, c.* FROM costs c JOIN nodes n USING (instance_id) WHERE c.cluster = ?"
 
 
 class ClusterStatus(str, Enum):
@@ -326,6 +327,9 @@ class Store:
         """What the cluster has cost so far (provisioning/clusters/cost.py), at its nodes' planned prices."""
         rows = self._db.read("SELECT * FROM costs WHERE cluster = ?", (cluster,))
         return cluster_cost(map(_segment, rows), now or datetime.now(timezone.utc))
+
+    def node_spans(self, cluster: str) -> list[NodeSpan]:  # each cost segment with its node's type (cost.run_cost)
+        return [NodeSpan(r[0], r[1], *astuple(_segment(r))) for r in self._db.read(_SPANS, (cluster,))]
 
     def bills(self, now: datetime | None = None) -> list[ClusterBill]:
         """Every cluster ever recorded, oldest first: those in the clusters table with their cost as of

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -298,6 +299,104 @@ def test_detached_job_cancelled_after_a_checkpoint_and_down_guards_it(cluster):
     while job_processes(env) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert job_processes(env) == {}
+
+
+class Terminal:
+    """`deepvm ARGS` on a pseudo-terminal of 80 x 24, as a person runs it: everything it draws is kept in
+    `screen` (escape codes and all), and `ctrl_c` types Ctrl-C (the terminal sends SIGINT)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        import pty
+
+        child_env = {k: v for k, v in {**os.environ, **env}.items() if k not in ("COLUMNS", "LINES")}
+        child_env["TERM"] = "xterm-256color"
+        self.pid, self._fd = pty.fork()
+        if self.pid == 0:  # the child: the terminal is its own, sized 80 x 24 before deepvm asks
+            import fcntl
+            import struct
+            import termios
+
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            os.chdir(REPO)
+            os.execve(sys.executable, [sys.executable, "-m", "deepvm_cli", *args], child_env)
+        self.screen = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except OSError:  # the child is gone
+                return
+            if not data:
+                return
+            self.screen += data.decode(errors="replace")
+
+    def wait_for(self, text: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text not in self.screen:
+            assert time.monotonic() < deadline, f"{text!r} never shown; the screen ends:\n{self.screen[-3000:]}"
+            time.sleep(0.2)
+
+    def ctrl_c(self) -> int:
+        """Type Ctrl-C; the exit status."""
+        os.write(self._fd, b"\x03")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._reader.join(5)
+                os.close(self._fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError("deepvm watch did not leave on Ctrl-C")
+
+
+def tensorboard_scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    return [(e.step, e.value) for e in accumulator.Scalars(tag)]
+
+
+@pytest.mark.timeout(600)
+def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_run(cluster):
+    """deepvm watch in a terminal of 80 x 24 while a notice hits the job; Ctrl-C leaves nothing behind on
+    either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
+    env, jobs = cluster
+    steps = 300  # at PACE_S a step, it trains until the test releases it
+    job = write_job(jobs, steps, "watch", paced=True)
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    job_id = newest_job(env)
+    wait_for(env, job_id, 3)
+    terminal = Terminal(env, "watch", job_id, "--every", "1")
+    terminal.wait_for("loss ", 60)
+    terminal.wait_for("$/h now", 60)
+    terminal.wait_for("trainer  spot", 60)  # the nodes, by role and market
+    cli(env, "interrupt", spot_trainer(env), "--after", "10")
+    terminal.wait_for("Spot interruption notice on", 120)  # on the timeline
+    assert terminal.ctrl_c() == 0
+    assert local_deepvm(env) == []  # nothing of the watch on this side...
+    deadline = time.monotonic() + 10
+    while any("training.head.query" in line for line in node_processes(env).values()):
+        assert time.monotonic() < deadline, "the head's side of the watch outlived it"
+        time.sleep(0.2)
+    lines = [line for line in terminal.screen.replace("\r", "").split("\n") if line.strip()]
+    assert all(len(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line)) <= 80 for line in lines[-24:])
+
+    release_the_pace(env)
+    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    plain = cli(env, "watch", job_id).stdout  # not a terminal: plain lines, the job over
+    assert "Spot interruption notice on" in plain and f"{job_id} · completed: step {steps}/{steps}" in plain
+    out = Path(env["DEEPVM_HOME"]) / "fetched-watch"
+    fetched = cli(env, "fetch", job_id, "--out", str(out))
+    assert "tensorboard --logdir" in fetched.stderr and (out / "log.jsonl").is_file()
+    loss = tensorboard_scalars(out / "tensorboard", "loss")
+    assert [step for step, _ in loss] == list(range(1, steps + 1))  # across the notice's relaunch: each step once
+    assert len(tensorboard_scalars(out / "tensorboard", "accuracy")) == steps
 
 
 def test_zz_down_leaves_nothing_running(cluster):

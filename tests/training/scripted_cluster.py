@@ -29,8 +29,22 @@ from provisioning.planner.plan import Plan, Role
 from tests.cloud.plans import make_tiering_plan
 from training.control.launcher import AttemptExit, Launch, Node, RankLine
 from training.control.staging import JobToStage, NodeState
-from training.shared.events import End, EndStatus, Event, Flush, Notice, NoticeSeen, Restored, Saved, Start, Step, line
+from training.shared.events import (
+    End,
+    EndStatus,
+    Event,
+    Flush,
+    Metrics,
+    Notice,
+    NoticeSeen,
+    Restored,
+    Saved,
+    Start,
+    Step,
+    line,
+)
 from training.shared.metrics import RunMetrics
+from training.shared.scalars import MetricPoint
 from training.shared.transport import OutputLine, PushProgress
 
 STEP_S = 0.002  # a training step of the scripted job
@@ -225,6 +239,7 @@ class World:
     every: int = 5  # checkpoint interval
     checkpoint: int = 0  # the newest complete checkpoint's step (0: none)
     faults: list[Fault] = field(default_factory=list)
+    metrics: bool = False  # trainer 0 also logs {"loss": step / 100, "attempt": its attempt's number} each step
 
 
 class ScriptedNodes:
@@ -360,6 +375,8 @@ class ScriptedMpirun:
             for rank in range(trainers):  # every trainer reports (log_every: 1), trainer 0 first
                 self.emit(rank, Step(rank=rank, step=step, epoch=0, loss=0.5, global_loss=0.5, samples_per_s=100.0,
                                      synthetic=True))  # fmt: skip
+            if world.metrics:
+                self.emit(0, Metrics(rank=0, point=MetricPoint(step, {"loss": step / 100, "attempt": self.number})))
             if step % world.every == 0:
                 world.checkpoint = max(world.checkpoint, step)
                 self.emit(0, Saved(rank=0, step=step, stall_s=0.0, bytes=1))

@@ -18,6 +18,7 @@ from training.shared.events import (
     Event,
     Flush,
     Holder,
+    Metrics,
     Notice,
     NoticeKind,
     NoticeSeen,
@@ -27,6 +28,7 @@ from training.shared.events import (
     Step,
     WatcherOff,
 )
+from training.shared.scalars import MetricPoint
 
 WORKER_START = Start(rank=0, job="tiny", model="mlp", dataset="synthetic", synthetic=True, world_size=2, local_rank=0,
                      batch=8, global_batch=16, lr=0.1, total_steps=20, first_step=4, device="cpu", pid=123)  # fmt: skip
@@ -56,6 +58,7 @@ WIRE = [
      ["event", "rank", "status", "steps", "final_loss"]),
     (WatcherOff(rank=0, reason="no instance metadata at http://169.254.169.254/"), ["event", "rank", "reason"]),
     (Holder(rank=2, pid=789, directory="/home/u/deepvm/jobs/j/checkpoints"), ["event", "rank", "pid", "directory"]),
+    (Metrics(rank=0, point=MetricPoint(12, {"loss": 0.5, "train/acc": 0.75})), ["event", "rank", "step", "values"]),
 ]  # fmt: skip
 
 
@@ -109,6 +112,13 @@ def test_nan_loss_round_trips(capsys):
         '{"event": "notice", "kind": "rebalance", "body": "{}", "seen_at": 1.0}',  # a notice without a rank
         '{"event": "notice", "rank": 0, "kind": "rebalance"}',  # a notice without all of its fields
         '{"event": "end", "rank": 0, "status": "paused", "steps": 1, "final_loss": 1.0}',  # no EndStatus
+        '{"event": "metrics", "rank": 0, "step": 3}',  # no values
+        '{"event": "metrics", "rank": 0, "step": 3, "values": {}}',  # no scalar
+        '{"event": "metrics", "rank": 0, "step": 3, "values": {"loss": "low"}}',  # not a number
+        '{"event": "metrics", "rank": 0, "step": 3, "values": {"a b": 1}}',  # not a TensorBoard tag
+        '{"event": "metrics", "rank": 0, "step": -1, "values": {"loss": 1}}',
+        '{"event": "metrics", "rank": 0, "step": 3, "values": [1]}',
+        '{"event": "metrics", "rank": 0, "step": 3, "values": {"loss": 1}, "wall": 2}',  # a field not its own
     ],
 )
 def test_a_line_that_is_not_one_of_our_events_is_none(line):

@@ -164,3 +164,13 @@ def test_the_script_runs_as_main_with_its_args_in_the_job_directory(rank):
 def test_attach_outside_deepvm_train():
     with pytest.raises(job.NotUnderDeepvm, match="not running under `deepvm train`"):
         job.attach()
+
+
+def test_ctx_log_sends_trainer_0s_scalars_before_its_end(rank, capsys):
+    logging = COUNTER.replace("    if ctx.step(", "    ctx.log(step, loss=torch.tensor(step / 10, requires_grad=True), "
+                                                  "**{'eval/acc': 0.5})\n    if ctx.step(")
+    rank.run(logging, "[0]")
+    seen = events(capsys, "*")
+    points = [(e["step"], e["values"]) for e in seen if e["event"] == "metrics"]
+    assert points == [(s, {"loss": pytest.approx(s / 10), "eval/acc": 0.5}) for s in range(1, 7)]
+    assert seen[-1]["event"] == "end"  # every point left before it

@@ -15,6 +15,7 @@ from training.node.hooks import TrainState
 from training.node.models import build_model
 from training.node.worker import WorkerOptions, main, parse_args, run_training
 from training.shared.jobspec import load_job_spec
+from training.shared.scalars import WORKER_SCALARS
 
 
 class Recorder:
@@ -68,8 +69,24 @@ def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
     model = build_model("resnet18", 4)
     model.load_state_dict(torch.load(out / "model.pt"))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [e["event"] for e in lines] == ["start", "step", "step", "end"]
+    assert [e["event"] for e in lines if e["event"] != "metrics"] == ["start", "step", "step", "end"]
     assert [e["step"] for e in lines if e["event"] == "step"] == [2, 4]
+
+
+def test_trainer_0_logs_its_scalars_at_its_progress_steps_and_none_when_told_not_to(tmp_path, capsys):
+    run(tmp_path, "on")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    steps = {e["step"]: e for e in lines if e["event"] == "step"}
+    points = [e for e in lines if e["event"] == "metrics"]
+    assert [p["step"] for p in points] == [2, 4] and lines[-1]["event"] == "end"  # all of them before End
+    for point in points:
+        values = point["values"]
+        assert tuple(values) == WORKER_SCALARS
+        assert values["loss"] == pytest.approx(steps[point["step"]]["global_loss"], abs=1e-6)
+        assert values["lr"] == steps[point["step"]]["lr"] and values["step_time_s"] > 0
+        assert values["samples_per_s"] == pytest.approx(4 / values["step_time_s"], rel=1e-6)  # a global batch of 4
+    run(tmp_path, "off", log_metrics=False)
+    assert '"metrics"' not in capsys.readouterr().out
 
 
 def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):

@@ -9,6 +9,7 @@ from the head after the cluster is gone.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -226,7 +227,8 @@ def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
     return out
 
 
-def _query(head: Head, args: str) -> str:
+def query_script(head: Head, args: str) -> str:
+    """The shell line that runs `python -m training.head.query ARGS` on the head, in its managed home."""
     return f"{_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
 
 
@@ -252,7 +254,7 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
             state = replace(state, status=record.status, text=record.text)
         on_record(record)
 
-    code = run_command(head.host, _query(head, f"log {shlex.quote(job_id)} {flags}"), line)
+    code = run_command(head.host, query_script(head, f"log {shlex.quote(job_id)} {flags}"), line)
     if code == 2:
         raise _no_such_job(head, job_id)
     if code != 0:
@@ -268,7 +270,7 @@ def _no_such_job(head: Head, job_id: str) -> NotFoundError:
 def jobs_on(head: Head) -> list[JobSummary]:
     """The jobs the head knows, newest first; this machine's rows are brought up to date with them."""
     # a head that never ran a managed job has no jobs, and maybe no deepvm runtime to ask with yet
-    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{_query(head, "jobs")}'
+    script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{query_script(head, "jobs")}'
     summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
@@ -291,7 +293,7 @@ def _remember(summaries: list[JobSummary]) -> None:
 
 def cancel(head: Head, job_id: str, now: bool) -> None:
     """Ask the job's controller to stop (after a checkpoint, or at once with `now`)."""
-    code = run_command(head.host, _query(head, f"cancel {shlex.quote(job_id)}" + " --now" * now), lambda _: None)
+    code = run_command(head.host, query_script(head, f"cancel {shlex.quote(job_id)}" + " --now" * now), lambda _: None)
     if code == 2:
         raise _no_such_job(head, job_id)
     if code != 0:
@@ -313,6 +315,22 @@ def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> TrainResult | None:
         return None
     fetch_tree(head.host, files.out, out_dir)
     return replace(result, out_dir=str(out_dir))
+
+
+def fetch_run_record(head: Head, job_id: str, out_dir: Path) -> list[Path]:
+    """Copy the job's log (log.jsonl, what `deepvm watch` shows once the cluster is gone) and its TensorBoard
+    files (out/tensorboard/, written by its controller on the head) into out_dir, whatever the job's state;
+    the files copied (none that are not there yet)."""
+    from training.control.scalar_sink import TENSORBOARD_DIR
+    from training.shared.transport import fetch_files, fetch_tree
+
+    files, copied = JobFiles(job_id), []
+    with contextlib.suppress(TransportError):  # a job that logged no scalar has no such directory
+        copied += fetch_tree(head.host, f"{files.out}/{TENSORBOARD_DIR}", out_dir / TENSORBOARD_DIR)
+    with contextlib.suppress(TransportError):
+        fetch_files(head.host, files.root, ["log.jsonl"], out_dir)
+        copied.append(out_dir / "log.jsonl")
+    return copied
 
 
 def managed_job(job_id: str) -> JobRow:

@@ -60,10 +60,11 @@ from training.control.replacements import (
     ReplacementReady,
     cloud_buyer,
 )
+from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import StallWatch
-from training.shared.events import Event, Flush, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
+from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
 from training.shared.metrics import METRICS_FILE, RunMetrics
@@ -131,6 +132,7 @@ class Controller:
         self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
+        self.scalars = ScalarSink(Path(self.job.row.out_dir) / TENSORBOARD_DIR, report.note)
 
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()
@@ -172,6 +174,8 @@ class Controller:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
                 self.job.ended(JobStatus.STOPPED if stopped else JobStatus.FAILED, str(exc) or type(exc).__name__)
             raise
+        finally:
+            self.scalars.close()
 
     def _stop_unless_relaunched(self, action: Action, failures: int, end: AttemptEnd) -> None:
         """Raise how the job ends, for the decisions that end it here."""
@@ -259,6 +263,7 @@ class Controller:
             case Start(rank=0):
                 self.recovery.started(at)
                 self.job.total_steps(event.total_steps)
+                self.scalars.launched(event.first_step)
                 if event.synthetic:
                     self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
             case Restored():
@@ -274,6 +279,9 @@ class Controller:
                     self.recovery.checkpointed(at)
             case NoticeSeen() if node is not None:
                 self._on_notice(node, event.notice, at, run)
+            case Metrics(rank=0):
+                self.scalars.add(event.point, time.time())
+                self.report.metrics(event.point)
             case WatcherOff(rank=0) if run.number == 1:
                 self.report.note(f"not watching for Spot notices: {event.reason}")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from training.shared.jobstore import JobStatus
 from training.shared.progress import JobReporter, Progress
 from training.shared.records import LogKind, LogRecord
+from training.shared.scalars import MetricPoint
 
 _FSYNC_EVERY_S = 1.0
 _RANK = re.compile(r" r(\d+)$")  # the controller prefixes a rank's lines with "NODE rN"
@@ -68,4 +69,7 @@ class JobLog:
                 finished.add((host, total))
                 self.write(LogRecord(LogKind.PUSH, time.time(), source=host, done=done, total=total))
 
-        return JobReporter(note=self.note, log=log, progress=progress, push=push)
+        def metrics(point: MetricPoint) -> None:
+            self.write(LogRecord(LogKind.METRICS, time.time(), metrics=point))
+
+        return JobReporter(note=self.note, log=log, progress=progress, push=push, metrics=metrics)

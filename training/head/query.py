@@ -5,6 +5,10 @@
                                                               the job's log records from line N; with
                                                               --follow, until the job is over
     python -m training.head.query cancel JOB_ID [--now]
+    python -m training.head.query watch JOB_ID [--from N] [--every S]
+                                                              the log as with --follow, and a snapshot of
+                                                              the nodes and money every S seconds, until the
+                                                              job is over or stdin ends (deepvm watch)
 
 It reads the head's files and state store and changes nothing but the cancel request, so any number of
 clients can ask at once while the job runs. Run with DEEPVM_HOME set to the head's managed home.
@@ -17,10 +21,12 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from provisioning.core.home import deepvm_home
 from training.control.attempts import CancelMode
+from training.head.watch_feed import SnapshotTicker, exit_when_stdin_closes
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.records import JobSummary, LogKind, LogRecord
 
@@ -42,16 +48,7 @@ def supervisor_alive(root: Path) -> bool:
 
 
 def summaries() -> list[JobSummary]:
-    found = []
-    for row in _job_rows():
-        root = job_root(row.job_id)
-        found.append(JobSummary(
-            job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
-            total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
-            checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
-            cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
-            message=row.message, controller_alive=supervisor_alive(root),
-        ))  # fmt: skip
+    found = [JobSummary.from_row(row, supervisor_alive(job_root(row.job_id))) for row in _job_rows()]
     known = {s.job_id for s in found}
     jobs_dir = deepvm_home() / "jobs"
     for root in sorted(jobs_dir.iterdir()) if jobs_dir.is_dir() else []:
@@ -61,6 +58,10 @@ def summaries() -> list[JobSummary]:
             found.append(JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text,
                                     alive))  # fmt: skip
     return found
+
+
+def _summary(job_id: str) -> JobSummary | None:
+    return next((s for s in summaries() if s.job_id == job_id), None)
 
 
 def _last_state(root: Path) -> tuple[JobStatus, str]:
@@ -79,9 +80,11 @@ def _job_rows() -> list[JobRow]:
     return JobStore().all() if (deepvm_home() / "state.db").exists() else []
 
 
-def follow(job_id: str, start: int, tail: int | None, keep_following: bool) -> int:
+def follow(job_id: str, start: int, tail: int | None, keep_following: bool,
+           tick: Callable[[bool], None] | None = None) -> int:  # fmt: skip
     """Print the log's lines from line `start` (or its last `tail` lines); with `keep_following`, until
-    the job is over and its supervisor gone. Returns 0, or 2 when there is no such job."""
+    the job is over and its supervisor gone. `tick(last)` runs whenever the log has nothing new (`last`: the
+    follow ends). Returns 0, or 2 when there is no such job."""
     root = job_root(job_id)
     if not (root / "job.json").exists():
         print(f"no job {job_id} on this head", file=sys.stderr)
@@ -105,7 +108,10 @@ def follow(job_id: str, start: int, tail: int | None, keep_following: bool) -> i
                     seen += 1
                 sys.stdout.flush()
                 continue
-            if not keep_following or over:
+            done = not keep_following or over
+            if tick is not None:
+                tick(done)
+            if done:
                 return 0
             time.sleep(_POLL_S)
 
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = sub.add_parser("cancel")
     stop.add_argument("job_id")
     stop.add_argument("--now", action="store_true")
+    watch = sub.add_parser("watch")
+    watch.add_argument("job_id")
+    watch.add_argument("--from", dest="start", type=int, default=0)
+    watch.add_argument("--every", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.what == "jobs":
         for summary in summaries():
@@ -148,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.what == "log":
         return follow(args.job_id, args.start, args.tail, args.follow)
+    if args.what == "watch":
+        exit_when_stdin_closes()
+        job = args.job_id
+        return follow(job, args.start, None, True, SnapshotTicker(lambda: _summary(job), args.every))
     return cancel(args.job_id, args.now)
 
 

@@ -36,12 +36,14 @@ from training.node.batchplan import BatchPlan, plan_batches
 from training.node.data import ImageDataset, build_dataset
 from training.node.distenv import DistEnv, from_environment, init_process_group, pick_device
 from training.node.hooks import CheckpointHook, TrainState
+from training.node.metrics_log import MetricsLog
 from training.node.models import build_model
 from training.node.sampler import GlobalBatchSampler
 from training.node.schedule import build_optimizer, lr_factor, set_lr
 from training.shared.events import End, EndStatus, Start, Step, emit
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.metrics import RunMetrics
+from training.shared.scalars import LOSS
 
 RANK_BATCHES_ENV = "DEEPVM_RANK_BATCHES"
 
@@ -61,6 +63,7 @@ class WorkerOptions:
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = None  # torch intra-op threads; default: cores / ranks on this node
     save_when_stopped: bool = True  # a stopped run writes model.pt and state.pt (False: a checkpoint hook keeps it)
+    log_metrics: bool = True  # trainer 0 sends WORKER_SCALARS at its progress steps (False: benchmarks/metrics_cost.py)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
@@ -77,6 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
     parser.add_argument("--stop-at-step", type=int)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--no-metrics", action="store_true", help="send no Metrics events (to measure their cost)")
     args = parser.parse_args(argv)
     text = args.rank_batches or os.environ.get(RANK_BATCHES_ENV)
     try:
@@ -94,6 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
         stop_at_step=args.stop_at_step,
         device=args.device,
         threads=args.threads,
+        log_metrics=not args.no_metrics,
     )
 
 
@@ -169,6 +174,7 @@ class Run:
             self.state.load_state_dict(_load_state(opts.resume, self.device))
         self.total_steps = _total_steps(spec, sampler)
         self.loss_fn = nn.CrossEntropyLoss()
+        self.metrics = MetricsLog(env.rank)
 
     def _batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed((self.spec.seed * 1_000_003 + step) * 1009 + self.env.rank)
@@ -244,6 +250,8 @@ class Run:
                         synthetic=spec.is_synthetic,
                     )
                 )
+                if self.opts.log_metrics:
+                    self._log_metrics(state.step, final_loss, window_steps, now - window_start)
                 window_start, window_steps = now, 0
             if stopping:
                 status = EndStatus.STOPPED
@@ -272,8 +280,16 @@ class Run:
             samples_per_s=trained / wall if wall > 0 else 0.0,
             wall_s=wall,
         )
+        self.metrics.close()
         emit(End(rank=rank, status=status, steps=state.step, final_loss=final_loss, wall_s=round(wall, 3)))
         return metrics
+
+    def _log_metrics(self, step: int, loss: float, steps: int, seconds: float) -> None:
+        """WORKER_SCALARS of the window of `steps` steps that ended at `step`: the global loss, the job's
+        samples per second (every trainer's), the learning rate and the mean step time."""
+        seconds = max(seconds, 1e-9)
+        self.metrics.log(step, {LOSS: loss, "samples_per_s": steps * self.plan.global_batch / seconds,
+                                "lr": self.state.optimizer.param_groups[0]["lr"], "step_time_s": seconds / steps})
 
     def save(self, metrics: RunMetrics) -> None:
         """Rank 0 writes model.pt and state.pt (unless a stopped run need not: WorkerOptions) and metrics.json,

@@ -8,7 +8,8 @@ makes one of it, and the controller shows every other line as the rank's output.
 Who sends what:
 - every trainer: Start, Step (every log_every steps, the last one, and the one it stops at), End;
   a trainer's watcher: NoticeSeen, or WatcherOff when the node has no instance metadata to watch;
-- trainer 0 only (training.node.checkpointing): Restored, Saved, Flush;
+- trainer 0 only (training.node.checkpointing): Restored, Saved, Flush; Metrics (`ctx.log`, and deepvm's
+  worker at its progress steps), from a thread of its own (training.node.metrics_log), never the step's;
 - every holder rank: Holder, once, before it serves checkpoints.
 
 The wire format, pinned by tests/training/test_events.py because the tests that run ranks read their
@@ -25,6 +26,8 @@ import sys
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, ClassVar
+
+from training.shared.scalars import MetricPoint
 
 
 class NoticeKind(str, Enum):
@@ -178,6 +181,28 @@ class NoticeSeen(Event):
         return cls(rank=fields.pop("rank"), notice=Notice(**fields))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Metrics(Event):
+    """Trainer 0's scalars of one step (`ctx.log`; deepvm's worker logs WORKER_SCALARS), for the job's log,
+    its TensorBoard files and `deepvm watch`. On the wire: {"event": "metrics", "rank": 0, "step": N,
+    "values": {NAME: VALUE, ...}}; the names are the job's own, hence a map (training.shared.scalars)."""
+
+    EVENT: ClassVar[str] = "metrics"
+
+    point: MetricPoint  # on the wire its fields sit flat beside "rank"
+
+    def _fields(self) -> dict[str, Any]:
+        return {"rank": self.rank, **self.point.to_dict()}
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Event:
+        fields = dict(fields)
+        rank = fields.pop("rank")
+        if set(fields) != {"step", "values"}:
+            raise KeyError("metrics: fields other than step and values")
+        return cls(rank=rank, point=MetricPoint.from_dict(fields))
+
+
 class EndStatus(str, Enum):
     """How a trainer's run ended without error: End's status, and the "status" of the run's metrics.json."""
 
@@ -224,7 +249,7 @@ class Holder(Event):
 
 
 _KINDS: dict[str, type[Event]] = {
-    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, NoticeSeen, End, WatcherOff, Holder)
+    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, NoticeSeen, Metrics, End, WatcherOff, Holder)
 }
 
 

@@ -13,9 +13,12 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.shared.jobstore import JobStatus
+
+if TYPE_CHECKING:  # a type only: `deepvm plan` imports this module, and nothing of the metrics
+    from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)
@@ -165,3 +168,4 @@ class JobReporter:
     log: Callable[[str, str], None] = lambda prefix, text: None  # a rank's own output line
     progress: Callable[[Progress], None] = lambda progress: None
     push: Callable[[str, int, int], None] = lambda host, done, total: None  # bytes pushed to a host
+    metrics: Callable[[MetricPoint], None] = lambda point: None  # trainer 0's scalars of a step (ctx.log)

@@ -16,16 +16,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
 from provisioning.planner.plan_document import plan_from_dict
-from training.shared.jobstore import JobStatus
+from training.shared.jobstore import JobRow, JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Progress
+
+if TYPE_CHECKING:  # read in from_json: `deepvm plan` imports this module, and nothing of the metrics
+    from training.shared.scalars import MetricPoint
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class LogKind(str, Enum):
     PROGRESS = "progress"  # trainer 0's progress (`progress`)
     PUSH = "push"  # bytes pushed to `source` (`done` of `total`)
     STATE = "state"  # the job's state changed (`status`, with `text` saying why)
+    METRICS = "metrics"  # trainer 0's scalars of a step (`metrics`: ctx.log, deepvm's worker)
 
     def __str__(self) -> str:
         return self.value
@@ -95,6 +99,7 @@ class LogRecord:
     done: int = 0
     total: int = 0
     status: JobStatus | None = None  # set in state records
+    metrics: MetricPoint | None = None  # set in metrics records
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LogKind(self.kind))  # a kind none of ours is a ValueError
@@ -111,8 +116,12 @@ class LogRecord:
             raise ValueError(f"not a log record: {line[:80]!r}")
         progress = data.pop("progress", None)
         status = data.pop("status", None)
+        metrics = data.pop("metrics", None)
+        from training.shared.scalars import MetricPoint
+
         return cls(**data, progress=Progress(**progress) if progress else None,
-                   status=JobStatus(status) if status else None)  # fmt: skip
+                   status=JobStatus(status) if status else None,
+                   metrics=MetricPoint.from_dict(metrics) if metrics else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,14 @@ class JobSummary:
     updated_at: str
     message: str
     controller_alive: bool  # the head's supervisor process runs (a running job without one is orphaned)
+
+    @classmethod
+    def from_row(cls, row: JobRow, controller_alive: bool) -> JobSummary:
+        return cls(job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
+                   total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
+                   checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
+                   cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
+                   message=row.message, controller_alive=controller_alive)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
