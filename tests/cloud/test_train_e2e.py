@@ -3,9 +3,14 @@ real sshd hosts, real mpirun over SSH from the head node (the holder), real DDP 
 DeepCheck files.
 
 One cluster serves the module (its own DEEPVM_HOME); the last test tears it down and checks that no
-process of it is left. Interruptions are the sandbox's: `deepvm interrupt` posts the notice to the
-node's instance metadata and the supervisor terminates the instance at the deadline; a node that dies
-without notice is terminated through the EC2 API, which kills every process of its host.
+process of it is left. CI runs what only a real cluster shows: an attached run through a Spot notice (deepvm's
+worker, and a user's own script); the other recoveries (a node lost without notice, a hang, the holder lost
+with L3, Ctrl-C and resume, a controller killed) run in CI in-process against the real Controller
+(tests/training/test_controller.py), and here with `-m soak`.
+
+Interruptions are the sandbox's: `deepvm interrupt` posts the notice to the node's instance metadata and
+the supervisor terminates the instance at the deadline; a node that dies without notice is terminated
+through the EC2 API, which kills every process of its host.
 """
 
 from __future__ import annotations
@@ -128,7 +133,7 @@ def assert_steps_never_go_back_more_than(steps: list[int], most: int) -> None:
         assert after >= before - most, f"step went back from {before} to {after}: {steps}"
 
 
-@pytest.mark.soak  # about 2 minutes of both cores: CI's suite stays under 20 min; run it with `-m soak`
+@pytest.mark.soak  # about 2 minutes of both cores: CI's suite stays under 12 min; run it with `-m soak`
 def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_path):
     """First, on the whole cluster: `deepvm profile` launches configs/resnet.yaml on 1, 2 and 3 of its
     trainers (the holder with them each time), writes the profile and its plot, leaves nothing running;
@@ -227,6 +232,8 @@ def assert_the_head_alone_holds_the_internal_key(env: dict[str, str], nodes: lis
     assert holding == {"login": set(), "internal": {(head, "root/deepvm/ssh/id_ed25519")}}
 
 
+@pytest.mark.soak  # in CI, in-process: test_controller.py's
+# test_a_node_lost_without_notice_is_retired_and_the_job_resumes_from_the_newest_checkpoint
 def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, monkeypatch):
     env, job = cluster
     monkeypatch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
@@ -247,6 +254,8 @@ def test_node_dying_without_notice_restarts_from_the_newest_checkpoint(cluster, 
     assert any(a["status"] == "failed" for a in run["attempts"])
 
 
+@pytest.mark.soak  # in CI, in-process: test_controller.py's
+# test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_replaced
 def test_node_that_hangs_is_noticed_terminated_and_replaced(cluster, monkeypatch):
     """A frozen node keeps its sockets open, so nothing fails: the other trainers wait in the next allreduce.
     The controller sees the silence, stops the job, finds the node that does not answer, terminates it
@@ -274,6 +283,8 @@ def test_node_that_hangs_is_noticed_terminated_and_replaced(cluster, monkeypatch
     assert next(n for n in status["nodes"] if n["instance_id"] == victim)["state"] != "running"
 
 
+@pytest.mark.soak  # in CI, in-process: test_controller.py's
+# test_losing_the_only_holder_with_l3_waits_for_a_new_holder_and_resumes_from_s3
 def test_losing_the_holder_continues_from_s3_on_a_replacement_holder(cluster, monkeypatch, tmp_path):
     """Checkpoints live on the holder; with level l3 they are in S3 too, so when the holder dies the
     controller buys a new on-demand holder and the job continues from the newest checkpoint in S3."""
@@ -364,6 +375,8 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
 
 
+@pytest.mark.soak  # in CI, in-process: test_controller.py's
+# test_ctrl_c_stops_cleanly_and_the_printed_command_resumes_without_a_restart
 def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cluster):
     """Ctrl-C is the user's own stop: no `error:`, and the command it prints continues the job as is."""
     env, job = cluster
