@@ -34,7 +34,7 @@ from provisioning.ladder.throughput import pflop_per_hour
 from provisioning.planner.plan import Role
 from simulation.draws import Draws
 from simulation.engine import RunOutcomes
-from simulation.errors import check_time
+from simulation.errors import PACE_FROM, check_pace, check_time
 from simulation.market import MarketCase
 from simulation.recovery import relaunch_end
 
@@ -114,7 +114,11 @@ class _Run:
     # --- the loop ---------------------------------------------------------------------------------------------
     def result(self) -> MarketRun:
         work = self.case.workload.work_pflop
+        events = 0
         while True:
+            events += 1
+            if events % PACE_FROM == 0:  # as the engine's runs: on course for endless events is refused early
+                check_pace(events, self.done / work, self.case.plan.summary())
             rate = self._rate()
             start = max(self.t, self.pause)
             t_finish = start + (work - self.done) / rate if rate > 0 else math.inf
