@@ -316,11 +316,12 @@ class _Run:
         capacity = zone.capacity(self.offset, t, self.case.levels)
         taken = self.occupied[pool.zone]
         free = [level for level in range(capacity) if level not in taken][:order.count]
-        for i, level in enumerate(free):
-            occupant = self.occupants.get((pool.zone, level), 0)
+        occupants = [self.occupants.get((pool.zone, level), 0) for level in free]
+        first_slot = self.case.zone_index[pool.zone] * self.case.levels
+        lives = self.draws.lifetime(self.run, first_slot + np.array(free, np.int64), np.array(occupants, np.int64))
+        for i, (level, occupant, life) in enumerate(zip(free, occupants, lives.tolist())):
             self.occupants[(pool.zone, level)] = occupant + 1
-            slot = self.case.zone_index[pool.zone] * self.case.levels + level
-            dies = t + float(self.draws.lifetime(self.run, slot, occupant))
+            dies = t + life
             if zone.windows is not None:
                 dies = min(dies, float(zone.windows.at(level, self.offset, t)[1]))
             taken.add(level)
