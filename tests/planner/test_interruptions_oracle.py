@@ -51,6 +51,13 @@ _ON_DEMAND_FIRST = _catalog(("r1",), {"g0.x": 1.0, "g1.x": 1.0, "g2.x": 1.0}, [
 # ... and with two Spot plans, a third plan in the ranking
 _ON_DEMAND_MAKES_THREE = _catalog(("r1",), {"g0.x": 1.0}, [
     ("g0.x", "r1", None, 0.5), ("g0.x", "r1", "r1a", 0.5), ("c0.x", "r1", None, 0.5)])
+# Throughput: 2 g0.x on demand do 20 TFLOPS for $2/h, more than the best Spot plan's 19.99; the on-demand
+# cluster with the best Z (2 g2.x, $1/h, 19.98 TFLOPS) does less. It was ranked by Z whatever the objective.
+_FASTEST_ON_DEMAND = _catalog(("r1", "r2"), {"g0.x": 2.0, "g1.x": 1.0, "g2.x": 1.0}, [
+    ("g0.x", "r1", None, 1.0), ("g0.x", "r1", "r1a", 1.0), ("g1.x", "r1", "r1a", 1.0), ("g2.x", "r1", None, 0.5),
+    ("g2.x", "r1", "r1a", 1.0), ("c0.x", "r1", None, 1.0), ("c1.x", "r1", None, 1.0),
+    ("g0.x", "r2", "r2a", 1.0), ("g1.x", "r2", "r2a", 1.0), ("g2.x", "r2", "r2a", 1.0),
+    ("c0.x", "r2", None, 1.0), ("c1.x", "r2", None, 1.0)])
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -58,6 +65,8 @@ _ON_DEMAND_MAKES_THREE = _catalog(("r1",), {"g0.x": 1.0}, [
          other_mttf=0.2, relaunch=180.0, delay=0.0, work=100.0)
 @example(catalog=_ON_DEMAND_MAKES_THREE, max_price=1.0, objective=Objective.DEEPVM, node_limit=None, mttf=0.5,
          other_mttf=0.2, relaunch=180.0, delay=0.0, work=100.0)
+@example(catalog=_FASTEST_ON_DEMAND, max_price=2.0, objective=Objective.THROUGHPUT, node_limit=2, mttf=0.5,
+         other_mttf=0.2, relaunch=0.0, delay=1.0, work=100.0)
 @given(
     catalog=catalogs(),
     max_price=st.floats(0.2, 8.0),
