@@ -34,7 +34,7 @@ from provisioning.ladder.throughput import pflop_per_hour
 from provisioning.planner.plan import Role
 from simulation.draws import Draws
 from simulation.engine import RunOutcomes
-from simulation.errors import check_time
+from simulation.errors import PACE_FROM, check_pace, check_time
 from simulation.market import MarketCase
 from simulation.recovery import relaunch_end
 
@@ -114,7 +114,11 @@ class _Run:
     # --- the loop ---------------------------------------------------------------------------------------------
     def result(self) -> MarketRun:
         work = self.case.workload.work_pflop
+        events = 0
         while True:
+            events += 1
+            if events % PACE_FROM == 0:  # as the engine's runs: on course for endless events is refused early
+                check_pace(events, self.done / work, self.case.plan.summary())
             rate = self._rate()
             start = max(self.t, self.pause)
             t_finish = start + (work - self.done) / rate if rate > 0 else math.inf
@@ -312,11 +316,12 @@ class _Run:
         capacity = zone.capacity(self.offset, t, self.case.levels)
         taken = self.occupied[pool.zone]
         free = [level for level in range(capacity) if level not in taken][:order.count]
-        for i, level in enumerate(free):
-            occupant = self.occupants.get((pool.zone, level), 0)
+        occupants = [self.occupants.get((pool.zone, level), 0) for level in free]
+        first_slot = self.case.zone_index[pool.zone] * self.case.levels
+        lives = self.draws.lifetime(self.run, first_slot + np.array(free, np.int64), np.array(occupants, np.int64))
+        for i, (level, occupant, life) in enumerate(zip(free, occupants, lives.tolist())):
             self.occupants[(pool.zone, level)] = occupant + 1
-            slot = self.case.zone_index[pool.zone] * self.case.levels + level
-            dies = t + float(self.draws.lifetime(self.run, slot, occupant))
+            dies = t + life
             if zone.windows is not None:
                 dies = min(dies, float(zone.windows.at(level, self.offset, t)[1]))
             taken.add(level)

@@ -119,8 +119,10 @@ def test_simulate_refuses_nodes_that_live_a_second_and_shows_the_parse(tmp_path,
 
 
 def test_simulate_stops_a_run_on_course_for_endless_interruptions(tmp_path, capsys):
-    """With the relaunch made shorter than the lives, the check above passes; the engine's pace check stops
-    the first policy that cannot finish (the whole cluster is never up at once to restart) within seconds."""
+    """With the relaunch made shorter than the lives, the check above passes; the pace check stops the first
+    policy that cannot finish (the whole cluster is never up at once to restart) within seconds. That policy
+    is `deepvm`, whose runs go through the ladder's loop (simulation/market_run.py), not the engine: without
+    a pace check of its own it ran on to the time limit, past pytest's 300 s."""
     trace = _one_second_lives(tmp_path / "nodes.csv", 2_000)
     code, _, err = run(capsys, "simulate", "--max-price", "3", "--offline", "--trace", str(trace), "--work", "100",
                        "--relaunch-time", "0.5", "--restart-time", "0.5", "--runs", "20")

@@ -183,7 +183,17 @@ def _check_deadline(plan: Plan, catalog: Catalog, zones: ZoneTraces, workload: W
     cap = caps.fallback_usd_per_hour or caps.max_usd_per_hour
     raise InputError(f"--deadline {deadline:g} h cannot be kept for sure: ${cap:g}/h of on-demand ({earliest.fill}) "
                      f"does {earliest.pflop_per_hour:,.0f} PFLOP/h, so the earliest deadline it keeps is "
-                     f"{earliest.hours:.2f} h; give a later one, or more --fallback-max-price")
+                     f"{_hundredths_up(earliest.hours):.2f} h; give a later one, or more --fallback-max-price")
+
+
+def _hundredths_up(hours: float) -> float:
+    """`hours` rounded up to the 0.01 h the message shows: a deadline rounded down (14.7914 h shown as
+    14.79 h) would itself be refused. A float product that lands on a whole hundredth below `hours` is
+    stepped up once more, so the shown number is never below it."""
+    if not math.isfinite(hours):
+        return hours
+    up = math.ceil(hours * 100) / 100
+    return up if up >= hours else (math.ceil(hours * 100) + 1) / 100
 
 
 def _plans(plan_file: Path | None, max_price: float | None, region: str | None, catalog_file: Path | None,

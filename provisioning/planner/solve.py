@@ -121,17 +121,13 @@ def _on_demand_if_better(plans: list[Plan], catalog: Catalog, request: PlanReque
 
     if spec.objective not in (Objective.DEEPVM, Objective.THROUGHPUT):
         return plans
-    od = on_demand_plan(catalog, request)
-    if od is None:
-        return plans
-    value = od.objective_value if spec.objective is Objective.DEEPVM else od.effective_flops
-    if value <= plans[0].objective_value:
+    od = on_demand_plan(catalog, request, spec.objective)  # the best on demand by the same objective
+    if od is None or od.objective_value <= plans[0].objective_value:
         return plans
     assert request.interruptions is not None
     note = (f"on demand: counting interruptions {request.interruptions.label}, the best Spot plan "
-            f"({plans[0].summary()}) expects {plans[0].objective_value:,.0f}, on demand {value:,.0f}")
-    first = replace(od, objective=spec.objective, objective_value=value, notes=(*od.notes, note))
-    return [first, *plans][:request.top]
+            f"({plans[0].summary()}) expects {plans[0].objective_value:,.0f}, on demand {od.objective_value:,.0f}")
+    return [replace(od, notes=(*od.notes, note)), *plans][:request.top]
 
 
 def _with_mix(single_type: list[Plan], mixed: Plan | None, top: int) -> list[Plan]:

@@ -4,6 +4,7 @@ bad input."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -47,11 +48,23 @@ def test_json_on_a_shipped_capacity_trace_with_a_deadline(cli):
 
 
 def test_a_deadline_on_demand_cannot_keep_is_refused_with_the_earliest(capsys):
-    """$3/h of on-demand trains 100,000 PFLOP in 14.74 h: 12 h is no promise deepvm can make."""
-    assert main(["simulate", *PAPER, "--work", "100000", "--deadline", "12"]) == 2
-    err = capsys.readouterr().err
+    """$3/h of on-demand trains 100,000 PFLOP in 14.74 h (plus the reserve): 12 h is no promise deepvm can
+    make. The earliest deadline it names is kept, and one 0.01 h sooner is not: it is rounded up, never down
+    (14.7914 h was shown as 14.79 h, a deadline the same check refuses)."""
+    def refusal(deadline: str) -> str:
+        assert main(["simulate", *PAPER, "--work", "100000", "--deadline", deadline]) == 2
+        return capsys.readouterr().err
+
+    err = refusal("12")
     assert len(err.splitlines()) == 1 and "--deadline 12 h cannot be kept for sure" in err, err
-    assert "5 g4dn.xlarge on-demand" in err and "earliest deadline it keeps is 14.80 h" in err
+    assert "5 g4dn.xlarge on-demand" in err and "does 6,786 PFLOP/h" in err, err
+    earliest = re.search(r"earliest deadline it keeps is (\d+\.\d\d) h;", err)
+    assert earliest is not None, err
+    hours = float(earliest.group(1))
+    assert 100000 / 6786 < hours < 100000 / 6786 + 0.1  # the fill's hours and a reserve of minutes
+    assert f"earliest deadline it keeps is {hours:.2f} h" in refusal(f"{hours - 0.01:.2f}")
+    assert main(["simulate", *PAPER, "--work", "100000", "--deadline", f"{hours:.2f}", "--runs", "2", "--json"]) == 0
+    capsys.readouterr()
     assert main(["simulate", *PAPER, "--work", "100000", "--deadline", "12", "--fallback-max-price", "4",
                  "--runs", "2", "--json"]) == 0
 
