@@ -32,7 +32,14 @@ from training.shared.scalars import MetricPoint
 from training.shared.watch_records import Snapshot, watch_line
 
 JOB = "lm-20261123T100000"
-START = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)  # a job that ends now ran 30 min
+START = datetime.now(timezone.utc)  # set before each test: half an hour ago, so a job that ends now ran 30 min
+
+
+@pytest.fixture(autouse=True)
+def _started_half_an_hour_ago() -> None:
+    """Half an hour before this test, not before the module's import: a whole suite runs for many minutes."""
+    global START
+    START = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)
 
 
 def iso(at: datetime) -> str:
