@@ -246,6 +246,12 @@ class DeepCheck:
         """Note an interruption notice (thread-safe; e.g. from a metadata watcher thread)."""
         self.flush_flag.set()
 
+    @property
+    def flush_requested(self) -> bool:
+        """Whether request_flush() was called on this rank (local: should_flush() is the collective that
+        agrees; a caller that agrees on several flags in one collective reads this one)."""
+        return self.flush_flag.is_set()
+
     def should_flush(self) -> bool:
         """Collective over trainers, once per step: True on all of them if any trainer got request_flush()."""
         self._need_trainer("should_flush")

@@ -6,7 +6,7 @@ Each fake stands in for one seam of training.control, and implements its Protoco
 - ScriptedNodes: NodeAccess (preparing, probes, notices, the head, fetching outputs; every call recorded);
 - ScriptedMpirun: Mpirun (a training job that steps, checkpoints every few steps into the cluster's shared
   checkpoint, honours a clean stop at its next step and a kill at once, and meets the faults a test
-  scripts for an attempt at a step: a notice, nodes dying, a hang, a crash at start).
+  scripts for an attempt at a step: a notice, a rebalance recommendation, nodes dying, a hang, a crash).
 
 The ranks' events travel as the real ones do: JSON lines (training.shared.events.line) in RankLines on the
 session's queue, read and parsed by the real AttemptSession.
@@ -49,6 +49,7 @@ from training.shared.transport import OutputLine, PushProgress
 
 STEP_S = 0.002  # a training step of the scripted job
 NOTICE = Notice("instance-action", '{"action": "terminate", "time": "2026-11-25T10:00:00Z"}', 1.0)
+REBALANCE = Notice("rebalance", '{"noticeTime": "2026-11-25T09:58:00Z"}', 1.0)
 
 
 def tiering_plan(trainers: int = 3, holders: int = 1) -> Plan:
@@ -164,7 +165,7 @@ class NoticeOn(Fault):
     before_exit: Callable[[], None] | None = None  # returns when the attempt may exit (ordering tests)
 
     def strike(self, mpirun: ScriptedMpirun) -> bool:
-        mpirun.nodes.notices[self.node] = NOTICE
+        mpirun.nodes.notices[self.node] = NOTICE  # the more urgent: `watcher --once` names it
         rank = next(r for r, n in enumerate(mpirun.launch.rank_nodes) if n.instance_id == self.node)
         mpirun.emit(rank, NoticeSeen(rank=rank, notice=NOTICE))
         mpirun.flush(self.step, "notice")
@@ -172,6 +173,21 @@ class NoticeOn(Fault):
             self.before_exit()
         mpirun.end(EndStatus.STOPPED, self.step)
         return True
+
+
+@dataclass
+class RebalanceOn(Fault):
+    """A rebalance recommendation alone on `node`: its watcher says so, the trainers flush this step and train
+    on (training.node.checkpointing); `watcher --once` reads it there from now on."""
+
+    node: str = ""
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        mpirun.nodes.notices.setdefault(self.node, REBALANCE)
+        rank = next(r for r, n in enumerate(mpirun.launch.rank_nodes) if n.instance_id == self.node)
+        mpirun.emit(rank, NoticeSeen(rank=rank, notice=REBALANCE))
+        mpirun.flush(self.step, "rebalance")
+        return False
 
 
 @dataclass

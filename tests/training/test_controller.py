@@ -23,6 +23,7 @@ from tests.training.scripted_cluster import (
     FakeCluster,
     Hang,
     NoticeOn,
+    RebalanceOn,
     ScriptedNodes,
     World,
     tiering_plan,
@@ -162,6 +163,51 @@ def test_a_notice_relaunches_at_once_from_the_flushed_step_asks_no_node_again_an
     assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == []  # the cloud takes T1
     assert any(n.startswith("Spot interruption notice on trainer-t0000001 (instance-action)") for n in rig.notes)
     assert result.restarts == 2 and rig.row().lost_steps == 0
+
+
+def test_a_rebalance_recommendation_alone_checkpoints_early_and_the_node_trains_on(rig):
+    """Issue 21 item 3: the node is not excluded, nothing is bought or retired, no attempt is stopped."""
+    rig.world.faults = [RebalanceOn(1, 6, node=T1)]
+    result = rig.run()
+    assert _attempts(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.restarts == 0 and result.recoveries == []
+    assert rig.buyer.bought == [] and rig.cluster.retired == [] and rig.controller.pool.excluded() == {}
+    assert "checkpoint of step 6 safe at L1 in 0.00s (rebalance)" in rig.notes
+    said = [n for n in rig.notes if n.startswith("rebalance recommendation on trainer-t0000001: it trains on")]
+    assert len(said) == 1 and ("rebalance", f"{result.job_id}: {said[0]}") in rig.cluster.events
+    assert rig.row().checkpoint_step == 40 and sorted(rig.cluster.running()) == sorted([T0, T1, T2, H0])
+
+
+def test_an_interruption_after_a_recommendation_stops_the_node_as_a_notice_does_and_buys_one_replacement(rig):
+    rig.world.faults = [RebalanceOn(1, 4, node=T1), NoticeOn(1, 8, node=T1)]
+    result = rig.run()
+    assert _attempts(result)[0] == (3, 0, 8, Outcome.STOPPED) and result.steps == 40 and result.lost_steps == 0
+    assert (result.recoveries[0].reason, result.recoveries[0].nodes) == (RecoveryReason.NOTICE, (T1,))
+    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == []  # the cloud takes T1
+    assert all(T1 not in a.nodes for a in result.attempts[1:]) and len(result.attempts[-1].nodes) == 4
+    said = [n for n in rig.notes if n.startswith("Spot interruption notice on trainer-t0000001")]
+    assert said == ["Spot interruption notice on trainer-t0000001 (instance-action): checkpointing, then without it"]
+
+
+def test_a_replacement_ready_after_a_recommendation_joins_and_drains_nothing(rig):
+    """T2's recommendation, then T1's interruption: T1's replacement is folded in beside T2, which trains on;
+    the cluster runs the plan's nodes (T1 is the cloud's to take) and nothing is retired."""
+    rig.world.faults = [RebalanceOn(1, 4, node=T2), NoticeOn(1, 6, node=T1)]
+    result = rig.run()
+    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == []
+    last = result.attempts[-1]
+    assert T2 in last.nodes and T1 not in last.nodes and last.world_size == 3 and result.steps == 40
+    assert set(rig.controller.pool.excluded()) == {T1} and len(set(rig.cluster.running()) - {T1}) == 4
+
+
+def test_a_recommendation_read_before_a_relaunch_keeps_the_node_in_it(rig):
+    """After a failure the spot nodes' notices are read: a recommendation alone is no reason to leave T1 out
+    (it would run on, billing, excluded)."""
+    rig.world.faults = [RebalanceOn(1, 6, node=T1), Die(1, 9, nodes=(T0,))]
+    result = rig.run()
+    assert T1 in result.attempts[1].nodes and "i-t0000001 has a rebalance recommendation: training on it" in rig.notes
+    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == [((T0,), "unreachable over SSH after "
+                                                                                "the job failed")]  # fmt: skip
+    assert set(rig.controller.pool.excluded()) == {T0}
 
 
 def test_a_replacement_ready_before_the_relaunch_chooses_its_nodes_joins_it_without_a_fold_in(rig):

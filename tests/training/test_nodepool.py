@@ -19,6 +19,7 @@ from training.control.nodepool import (
     Retire,
     check_move,
 )
+from training.shared.events import NoticeKind
 
 EDGES = [(a, b) for a, b in itertools.product(NodeStatus, NodeStatus)]
 
@@ -57,7 +58,7 @@ def test_a_move_the_table_lacks_raises_through_an_observation():
     pool = _pool()
     pool.noticed("i-t0", "instance-action")
     with pytest.raises(InvalidTransition):
-        pool.at_risk("i-t0", "rebalance recommendation")  # a noticed node is leaving already
+        pool.at_risk("i-t0", "a stand-in: Spot is back")  # a noticed node is leaving already
 
 
 def test_new_nodes_become_ready_once_prepared_and_a_notice_found_there_keeps_them_out():
@@ -150,13 +151,25 @@ def test_the_running_nodes_of_the_cluster_are_synced_and_a_node_no_longer_runnin
     assert pool.slots["i-t2"].status is NodeStatus.GONE and pool.step() == []
 
 
+def test_a_rebalance_recommendation_moves_no_node_and_buys_nothing():
+    """Issue 21 item 3: the node stays usable and firm, during an attempt and when found before a launch."""
+    pool = _pool(trainers=2)
+    assert pool.noticed("i-t1", NoticeKind.REBALANCE) is False
+    assert pool.slots["i-t1"].status is NodeStatus.READY and pool.slots["i-t1"].recommended
+    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]  # only the node the plan lacked anyway
+    pool.bought([_endpoint("i-t3")])
+    assert pool.prepared("i-t3", "/root", NoticeKind.REBALANCE, at=2.0) is False
+    assert pool.slots["i-t3"].status is NodeStatus.READY and pool.excluded() == {}
+    assert pool.noticed("i-t3", NoticeKind.INTERRUPTION) is True and set(pool.excluded()) == {"i-t3"}
+
+
 def test_a_node_at_risk_trains_until_its_replacement_is_ready_and_is_then_retired():
-    """Room for a rebalance recommendation (and an on-demand stand-in once Spot is back, a zone move): the
-    node keeps training, does not count as firm (so it is replaced), drains once its role is whole
-    without it, and is retired once no attempt runs on it. Nothing it bought is left billing."""
+    """Room for an on-demand stand-in once Spot is back (and a zone move): the node keeps training, does not
+    count as firm (so it is replaced), drains once its role is whole without it, and is retired once no
+    attempt runs on it. Nothing it bought is left billing."""
     pool = _pool()
     pool.launched(["i-t0", "i-t1", "i-t2", "i-h0"], at=2.0)
-    pool.at_risk("i-t1", "rebalance recommendation")
+    pool.at_risk("i-t1", "a stand-in: Spot is back")
     assert "i-t1" in [s.instance_id for s in pool.usable()]  # still trains
     assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]
     pool.bought([_endpoint("i-t3")])
@@ -166,13 +179,13 @@ def test_a_node_at_risk_trains_until_its_replacement_is_ready_and_is_then_retire
     assert pool.slots["i-t1"].status is NodeStatus.DRAINING
     assert "i-t1" not in [s.instance_id for s in pool.usable()]  # the next launch leaves it out
     pool.attempt_ended(clean=True, at=4.0)
-    assert pool.step() == [Retire(("i-t1",), "rebalance recommendation")]
+    assert pool.step() == [Retire(("i-t1",), "a stand-in: Spot is back")]
     pool.retired(["i-t1"])
     assert pool.slots["i-t1"].status is NodeStatus.RETIRED
 
 
 def test_a_node_at_risk_whose_interruption_comes_first_is_left_to_the_cloud():
     pool = _pool()
-    pool.at_risk("i-t1", "rebalance recommendation")
+    pool.at_risk("i-t1", "a stand-in: Spot is back")
     pool.noticed("i-t1", "instance-action")
     assert pool.slots["i-t1"].status is NodeStatus.NOTICED and pool.step() == []

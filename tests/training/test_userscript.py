@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 from mpi4py import MPI
 from worker_jobs import free_port
@@ -17,6 +18,7 @@ from training.node.checkpointing import Checkpointer
 from training.node.distenv import DistEnv
 from training.node.trainercomm import TrainerComm
 from training.node.userscript import NoStepTaken, ScriptExited, run_script
+from training.shared.events import Notice
 from training.shared.jobspec import load_job_spec
 
 pytestmark = pytest.mark.filterwarnings("error:Converting a tensor with requires_grad")  # a loss tensor is read quietly
@@ -105,6 +107,28 @@ def test_clean_stop_flushes_that_step_and_the_next_run_continues_from_it(rank, c
     metrics = json.loads((rank.out / "metrics.json").read_text())
     assert (metrics["status"], metrics["first_step"], metrics["steps"]) == ("completed", 3, 6)
     assert metrics["loss_curve"] == [[4, 4.0], [6, 6.0]] and metrics["final_loss"] == 6.0
+
+
+def test_a_rebalance_recommendation_flushes_at_the_next_step_and_training_goes_on(rank, capsys):
+    """Issue 21 item 3, on the rank: the recommendation alone never ends the run; an interruption notice does."""
+    checkpointer = Checkpointer(rank.ck, load_job_spec(_spec(rank.dir)).checkpoint, rank.trainers)
+
+    def tree() -> dict[str, torch.Tensor]:
+        return {"w": torch.zeros(2)}
+
+    checkpointer.noticed(Notice("rebalance", "{}", 1.0))
+    assert [checkpointer.after_step(step, tree, None) for step in (1, 2, 3)] == [False, False, False]
+    checkpointer.noticed(Notice("instance-action", "{}", 1.0))
+    assert checkpointer.after_step(4, tree, None) is True
+    flushes = [(e["step"], e["reason"]) for e in events(capsys, "flush")]
+    assert flushes == [(1, "rebalance"), (4, "notice")]
+
+
+def _spec(folder: Path) -> Path:
+    job_file = folder / "job.yaml"
+    job_file.write_text("steps: 6\ncheckpoint: {every_steps: 100}\nrun: {script: train.py}\n")
+    (folder / "train.py").write_text("")
+    return job_file
 
 
 def test_without_restore_the_run_starts_at_its_first_step(rank, capsys):

@@ -18,6 +18,23 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
 - Nodes are bought until the plan's count of a role is met again, counting those on their way: trainers
   after any trouble (a notice, a failed attempt, a notice found before a launch), the holding roles only
   once none of their nodes is left (the job trains on with the holders it has).
+- A rebalance recommendation alone keeps its node training: its trainers flush a checkpoint at their next
+  step and go on (training.node.checkpointing), nothing is bought and nothing is drained; only an
+  interruption notice takes a node out (`leaves_the_job`). Why not replace the node and retire it, as
+  EC2 Auto Scaling's Capacity Rebalancing does: AWS says a recommendation means *elevated* risk, that it
+  may come with the interruption notice or never be followed by one, and that the point of acting on it
+  is moving to Spot capacity "not at an elevated risk of interruption"
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/rebalance-recommendations.html); Capacity
+  Rebalancing wants a group of several instance types and zones, so that the replacement comes from
+  capacity that is not at risk
+  (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html), while
+  a replacement here is bought like the lost node, in its type and zone: the very pool that is at risk.
+  Replacing would cost a relaunch and a second node's bill for the hours the recommendation is a false
+  alarm, to save what an interruption costs deepvm anyway (a flush, no step lost, a relaunch on the
+  survivors). aws-node-termination-handler by default ignores recommendations (enableRebalanceMonitoring:
+  false) and when asked only cordons the node, keeping what runs on it
+  (https://github.com/aws/aws-node-termination-handler, config/helm/aws-node-termination-handler/README.md);
+  keeping the node and checkpointing early is the same choice for a job that cannot move its ranks.
 - With no holder left, the job can only continue from checkpoints in S3 (level l3).
 - `deepvm cancel` stops the job as Ctrl-C does (a checkpoint, then leave) or, with --now, at once.
 """
@@ -28,7 +45,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
-from training.shared.events import EndStatus
+from training.shared.events import EndStatus, NoticeKind
 from training.shared.progress import Outcome
 
 
@@ -98,6 +115,12 @@ def fold_in_now(first_step: int, last_step: int, recovery_in_flight: bool) -> bo
 def nodes_to_buy(planned: int, usable: int, on_their_way: int) -> int:
     """How many nodes of a role to buy so that the plan's count is met again."""
     return max(0, planned - usable - on_their_way)
+
+
+def leaves_the_job(kind: NoticeKind) -> bool:
+    """Whether a Spot notice of `kind` takes its node out of the job: an interruption notice does, a rebalance
+    recommendation alone does not (see the rules above)."""
+    return NoticeKind(kind) is NoticeKind.INTERRUPTION
 
 
 def can_continue_without_holders(levels: Collection[str]) -> bool:

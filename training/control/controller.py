@@ -14,9 +14,10 @@ The loop, each phase on the controller's thread (threads only post: see session 
    lost, buy what a role lacks); with no holder or no trainer usable, a replacement is bought and
    awaited. Roles come from the plan: holders keep checkpoints, trainers train.
 2) the attempt: the session runs it, and the controller listens: progress and checkpoints from trainer
-   0 (saved to the jobs table), notices from any spot node's watcher (the node leaves the pool, a
-   replacement is bought within the plan), replacements ready (folded in: the running attempt is asked
-   to stop cleanly and relaunched with the bigger world from that step), `deepvm cancel`, a hang.
+   0 (saved to the jobs table), notices from any spot node's watcher (an interruption notice: the node
+   leaves the pool, a replacement is bought within the plan; a rebalance recommendation: it trains on),
+   replacements ready (folded in: the running attempt is asked to stop cleanly and relaunched with the
+   bigger world from that step), `deepvm cancel`, a hang.
 3) the attempt ends, and the controller decides (attempts.decide):
    - completed: fetch model.pt and metrics.json from trainer 0's node (a job's own script: its whole out
      directory, whatever the script wrote there beside deepvm's metrics.json); done.
@@ -276,7 +277,8 @@ class Controller:
                 if isinstance(event, Flush):
                     self.report.note(f"checkpoint of step {event.step} safe at {event.level} "
                                      f"in {event.seconds:.2f}s ({event.reason})")  # fmt: skip
-                    self.recovery.checkpointed(at)
+                    if event.ends_run:  # a recommendation's is no recovery's
+                        self.recovery.checkpointed(at)
             case NoticeSeen() if node is not None:
                 self._on_notice(node, event.notice, at, run)
             case Metrics(rank=0):
@@ -329,7 +331,7 @@ class Controller:
         self._event("recovered", text)
 
     def _on_notice(self, node: Node, notice: Notice, at: float, run: AttemptRun) -> None:
-        if not self.pool.noticed(node.instance_id, notice.kind):
+        if not self.nodes.noticed(node.instance_id, node.name, notice.kind):  # a recommendation, or known
             return
         self.recovery.trouble(RecoveryReason.NOTICE, (node.instance_id,), run.number, run.trainers, at)
         text = f"Spot interruption notice on {node.name} ({notice.kind}): checkpointing, then without it"

@@ -5,12 +5,13 @@ Why one place: a node's life (prepared, in use, noticed, dead, bought as a repla
 be spread over five fields of the controller; what a node may become next was nowhere written down, and
 a node could be dropped without anyone owning its bill (a node excluded after a rebalance recommendation
 ran on unused). Here every node the job knows is in exactly one state, and the states that bill without
-training (LOST, DRAINING) have one way out: retired.
+training (LOST, DRAINING) have one way out: retired. A rebalance recommendation moves no node: it keeps
+training (training.control.attempts says why), and the pool only remembers it (`Slot.recommended`).
 
 How it is driven (observe, then act, as Ray autoscaler v2's reconciler is; on the controller's thread only):
 1) the controller records what it saw, and nothing else happens: `sync` (the cluster's running nodes),
    `prepared` (staging found the node's home, and maybe a notice), `answered` / `lost` (a probe,
-   or a clean end of an attempt the node ran in), `noticed` (a watcher's interruption notice),
+   or a clean end of an attempt the node ran in), `noticed` (a watcher's notice),
    `bought` / `order_settled` (a replacement thread's news), `launched` / `attempt_ended` (which nodes run
    the attempt), `retired` (what step asked for was done);
 2) `step(top_up)` says what to do now, as typed actions: `Retire` nodes that bill for nothing (lost, or
@@ -23,9 +24,9 @@ at risk trains in it as a ready one does, so the pool keeps the attempt's member
 (`launched`) instead of doubling every usable state with an "in use" twin.
 
 What later work needs is in the table already (a unit test walks every edge):
-- a node at risk that keeps training (an EC2 rebalance recommendation): READY -> AT_RISK; a replacement
-  is bought for it (it does not count as firm); once its role is whole without it, AT_RISK -> DRAINING;
-  the next launch leaves it out and it is retired. If the interruption comes first, AT_RISK -> NOTICED.
+- a node at risk that keeps training until it is replaced: READY -> AT_RISK; a replacement is bought for
+  it (it does not count as firm); once its role is whole without it, AT_RISK -> DRAINING; the next launch
+  leaves it out and it is retired. If an interruption notice comes first, AT_RISK -> NOTICED.
 - an on-demand stand-in bought while Spot was short: READY until Spot is back, then AT_RISK (its spot
   replacement is bought), DRAINING, RETIRED, as above.
 - a cluster moving to another zone: every node of the old zone goes AT_RISK while the new zone's are
@@ -41,7 +42,8 @@ from enum import Enum
 
 from provisioning.cloud.types import SshEndpoint
 from provisioning.planner.plan import Role
-from training.control.attempts import nodes_to_buy
+from training.control.attempts import leaves_the_job, nodes_to_buy
+from training.shared.events import NoticeKind
 
 HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
 TRAINING = (Role.TRAINER, Role.ANCHOR)  # plan roles whose nodes train
@@ -55,7 +57,7 @@ class NodeStatus(str, Enum):
     READY = "ready"  # prepared (runtime, job, setup, checks): a launch may use it
     AT_RISK = "at-risk"  # usable, but to be replaced and then retired (see the module docstring)
     DRAINING = "draining"  # its role is whole without it: no launch uses it again; retired once no attempt runs on it
-    NOTICED = "noticed"  # an interruption notice: never used again; the cloud takes it at the notice's deadline
+    NOTICED = "noticed"  # an interruption notice (not a recommendation): never used again; the cloud takes it
     LOST = "lost"  # it did not answer (dead, hung, a host key not pinned) or its preparing failed: to be retired
     RETIRED = "retired"  # terminated by the controller (final)
     GONE = "gone"  # the cloud no longer runs it (final)
@@ -81,7 +83,7 @@ TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
     S.READY: frozenset({
         S.NOTICED,  # its watcher saw a notice during an attempt, or one was read before a launch
         S.LOST,  # it did not answer after a failed attempt, or before a launch
-        S.AT_RISK,  # a rebalance recommendation; a stand-in whose Spot is back; a node of the zone left behind
+        S.AT_RISK,  # a stand-in whose Spot is back; a node of the zone left behind
         S.GONE,  # the cloud stopped running it (seen when the cluster is read again)
     }),
     S.AT_RISK: frozenset({
@@ -134,6 +136,7 @@ class Slot:
     why: str = ""  # why it is in its status, for notes and the cluster's event log
     home: str | None = None  # the login user's home, once prepared
     answered_at: float | None = None  # when it last answered: prepared, probed, or ran an attempt to a clean end
+    recommended: bool = False  # EC2 posted a rebalance recommendation for it: it trains on (see the docstring)
 
     @property
     def instance_id(self) -> str:
@@ -188,16 +191,17 @@ class NodePool:
             else:
                 self._move(slot, NodeStatus.GONE, "no longer running")
 
-    def prepared(self, instance_id: str, home: str, notice_kind: str | None, at: float) -> None:
-        """Preparing the node found its home, and the kind of interruption notice posted to it, if any."""
+    def prepared(self, instance_id: str, home: str, notice_kind: NoticeKind | None, at: float) -> bool:
+        """Preparing the node found its home, and the kind of notice posted to it, if any; True when that
+        notice keeps it out (a recommendation alone leaves it usable)."""
         slot = self.slots[instance_id]
         slot.home = home
-        if notice_kind is not None:
-            self._move(slot, NodeStatus.NOTICED, f"interruption notice ({notice_kind})")
-            return
+        if notice_kind is not None and self.noticed(instance_id, notice_kind):
+            return True
         slot.answered_at = at
         if slot.status is not NodeStatus.READY:
             self._move(slot, NodeStatus.READY)
+        return False
 
     def answered(self, instance_ids: Iterable[str], at: float) -> None:
         """The nodes answered at `at` (a probe, or an attempt they ran to a clean end), no notice seen."""
@@ -213,9 +217,13 @@ class NodePool:
         if slot.status not in (NodeStatus.LOST, NodeStatus.NOTICED, *FINAL):
             self._move(slot, NodeStatus.LOST, why)
 
-    def noticed(self, instance_id: str, kind: str) -> bool:
-        """An interruption notice of `kind` on the node; False when the node was out of use already."""
+    def noticed(self, instance_id: str, kind: NoticeKind) -> bool:
+        """A Spot notice of `kind` on the node: True when it takes the node out of use now. False for a
+        rebalance recommendation (only remembered: the node trains on), and for a node out of use already."""
         slot = self.slots[instance_id]
+        if not leaves_the_job(kind):
+            slot.recommended = True
+            return False
         if NodeStatus.NOTICED not in TRANSITIONS[slot.status]:  # noticed, lost or gone before
             return False
         self._move(slot, NodeStatus.NOTICED, f"interruption notice ({kind})")

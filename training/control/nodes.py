@@ -23,6 +23,7 @@ from training.control.nodepool import Buy, NodePool, NodeStatus, Retire, Slot
 from training.control.replacements import NodeBuyer, Note, ReplacementReady, Replacements
 from training.control.session import AttemptSession, NodeCheck
 from training.control.staging import NodeState
+from training.shared.events import NoticeKind
 from training.shared.progress import JobReporter
 
 # why a node that a check did not log in to is dropped (one with a host key not pinned is not the node launched)
@@ -100,15 +101,28 @@ class ClusterNodes:
         return dead
 
     def prepared(self, states: dict[str, NodeState]) -> int:
-        """Record what preparing nodes found; how many had a notice."""
+        """Record what preparing nodes found; how many had an interruption notice."""
         noticed = 0
         for instance_id, state in states.items():
             kind = state.notice.kind if state.notice is not None else None
-            self.pool.prepared(instance_id, state.home, kind, time.monotonic())
-            if state.notice is not None:
-                self.report.note(f"{instance_id} has an interruption notice: not using it")
-                noticed += 1
+            out = self.pool.prepared(instance_id, state.home, kind, time.monotonic())
+            if kind is not None:
+                noticed += self._said(instance_id, out)
         return noticed
+
+    def noticed(self, instance_id: str, name: str, kind: NoticeKind) -> bool:
+        """A watcher's notice during an attempt: True when it takes the node out (the caller recovers). A
+        rebalance recommendation changes nothing but the node's checkpoint (training.control.attempts says
+        why): it is said once per node."""
+        said = self.pool.slots[instance_id].recommended
+        if self.pool.noticed(instance_id, kind):
+            return True
+        if self.pool.slots[instance_id].recommended and not said:
+            text = (f"rebalance recommendation on {name}: it trains on, and its trainers checkpoint now; an "
+                    "interruption notice would still stop it cleanly")  # fmt: skip
+            self.report.note(text)
+            self._event("rebalance", text)
+        return False
 
     def replacement_ready(self, done: ReplacementReady) -> list[str]:
         """A replacement order ended: its nodes join the pool (those bought for nothing are retired); the
@@ -145,13 +159,19 @@ class ClusterNodes:
         for instance_id, check in checks.items():
             if check.answer is not Answer.YES:
                 self.pool.lost(instance_id, why_lost)
-            elif check.notice is not None:
-                self.pool.noticed(instance_id, check.notice.kind)
-                self.report.note(f"{instance_id} has an interruption notice: not using it")
-                noticed += 1
+            elif check.notice is not None and self.pool.noticed(instance_id, check.notice.kind):
+                noticed += self._said(instance_id, out=True)
             else:
+                if check.notice is not None:
+                    self._said(instance_id, out=False)
                 self.pool.answered([instance_id], time.monotonic())
         return checks, noticed
+
+    def _said(self, instance_id: str, out: bool) -> int:
+        """Say what a notice found before a launch does to the node; 1 when it takes the node out."""
+        self.report.note(f"{instance_id} has an interruption notice: not using it" if out else
+                         f"{instance_id} has a rebalance recommendation: training on it")  # fmt: skip
+        return int(out)
 
     def _retire(self, instance_ids: Sequence[str], why: str) -> None:
         """Terminate nodes the job dropped without the cloud taking them (they hang, or lost their network):

@@ -6,19 +6,26 @@ restore by the same rules:
 
 - restore: the newest complete checkpoint, if any (collective over trainers). The world may be smaller
   or larger than the one that saved it: the tree is replicated state (DDP), the same on every trainer.
-- after every step: `should_flush()` (collective, so every trainer agrees at the same step) turns an
-  interruption notice seen by any trainer into `flush_now()`, and the run must end; otherwise `save()`
-  when a checkpoint is due (every N steps, or every T seconds as agreed by all trainers).
+- a Spot notice from the node's watcher (`noticed`, from the watcher's thread): an interruption notice asks
+  DeepCheck to flush (`request_flush`); a rebalance recommendation asks for an early checkpoint, and the
+  run goes on (why: training.control.attempts, "A rebalance recommendation");
+- after every step: one collective (so every trainer agrees at the same step) turns an interruption notice
+  seen by any trainer into `flush_now()`, and the run must end; a recommendation seen by any trainer into
+  `flush_now()` too (safe on the holders, so an interruption that follows without its two minutes costs
+  nothing since), and the run goes on; otherwise `save()` when a checkpoint is due (every N steps, or every
+  T seconds as agreed by all trainers).
 - on a clean stop (the controller folding in a new node, Ctrl-C): flush the last step unless it is
   saved already, so a clean stop never loses a step.
 
 The state tree is asked for only when a checkpoint is taken (a callable), so a step without one costs
-two tiny collectives. Progress goes out from trainer 0 as training.shared.events: Restored, Saved, Flush.
+one tiny collective (two with every_seconds). Progress goes out from trainer 0 as training.shared.events:
+Restored, Saved, Flush.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +35,7 @@ import torch
 import deepcheck
 from training.node.hooks import TrainState
 from training.node.trainercomm import TrainerComm
-from training.shared.events import EndStatus, Event, Flush, Restored, Saved, emit
+from training.shared.events import EndStatus, Event, Flush, FlushReason, Notice, Restored, Saved, emit
 from training.shared.jobspec import CheckpointSpec
 
 Tree = Callable[[], Any]  # builds the state tree to save, called only when one is saved
@@ -47,6 +54,14 @@ class Checkpointer:
         self.ck, self.policy, self.trainers, self.clock = ck, policy, trainers, clock
         self.saved_step = -1  # newest step saved or flushed by this run (or restored from)
         self.last_save_at = clock()
+        self._early = threading.Event()  # a rebalance recommendation asks for a checkpoint at the next step
+
+    def noticed(self, notice: Notice) -> None:
+        """A Spot notice on this trainer's node (thread-safe: the watcher's thread calls it)."""
+        if notice.is_interruption:
+            self.ck.request_flush()
+        else:
+            self._early.set()
 
     def restore(self) -> deepcheck.Restored | None:
         """Collective over trainers: the newest complete checkpoint (this rank's RNG restored too), or None."""
@@ -69,9 +84,15 @@ class Checkpointer:
 
     def after_step(self, step: int, tree: Tree, epoch: int | None) -> bool:
         """Collective, once per step on every trainer: True (after flushing) when the run must end now."""
-        if self.ck.should_flush():
-            self.flush(step, tree, epoch, reason="notice")
+        interrupted, recommended = self.trainers.any_each(self.ck.flush_requested, self._early.is_set())
+        if interrupted:
+            self.flush(step, tree, epoch, reason=FlushReason.NOTICE)
             return True
+        if recommended:
+            self._early.clear()
+            if self.saved_step < step:
+                self.flush(step, tree, epoch, reason=FlushReason.REBALANCE)
+            return False
         if self._due(step):
             handle = self.ck.save(tree(), step, epoch=epoch)
             self.saved_step, self.last_save_at = step, self.clock()
@@ -83,9 +104,9 @@ class Checkpointer:
     def stopped(self, step: int, tree: Tree, epoch: int | None) -> None:
         """Collective: the run stops cleanly after `step`; flush it unless it is checkpointed already."""
         if self.saved_step < step:
-            self.flush(step, tree, epoch, reason="stop")
+            self.flush(step, tree, epoch, reason=FlushReason.STOP)
 
-    def flush(self, step: int, tree: Tree, epoch: int | None, reason: str) -> None:
+    def flush(self, step: int, tree: Tree, epoch: int | None, reason: FlushReason) -> None:
         report = self.ck.flush_now(tree(), step, epoch=epoch)
         self.saved_step, self.last_save_at = step, self.clock()
         self._report(

@@ -12,10 +12,10 @@ the job's checkpoint policy is applied by one Checkpointer (training.node.checkp
 among trainers over their own MPI group (training.node.trainercomm).
 
 A trainer on a node with instance metadata runs the Spot watcher: a notice prints a NoticeSeen event and
-asks DeepCheck to flush; the Checkpointer then flushes at the next step on every trainer and the run
-ends cleanly. Holders ignore SIGUSR1 and SIGTERM (which mpirun forwards to every rank when the
-controller asks the job to stop): they must stay to receive the trainers' last flush, and leave when
-every trainer has closed.
+goes to the Checkpointer, which flushes at the next step on every trainer; after an interruption notice
+the run then ends cleanly, after a rebalance recommendation alone it trains on. Holders ignore SIGUSR1
+and SIGTERM (which mpirun forwards to every rank when the controller asks the job to stop): they must stay
+to receive the trainers' last flush, and leave when every trainer has closed.
 
 Any error ends the whole job at once (MPI_Abort), so no rank waits forever in a collective for a peer
 that is gone; the controller then restarts from the newest complete checkpoint. A rank of deepvm's worker
@@ -155,7 +155,7 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
     if opts.watch:
 
         def on_notice(notice: Notice) -> None:
-            ck.request_flush()
+            checkpointer.noticed(notice)
             emit(NoticeSeen(rank=env.rank, notice=notice))
 
         watcher = Watcher(on_notice, lambda why: emit(WatcherOff(rank=env.rank, reason=why)))

@@ -24,6 +24,12 @@ class TrainerComm:
         """True on every trainer when `flag` is True on at least one."""
         return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
 
+    def any_each(self, *flags: bool) -> tuple[bool, ...]:
+        """`any` of each flag, in one collective (one bit per flag): a step's checks cost one round trip."""
+        bits = sum(1 << i for i, flag in enumerate(flags) if flag)
+        agreed = int(self.comm.allreduce(bits, op=MPI.BOR))
+        return tuple(bool(agreed >> i & 1) for i in range(len(flags)))
+
     def mean(self, value: float) -> float:
         return float(self.comm.allreduce(float(value), op=MPI.SUM)) / self.size
 

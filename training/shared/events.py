@@ -151,22 +151,43 @@ class Saved(Event):
     bytes: int  # the size of the whole state stream
 
 
+class FlushReason(str, Enum):
+    """Why trainer 0 flushed a checkpoint (Flush's reason)."""
+
+    NOTICE = "notice"  # an interruption notice on some trainer: the run ends after it
+    STOP = "stop"  # a clean stop was asked (a fold-in, Ctrl-C, a cancel): the run ends after it
+    REBALANCE = "rebalance"  # a rebalance recommendation on some trainer: the run goes on (training.node.checkpointing)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Flush(Event):
-    """Trainer 0: a checkpoint was flushed and is safe, before the run ends (a notice, or a clean stop)."""
+    """Trainer 0: a checkpoint was flushed and is safe: before the run ends (a notice, a clean stop), or at
+    once while it trains on (a rebalance recommendation)."""
 
     EVENT: ClassVar[str] = "flush"
 
     step: int  # the step it was taken at
-    reason: str  # "notice" (an interruption notice on some trainer) or "stop" (a clean stop was asked)
+    reason: FlushReason  # a str on the wire
     level: str  # the DeepCheck level it is safe at, e.g. "L2"
     seconds: float  # how long the flush took
     stall_s: float  # how long training waited for it
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", FlushReason(self.reason))  # a line's "reason" arrives as a str
+
+    @property
+    def ends_run(self) -> bool:
+        """Whether the trainers leave after it (a recommendation's flush is taken on the way)."""
+        return self.reason is not FlushReason.REBALANCE
+
 
 @dataclass(frozen=True, kw_only=True)
 class NoticeSeen(Event):
-    """A trainer's watcher saw an interruption notice on its node (the trainers flush, then stop)."""
+    """A trainer's watcher saw a notice on its node: an interruption notice (the trainers flush, then stop),
+    or a rebalance recommendation (they flush, and train on)."""
 
     EVENT: ClassVar[str] = "notice"
 
