@@ -63,8 +63,16 @@ def train_command(
         None,
         "--stall-timeout",
         callback=at_least(1, DAY_S),
-        help="Seconds without progress after which the job counts as hung and is restarted without the node "
-        "that hangs (default: 10x the longest recent gap between progress reports, at least 60 s).",
+        help="Seconds without a step, once the job has trained one, after which it counts as hung and is "
+        "restarted without the node that hangs (default: the job file's stall.timeout, else 10x the longest "
+        "recent gap between progress reports, at least 60 s).",
+    ),
+    startup_grace: float | None = typer.Option(
+        None,
+        "--startup-grace",
+        callback=at_least(1, DAY_S),
+        help="Seconds from a launch to its first step after which the job counts as hung before training "
+        "(default: the job file's stall.startup_grace, else 300).",
     ),
     controller: str = typer.Option(
         "head",
@@ -123,6 +131,7 @@ def train_command(
         out_dir=out_dir,
         replace_nodes=replace_nodes,
         stall_timeout_s=stall_timeout,
+        startup_grace_s=startup_grace,
     )
     live = console.err.is_terminal and not as_json
     with billing_reminder(found.name):

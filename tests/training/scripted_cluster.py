@@ -201,7 +201,7 @@ class Die(Fault):
         mpirun.nodes.dead.update(self.nodes)
         if self.taken_by_cloud:
             mpirun.nodes.cluster.terminated_by_cloud.update(self.nodes)
-        mpirun.say_error(f"ORTE has lost communication with a remote daemon ({', '.join(self.nodes)})")
+        mpirun.say_error(f"ORTE has lost communication with a remote daemon ({', '.join(self.nodes)})", rank=None)
         mpirun.exit(1)
         return True
 
@@ -221,12 +221,39 @@ class Hang(Fault):
 
 
 @dataclass
-class Crash(Fault):
-    """The job crashes (an import error, a bug): every rank dies before training a step."""
+class Stuck(Fault):
+    """The job's script blocks before its first step (a data loader, a peer it waits for): every trainer has
+    started, no step comes, every node answers; mpirun is killed by the stall watch."""
 
     def strike(self, mpirun: ScriptedMpirun) -> bool:
-        mpirun.say_error("ModuleNotFoundError: No module named 'torchvison'")
-        mpirun.exit(1)
+        for rank in range(mpirun.launch.trainer_ranks):
+            mpirun.emit(rank, Start(rank=rank, job="fake", synthetic=True, world_size=mpirun.launch.trainer_ranks,
+                                    device="cpu", total_steps=40, first_step=mpirun.first_step, pid=100 + rank))
+        while not mpirun.killed.wait(timeout=0.005):
+            pass
+        mpirun.exit(137)
+        return True
+
+
+ABORT_BANNER = ("-" * 74, "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD", "with errorcode 3.", "",
+                "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.", "-" * 74)  # fmt: skip
+
+
+@dataclass
+class Crash(Fault):
+    """The job crashes (an import error, a bug, `sys.exit(3)`): rank 0 says why on stderr and every rank dies
+    before training a step; with `banner`, mpirun then prints Open MPI's MPI_ABORT banner."""
+
+    said: tuple[str, ...] = ("ModuleNotFoundError: No module named 'torchvison'",)
+    code: int = 1
+    banner: bool = False
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        for text in self.said:
+            mpirun.say_error(text)
+        for text in ABORT_BANNER if self.banner else ():
+            mpirun.say_error(text, rank=None)
+        mpirun.exit(self.code)
         return True
 
 
@@ -344,8 +371,9 @@ class ScriptedMpirun:
     def emit(self, rank: int, event: Event) -> None:
         self._sink(RankLine(self.number, rank, "stdout", line(event), time.monotonic()))
 
-    def say_error(self, text: str) -> None:
-        self._sink(RankLine(self.number, 0, "stderr", text, time.monotonic()))
+    def say_error(self, text: str, rank: int | None = 0) -> None:
+        """A line on stderr from `rank` (None: mpirun's own)."""
+        self._sink(RankLine(self.number, rank, "stderr", text, time.monotonic()))
 
     def exit(self, code: int) -> None:
         self.returncode = code

@@ -6,6 +6,7 @@ import pytest
 
 from training.control.attempts import (
     Action,
+    Failures,
     can_continue_without_holders,
     classify,
     decide,
@@ -13,6 +14,7 @@ from training.control.attempts import (
     nodes_to_buy,
     progressed,
 )
+from training.control.scripterror import ScriptError
 from training.shared.events import EndStatus
 from training.shared.progress import Outcome
 
@@ -35,34 +37,77 @@ def test_classify(returncode, end_status, user_stopped, expected):
     assert classify(returncode, end_status, user_stopped) is expected
 
 
+TWO = Failures(2, ScriptError(0, ("ValueError: bad batch",), 1))  # two failures in a row before this attempt
+EXIT_3 = ScriptError(0, ("deepvm rank: exit3.py exited with 3",), 3)
+
+
 def test_completed_finishes_and_resets_failures():
-    assert decide(Outcome.COMPLETED, True, failures=2, max_failures=3, cancelling=False).action is Action.FINISH
+    decision = decide(Outcome.COMPLETED, True, failures=TWO, max_failures=3, cancelling=False)
+    assert decision.action is Action.FINISH and decision.failures == Failures()
 
 
 @pytest.mark.parametrize(("cancelling", "action"), [(True, Action.CANCEL), (False, Action.STOP)])
 def test_interrupted_stops_or_cancels_and_keeps_the_count(cancelling, action):
-    decision = decide(Outcome.INTERRUPTED, False, failures=1, max_failures=3, cancelling=cancelling)
-    assert decision.action is action and decision.failures == 1
+    decision = decide(Outcome.INTERRUPTED, False, failures=TWO, max_failures=3, cancelling=cancelling)
+    assert decision.action is action and decision.failures == TWO
 
 
 def test_clean_stop_relaunches_at_once_even_without_progress():
     # a notice right after a relaunch: the trainers flushed before their first step; not a failure
-    decision = decide(Outcome.STOPPED, made_progress=False, failures=2, max_failures=3, cancelling=False)
-    assert decision.action is Action.RELAUNCH and decision.failures == 0
+    decision = decide(Outcome.STOPPED, made_progress=False, failures=TWO, max_failures=3, cancelling=False)
+    assert decision.action is Action.RELAUNCH and decision.failures == Failures()
 
 
 def test_failure_with_progress_recovers_and_resets_the_count():
-    decision = decide(Outcome.FAILED, made_progress=True, failures=2, max_failures=3, cancelling=False)
-    assert decision.action is Action.RECOVER and decision.failures == 0
+    decision = decide(Outcome.FAILED, made_progress=True, failures=TWO, max_failures=3, cancelling=False,
+                      error=TWO.last)  # fmt: skip
+    assert decision.action is Action.RECOVER and decision.failures == Failures()
 
 
-def test_failures_without_progress_give_up_at_the_limit():
-    failures, actions = 0, []
-    for _ in range(3):
-        decision = decide(Outcome.FAILED, made_progress=False, failures=failures, max_failures=3, cancelling=False)
+def _row(*errors: ScriptError | None, max_failures: int = 3) -> list[tuple[Action, int, bool]]:
+    """(action, failures in a row, repeated) after each of a row of failures without progress."""
+    failures, seen = Failures(), []
+    for error in errors:
+        decision = decide(Outcome.FAILED, False, failures, max_failures, cancelling=False, error=error)
         failures = decision.failures
-        actions.append(decision.action)
-    assert actions == [Action.RECOVER, Action.RECOVER, Action.GIVE_UP] and failures == 3
+        seen.append((decision.action, failures.count, decision.repeated))
+    return seen
+
+
+def test_the_same_failure_twice_in_a_row_without_progress_gives_up_at_once():
+    """Issue 23 point 2: `sys.exit(3)` at step 0 was tried three times."""
+    assert _row(EXIT_3, EXIT_3) == [(Action.RECOVER, 1, False), (Action.GIVE_UP, 2, True)]
+    same_again = ScriptError(0, ("deepvm rank: exit3.py exited with 3",), 3)  # read from another attempt's lines
+    assert _row(EXIT_3, same_again)[-1] == (Action.GIVE_UP, 2, True)
+
+
+def test_different_failures_are_retried_up_to_the_limit():
+    other_rank = ScriptError(1, EXIT_3.last_lines, 3)
+    other_code = ScriptError(0, EXIT_3.last_lines, 1)
+    lost = ScriptError(None, ("ORTE has lost communication with a remote daemon.",), 1)
+    assert _row(EXIT_3, other_rank, other_code) == [(Action.RECOVER, 1, False), (Action.RECOVER, 2, False),
+                                                    (Action.GIVE_UP, 3, False)]  # fmt: skip
+    assert [a for a, _, _ in _row(lost, EXIT_3, lost, EXIT_3, max_failures=5)] == [Action.RECOVER] * 4
+    assert _row(None, None)[-1] == (Action.RECOVER, 2, False)  # a cause not read is no evidence of sameness
+
+
+def test_progress_or_a_clean_stop_between_two_same_failures_starts_the_row_again():
+    failures = decide(Outcome.FAILED, False, Failures(), 3, cancelling=False, error=EXIT_3).failures
+    failures = decide(Outcome.FAILED, True, failures, 3, cancelling=False, error=EXIT_3).failures  # it trained
+    assert failures == Failures()
+    decision = decide(Outcome.FAILED, False, failures, 3, cancelling=False, error=EXIT_3)
+    assert decision.action is Action.RECOVER and decision.failures == Failures(1, EXIT_3)
+    failures = decide(Outcome.STOPPED, False, decision.failures, 3, cancelling=False).failures
+    assert decide(Outcome.FAILED, False, failures, 3, cancelling=False, error=EXIT_3).action is Action.RECOVER
+
+
+def test_a_given_up_job_leads_with_the_scripts_own_cause_in_one_short_line():
+    line = EXIT_3.given_up("trainer-5f5c0279", 2, repeated=True)
+    assert line == ("exit3.py exited with 3 (rank 0 on trainer-5f5c0279, mpirun exit 3): the same failure in 2 "
+                    "attempts in a row, without a step: not retried")
+    long = ScriptError(None, ("x" * 700,), 1).given_up(None, 3, repeated=False)
+    assert long.startswith("x" * 119 + "… (mpirun, mpirun exit 1): 3 attempts in a row failed") and len(long) < 200
+    assert ScriptError(None, (), 137).cause == "no error output"
 
 
 @pytest.mark.parametrize(

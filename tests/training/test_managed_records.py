@@ -53,6 +53,16 @@ def test_the_head_job_keeps_the_cluster_status():
     assert replace(back.cluster, plan=cluster.plan) == cluster  # the plan's price is written rounded
 
 
+def test_the_head_job_carries_the_startup_grace_and_reads_an_older_one_without():
+    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
+                         "2026-11-23T10:00:00+00:00")  # fmt: skip
+    job = HeadJob("j-1", cluster, (), "job.yaml", "python3", True, 3, 20.0, {}, {}, "now", startup_grace_s=45.0)
+    assert HeadJob.from_json(job.to_json()).startup_grace_s == 45.0
+    older = json.loads(job.to_json())
+    del older["startup_grace_s"]
+    assert HeadJob.from_json(json.dumps(older)).startup_grace_s is None  # the job file's, or the default
+
+
 # a managed job's result.json as the head wrote it before recoveries kept their phases
 OLD_RESULT = (
     '{"job_id": "bench-20261125T101010", "cluster": "bench", "status": "completed", "steps": 80, "total_steps": 80, '

@@ -1,25 +1,26 @@
-"""The stall watch: when silence from a running job means a node hangs."""
+"""The stall watch: when silence from a running job means a node hangs, or the job hangs before its first step."""
 
 from __future__ import annotations
 
-from training.control.stall import StallWatch
+from training.control.stall import Stall, StallWatch
+from training.shared.stallspec import DEFAULT_STARTUP_GRACE_S, StallSpec
 
 
-def test_startup_gets_its_own_long_limit_before_the_first_step():
+def test_startup_gets_its_own_limit_before_the_first_step():
     watch = StallWatch(startup_s=300.0)
     watch.started(1000.0)
     assert watch.stalled(1000.0 + 299.0) is None
-    assert watch.stalled(1000.0 + 301.0) == 301.0
+    assert watch.stalled(1000.0 + 301.0) == Stall(301.0, 300.0, before_first_step=True)
 
 
 def test_adaptive_limit_follows_the_slowest_recent_gap_with_a_floor():
     watch = StallWatch(floor_s=60.0, factor=10.0)
     watch.started(0.0)
-    for at in (5.0, 7.0, 9.0, 11.0):  # 2 s between progress reports
-        watch.progressed(at)
+    for step, at in enumerate((5.0, 7.0, 9.0, 11.0), start=1):  # 2 s between progress reports
+        watch.progressed(at, step)
     assert watch.limit_s() == 60.0  # 10 x 2 s is below the floor
     assert watch.stalled(11.0 + 59.0) is None and watch.stalled(11.0 + 61.0) is not None
-    watch.progressed(20.0)  # one 9 s gap (a checkpoint save): the limit grows with it
+    watch.progressed(20.0, 5)  # one 9 s gap (a checkpoint save): the limit grows with it
     assert watch.limit_s() == 90.0
     assert watch.stalled(20.0 + 85.0) is None
 
@@ -27,18 +28,52 @@ def test_adaptive_limit_follows_the_slowest_recent_gap_with_a_floor():
 def test_old_gaps_leave_the_window():
     watch = StallWatch(floor_s=1.0, factor=10.0, window=3)
     watch.started(0.0)
-    watch.progressed(0.0)
-    watch.progressed(30.0)  # a slow first gap
-    for at in (31.0, 32.0, 33.0):
-        watch.progressed(at)
+    watch.progressed(0.0, 1)
+    watch.progressed(30.0, 2)  # a slow first gap
+    for step, at in enumerate((31.0, 32.0, 33.0), start=3):
+        watch.progressed(at, step)
     assert watch.limit_s() == 10.0
 
 
-def test_a_fixed_limit_applies_after_the_first_step_and_a_new_attempt_restarts_the_clock():
-    watch = StallWatch(fixed_s=15.0, startup_s=600.0)
+def test_the_stall_timeout_and_the_startup_grace_are_independent_and_a_relaunch_starts_over():
+    """`--stall-timeout 20` used to leave a hang before the first step to a fixed 900 s (issue 23 point 1)."""
+    watch = StallWatch(fixed_s=15.0, startup_s=40.0)
     watch.started(0.0)
-    assert watch.limit_s() == 600.0
-    watch.progressed(100.0)
-    assert watch.stalled(114.0) is None and watch.stalled(116.0) == 16.0
+    assert watch.limit_s() == 40.0 and watch.stalled(41.0) == Stall(41.0, 40.0, before_first_step=True)
+    watch.progressed(30.0, 1)
+    assert watch.stalled(44.0) is None and watch.stalled(46.0) == Stall(16.0, 15.0, before_first_step=False)
     watch.started(200.0)  # relaunched: startup again, from the launch
-    assert watch.stalled(700.0) is None and watch.limit_s() == 600.0
+    assert watch.stalled(239.0) is None and watch.limit_s() == 40.0
+    assert StallWatch(fixed_s=600.0, startup_s=30.0).limit_s() == 30.0  # a long stall timeout lends it nothing
+
+
+def test_progress_is_a_newer_step_and_a_checkpoint_counts_only_as_the_step_it_was_taken_at():
+    """A restored attempt that only flushes its restored step, or repeats a step it reported, is not training."""
+    watch = StallWatch(startup_s=50.0, fixed_s=10.0)
+    watch.started(0.0)
+    watch.resumes_at(20)  # trainer 0 restored step 20
+    watch.progressed(30.0, 20)  # a flush of the restored step (a notice before the first step): no step trained
+    assert not watch.stepping and watch.stalled(51.0) is not None
+    watch.progressed(40.0, 25)  # a checkpoint of step 25 before step 25 was reported: progress
+    assert watch.stepping and watch.stalled(49.0) is None
+    watch.progressed(45.0, 25)  # the report of step 25, and a flush of it (a stop, a recommendation)
+    assert watch.stalled(51.0) == Stall(11.0, 10.0, before_first_step=False)
+
+
+def test_the_job_files_stall_section_with_the_flags_in_its_place():
+    assert StallWatch.of(StallSpec(), None, None).startup_s == DEFAULT_STARTUP_GRACE_S == 300.0
+    in_file = StallSpec(timeout=120, startup_grace=600)
+    watch = StallWatch.of(in_file, None, None)
+    assert (watch.fixed_s, watch.startup_s) == (120, 600)
+    watch = StallWatch.of(in_file, 30.0, 45.0)
+    assert (watch.fixed_s, watch.startup_s) == (30.0, 45.0)
+
+
+def test_a_stall_says_whether_the_job_never_stepped():
+    assert Stall(301.4, 300.0, True).text() == (
+        "no first step 301s after the launch (start-up grace 300s): the job hangs before training; stopping it "
+        "(stall.startup_grace or --startup-grace allows a slower start)")
+    assert Stall(61.0, 60.0, False).text() == "no progress for 61s (limit 60s): a node hangs; stopping the job"
+    # its cause names the limit, not the seconds it was found at: two hangs alike are the same failure
+    assert Stall(301.4, 300.0, True).cause == Stall(302.9, 300.0, True).cause == (
+        "no first step within the start-up grace of 300s")

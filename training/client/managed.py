@@ -122,6 +122,7 @@ def submit(request: TrainRequest, report: JobReporter, limits: JobLimits) -> Job
         replace_nodes=request.replace_nodes,
         max_failures=request.max_failures,
         stall_timeout_s=request.stall_timeout_s,
+        startup_grace_s=request.startup_grace_s,
         node_env=cluster.node_env(),
         service_env=cluster.controller_env(),
         submitted_at=utc_now(),

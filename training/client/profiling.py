@@ -46,7 +46,7 @@ from training.control.launcher import Launch, Node, cluster_node
 from training.control.plan_facts import UNKNOWN, type_facts
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, SshNodes
 from training.control.staging import JobPaths, JobToStage, NodeState, stage_runtime
-from training.control.stall import StallWatch
+from training.control.stall import Stall, StallWatch
 from training.shared.events import End, EndStatus, Event, Step
 from training.shared.jobspec import MAX_JOB_BYTES, JobSpec, load_job_spec
 from training.shared.jobstore import train_lock
@@ -372,6 +372,6 @@ class _SizeRun:
     def on_tick(self, run: AttemptRun) -> None:
         pass
 
-    def on_stall(self, run: AttemptRun, silent_s: float, limit_s: float) -> None:
-        raise ProfileFailed(f"no progress for {silent_s:.0f}s on {self.nodes} trainer nodes: a node hangs; "
+    def on_stall(self, run: AttemptRun, stall: Stall) -> None:
+        raise ProfileFailed(f"no progress for {stall.silent_s:.0f}s on {self.nodes} trainer nodes: a node hangs; "
                             "nothing was written")  # fmt: skip

@@ -9,9 +9,14 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
   clean stop: a notice or a fold-in asked the trainers to flush and leave) or FAILED (anything else: a
   node died, mpirun aborted, the stall watch killed it).
 - COMPLETED finishes the job; INTERRUPTED stops it (resumable) or cancels it (final).
-- Otherwise the job relaunches. An attempt that made no progress and was not a clean stop counts as a
-  failure in a row; max_failures in a row give up (a job that crashes at start would loop forever).
-  A FAILED attempt first probes the nodes and replaces the dead; a STOPPED one relaunches at once.
+- Otherwise the job relaunches. An attempt that made no progress (no step past the one it started from)
+  and was not a clean stop counts as a failure in a row (`Failures`); progress, or a clean stop, ends the
+  row. The job gives up when a failure in the row is the same as the one before it (equal ScriptErrors:
+  the same rank, the same last lines of stderr, the same exit code; training.control.scripterror), since a
+  script that fails identically at once will fail so again and each try bills the whole cluster for a
+  launch; a different failure (a node lost, a hang, another error) is retried, up to max_failures in a
+  row (a job that crashes at start in ever new ways would loop forever). A FAILED attempt first probes
+  the nodes and replaces the dead; a STOPPED one relaunches at once.
 - A replacement node is folded in (the running attempt is asked to stop cleanly and relaunched with it)
   only once the attempt has trained a step and no recovery is in flight: stopping an attempt that is
   still starting wastes its start, and one recovery at a time keeps the accounting of lost steps exact.
@@ -44,9 +49,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from training.shared.events import EndStatus, NoticeKind
 from training.shared.progress import Outcome
+
+if TYPE_CHECKING:
+    from training.control.scripterror import ScriptError
 
 
 class CancelMode(str, Enum):
@@ -74,9 +83,18 @@ class Action(str, Enum):
 
 
 @dataclass(frozen=True)
+class Failures:
+    """The attempts that failed in a row without progress: how many, and the last one's cause."""
+
+    count: int = 0
+    last: ScriptError | None = None  # None: none yet (or its cause was not read)
+
+
+@dataclass(frozen=True)
 class Decision:
     action: Action
-    failures: int  # attempts in a row that failed without progress, this one included
+    failures: Failures  # the row after this attempt (this one included when it failed without progress)
+    repeated: bool = False  # GIVE_UP because this failure is the same as the one before it
 
 
 def classify(returncode: int, end_status: EndStatus | None, user_stopped: bool) -> Outcome:
@@ -95,16 +113,20 @@ def progressed(first_step: int, last_step: int) -> bool:
     return last_step > first_step >= 0
 
 
-def decide(outcome: Outcome, made_progress: bool, failures: int, max_failures: int, cancelling: bool) -> Decision:
-    """What to do after an attempt ended; `failures` counts the earlier ones in a row."""
+def decide(outcome: Outcome, made_progress: bool, failures: Failures, max_failures: int, cancelling: bool,
+           error: ScriptError | None = None) -> Decision:  # fmt: skip
+    """What to do after an attempt ended; `failures`: the row before it; `error`: its cause, when it failed."""
     if outcome is Outcome.COMPLETED:
-        return Decision(Action.FINISH, 0)
+        return Decision(Action.FINISH, Failures())
     if outcome is Outcome.INTERRUPTED:
         return Decision(Action.CANCEL if cancelling else Action.STOP, failures)
-    failures = 0 if made_progress or outcome is Outcome.STOPPED else failures + 1
-    if failures >= max_failures:
-        return Decision(Action.GIVE_UP, failures)
-    return Decision(Action.RECOVER if outcome is Outcome.FAILED else Action.RELAUNCH, failures)
+    if made_progress or outcome is Outcome.STOPPED:
+        return Decision(Action.RECOVER if outcome is Outcome.FAILED else Action.RELAUNCH, Failures())
+    repeated = error is not None and error == failures.last
+    row = Failures(failures.count + 1, error)
+    if repeated or row.count >= max_failures:
+        return Decision(Action.GIVE_UP, row, repeated)
+    return Decision(Action.RECOVER, row)
 
 
 def fold_in_now(first_step: int, last_step: int, recovery_in_flight: bool) -> bool:

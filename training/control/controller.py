@@ -26,8 +26,8 @@ The loop, each phase on the controller's thread (threads only post: see session 
    - failed (a node died without notice, mpirun aborted, the stall watch killed a hung job): the
      launch's nodes are checked over SSH, the dead ones retired through the cloud (they would bill) and
      replaced, and the job relaunches from the newest complete checkpoint; the work lost is at most one
-     checkpoint interval. Attempts that fail without progress are retried twice, then the job fails
-     with the ranks' last error lines.
+     checkpoint interval. Attempts that fail without progress are retried while their failures differ
+     (at most max_failures in a row); the same failure twice in a row ends the job, with its cause first.
    - Ctrl-C (or `deepvm cancel`): the job stops cleanly (flush, leave), resumable; cancel is final.
 
 The global batch follows the job's shrink policy (the ranks compute it from the plan's trainer count),
@@ -47,7 +47,16 @@ from pathlib import Path
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import InputError, JobFailed, StoppedByUser
 from provisioning.planner.plan import Role
-from training.control.attempts import Action, CancelMode, can_continue_without_holders, decide, fold_in_now, progressed
+from training.control.attempts import (
+    Action,
+    CancelMode,
+    Decision,
+    Failures,
+    can_continue_without_holders,
+    decide,
+    fold_in_now,
+    progressed,
+)
 from training.control.jobrecord import JobRecord, TrainRequest, choose_job, fresh_row, train_result
 from training.control.launcher import Launch, Node, cluster_node, split_batch
 from training.control.nodepool import HOLDING, TRAINING, NodePool, Slot
@@ -64,7 +73,7 @@ from training.control.replacements import (
 from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
-from training.control.stall import StallWatch
+from training.control.stall import Stall, StallWatch
 from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -128,7 +137,8 @@ class Controller:
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
                          self.env, request.python, cluster.keys.internal_public)  # fmt: skip
         self.session = AttemptSession(access or SshNodes(), job, cluster.keys.internal_key_path, report,
-                                      StallWatch(fixed_s=request.stall_timeout_s), tick_s=tick_s)  # fmt: skip
+                                      StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s),
+                                      tick_s=tick_s)  # fmt: skip
         self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event)
         self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
         self.attempts: list[AttemptRecord] = []
@@ -153,18 +163,18 @@ class Controller:
 
     # --- the loop ---------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        failures = 0
+        failures = Failures()
         try:
             while True:
                 self._check_cancel(None)
                 end = self.session.run(len(self.attempts) + 1, self._next_launch(), self)
                 self._ended(end)
                 decision = decide(end.outcome, progressed(end.first_step, end.last_step), failures,
-                                  self.request.max_failures, cancelling=self.cancel_mode is not None)  # fmt: skip
+                                  self.request.max_failures, self.cancel_mode is not None, end.error)  # fmt: skip
                 failures = decision.failures
                 if decision.action is Action.FINISH:
                     return self._finish(end)
-                self._stop_unless_relaunched(decision.action, failures, end)
+                self._stop_unless_relaunched(decision, end)
                 if decision.action is Action.RECOVER:
                     self._after_failure(end)
                 elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
@@ -178,9 +188,9 @@ class Controller:
         finally:
             self.scalars.close()
 
-    def _stop_unless_relaunched(self, action: Action, failures: int, end: AttemptEnd) -> None:
+    def _stop_unless_relaunched(self, decision: Decision, end: AttemptEnd) -> None:
         """Raise how the job ends, for the decisions that end it here."""
-        row = self.job.row
+        row, action = self.job.row, decision.action
         if action is Action.CANCEL:
             self.job.ended(JobStatus.CANCELLED, f"cancelled ({self.cancel_mode})")
             raise TrainingCancelled(f"cancelled at step {row.step} (checkpoint at step {row.checkpoint_step})")
@@ -192,12 +202,13 @@ class Controller:
                 "continues"
             )
         if action is Action.GIVE_UP:
-            errors = " | ".join(end.errors) or "no error output"
-            raise TrainingFailed(f"{failures} attempts in a row failed without progress: {errors}")
+            raise TrainingFailed(end.error.given_up(end.error_node, decision.failures.count, decision.repeated))
 
     def _ended(self, end: AttemptEnd) -> None:
-        if end.outcome is Outcome.FAILED:
-            self.report.note(f"attempt {end.number} failed (mpirun exit {end.returncode})")
+        if end.outcome is Outcome.FAILED:  # its own cause in a few lines (Open MPI's banner stays in the log)
+            first, *said = end.error.lines(end.error_node)
+            for line in [f"attempt {end.number}: {first}", *said]:
+                self.report.note(line)
         self.recovery.attempt_ended(end.number, end.last_step, end.exited_at)
         self.pool.attempt_ended(clean=end.returncode == 0, at=end.exited_at)
         self.attempts.append(AttemptRecord(end.number, end.node_ids, end.trainers, end.first_step, end.last_step,
@@ -299,10 +310,10 @@ class Controller:
         self._check_cancel(run)
         self.job.save_if_due()
 
-    def on_stall(self, run: AttemptRun, silent_s: float, limit_s: float) -> None:
+    def on_stall(self, run: AttemptRun, stall: Stall) -> None:
         """The session kills the hung attempt; the failure path then finds the node that hangs, retires it
         and relaunches from the newest complete checkpoint (see training/control/stall.py)."""
-        text = f"no progress for {silent_s:.0f}s (limit {limit_s:.0f}s): a node hangs; stopping the job"
+        text = stall.text()
         self.report.note(text)
         self._event("stall", text)
         self.recovery.trouble(RecoveryReason.STALL, (), run.number, run.trainers, time.monotonic(), run.last_step)

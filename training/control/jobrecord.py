@@ -42,7 +42,8 @@ class TrainRequest:
     out_dir: Path | None = None  # default: DEEPVM_HOME/jobs/JOB_ID
     replace_nodes: bool = True  # buy a spot node for each one lost, within the plan's count
     max_failures: int = 3  # consecutive attempts that fail without progress before giving up
-    stall_timeout_s: float | None = None  # silence after which a running job counts as hung; None: adaptive
+    stall_timeout_s: float | None = None  # silence after the first step that counts as a hang; None: the file's
+    startup_grace_s: float | None = None  # from a launch to its first step; None: the file's (training/control/stall)
     # set when the controller runs on the cluster's head node (training.head.job_service):
     job_id: str | None = None  # the job's id, chosen by the client; a stored job of this id is resumed
     node_env: dict[str, str] | None = None  # the ranks' AWS settings, as the user's machine computed them

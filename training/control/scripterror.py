@@ -7,9 +7,9 @@ may print errors of their own after they were killed. So the cause is that rank'
 that wrote to stderr when no banner names one), its last MAX_LINES lines (a traceback's end), and
 mpirun's own lines only when no rank wrote a word (mpirun could not start the job at all).
 
-For the controller's retry rule (issue 23 point 2): two failures with equal `ScriptError`s and no
-progress between them are the same failure, and its `lines()` are what the user sees instead of the
-banner.
+For the controller's retry rule (issue 23 point 2, training.control.attempts): two failures with equal
+`ScriptError`s and no progress between them are the same failure, and its `lines()` are what the user
+sees instead of the banner; `given_up()` is the job's last line when it is not retried, the cause first.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from training.control.launcher import RankLine
 from training.shared.mpinotes import LauncherNotes, aborted_rank
 
 MAX_LINES = 5
+CAUSE_CHARS = 120  # the cause in the job's last line; its whole lines were shown with the attempt
+_RANK_SAYS = "deepvm rank: "  # how deepvm's rank (training/node/rank.py) prefixes the error it ended with
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,37 @@ class ScriptError:
     rank: int | None  # the rank that failed (None: mpirun itself, no rank wrote anything)
     last_lines: tuple[str, ...]  # its last lines of stderr, blank ones left out, at most MAX_LINES
     returncode: int  # mpirun's exit code
+    hung: bool = False  # the stall watch killed it: `last_lines` is the stall's cause (training/control/stall.py)
+
+    @classmethod
+    def of_hang(cls, cause: str, returncode: int) -> ScriptError:
+        """An attempt the stall watch killed: what the ranks wrote says nothing of a hang; its cause does."""
+        return cls(None, (cause,), returncode, hung=True)
+
+    def who(self, node: str | None = None) -> str:
+        """`rank 1 on trainer-5f5c0279` (`node`: the rank's node, when known), `mpirun`, or `killed as hung`."""
+        if self.hung:
+            return "killed as hung"
+        return "mpirun" if self.rank is None else f"rank {self.rank}" + (f" on {node}" if node else "")
 
     def lines(self, node: str | None = None) -> list[str]:
         """A few readable lines: who failed and how, then what it wrote."""
-        who = "mpirun" if self.rank is None else f"rank {self.rank}" + (f" on {node}" if node else "")
-        head = f"{who} failed (mpirun exit {self.returncode})" + (":" if self.last_lines else ", with no error output")
-        return [head, *(f"  {text}" for text in self.last_lines)]
+        head = f"{self.who(node)}" + ("" if self.hung else " failed") + f" (mpirun exit {self.returncode})"
+        return [head + (":" if self.last_lines else ", with no error output"), *(f"  {t}" for t in self.last_lines)]
+
+    @property
+    def cause(self) -> str:
+        """Its last line as the script (or mpirun) said it, without deepvm's rank prefix, within CAUSE_CHARS."""
+        if not self.last_lines:
+            return "no error output"
+        text = self.last_lines[-1].strip().removeprefix(_RANK_SAYS)
+        return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 1] + "…"
+
+    def given_up(self, node: str | None, attempts: int, repeated: bool) -> str:
+        """The job's last line when it is not retried (training.control.attempts): the cause, who, why it ends."""
+        why = (f"the same failure in {attempts} attempts in a row, without a step: not retried" if repeated
+               else f"{attempts} attempts in a row failed without a step: giving up")  # fmt: skip
+        return f"{self.cause} ({self.who(node)}, mpirun exit {self.returncode}): {why}"
 
 
 def script_error(output: Sequence[RankLine], returncode: int) -> ScriptError:

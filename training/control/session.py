@@ -41,13 +41,15 @@ from provisioning.cloud.ssh import Answer, probe_all
 from provisioning.cloud.types import HostSpec, SshEndpoint
 from training.control.attempts import classify
 from training.control.launcher import Attempt, AttemptExit, Launch, Node, RankLine, head_files
+from training.control.scripterror import ScriptError, script_error
 from training.control.staging import JobToStage, NodeState, prepare_head, prepare_nodes, read_notices
-from training.control.stall import StallWatch
+from training.control.stall import Stall, StallWatch
 from training.shared.events import End, EndStatus, Event, Flush, Notice, Saved, Start, Step, parse
 from training.shared.progress import LAUNCHER, JobReporter, Outcome
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 
 STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
+OUTPUT_KEPT = 400  # the attempt's last lines of stderr and of mpirun: a traceback, the banner, the others' errors
 
 
 class Mpirun(Protocol):
@@ -155,11 +157,11 @@ class AttemptRun:
     first_step: int = -1  # trainer 0's start step
     last_step: int = -1  # trainer 0's newest step
     status: EndStatus | None = None  # trainer 0's "end"
-    hung: bool = False  # the stall watch killed it
+    hung: Stall | None = None  # the stall watch killed it, for this stall
     stopping: bool = False  # a clean stop was asked (a fold-in, Ctrl-C, a cancel)
     user_stops: int = 0  # Ctrl-C presses and cancel requests
     startup_s: float | None = None  # mpirun started -> its first step
-    errors: deque[str] = field(default_factory=lambda: deque(maxlen=8))  # the ranks' last error lines
+    output: deque[RankLine] = field(default_factory=lambda: deque(maxlen=OUTPUT_KEPT))  # for its ScriptError
 
     @property
     def number(self) -> int:
@@ -186,14 +188,20 @@ class AttemptEnd:
     trainers: int
     first_step: int
     last_step: int
-    hung: bool
+    hung: bool  # the stall watch killed it
     startup_s: float | None
-    errors: tuple[str, ...]
+    error: ScriptError  # its cause as a person reads it (meaningful when it FAILED): training.control.scripterror
     exited_at: float  # time.monotonic()
 
     @property
     def node_ids(self) -> tuple[str, ...]:
         return tuple(n.instance_id for n in self.launch.nodes)
+
+    @property
+    def error_node(self) -> str | None:
+        """The name of the node whose rank `error` names (None: mpirun's own error)."""
+        ranks, rank = self.launch.rank_nodes, self.error.rank
+        return ranks[rank].name if rank is not None and 0 <= rank < len(ranks) else None
 
 
 class AttemptListener(Protocol):
@@ -211,8 +219,8 @@ class AttemptListener(Protocol):
     def on_tick(self, run: AttemptRun) -> None:
         """A turn of the watch (at least every tick_s)."""
 
-    def on_stall(self, run: AttemptRun, silent_s: float, limit_s: float) -> None:
-        """No progress for `silent_s` (limit `limit_s`): the session kills the attempt after this returns."""
+    def on_stall(self, run: AttemptRun, stall: Stall) -> None:
+        """No progress for longer than the stall watch allows: the session kills the attempt after this returns."""
 
 
 class AttemptSession:
@@ -317,11 +325,11 @@ class AttemptSession:
         threading.Thread(target=run.mpirun.kill, kwargs={"grace_s": 5.0}, name="kill-cancelled", daemon=True).start()
 
     def _check_stall(self, run: AttemptRun, listener: AttemptListener) -> None:
-        silent = self.stall.stalled(time.monotonic())
-        if silent is None or run.hung or not run.mpirun.running:
+        stall = self.stall.stalled(time.monotonic())
+        if stall is None or run.hung or not run.mpirun.running:
             return
-        run.hung = True
-        listener.on_stall(run, silent, self.stall.limit_s())
+        run.hung = stall
+        listener.on_stall(run, stall)
         threading.Thread(target=run.mpirun.kill, name="kill-hung", daemon=True).start()
 
     def _handle(self, item: object, run: AttemptRun, listener: AttemptListener) -> None:
@@ -335,10 +343,9 @@ class AttemptSession:
         node = run.mpirun.node_of(line.rank)
         event = parse(line.text) if line.stream == "stdout" else None
         if event is None:
-            prefix = f"{node.name} r{line.rank}" if node else LAUNCHER
-            if line.stream == "stderr" and line.text.strip():
-                run.errors.append(f"[{prefix}] {line.text.strip()}")
-            self.report.log(prefix, line.text)
+            if line.stream == "stderr" or line.rank is None:
+                run.output.append(line)
+            self.report.log(f"{node.name} r{line.rank}" if node else LAUNCHER, line.text)
             return
         self._account(event, line.at, run)
         listener.on_event(event, node, line.at, run)
@@ -350,13 +357,14 @@ class AttemptSession:
                 run.started += 1
                 if event.rank == 0:
                     run.first_step = run.last_step = event.first_step
+                    self.stall.resumes_at(event.first_step)
             case Step(rank=0):
-                self.stall.progressed(at)
+                self.stall.progressed(at, event.step)
                 run.last_step = event.step
                 if run.startup_s is None:
                     run.startup_s = round(at - run.mpirun.started_at, 3)
-            case Saved() | Flush():
-                self.stall.progressed(at)
+            case Saved() | Flush():  # progress only as the step it was taken at (training/control/stall.py)
+                self.stall.progressed(at, event.step)
             case End(rank=0):
                 run.status = event.status
 
@@ -369,9 +377,10 @@ class AttemptSession:
             trainers=run.trainers,
             first_step=run.first_step,
             last_step=run.last_step,
-            hung=run.hung,
+            hung=run.hung is not None,
             startup_s=run.startup_s,
-            errors=tuple(run.errors),
+            error=ScriptError.of_hang(run.hung.cause, done.returncode) if run.hung else script_error(
+                run.output, done.returncode),
             exited_at=done.at,
         )
 

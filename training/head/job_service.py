@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
             replace_nodes=job.replace_nodes,
             max_failures=job.max_failures,
             stall_timeout_s=job.stall_timeout_s,
+            startup_grace_s=job.startup_grace_s,
             job_id=job.job_id,
             node_env=job.node_env,
             cancel_file=root / "cancel",

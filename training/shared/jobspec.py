@@ -1,8 +1,7 @@
 """The job spec: what `deepvm train FILE.yaml` runs, validated once on the user's machine.
 
-Every model forbids unknown keys, so a typo fails before a cluster is rented rather than after. The
-schema is the contract between the CLI, the launcher and the worker on each rank: the worker re-reads
-the same file, so anything it needs must be here.
+Every model forbids unknown keys, so a typo fails before a cluster is rented rather than after. The schema is
+the contract between the CLI, the launcher and the worker on each rank: the worker re-reads the same file.
 
 A job either trains with deepvm's worker (model, dataset, optimizer, ...) or runs the user's own script
 (`run:`, see training/job.py). The worker's fields are refused next to `run:` rather than ignored: a
@@ -41,6 +40,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from provisioning.core.errors import InputError, InputErrors
 from provisioning.core.inputfile import KIB
 from training.shared.limits import MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, JobLimits
+from training.shared.stallspec import StallSpec
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
 
 MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included
@@ -250,6 +250,7 @@ class JobSpec(_Strict):
     env: dict[EnvName, Text] = Field(default_factory=dict)  # exported on every rank
     run: RunOverride | None = None  # your own script instead of deepvm's worker
     limits: LimitsSpec = Field(default_factory=LimitsSpec)  # deadline, budget, the fallback's hourly cap
+    stall: StallSpec = Field(default_factory=StallSpec)  # when a running job counts as hung
 
     @field_validator("env", mode="before")
     @classmethod

@@ -48,6 +48,7 @@ class HeadJob:
     service_env: dict[str, str]  # what the controller's AWS clients need: region, endpoint; never keys
     submitted_at: str
     limits: JobLimits = field(default_factory=JobLimits)  # the file's, with the flags in their place
+    startup_grace_s: float | None = None  # `train --startup-grace` (None: the job file's, or the default)
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -1,0 +1,26 @@
+"""The job file's `stall:` section: how long a running job may be silent before it counts as hung.
+
+`deepvm train --stall-timeout S` and `--startup-grace S` take their key's place, one by one; the controller
+applies the result by one rule wherever it runs, on the head or on the user's machine
+(training/control/stall.py, which says what counts as progress and why).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_STARTUP_GRACE_S = 300.0  # from a launch to its first step: see training/control/stall.py
+MIN_STALL_S, MAX_STALL_S = 1.0, 86_400.0  # a second to a day, as the flags allow
+
+StallSeconds = Annotated[float, Field(ge=MIN_STALL_S, le=MAX_STALL_S)]
+
+
+class StallSpec(BaseModel):
+    """`stall: {timeout: 120, startup_grace: 600}`; every key may be left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # as every job spec model
+
+    timeout: StallSeconds | None = None  # silence after the first step; None: adaptive (10x the slowest recent gap)
+    startup_grace: StallSeconds = DEFAULT_STARTUP_GRACE_S  # from a launch to its first step
