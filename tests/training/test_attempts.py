@@ -81,12 +81,19 @@ def test_the_same_failure_twice_in_a_row_without_progress_gives_up_at_once():
     assert _row(EXIT_3, same_again)[-1] == (Action.GIVE_UP, 2, True)
 
 
+def test_the_same_failure_from_another_rank_is_the_same():
+    """Every rank of a script that exits at once fails alike; which reaches MPI_Abort first is a race."""
+    assert _row(EXIT_3, ScriptError(1, EXIT_3.last_lines, 3))[-1] == (Action.GIVE_UP, 2, True)
+
+
 def test_different_failures_are_retried_up_to_the_limit():
-    other_rank = ScriptError(1, EXIT_3.last_lines, 3)
     other_code = ScriptError(0, EXIT_3.last_lines, 1)
+    other_words = ScriptError(0, ("deepvm rank: exit3.py exited with 4",), 3)
     lost = ScriptError(None, ("ORTE has lost communication with a remote daemon.",), 1)
-    assert _row(EXIT_3, other_rank, other_code) == [(Action.RECOVER, 1, False), (Action.RECOVER, 2, False),
-                                                    (Action.GIVE_UP, 3, False)]  # fmt: skip
+    assert _row(EXIT_3, other_code, other_words) == [(Action.RECOVER, 1, False), (Action.RECOVER, 2, False),
+                                                     (Action.GIVE_UP, 3, False)]  # fmt: skip
+    hang = ScriptError.of_hang("no progress within 60s", 137)
+    assert _row(ScriptError(None, hang.last_lines, 137), hang)[-1] == (Action.RECOVER, 2, False)
     assert [a for a, _, _ in _row(lost, EXIT_3, lost, EXIT_3, max_failures=5)] == [Action.RECOVER] * 4
     assert _row(None, None)[-1] == (Action.RECOVER, 2, False)  # a cause not read is no evidence of sameness
 

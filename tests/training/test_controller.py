@@ -275,6 +275,15 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
     assert ("stall", next(m for k, m in rig.cluster.events if k == "stall")) in rig.cluster.events
 
 
+def test_a_hang_alike_after_a_frozen_node_was_replaced_is_retried_not_taken_for_the_scripts(rig):
+    """Two hangs before the first step read the same; when the first one's probe found a node frozen, the
+    relaunch runs on other nodes and the second is no repeat of the script's."""
+    rig.world.faults = [Hang(1, 0, node=T2), Hang(2, 0, node=T1)]
+    result = rig.run(startup_grace_s=0.3)
+    assert result.steps == 40 and len(rig.nodes.attempts) == 3
+    assert [nodes for nodes, _ in rig.cluster.retired] == [(T2,), (T1,)]
+
+
 def test_cancel_after_a_checkpoint_flushes_the_step_and_ends_the_job_for_good(rig):
     rig.world.faults = [Call(1, 8, action=rig.cancel("checkpoint"), hold=True)]
     with pytest.raises(TrainingCancelled, match=r"cancelled at step (\d+) \(checkpoint at step \1\)"):

@@ -11,12 +11,14 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
 - COMPLETED finishes the job; INTERRUPTED stops it (resumable) or cancels it (final).
 - Otherwise the job relaunches. An attempt that made no progress (no step past the one it started from)
   and was not a clean stop counts as a failure in a row (`Failures`); progress, or a clean stop, ends the
-  row. The job gives up when a failure in the row is the same as the one before it (equal ScriptErrors:
-  the same rank, the same last lines of stderr, the same exit code; training.control.scripterror), since a
+  row. The job gives up when a failure in the row is the same as the one before it (ScriptError.same_as:
+  the same last lines of stderr and exit code, from whichever rank; training.control.scripterror), since a
   script that fails identically at once will fail so again and each try bills the whole cluster for a
   launch; a different failure (a node lost, a hang, another error) is retried, up to max_failures in a
   row (a job that crashes at start in ever new ways would loop forever). A FAILED attempt first probes
-  the nodes and replaces the dead; a STOPPED one relaunches at once.
+  the nodes and replaces the dead; a STOPPED one relaunches at once. A failure after which a node was
+  found dead is no evidence against the script (a node that froze before the first step hangs the job as
+  a script would): the next one is not compared with it (`Failures.nodes_lost`), only counted.
 - A replacement node is folded in (the running attempt is asked to stop cleanly and relaunched with it)
   only once the attempt has trained a step and no recovery is in flight: stopping an attempt that is
   still starting wastes its start, and one recovery at a time keeps the accounting of lost steps exact.
@@ -87,7 +89,12 @@ class Failures:
     """The attempts that failed in a row without progress: how many, and the last one's cause."""
 
     count: int = 0
-    last: ScriptError | None = None  # None: none yet (or its cause was not read)
+    last: ScriptError | None = None  # None: none yet (or its cause was not read, or a node was found dead)
+
+    def nodes_lost(self) -> Failures:
+        """The row once the last failure's probe found a node dead: the relaunch runs on other nodes, so a
+        failure alike is no repeat of the script's (it still counts towards max_failures)."""
+        return Failures(self.count)
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,7 @@ def decide(outcome: Outcome, made_progress: bool, failures: Failures, max_failur
         return Decision(Action.CANCEL if cancelling else Action.STOP, failures)
     if made_progress or outcome is Outcome.STOPPED:
         return Decision(Action.RECOVER if outcome is Outcome.FAILED else Action.RELAUNCH, Failures())
-    repeated = error is not None and error == failures.last
+    repeated = error is not None and error.same_as(failures.last)
     row = Failures(failures.count + 1, error)
     if repeated or row.count >= max_failures:
         return Decision(Action.GIVE_UP, row, repeated)

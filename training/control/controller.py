@@ -176,7 +176,8 @@ class Controller:
                     return self._finish(end)
                 self._stop_unless_relaunched(decision, end)
                 if decision.action is Action.RECOVER:
-                    self._after_failure(end)
+                    if self._after_failure(end):  # a node found dead: the next failure is no repeat of this one
+                        failures = failures.nodes_lost()
                 elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
                     self.recovery.trouble(RecoveryReason.RESTART, (), end.number, end.trainers, time.monotonic())
                 self.job.relaunched()
@@ -382,14 +383,15 @@ class Controller:
             self.session.stop_by_user(run)
 
     # --- 3) after the attempt --------------------------------------------------------------------------
-    def _after_failure(self, end: AttemptEnd) -> None:
-        """Find the nodes that died (no SSH), retire and replace them."""
+    def _after_failure(self, end: AttemptEnd) -> tuple[str, ...]:
+        """Find the nodes that died (no SSH), retire and replace them; the dead."""
         self.report.note("probing the nodes")
         dead = self.nodes.after_failure(end.node_ids)
         reason = RecoveryReason.NODE_LOST if dead else RecoveryReason.RESTART
         self.recovery.trouble(reason, dead, end.number, end.trainers, time.monotonic(), end.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
         self.nodes.act(top_up=(Role.TRAINER,))
+        return dead
 
     def _finish(self, end: AttemptEnd) -> TrainResult:
         out = Path(self.job.row.out_dir)

@@ -7,9 +7,11 @@ may print errors of their own after they were killed. So the cause is that rank'
 that wrote to stderr when no banner names one), its last MAX_LINES lines (a traceback's end), and
 mpirun's own lines only when no rank wrote a word (mpirun could not start the job at all).
 
-For the controller's retry rule (issue 23 point 2, training.control.attempts): two failures with equal
-`ScriptError`s and no progress between them are the same failure, and its `lines()` are what the user
-sees instead of the banner; `given_up()` is the job's last line when it is not retried, the cause first.
+For the controller's retry rule (issue 23 point 2, training.control.attempts): two failures that say the same
+(`same_as`: the same last lines, the same exit code) with no progress between them are the same failure, and
+its `lines()` are what the user sees instead of the banner; `given_up()` is the job's last line when it is
+not retried, the cause first. Which rank it was does not count: when every rank fails alike (a script that
+exits at once), which of them reaches MPI_Abort first is a race, so the banner names one or another.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class ScriptError:
         """A few readable lines: who failed and how, then what it wrote."""
         head = f"{self.who(node)}" + ("" if self.hung else " failed") + f" (mpirun exit {self.returncode})"
         return [head + (":" if self.last_lines else ", with no error output"), *(f"  {t}" for t in self.last_lines)]
+
+    def same_as(self, other: ScriptError | None) -> bool:
+        """Whether `other` is this failure again: the same words and exit code, from whichever rank."""
+        return other is not None and (self.last_lines, self.returncode, self.hung) == (
+            other.last_lines, other.returncode, other.hung)
 
     @property
     def cause(self) -> str:
