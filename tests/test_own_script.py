@@ -5,8 +5,9 @@ command): 3 (a link that would not go), 5 (fetch --out), 6 (simulate on nodes li
 set/unset on an unreadable file), 9 (the screen at 80 columns), 10 (the trace formats as documented). Those
 that need real nodes share one sandbox cluster (a Single Anchor of two nodes: real sshd hosts, real
 mpirun, real training): 3 (a linked script runs), 4 (fetch of a cancelled job), 7 (a script that never
-steps), 9 (the detach hints and the billing reminder). Points 1 and 2 (the stall grace before the first
-step, the retry rule and the script's own error on screen) belong to the controller and are not here yet.
+steps), 9 (the detach hints and the billing reminder), 1 (a script that hangs before its first step) and 2 (one
+that exits 3 at once: tried twice, its own error on screen). The controller's rules behind 1 and 2 are tested
+in-process in tests/training/test_stall.py, test_attempts.py and test_controller.py.
 """
 
 from __future__ import annotations
@@ -302,3 +303,32 @@ def test_a_script_that_never_steps_fails_its_job(home, tmp_path, capsys):
     code, _, err = run(capsys, "train", str(never), "--cluster", NAME)
     assert code != 0  # it was `completed: step 0/20`, exit 0
     assert "train.py returned without calling ctx.step() (at step 0 of 20)" in err
+
+
+@pytest.mark.sandbox
+@needs_root
+def test_a_script_that_hangs_before_its_first_step_is_stopped_after_its_startup_grace(home, tmp_path, capsys):
+    """Point 1: it sat at step 0 for minutes with --stall-timeout 20, until a manual cancel (a fixed 900 s)."""
+    stuck = own_job(tmp_path / "stuck", steps=20)
+    (stuck.parent / "train.py").write_text("import time\nfrom training import job\nctx = job.attach()\n"
+                                           "time.sleep(3600)  # a peer that never comes\n")  # fmt: skip
+    code, _, err = run(capsys, "train", str(stuck), "--cluster", NAME, "--stall-timeout", "600",
+                       "--startup-grace", "15")  # fmt: skip
+    said = " ".join(err.split())
+    assert code != 0 and "no first step within the start-up grace of 15s (killed as hung" in said, err[-2000:]
+    assert "the same failure in 2 attempts in a row, without a step: not retried" in said  # not a third bill
+
+
+@pytest.mark.sandbox
+@needs_root
+def test_a_script_that_exits_3_at_once_is_tried_twice_and_says_its_own_error(home, tmp_path, capsys):
+    """Point 2: three attempts with Open MPI's banner on screen each time, then a ~700-character line."""
+    failing = own_job(tmp_path / "exit3", steps=20)
+    (failing.parent / "train.py").write_text("import sys\nfrom training import job\nctx = job.attach()\nsys.exit(3)\n")
+    code, _, err = run(capsys, "train", str(failing), "--cluster", NAME)
+    assert code != 0
+    assert re.search(r"attempt 1: rank \d on \S+ failed \(mpirun exit \d+\):", err), err[-2000:]
+    assert "  deepvm rank: train.py exited with 3" in err and "attempt 3" not in err
+    assert "MPI_ABORT" not in err and "help-mpi-api" not in err  # the banner stays in the job's log
+    last = " ".join(err.split()).split("deepvm: error: ")[-1]
+    assert last.startswith("train.py exited with 3 (rank ") and len(last) < 200, last
