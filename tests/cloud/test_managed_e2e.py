@@ -39,21 +39,22 @@ pytestmark = [
 EVERY = 5  # checkpoint interval, steps
 LAPTOP_STEPS = 800  # held at PACE_S a step, the laptop job could train for 400 s: the test releases it sooner
 PACE_S = 0.5
-RELEASE = "paced-train.release"  # created in the nodes' homes, it lets paced_train.py run at full speed
+REBALANCE_STEPS = 200  # held at PACE_S a step, 100 s: the test releases it once the recommendation is handled
 CANARY = f"canary-secret-{uuid.uuid4().hex}"  # the user's AWS secret, as far as deepvm can tell
 NAME = f"mg-{uuid.uuid4().hex[:8]}"
 
 
-def paced_yaml(steps: int, name: str) -> str:
+def paced_yaml(steps: int, name: str, release: str) -> str:
     """The shipped example script (configs/own_train.py), each step lasting at least PACE_S seconds until
-    the test releases it (paced_train.py): it outlasts what the test waits for on any machine, then ends."""
+    the test releases it (paced_train.py, a file named `release`): it outlasts what the test waits for on any
+    machine, then ends."""
     return f"""\
 name: {name}
 seed: 0
 steps: {steps}
 log_every: 1
 checkpoint: {{every_steps: {EVERY}, levels: [l1, l2], buffer_slots: 2}}
-run: {{script: paced_train.py, args: ["{PACE_S}", {RELEASE}, --batch-size, "8"]}}
+run: {{script: paced_train.py, args: ["{PACE_S}", {release}, --batch-size, "8"]}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 
@@ -93,13 +94,14 @@ def cluster(tmp_path_factory):
 
 
 def write_job(jobs: Path, steps: int, tag: str, paced: bool = False) -> Path:
-    """The ResNet-18 job, or with `paced` the example script at PACE_S a step (its scripts beside it)."""
+    """The ResNet-18 job, or with `paced` the example script at PACE_S a step (its scripts beside it),
+    released by a file of its own (`tag`.release)."""
     path = jobs / tag / "job.yaml"
     path.parent.mkdir()
     if paced:
         shutil.copy(REPO / "configs" / "own_train.py", path.parent)
         shutil.copy(Path(__file__).with_name("paced_train.py"), path.parent)
-    path.write_text((paced_yaml if paced else job_yaml)(steps, f"{NAME}-{tag}"))
+    path.write_text(paced_yaml(steps, f"{NAME}-{tag}", f"{tag}.release") if paced else job_yaml(steps, f"{NAME}-{tag}"))
     return path
 
 
@@ -146,11 +148,11 @@ def run_on_head(env: dict[str, str], script: str) -> str:
     return result.stdout
 
 
-def release_the_pace(env: dict[str, str]) -> None:
-    """From now on the laptop job trains at full speed on every node there is (paced_train.py)."""
+def release_the_pace(env: dict[str, str], tag: str) -> None:
+    """From now on the paced job `tag` trains at full speed on every node there is (paced_train.py)."""
     for home in (Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts").glob("*/home/*"):
         with contextlib.suppress(FileNotFoundError):  # a terminated node's host goes away
-            (home / RELEASE).touch()
+            (home / f"{tag}.release").touch()
 
 
 def replaced(log: str) -> bool:
@@ -251,7 +253,7 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     while not replaced(cli(env, "logs", job_id).stdout):  # the node that got the notice is replaced...
         assert time.monotonic() - gone < 600, "the replacement was not folded in"
         time.sleep(2)
-    release_the_pace(env)  # ...so every node of the job's last attempt is released here
+    release_the_pace(env, "laptop")  # ...so every node of the job's last attempt is released here
     tail = cli(env, "logs", job_id, "-f", "--tail", "5", timeout=600).stdout
     assert "job completed" in tail
     log = cli(env, "logs", job_id).stdout
@@ -387,7 +389,7 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     lines = [line for line in terminal.screen.replace("\r", "").split("\n") if line.strip()]
     assert all(len(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line)) <= 80 for line in lines[-24:])
 
-    release_the_pace(env)
+    release_the_pace(env, "watch")
     assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
     plain = cli(env, "watch", job_id).stdout  # not a terminal: plain lines, the job over
     assert "Spot interruption notice on" in plain and f"{job_id} · completed: step {steps}/{steps}" in plain
@@ -397,6 +399,32 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     loss = tensorboard_scalars(out / "tensorboard", "loss")
     assert [step for step, _ in loss] == list(range(1, steps + 1))  # across the notice's relaunch: each step once
     assert len(tensorboard_scalars(out / "tensorboard", "accuracy")) == steps
+
+
+def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothing(cluster):
+    """Issue 21 item 3: a recommendation used to exclude its node, buy a replacement and leave the excluded
+    node running (billing) until `down`. Now the node trains on and its trainers checkpoint early
+    (training/control/attempts.py says why), nothing is lost, and the cluster runs no more than its plan."""
+    env, jobs = cluster
+    job = write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    job_id = newest_job(env)
+    assert wait_for(env, job_id, 2)["status"] == "running"
+    node = spot_trainer(env)
+    cli(env, "interrupt", node, "--rebalance-only")
+    deadline = time.monotonic() + 120
+    while "(rebalance)" not in (log := cli(env, "logs", job_id).stdout):  # the early checkpoint, then on
+        assert time.monotonic() < deadline, log[-2000:]
+        time.sleep(2)
+    release_the_pace(env, "rebalance")
+    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "5", timeout=300).stdout
+    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == REBALANCE_STEPS and state["lost_steps"] == 0, state
+    assert "rebalance recommendation on " in log and "attempt 2" not in log  # one launch: nothing stopped it
+    assert "requesting" not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)
+    running = [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
+    assert node in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), status
 
 
 def test_zz_down_leaves_nothing_running(cluster):
