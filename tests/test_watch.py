@@ -90,7 +90,7 @@ def test_the_view_fits_80_by_24_and_shows_every_part():
     assert "$/h now" in text and "so far" in text and "projected" in text and "on-demand" in text
     assert " 2 x trainer  spot      g4dn.xlarge    us-east-1a   running" in text
     assert " 1 x anchor   on-demand g4dn.xlarge    us-east-1a   running" in text
-    assert "notice      lm-20261123T100000: Spot interruption notice on trainer-t1" in text
+    assert "notice      Spot interruption notice on trainer-t1 (instance-action)" in text  # its job, said once
     assert [s for s, _ in model.loss_curve] == [10, 20, 30, 40, 50, 60]  # steps 40.. redone: shown once
     assert model.loss_curve[3] == (40, 1.6)
     assert model.projected_usd is not None and model.projected_usd > model.snapshot.money.usd  # 40 steps to go

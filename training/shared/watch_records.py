@@ -91,7 +91,9 @@ def snapshot_of(summary: JobSummary, store: Store, now: datetime | None = None) 
     views = tuple(NodeView(n.instance_id, n.role, n.market, n.instance_type, n.availability_zone, n.state,
                            n.usd_per_hour) for n in nodes)  # fmt: skip
     since = [e for e in store.events(row.name) if e.at >= summary.started_at]  # both ISO-8601 UTC: they sort
-    return Snapshot(time.time(), summary, views, money, tuple(TimelineEntry(e.at, e.kind, e.message) for e in since))
+    ours = f"{summary.job_id}: "  # the controller's events name their job; on this job's screen it is said once
+    timeline = tuple(TimelineEntry(e.at, e.kind, e.message.removeprefix(ours)) for e in since)
+    return Snapshot(time.time(), summary, views, money, timeline)
 
 
 def on_demand_prices(region: str, types: set[str]) -> dict[str, float]:
