@@ -25,29 +25,22 @@ from functools import cached_property
 import numpy as np
 
 from provisioning.catalog.model import Catalog, Market
-from provisioning.core.errors import InputError
 from provisioning.ladder.deadline import fallback_fill
-from provisioning.ladder.situation import Limits, Offer, PlannedGroup, Pool, Progress, Situation, Timing, TypeFacts
-from provisioning.planner.plan import Plan, Role
-from provisioning.scaling.model import scaling_of
+from provisioning.ladder.offers import market_offers
+from provisioning.ladder.situation import Limits, Offer, PlannedGroup, Progress, Situation, Timing, TypeFacts
+from provisioning.planner.plan import Plan
 from simulation.capacity import CapacityWindows, capacity_windows
 from simulation.draws import Draws, block_size
 from simulation.recovery import RecoveryModel, Workload
 from simulation.trace import Trace
 from simulation.zones import ZoneTraces
 
-# The deadline's reserve (provisioning/ladder/deadline.py): what the rate model does not see. A run pauses
-# for a relaunch at every loss and every fold-in: these many are kept in hand, with half a join time; where
-# reclaims may come without notice, also the share of a checkpoint interval they take back on average.
-RESERVE_RELAUNCHES = 6
-
 
 def ladder_timing(recovery: RecoveryModel) -> Timing:
-    """The ladder's times from the simulator's recovery figures."""
+    """The ladder's times from the simulator's recovery figures; where reclaims may come without notice, the
+    deadline's reserve also keeps their share of a checkpoint interval in hand (what such a reclaim takes back)."""
     unnoticed = (1.0 - recovery.notice_share) * recovery.checkpoint_interval_s
-    reserve = RESERVE_RELAUNCHES * recovery.relaunch_s + recovery.replacement_delay_s / 2.0 + unnoticed
-    return Timing(join_s=recovery.replacement_delay_s, relaunch_s=recovery.relaunch_s, stop_s=recovery.relaunch_s,
-                  reserve_s=reserve)
+    return Timing.of(recovery.replacement_delay_s, recovery.relaunch_s, unnoticed)
 
 
 @dataclass(frozen=True)
@@ -122,52 +115,16 @@ def market_case(plan: Plan, catalog: Catalog, traces: ZoneTraces, workload: Work
             counts = np.floor(trace.capacity.as_array() * levels + 1e-9).astype(np.int64)
         zones.append(ZoneMarket(zone, trace, windows, counts))
     planned = tuple(PlannedGroup(g.instance_type, g.market, g.role, g.count) for g in plan.nodes)
-    offers, named = _offers(plan, catalog, [z.zone for z in zones])
-    types = tuple(_facts(catalog, name) for name in sorted(named))
+    market = market_offers(plan, catalog, [z.zone for z in zones], repairs=False)
     deadline_s = None if workload.deadline_h is None else workload.deadline_h * 3600.0
     fallback = max_usd_per_hour if fallback_usd_per_hour is None else fallback_usd_per_hour
     limits = Limits(max_usd_per_hour=max_usd_per_hour, fallback_usd_per_hour=fallback, deadline_s=deadline_s)
-    return MarketCase(plan, tuple(zones), offers, types, planned, limits, ladder_timing(workload.recovery),
-                      workload, levels)
+    return MarketCase(plan, tuple(zones), market.offers, market.types, planned, limits,
+                      ladder_timing(workload.recovery), workload, levels)
 
 
 def _first_spot_type(plan: Plan) -> str:
     return next((g.instance_type for g in plan.nodes if g.market is Market.SPOT), plan.nodes[0].instance_type)
-
-
-def _offers(plan: Plan, catalog: Catalog, zones: list[str]) -> tuple[tuple[Offer, ...], set[str]]:
-    """Per zone: the plan's Spot types at the zone's price; the on-demand prices of the plan's types (every
-    GPU type's when none of the plan's trainer types has one)."""
-    region = plan.region
-    trainer_types = {g.instance_type for g in plan.nodes if g.role is not Role.HOLDER}
-    on_demand = {g.instance_type for g in plan.nodes}
-    if not any(catalog.on_demand_price(name, region) for name in trainer_types):
-        on_demand |= {t.name for t in catalog.gpu_types()}
-    offers: list[Offer] = []
-    for zone in zones:
-        for g in plan.nodes:
-            if g.market is not Market.SPOT:
-                continue
-            price = catalog.spot_prices(g.instance_type, region).get(zone)
-            if price is not None:
-                offers.append(Offer(Pool(zone, g.instance_type, Market.SPOT), price))
-        for name in sorted(on_demand):
-            price = catalog.on_demand_price(name, region)
-            if price is not None:
-                offers.append(Offer(Pool(zone, name, Market.ON_DEMAND), price))
-    plan_pools = {Pool(plan.availability_zone, g.instance_type, g.market) for g in plan.nodes}
-    missing = plan_pools - {o.pool for o in offers}
-    if missing:  # a plan file made from another catalog
-        raise InputError(f"the catalog {catalog.source} has no price for the plan's "
-                         f"{', '.join(sorted(map(str, missing)))}")
-    return tuple(offers), {o.pool.instance_type for o in offers} | {g.instance_type for g in plan.nodes}
-
-
-def _facts(catalog: Catalog, name: str) -> TypeFacts:
-    itype = catalog.types.get(name)
-    if itype is None:
-        raise InputError(f"plan node type {name} is not in catalog {catalog.source}")
-    return TypeFacts(name, itype.flops if itype.is_gpu else 0.0, scaling_of(itype) if itype.is_gpu else None)
 
 
 def start_situation(case: MarketCase) -> Situation:

@@ -290,7 +290,7 @@ class _Run:
 
     def _retire(self, r: Retire) -> bool:
         """Retire the nodes; whether one of them trained."""
-        mine = [n for n in self.nodes if n.pool == r.pool and n.role is r.role and not n.stand_in]
+        mine = [n for n in self.nodes if n.pool == r.pool and n.role is r.role and n.stand_in == r.stand_in]
         mine.sort(key=lambda n: (n.joined, -n.joins_h))
         trained = False
         for n in mine[:r.count]:

@@ -37,11 +37,13 @@ class Rung(str, Enum):
 @dataclass(frozen=True)
 class Retire:
     """Let `count` nodes of `pool` go (those not yet joined first): the controller drains them at its next
-    launch (training/control/nodepool.py: AT_RISK -> DRAINING -> RETIRED)."""
+    launch (training/control/nodepool.py: AT_RISK -> DRAINING -> RETIRED). `stand_in`: the pool's stand-ins
+    go, else its other nodes (a Spot trainer making room under the fallback's cap)."""
 
     pool: Pool
     role: Role
     count: int
+    stand_in: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@
    MOVE            else move the cluster, when the zone has refused long enough that it pays (moves.py)
    RETRY           else nothing: ask again when the first refusing pool's backoff runs out
 5. RETURN_TO_SPOT  the deadline allows fewer stand-ins and the plan's Spot pool is not refusing: buy Spot
-                   trainers, each retiring a stand-in as it joins
+                   trainers, each retiring a stand-in as it joins; with the Spot trainers whole and ready
+                   already (the fallback's cap had room for both), the spare stand-ins go at once
 6. HOLD            nothing to do; ask again when the deadline's slack or the budget next calls for it
 
 Every buy stays within the cap in force (the plan's, or the fallback's while stand-ins are held), except
@@ -145,9 +146,11 @@ def _held_here(s: Situation) -> dict[tuple[Pool, Role], int]:
     return out
 
 
-def _spot_trainers_short(s: Situation) -> int:
+def _spot_trainers_short(s: Situation, ready_only: bool = False) -> int:
+    """The plan's Spot nodes the cluster lacks in its zone, counting those on their way unless `ready_only`."""
     planned = sum(g.count for g in s.plan if g.market is Market.SPOT)
-    held = sum(h.held for h in s.holdings if h.pool.market is Market.SPOT and h.pool.zone == s.zone)
+    held = sum(h.ready if ready_only else h.held for h in s.holdings
+               if h.pool.market is Market.SPOT and h.pool.zone == s.zone)  # fmt: skip
     return max(0, planned - held)
 
 
@@ -233,9 +236,16 @@ def _return_to_spot(s: Situation, view: DeadlineView | None) -> Decision | None:
         return None
     spare = view.spare(stand_in_types(s.stand_ins))
     short = _spot_trainers_short(s)
-    if spare == 0 or short == 0:
+    if spare == 0:
         return None
     stand_in_pool = view.fill.offer.pool
+    if short == 0:
+        if _spot_trainers_short(s, ready_only=True):
+            return None  # the Spot trainers on their way join first: a stand-in goes only once they train
+        text = (f"the Spot trainers are whole and the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} "
+                f"(slack {view.slack_s / 60:.1f} min): {'they go' if spare > 1 else 'it goes'}")
+        return Decision(Rung.RETURN_TO_SPOT, Reason(text, slack_s=view.slack_s),
+                        retire=(Retire(stand_in_pool, Role.TRAINER, spare, stand_in=True),))
     room = _room(s) + spare * view.fill.offer.usd_per_hour
     for g in s.plan:
         if g.market is not Market.SPOT:

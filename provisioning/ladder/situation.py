@@ -18,6 +18,7 @@ from provisioning.catalog.model import Market, ScalingParams
 from provisioning.planner.plan import Role
 
 HOUR_S = 3600.0
+RESERVE_RELAUNCHES = 6  # relaunch pauses the deadline's reserve keeps in hand (Timing.of)
 
 
 def affordable(usd_per_hour: float, price: float) -> int:
@@ -45,6 +46,7 @@ class TypeFacts:
     instance_type: str
     tflops: float  # one node's TFLOPS; 0 for a CPU type (a checkpoint holder)
     scaling: ScalingParams | None  # its K(n) curve; None for a type that does not train
+    gpus: int = 0  # one node's GPUs: the launcher runs a rank per GPU (the ladder's model counts TFLOPS only)
 
     @property
     def trains(self) -> bool:
@@ -128,6 +130,15 @@ class Timing:
     reserve_s: float
     backoff_s: float = 15.0  # the first wait after a refusal
     backoff_cap_s: float = 300.0  # the longest wait (the traces' own step is 300 s)
+
+    @classmethod
+    def of(cls, join_s: float, relaunch_s: float, lost_to_reclaims_s: float = 0.0) -> Timing:
+        """The ladder's times from a join and a relaunch (the simulator's figures, or what the controller
+        measured). The deadline's reserve keeps RESERVE_RELAUNCHES relaunch pauses in hand (a run pauses at
+        every loss and every fold-in), half a join, and `lost_to_reclaims_s`: what reclaims without notice take back
+        (the simulator keeps their share of a checkpoint interval)."""
+        reserve = RESERVE_RELAUNCHES * relaunch_s + join_s / 2.0 + lost_to_reclaims_s
+        return cls(join_s=join_s, relaunch_s=relaunch_s, stop_s=relaunch_s, reserve_s=reserve)
 
     def __post_init__(self) -> None:
         for name in ("join_s", "relaunch_s", "stop_s", "reserve_s", "backoff_s", "backoff_cap_s"):

@@ -153,6 +153,20 @@ def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_j
     assert tight.rung is Rung.HOLD and "4 stand-ins held" in tight.reason.text
 
 
+def test_with_the_spot_trainers_whole_and_training_the_spare_stand_ins_go_at_once_not_before():
+    """The fallback's cap had room for Spot and stand-ins both: once the Spot trainers train again, the stand-ins
+    the slack no longer needs go without an order; while a Spot trainer is only on its way, they stay."""
+    stand_ins = Holding(od(), Role.TRAINER, 4, stand_in=True)
+    holder = Holding(od("z-a", CPU), Role.HOLDER, 1)
+    whole_again = decide(situation((Holding(spot(), Role.TRAINER, 16), holder, stand_ins), remaining=TEN_HOURS,
+                                   deadline_s=_deadline_at(5000.0), fallback=6.0))  # fmt: skip
+    assert whole_again.rung is Rung.RETURN_TO_SPOT and whole_again.orders == ()
+    assert whole_again.retire == (Retire(od(), Role.TRAINER, 4, stand_in=True),)
+    coming = decide(situation((Holding(spot(), Role.TRAINER, 15, coming=1), holder, stand_ins), remaining=TEN_HOURS,
+                              deadline_s=_deadline_at(5000.0), fallback=6.0))  # fmt: skip
+    assert coming.retire == () and coming.rung is not Rung.RETURN_TO_SPOT
+
+
 def test_the_budget_stops_the_job_before_a_checkpoint_would_overrun_it():
     d = decide(situation(budget=10.0, spent=9.995))  # 2.57 $/h for the 12 s of a stop: 0.0086
     assert d.rung is Rung.STOP and "budget" in d.reason.text and d.orders == ()
