@@ -56,7 +56,10 @@ def _job_doc(job: JobRow, cluster_up: bool) -> dict[str, object]:
 
 
 def render_jobs(jobs: list[JobRow], cluster_up: bool, limit: int = 3) -> None:
-    """The newest jobs, one line each; a cluster that is down: as this machine last recorded them."""
+    """The newest jobs, one line each (and the recovery ladder's newest decision, while the job may still act
+    on it); a cluster that is down: as this machine last recorded them."""
+    from training.shared.jobstore import JobStatus
+
     for job in jobs[:limit]:
         loss = "-" if job.loss is None else f"{job.loss:.4f}"
         where = "" if cluster_up else f"  on {job.cluster} (down)"
@@ -66,6 +69,8 @@ def render_jobs(jobs: list[JobRow], cluster_up: bool, limit: int = 3) -> None:
             f"checkpoint {_checkpoint(job.checkpoint_step)}  ${job.cost_usd:.4f}",
             markup=False,
         )
+        if job.ladder and job.status in (JobStatus.RUNNING, JobStatus.STOPPED) and cluster_up:
+            console.out.print(f"  ladder: {job.ladder}", markup=False)
 
 
 def _checkpoint(step: int) -> str:

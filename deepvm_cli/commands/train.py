@@ -132,12 +132,13 @@ def train_command(
         replace_nodes=replace_nodes,
         stall_timeout_s=stall_timeout,
         startup_grace_s=startup_grace,
+        limits=limits,
     )
     live = console.err.is_terminal and not as_json
     with billing_reminder(found.name):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
-                result = run_managed(request, report, detach=detach, limits=limits)
+                result = run_managed(request, report, detach=detach)
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
@@ -155,14 +156,13 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool,
-                limits: JobLimits) -> TrainResult | Detached | None:
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> TrainResult | Detached | None:
     """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
     it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import fetch_outputs, find_head, follow, submit
-    from training.control.controller import TrainingFailed
+    from training.control.controller import BudgetReached, TrainingFailed
 
-    job = submit(request, report, limits)
+    job = submit(request, report)
     head = find_head(job.cluster, job.python)
     try:
         if detach:
@@ -180,6 +180,8 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool,
         return None
     if end.status is JobStatus.FAILED:
         raise TrainingFailed(end.text)
+    if end.status is JobStatus.STOPPED:  # before its budget, with a checkpoint
+        raise BudgetReached(end.text)
     raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
 

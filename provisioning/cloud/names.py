@@ -28,7 +28,8 @@ from provisioning.core.errors import InputError
 
 CLUSTER_TAG = "deepvm:cluster"  # the user's name for the cluster
 CLUSTER_ID_TAG = "deepvm:cluster-id"  # the id of one cluster made by `up`: what deepvm's scope is
-ROLE_TAG = "deepvm:role"
+ROLE_TAG = "deepvm:role"  # a node bought after `up` (a replacement): the role it was bought for
+PRICE_TAG = "deepvm:usd-per-hour"  # ... and the price it was bought at (a type or market the plan may lack)
 DEFAULT_CLUSTER_NAME = "deepvm"
 IAM_PATH = "/deepvm/"  # the path of deepvm's IAM roles and instance profiles: one cheap listing finds them
 IAM_NAME_MAX = 64  # IAM role and instance profile names stop at 64 characters
@@ -113,8 +114,8 @@ def cluster_tags(cluster: ClusterIdentity, **extra: str) -> list[dict[str, str]]
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
-def tag_spec(resource_type: str, cluster: ClusterIdentity) -> dict[str, object]:
-    return {"ResourceType": resource_type, "Tags": cluster_tags(cluster)}
+def tag_spec(resource_type: str, cluster: ClusterIdentity, **extra: str) -> dict[str, object]:
+    return {"ResourceType": resource_type, "Tags": cluster_tags(cluster, **extra)}
 
 
 def cluster_filter(cluster: ClusterIdentity) -> list[dict[str, object]]:

@@ -152,6 +152,9 @@ class CloudResources:
     fleet_ids: tuple[str, ...] = ()
     subnet_id: str = ""
     instance_ids: tuple[str, ...] = ()  # every instance a fleet of the cluster returned, as it returned it
+    # a subnet of the cluster's VPC in each zone of its region, "zone=subnet-id", as `up` found them: where a
+    # node bought in another zone launches (provisioning/cloud/aws/network.py: zone_subnets)
+    zone_subnets: tuple[str, ...] = ()
     # The head node's instance profile (ControllerAccess), in scalar fields so that every reader of these
     # records as flat JSON (the state store, the job handed to the head) keeps them without knowing them.
     controller_profile: str = ""
@@ -163,6 +166,17 @@ class CloudResources:
         """These resources and more fleets, with the instances they launched."""
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))),
                        instance_ids=tuple(dict.fromkeys((*self.instance_ids, *instance_ids))))  # fmt: skip
+
+    def subnet_in(self, zone: str, own_zone: str) -> str:
+        """The subnet a node of `zone` launches in (the cluster's own in its zone); CloudError when `up`
+        recorded none there."""
+        if zone == own_zone:
+            return self.subnet_id
+        found = dict(entry.split("=", 1) for entry in self.zone_subnets)
+        if zone not in found:
+            raise CloudError(f"the cluster's VPC has no subnet recorded in {zone} (`up` found them in "
+                             f"{', '.join(sorted(found)) or 'no other zone'})")
+        return found[zone]
 
     @property
     def controller(self) -> ControllerAccess:
@@ -186,6 +200,10 @@ class InstanceInfo:
     public_ip: str | None
     launched_at: str  # ISO-8601 UTC
     state_reason: str = ""  # EC2's StateReason code once it ended, e.g. Server.SpotInstanceTermination
+    # a node bought after `up` (names.ROLE_TAG, PRICE_TAG): the role and price it was bought for, which a
+    # stand-in or a repair of a type the plan lacks cannot take from the plan; None for `up`'s nodes
+    bought_as: Role | None = None
+    bought_at_usd: float | None = None
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,9 @@ from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
-from provisioning.cloud.types import CloudKind, InstanceInfo, LaunchRefused, NodeRecord, ShortageError, SshEndpoint
+from provisioning.cloud.types import CloudKind, LaunchRefused, NodeRecord, ShortageError, SshEndpoint
 from provisioning.clusters.cost import ClusterCost, cost_fields
+from provisioning.clusters.noderecords import adopt, assign_roles, endpoints, private_only
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store, cluster_lock
 from provisioning.clusters.target import AwsTarget, CloudTarget, resolve_target
 from provisioning.core.errors import CloudError, DeepvmError, InputError, NotFoundError
@@ -247,26 +248,24 @@ class Cluster:
 
     # changes while it runs
 
-    def add_nodes(self, role: Role = Role.TRAINER, count: int = 1, report: Reporter = Reporter(),
-                  timeout_s: float = 900.0, inside_cluster: bool = False,
-                  instance_type: str | None = None) -> list[NodeRecord]:  # fmt: skip
-        """Buy `count` more nodes like the plan's nodes of `role` (of `instance_type`, the lost node's: a --mix
-        plan has several), in their market, from the cluster's own launch template; return them once they
-        answer over SSH. `inside_cluster`: the caller runs on a node of the cluster (the managed controller
-        on the head), which reaches the others at their private addresses, not the public ones."""
+    def add_nodes(self, group: NodeGroup, report: Reporter = Reporter(), timeout_s: float = 900.0,
+                  inside_cluster: bool = False, zone: str | None = None) -> list[NodeRecord]:  # fmt: skip
+        """Buy `group` (its count of its type, market and role, at its price: a replacement like the plan's,
+        an on-demand stand-in, a repair of another type) from the cluster's own launch template, in `zone`
+        (default: the cluster's; another zone launches in the subnet `up` recorded there); return the nodes
+        once they answer over SSH (fewer than asked when EC2 gave fewer; ShortageError when it gave none).
+        `inside_cluster`: the caller runs on a node of the cluster (the managed controller on the head),
+        which reaches the others at their private addresses, not the public ones."""
         with cluster_lock(self.name):
             row = self.row
             if row.status is not ClusterStatus.UP:
                 raise NotFoundError(f"no running cluster named {self.name!r}")
-            group = row.plan.group_to_replace(role, instance_type, [n.instance_type for n in self._running()
-                                                                    if n.role is role])  # fmt: skip
-            if group is None:
-                kind = " ".join(filter(None, (instance_type, role.value)))
-                raise InputError(f"cluster {self.name}'s plan has no {kind} nodes to replace")
+            where = zone or row.availability_zone
             ctx = started(self.target, row.region)
-            report.step(f"launching {count} replacement {group.market.value} {group.instance_type} ({role.value})")
-            outcome = add_instances(ctx, row.identity, row.resources, row.availability_zone,
-                                    replace(group, count=count), uuid.uuid4().hex)  # fmt: skip
+            report.step(f"launching {group.count} {group.market.value} {group.instance_type} ({group.role.value}) "
+                        f"in {where}")
+            outcome = add_instances(ctx, row.identity, row.resources, (row.availability_zone, where), group,
+                                    uuid.uuid4().hex)  # fmt: skip
             self._store.set_resources(self.name, outcome.resources)
             short = "; ".join(s.describe() for s in outcome.shortfalls)
             if short:
@@ -376,75 +375,3 @@ def started(target: CloudTarget, region: str) -> AwsContext:
     ctx = target.context(region)
     assert ctx is not None  # start=True always gives a context
     return ctx
-
-
-def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port: int) -> list[NodeRecord]:
-    """Give each instance the role and planned price of the plan group it fills (matched by type and
-    market, in plan order; with an accepted shortage the later nodes of a group are the missing ones)."""
-    free = sorted(infos, key=lambda i: i.launched_at)
-    nodes = []
-    for group in plan.nodes:
-        for _ in range(group.count):
-            match = next(
-                (i for i in free if (i.instance_type, i.market) == (group.instance_type, group.market)), None
-            )
-            if match is None:
-                break
-            free.remove(match)
-            nodes.append(_node(match, group, ssh_user, ssh_port))
-    if free:
-        raise CloudError(
-            f"EC2 launched instances the plan did not ask for: {', '.join(i.instance_id for i in free)}"
-        )
-    return nodes
-
-
-def adopt(row: ClusterRow, infos: list[InstanceInfo], ssh_port: int) -> list[NodeRecord]:
-    """Records for instances of the cluster that this store did not buy (the managed controller on the
-    head bought them as replacements): each takes the role and price of the plan group of its type and
-    market. Instances that fit no group are not the cluster's nodes and are left out (`down` sweeps them
-    by tag all the same)."""
-    groups = {(g.instance_type, g.market): g for g in row.plan.nodes}
-    fitting = [(info, groups.get((info.instance_type, info.market))) for info in infos]
-    return [_node(info, group, row.ssh_user, ssh_port) for info, group in fitting if group is not None]
-
-
-def _node(info: InstanceInfo, group: NodeGroup, ssh_user: str, ssh_port: int) -> NodeRecord:
-    """The record of an instance that fills a node of `group`: its role, at the group's planned price."""
-    return NodeRecord(
-        instance_id=info.instance_id,
-        instance_type=info.instance_type,
-        market=info.market,
-        role=group.role,
-        availability_zone=info.availability_zone,
-        state=info.state,
-        private_ip=info.private_ip,
-        public_ip=info.public_ip,
-        usd_per_hour=group.usd_per_hour,
-        launched_at=info.launched_at,
-        ssh_user=ssh_user,
-        ssh_port=ssh_port,
-    )
-
-
-def private_only(node: NodeRecord) -> NodeRecord:
-    """The node as a machine inside its cluster's network sees it: reached at its private address."""
-    return replace(node, public_ip=None)
-
-
-def endpoints(keys: ClusterKeys, nodes: list[NodeRecord]) -> list[SshEndpoint]:
-    """How to log in to each of the nodes with the cluster's login key and pinned host keys."""
-    return [
-        SshEndpoint(
-            instance_id=n.instance_id,
-            address=n.address or "",
-            private_address=n.private_ip or n.address or "",
-            port=n.ssh_port,
-            user=n.ssh_user,
-            role=n.role,
-            market=n.market,
-            key_path=str(keys.login_key_path),
-            known_hosts_path=str(keys.known_hosts_path),
-        )
-        for n in nodes
-    ]

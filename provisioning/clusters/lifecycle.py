@@ -43,16 +43,9 @@ from provisioning.cloud.types import (
     Unlaunchable,
 )
 from provisioning.clusters.cost import ClusterCost
-from provisioning.clusters.handle import (
-    Cluster,
-    ClusterView,
-    assign_roles,
-    cluster_listing,
-    endpoints,
-    started,
-    target_for,
-)
+from provisioning.clusters.handle import Cluster, ClusterView, cluster_listing, started, target_for
 from provisioning.clusters.head import head_node
+from provisioning.clusters.noderecords import assign_roles, endpoints
 from provisioning.clusters.store import ClusterBill, ClusterRow, ClusterStatus, Store, cluster_lock, utc_now
 from provisioning.clusters.target import CloudTarget, resolve_target
 from provisioning.core.db import StateFileError

@@ -381,6 +381,7 @@ def _resources_json(resources: CloudResources) -> str:
             "fleet_ids": list(resources.fleet_ids),
             "subnet_id": resources.subnet_id,
             "instance_ids": list(resources.instance_ids),
+            "zone_subnets": list(resources.zone_subnets),
             "controller_profile": resources.controller_profile,
             "controller_role": resources.controller_role,
             "controller_owned": resources.controller_owned,
@@ -406,6 +407,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
             fleet_ids=tuple(res["fleet_ids"]),
             subnet_id=res.get("subnet_id", ""),
             instance_ids=tuple(res.get("instance_ids", ())),  # absent in rows of older versions
+            zone_subnets=tuple(res.get("zone_subnets", ())),  # ... and here: no node is bought in another zone
             # absent in rows of older versions: no controller profile
             controller_profile=res.get("controller_profile", ""),
             controller_role=res.get("controller_role", ""),

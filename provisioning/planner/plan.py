@@ -7,7 +7,6 @@ silently uses different prices.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -85,15 +84,9 @@ class Plan:
     catalog_source: str = ""
     prices_as_of: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def group_to_replace(self, role: Role, instance_type: str | None = None,
-                         running: Sequence[str] = ()) -> NodeGroup | None:  # fmt: skip
-        """The group of `role` a replacement node restores: the one of `instance_type` (the type that was
-        lost) when given, else the one furthest below its count by `running` (the types of the role's nodes
-        that run now), the first on a tie. A `--mix` plan has several trainer groups, and a lost g5 replaced
-        by a g4dn would change the plan's speed and price. None when the plan has no such group."""
-        groups = [g for g in self.nodes if g.role is role and instance_type in (None, g.instance_type)]
-        return max(groups, key=lambda g: g.count - list(running).count(g.instance_type), default=None)
+    # the --max-price it was planned under, once read back from a plan file that says it (plan_document.py);
+    # what a running job's recovery ladder may spend per hour (training/control/market.py). None: not known
+    price_cap: float | None = None
 
     def summary(self) -> str:
         """e.g. "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"."""
@@ -116,4 +109,5 @@ class Plan:
             "catalog_source": self.catalog_source,
             "prices_as_of": self.prices_as_of,
             "notes": list(self.notes),
+            **({} if self.price_cap is None else {"price_cap": self.price_cap}),
         }

@@ -11,7 +11,7 @@ never by `deepvm plan`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, JsonValue
@@ -68,6 +68,7 @@ class PlanDocument(Strict):
     catalog_source: Annotated[str, text(4096)] = ""  # "snapshot", "aws" or a catalog file's path
     prices_as_of: Annotated[str, text(64)] = ""
     notes: Annotated[list[Annotated[str, text(500)]], Field(max_length=32, default_factory=list)]
+    price_cap: Amount | None = None  # the --max-price it was planned under (absent: not recorded)
 
     def to_plan(self) -> Plan:
         return Plan(
@@ -85,6 +86,7 @@ class PlanDocument(Strict):
             catalog_source=self.catalog_source,
             prices_as_of=self.prices_as_of,
             notes=tuple(self.notes),
+            price_cap=self.price_cap,
         )
 
 
@@ -121,8 +123,26 @@ def read_plan_document(data: Any) -> tuple[PlanEntry, ...]:
         raise PlanDocumentError("", f"expected a JSON object (one plan, or {{\"plans\": [...]}}), got {show(data)}")
     if "plans" in data:
         ranked = _validate(RankedPlansDocument, data)
-        return tuple(PlanEntry(f"plans[{i}]", p.to_plan()) for i, p in enumerate(ranked.plans))
+        cap = _price_cap(ranked)
+        return tuple(PlanEntry(f"plans[{i}]", _capped(p.to_plan(), cap)) for i, p in enumerate(ranked.plans))
     return (PlanEntry("", _validate(PlanDocument, data).to_plan()),)
+
+
+def _price_cap(ranked: RankedPlansDocument) -> float | None:
+    """The --max-price the ranked plans were made under: `deepvm plan --json`'s "max_price", or the saved
+    plan's "request" (kept opaque otherwise: only a positive finite number is taken)."""
+    request = ranked.request if isinstance(ranked.request, dict) else {}
+    for value in (ranked.max_price, request.get("max_price")):
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf"):
+            return float(value)
+    return None
+
+
+def _capped(plan: Plan, cap: float | None) -> Plan:
+    """The plan with the cap it was made under, where its own file does not say (never below its price)."""
+    if plan.price_cap is not None or cap is None or cap < plan.price_per_hour:
+        return plan
+    return replace(plan, price_cap=cap)
 
 
 def plan_from_dict(data: Any) -> Plan:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from dataclasses import replace
 
 import boto3
 import pytest
@@ -143,7 +144,8 @@ def test_a_holder_the_head_buys_gets_the_holders_profile(aws, ami, monkeypatch):
     # moto's instances print no host key and run no sshd: pinning and SSH are not what is tested here
     monkeypatch.setattr(cluster_module, "pin_nodes", lambda *args, **kwargs: cluster.keys)
     monkeypatch.setattr(cluster_module, "wait_reachable", lambda *args, **kwargs: None)
-    (added,) = cluster.add_nodes(Role.HOLDER, 1, timeout_s=30)
+    holders = next(g for g in cluster.plan.nodes if g.role is Role.HOLDER)
+    (added,) = cluster.add_nodes(replace(holders, count=1), timeout_s=30)
     held = instance_profiles(aws, [added.instance_id])
     assert held[added.instance_id].endswith(f"/{cluster.row.resources.controller.holders}")
 

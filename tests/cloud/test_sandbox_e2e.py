@@ -16,6 +16,7 @@ from provisioning.cloud.keys import ensure_cluster_keys
 from provisioning.cloud.ssh import Answer, connect, probe
 from provisioning.clusters.handle import Cluster
 from provisioning.clusters.store import Store
+from provisioning.planner.plan import Role
 from provisioning.sandbox.control import load_info
 from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
@@ -203,7 +204,8 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
 
     # a replacement spot node joins, reachable with its own key, pinned at its own address
     cluster = Cluster.open_running("e2e")
-    (added,) = cluster.add_nodes()
+    trainers = next(g for g in cluster.plan.nodes if g.role is Role.TRAINER)
+    (added,) = cluster.add_nodes(replace(trainers, count=1))
     assert added.market.value == "spot" and added.role.value == "trainer"
     replacement = next(e for e in cluster.endpoints() if e.instance_id == added.instance_id)
     assert probe(replacement.host) is Answer.YES

@@ -2,7 +2,8 @@
 
 Each fake stands in for one seam of training.control, and implements its Protocol:
 - FakeCluster: ClusterHandle (the cluster's store and cloud: running nodes, retire, refresh, events, cost);
-- FakeBuyer: NodeBuyer (a replacement is a new node of the cluster; a gate holds it until a test opens it);
+- FakeBuyer: NodeBuyer (an order is new nodes of the cluster, of its pool's type and market, as far as the
+  pool's capacity goes, refused as EC2 refuses an empty pool; a gate holds it until a test opens it);
 - ScriptedNodes: NodeAccess (preparing, probes, notices, the head, fetching outputs; every call recorded);
 - ScriptedMpirun: Mpirun (a training job that steps, checkpoints every few steps into the cluster's shared
   checkpoint, honours a clean stop at its next step and a kill at once, and meets the faults a test
@@ -20,14 +21,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from provisioning.catalog.model import Market
 from provisioning.cloud.keys import ClusterKeys
 from provisioning.cloud.ssh import Answer
-from provisioning.cloud.types import HostSpec, NodeRecord, SshEndpoint
+from provisioning.cloud.types import HostSpec, NodeRecord, ShortageError, SshEndpoint
 from provisioning.clusters.cost import ClusterCost
 from provisioning.core.errors import CloudError
-from provisioning.planner.plan import Plan, Role
+from provisioning.planner.plan import NodeGroup, Plan, Role
 from tests.cloud.plans import make_tiering_plan
 from training.control.launcher import AttemptExit, Launch, Node, RankLine
+from training.control.replacements import NodeOrder
 from training.control.staging import JobToStage, NodeState
 from training.shared.events import (
     End,
@@ -73,18 +76,20 @@ class FakeCluster:
         self.retired: list[tuple[tuple[str, ...], str]] = []
         self.events: list[tuple[str, str]] = []
         self.refreshes = 0
+        self.spent_usd = 0.25  # what the cluster has cost so far (cost())
+        self.billing: tuple[Callable[[], float], float] | None = None  # bill_by: (clock, since when)
         self._lock = threading.Lock()
         for group in plan.nodes:
             for _ in range(group.count):
-                self.add(group.role)
+                self.add(group)
 
-    def add(self, role: Role) -> NodeRecord:
-        group = next(g for g in self.plan.nodes if g.role is role)
+    def add(self, group: NodeGroup, zone: str = "us-east-1a") -> NodeRecord:
         with self._lock:
-            letter = {Role.TRAINER: "t", Role.HOLDER: "h", Role.ANCHOR: "a"}[role]
-            number = sum(1 for r in self.records if r.role is role)
-            record = NodeRecord(f"i-{letter}{number:07d}", group.instance_type, group.market, role, "us-east-1a",
-                                "running", f"10.0.0.{len(self.records) + 1}", None, group.usd_per_hour)  # fmt: skip
+            letter = {Role.TRAINER: "t", Role.HOLDER: "h", Role.ANCHOR: "a"}[group.role]
+            number = sum(1 for r in self.records if r.role is group.role)
+            record = NodeRecord(f"i-{letter}{number:07d}", group.instance_type, group.market, group.role, zone,
+                                "running", f"10.0.0.{len(self.records) + 1}", None, group.usd_per_hour,
+                                launched_at=f"2026-11-25T10:{len(self.records):02d}:00+00:00")  # fmt: skip
             self.records.append(record)
         return record
 
@@ -103,7 +108,15 @@ class FakeCluster:
         return True
 
     def cost(self) -> ClusterCost:
-        return ClusterCost(usd=0.25, usd_per_hour=1.0, launched=None, ended=None, runtime_s=1.0)
+        usd = self.spent_usd
+        if self.billing is not None:  # the running nodes bill by the clock
+            clock, since = self.billing
+            usd += sum(e.usd_per_hour for e in self.nodes() if e.state == "running") * (clock() - since) / 3600.0
+        return ClusterCost(usd=usd, usd_per_hour=1.0, launched=None, ended=None, runtime_s=1.0)
+
+    def bill_by(self, clock: Callable[[], float]) -> None:
+        """From now on the running nodes bill at their prices by `clock` (seconds)."""
+        self.billing = (clock, clock())
 
     def event(self, kind: str, message: str) -> None:
         self.events.append((kind, message))
@@ -124,23 +137,41 @@ class FakeCluster:
 
 
 class FakeBuyer:
-    """Buys nodes like the plan's as new nodes of the fake cluster; `gate` holds each purchase until set."""
+    """Buys an order's nodes as new nodes of the fake cluster, as far as its pool's capacity goes (`capacity`:
+    nodes each (instance type, market) still has; a pool not named has no end); `gate` holds each purchase
+    until set. Every order is kept in `orders`, what it gave in `bought` as (role, count)."""
 
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.gate = threading.Event()
         self.gate.set()
-        self.fail: str | None = None  # the cloud's refusal, when set
+        self.fail: str | None = None  # the cloud's refusal of everything, when set
+        self.capacity: dict[tuple[str, Market], int] = {}  # ("*", market): the market's types not named
+        self.orders: list[NodeOrder] = []
+        self.clock: Callable[[], float] = time.time  # when each order came (`ordered_at`), on the ladder's clock
+        self.ordered_at: list[float] = []
         self.bought: list[tuple[Role, int]] = []
         self.done = threading.Event()  # set after each purchase
+        self._lock = threading.Lock()
 
-    def __call__(self, role: Role, count: int, note: Callable[[str], None]) -> list[SshEndpoint]:
+    def __call__(self, order: NodeOrder, note: Callable[[str], None]) -> list[SshEndpoint]:
         assert self.gate.wait(timeout=5), "the test never let the purchase through"
-        note(f"launching {count} replacement {role.value}")
+        note(f"launching {order.describe()}")
+        pool = (order.group.instance_type, order.group.market)
+        if pool not in self.capacity:
+            pool = ("*", order.group.market)  # a market's every type
+        with self._lock:
+            self.orders.append(order)
+            self.ordered_at.append(self.clock())
+            given = order.count if pool not in self.capacity else min(order.count, self.capacity[pool])
+            if pool in self.capacity:
+                self.capacity[pool] -= given
         if self.fail:
             raise CloudError(self.fail)
-        ids = {self.cluster.add(role).instance_id for _ in range(count)}
-        self.bought.append((role, count))
+        if not given:
+            raise ShortageError(f"no replacement launched: InsufficientInstanceCapacity for {order.describe()}")
+        ids = {self.cluster.add(replace(order.group, count=given), order.zone).instance_id for _ in range(given)}
+        self.bought.append((order.role, given))
         self.done.set()
         return [e for e in self.cluster.endpoints() if e.instance_id in ids]
 

@@ -11,7 +11,6 @@ from training.control.attempts import (
     classify,
     decide,
     fold_in_now,
-    nodes_to_buy,
     progressed,
 )
 from training.control.scripterror import ScriptError
@@ -135,13 +134,6 @@ def test_progressed(first, last, expected):
 )
 def test_fold_in_now(first, last, in_flight, expected):
     assert fold_in_now(first, last, in_flight) is expected
-
-
-@pytest.mark.parametrize(
-    ("planned", "usable", "coming", "expected"), [(3, 3, 0, 0), (3, 2, 0, 1), (3, 1, 1, 1), (3, 0, 5, 0), (1, 0, 0, 1)]
-)
-def test_nodes_to_buy(planned, usable, coming, expected):
-    assert nodes_to_buy(planned, usable, coming) == expected
 
 
 def test_without_holders_only_s3_keeps_the_checkpoints():

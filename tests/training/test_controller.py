@@ -6,117 +6,20 @@ real torch; these show the controller's decisions, exactly, and fast."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
-from tests.training.scripted_cluster import (
-    Call,
-    Crash,
-    Die,
-    FakeBuyer,
-    FakeCluster,
-    Hang,
-    NoticeOn,
-    RebalanceOn,
-    ScriptedNodes,
-    Stuck,
-    World,
-    tiering_plan,
-)
-from training.control.controller import Controller, TrainingCancelled, TrainingFailed, TrainingStopped
-from training.control.jobrecord import TrainRequest
-from training.control.nodepool import NodeStatus
-from training.shared.jobspec import load_job_spec
-from training.shared.jobstore import JobRow, JobStatus, JobStore
-from training.shared.progress import JobReporter, Outcome, Progress, RecoveryReason, TrainResult
+from tests.training.controller_rig import H0, T0, T1, T2, Rig, attempts_of
+from tests.training.scripted_cluster import Call, Crash, Die, Hang, NoticeOn, RebalanceOn, Stuck
+from training.control.controller import TrainingCancelled, TrainingFailed, TrainingStopped
+from training.shared.jobstore import JobStatus, JobStore
+from training.shared.progress import Outcome, Progress, RecoveryReason
 
-JOB = """\
-name: fake
-steps: 40
-batch_size: 8
-log_every: 1
-model: {name: resnet18, num_classes: 10}
-dataset: {kind: synthetic, samples: 64, image_shape: [3, 8, 8], classes: 10, seed: 0}
-checkpoint: {every_steps: 5, levels: LEVELS}
-"""
-T0, T1, T2, H0 = "i-t0000000", "i-t0000001", "i-t0000002", "i-h0000000"
 pytestmark = pytest.mark.timeout(30)  # each takes well under a second: a hang is a bug, not a slow machine
-
-
-@dataclass
-class Rig:
-    """The scripted cluster, and a controller to run on it."""
-
-    tmp: Path
-    world: World = field(default_factory=World)
-    notes: list[str] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.cluster = FakeCluster(self.tmp, tiering_plan())
-        self.buyer = FakeBuyer(self.cluster)
-        self.nodes = ScriptedNodes(self.cluster, self.world)
-        self.job = self.tmp / "job" / "fake.yaml"
-        self.job.parent.mkdir()
-        self.job.write_text(JOB.replace("LEVELS", "[l1, l2]"))
-        self.cancel_file = self.tmp / "cancel"
-        self.controller: Controller | None = None
-
-    def with_l3(self) -> Rig:
-        self.job.write_text(JOB.replace("LEVELS", "[l1, l2, l3], s3_prefix: 's3://b/run'"))
-        return self
-
-    def cancel(self, mode: str) -> Callable[[], None]:
-        """What `deepvm cancel` does on the head (training.head.query): the request file, written whole."""
-
-        def write() -> None:
-            partial = self.cancel_file.with_suffix(".tmp")
-            partial.write_text(mode)
-            partial.replace(self.cancel_file)
-
-        return write
-
-    def reporter(self) -> JobReporter:
-        def progress(p: Progress) -> None:
-            self.steps.append(p.step)
-
-        return JobReporter(note=self.notes.append, progress=progress)
-
-    def build(self, **asked: object) -> Controller:
-        request = replace(TrainRequest(self.job, self.cluster.name, "python3", cancel_file=self.cancel_file), **asked)
-        self.controller = Controller(load_job_spec(self.job), request, self.cluster, self.tmp / "runtime",
-                                     self.reporter(), self.buyer, self.nodes, tick_s=0.01)  # fmt: skip
-        return self.controller
-
-    def run(self, **asked: object) -> TrainResult:
-        return self.build(**asked).run()
-
-    def row(self) -> JobRow:
-        (row,) = JobStore().all()
-        return row
-
-    def wait_note(self, text: str) -> None:
-        """Until the controller has said `text` (the scripted job waits for it: no race on a loaded machine)."""
-        deadline = time.monotonic() + 5
-        while text not in self.notes and time.monotonic() < deadline:
-            time.sleep(0.002)
-
-    def wait_ready(self, instance_id_prefix: str) -> None:
-        """Until the controller's pool has a ready node bought for the job (an id it did not start with)."""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            pool = self.controller.pool if self.controller else None
-            if pool and any(i.startswith(instance_id_prefix) and s.status is NodeStatus.READY and i not in (T0, T1, T2)
-                            for i, s in list(pool.slots.items())):  # fmt: skip
-                return
-            time.sleep(0.002)
-        raise AssertionError("no replacement became ready")
 
 
 @pytest.fixture
@@ -124,15 +27,10 @@ def rig(tmp_path) -> Rig:
     return Rig(tmp_path)
 
 
-def _attempts(result: TrainResult) -> list[tuple[int, int, int, Outcome]]:
-    """(trainers, first step, last step, outcome) of each attempt."""
-    return [(a.world_size, a.first_step, a.last_step, a.status) for a in result.attempts]
-
-
 def test_a_job_without_trouble_completes_in_one_attempt_and_fetches_its_outputs(rig):
     result = rig.run()
     assert (result.status, result.steps, result.restarts, result.lost_steps) == (JobStatus.COMPLETED, 40, 0, 0)
-    assert _attempts(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.recoveries == []
+    assert attempts_of(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.recoveries == []
     assert rig.nodes.called("prepare") == [(T0, T1, T2, H0)] and rig.nodes.called("fetch") == [(T0,)]
     assert (Path(result.out_dir) / "model.pt").exists() and rig.steps[-1] == 40
     row = rig.row()
@@ -149,8 +47,8 @@ def test_a_notice_relaunches_at_once_from_the_flushed_step_asks_no_node_again_an
     rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 9, action=rig.buyer.gate.set, hold=True)]
     result = rig.run()
 
-    assert _attempts(result)[:2] == [(3, 0, 6, Outcome.STOPPED), (2, 6, _attempts(result)[1][2], Outcome.STOPPED)]
-    assert _attempts(result)[2][0] == 3 and result.steps == 40 and result.lost_steps == 0
+    assert attempts_of(result)[:2] == [(3, 0, 6, Outcome.STOPPED), (2, 6, attempts_of(result)[1][2], Outcome.STOPPED)]
+    assert attempts_of(result)[2][0] == 3 and result.steps == 40 and result.lost_steps == 0
     notice, fold = result.recoveries
     assert (notice.reason, notice.nodes, notice.from_step, notice.resumed_step) == (RecoveryReason.NOTICE, (T1,), 6, 6)
     assert (notice.world_before, notice.world_after, notice.lost_steps) == (3, 2, 0)
@@ -170,7 +68,7 @@ def test_a_rebalance_recommendation_alone_checkpoints_early_and_the_node_trains_
     """Issue 21 item 3: the node is not excluded, nothing is bought or retired, no attempt is stopped."""
     rig.world.faults = [RebalanceOn(1, 6, node=T1)]
     result = rig.run()
-    assert _attempts(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.restarts == 0 and result.recoveries == []
+    assert attempts_of(result) == [(3, 0, 40, Outcome.COMPLETED)] and result.restarts == 0 and result.recoveries == []
     assert rig.buyer.bought == [] and rig.cluster.retired == [] and rig.controller.pool.excluded() == {}
     assert "checkpoint of step 6 safe at L1 in 0.00s (rebalance)" in rig.notes
     said = [n for n in rig.notes if n.startswith("rebalance recommendation on trainer-t0000001: it trains on")]
@@ -181,7 +79,7 @@ def test_a_rebalance_recommendation_alone_checkpoints_early_and_the_node_trains_
 def test_an_interruption_after_a_recommendation_stops_the_node_as_a_notice_does_and_buys_one_replacement(rig):
     rig.world.faults = [RebalanceOn(1, 4, node=T1), NoticeOn(1, 8, node=T1)]
     result = rig.run()
-    assert _attempts(result)[0] == (3, 0, 8, Outcome.STOPPED) and result.steps == 40 and result.lost_steps == 0
+    assert attempts_of(result)[0] == (3, 0, 8, Outcome.STOPPED) and result.steps == 40 and result.lost_steps == 0
     assert (result.recoveries[0].reason, result.recoveries[0].nodes) == (RecoveryReason.NOTICE, (T1,))
     assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == []  # the cloud takes T1
     assert all(T1 not in a.nodes for a in result.attempts[1:]) and len(result.attempts[-1].nodes) == 4
@@ -214,7 +112,7 @@ def test_a_recommendation_read_before_a_relaunch_keeps_the_node_in_it(rig):
 def test_a_replacement_ready_before_the_relaunch_chooses_its_nodes_joins_it_without_a_fold_in(rig):
     rig.world.faults = [NoticeOn(1, 6, node=T1, before_exit=lambda: rig.wait_ready("i-t"))]
     result = rig.run()
-    assert _attempts(result) == [(3, 0, 6, Outcome.STOPPED), (3, 6, 40, Outcome.COMPLETED)]
+    assert attempts_of(result) == [(3, 0, 6, Outcome.STOPPED), (3, 6, 40, Outcome.COMPLETED)]
     assert [r.reason for r in result.recoveries] == [RecoveryReason.NOTICE]
     assert result.recoveries[0].world_after == 3 and T1 not in result.attempts[1].nodes
 
@@ -226,7 +124,7 @@ def test_a_node_lost_without_notice_is_retired_and_the_job_resumes_from_the_newe
     lost = result.recoveries[0]
     assert (lost.reason, lost.nodes, lost.from_step, lost.resumed_step, lost.lost_steps) == (
         RecoveryReason.NODE_LOST, (T0,), 9, 5, 4)  # fmt: skip
-    assert _attempts(result)[0] == (3, 0, 9, Outcome.FAILED) and _attempts(result)[1][:2] == (2, 5)
+    assert attempts_of(result)[0] == (3, 0, 9, Outcome.FAILED) and attempts_of(result)[1][:2] == (2, 5)
     assert rig.cluster.retired == [((T0,), "unreachable over SSH after the job failed")]
     assert rig.nodes.called("probe") == [(T0, T1, T2, H0)]  # once, after the failure; not again before the relaunch
     assert rig.nodes.called("notices") == [(T1, T2)]  # the spot nodes that answered
@@ -243,7 +141,7 @@ def test_two_nodes_lost_at_once_are_retired_together_and_both_bought_back(rig):
     assert result.recoveries[0].nodes == (T0, T2) and result.recoveries[0].world_after == 1
     assert rig.cluster.retired == [((T0, T2), "unreachable over SSH after the job failed")]
     assert rig.buyer.bought == [(Role.TRAINER, 2)] and result.steps == 40
-    assert "requesting 2 replacement trainer node(s) within the plan" in rig.notes
+    assert "buying 2 spot g4dn.xlarge trainers in us-east-1a (buy-like-plan)" in rig.notes
 
 
 def test_losing_the_only_holder_without_l3_fails_and_says_the_checkpoints_are_lost(rig):
@@ -256,7 +154,10 @@ def test_losing_the_only_holder_without_l3_fails_and_says_the_checkpoints_are_lo
 
 def test_losing_the_only_holder_with_l3_waits_for_a_new_holder_and_resumes_from_s3(rig):
     rig.with_l3().world.faults = [Die(1, 12, nodes=(H0,))]
-    result = rig.run()
+    rig.buyer.gate.clear()
+    controller = rig.build()
+    controller.report = replace(controller.report, note=rig.open_gate_on("no checkpoint holder left"))
+    result = controller.run()
     assert rig.buyer.bought == [(Role.HOLDER, 1)]
     assert "no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)" in rig.notes
     lost = result.recoveries[0]
@@ -393,26 +294,11 @@ def test_a_job_that_hangs_before_its_first_step_is_stopped_after_its_startup_gra
     assert rig.row().status is JobStatus.FAILED
 
 
-def test_a_refused_replacement_leaves_the_job_training_on_what_is_left(rig):
-    rig.buyer.fail = "InsufficientInstanceCapacity in us-east-1a"
-    refused = "no replacement node: InsufficientInstanceCapacity in us-east-1a; continuing with what is left"
-    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 8, action=lambda: rig.wait_note(refused))]
-    result = rig.run()
-    assert refused in rig.notes
-    assert _attempts(result) == [(3, 0, 6, Outcome.STOPPED), (2, 6, 40, Outcome.COMPLETED)]
-
-
 def test_no_trainer_left_waits_for_the_replacement_spot_nodes(rig):
     rig.buyer.gate.clear()
     rig.world.faults = [Die(1, 9, nodes=(T0, T1, T2))]
-
-    def note(text: str) -> None:
-        rig.notes.append(text)
-        if text.startswith("no trainer left"):  # the purchase completes once the controller waits for it
-            rig.buyer.gate.set()
-
     controller = rig.build()
-    controller.report = replace(controller.report, note=note)
+    controller.report = replace(controller.report, note=rig.open_gate_on("no trainer left"))
     result = controller.run()
-    assert "no trainer left: waiting for the replacement spot node" in rig.notes
-    assert rig.buyer.bought == [(Role.TRAINER, 3)] and _attempts(result)[1][:2] == (3, 5)
+    assert "no trainer left: waiting for the replacement node" in rig.notes
+    assert rig.buyer.bought == [(Role.TRAINER, 3)] and attempts_of(result)[1][:2] == (3, 5)

@@ -12,7 +12,6 @@ from provisioning.cloud.types import SshEndpoint
 from provisioning.planner.plan import Role
 from training.control.nodepool import (
     TRANSITIONS,
-    Buy,
     InvalidTransition,
     NodePool,
     NodeStatus,
@@ -29,10 +28,10 @@ def _endpoint(instance_id: str, role: Role = Role.TRAINER) -> SshEndpoint:
     return SshEndpoint(instance_id, "127.0.0.1", "10.0.0.1", 22, "root", role, market, "/k", "/kh")
 
 
-def _pool(trainers: int = 3, holders: int = 1, replace_nodes: bool = True, planned_trainers: int = 3) -> NodePool:
+def _pool(trainers: int = 3, holders: int = 1, planned_trainers: int = 3) -> NodePool:
     nodes = [_endpoint(f"i-t{n}") for n in range(trainers)]
     nodes += [_endpoint(f"i-h{n}", Role.HOLDER) for n in range(holders)]
-    pool = NodePool({Role.TRAINER: planned_trainers, Role.HOLDER: 1}, nodes, replace_nodes)
+    pool = NodePool({Role.TRAINER: planned_trainers, Role.HOLDER: 1}, nodes)
     for e in nodes:
         pool.prepared(e.instance_id, "/root", None, at=1.0)
     return pool
@@ -62,7 +61,7 @@ def test_a_move_the_table_lacks_raises_through_an_observation():
 
 
 def test_new_nodes_become_ready_once_prepared_and_a_notice_found_there_keeps_them_out():
-    pool = NodePool({Role.TRAINER: 2}, [_endpoint("i-1"), _endpoint("i-2")], replace_nodes=True)
+    pool = NodePool({Role.TRAINER: 2}, [_endpoint("i-1"), _endpoint("i-2")])
     assert [s.status for s in pool.slots.values()] == [NodeStatus.NEW, NodeStatus.NEW] and pool.usable() == []
     pool.prepared("i-1", "/root", None, at=1.0)
     pool.prepared("i-2", "/root", "instance-action", at=1.0)
@@ -71,36 +70,11 @@ def test_new_nodes_become_ready_once_prepared_and_a_notice_found_there_keeps_the
     assert pool.step() == []  # a noticed node is the cloud's to take: nothing to retire
 
 
-def test_a_notice_excludes_a_node_once_and_the_trainers_are_bought_back():
+def test_a_notice_excludes_a_node_once():
     pool = _pool()
     assert pool.noticed("i-t1", "instance-action") and not pool.noticed("i-t1", "instance-action")
-    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]
+    assert pool.step() == []  # the cloud takes it; what to buy is the recovery ladder's (training.control.market)
     assert [s.instance_id for s in pool.usable()] == ["i-t0", "i-t2", "i-h0"]
-
-
-def test_nodes_on_their_way_are_not_bought_twice_until_settled():
-    pool = _pool(trainers=2)
-    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]
-    assert pool.ordered[Role.TRAINER] == 1
-    assert pool.step(top_up=[Role.TRAINER]) == []  # the one on its way fills the plan
-    pool.lost("i-t0", "unreachable over SSH")  # another node lost meanwhile
-    assert pool.step(top_up=[Role.TRAINER]) == [Retire(("i-t0",), "unreachable over SSH"), Buy(Role.TRAINER, 1)]
-    pool.order_settled(Role.TRAINER, 1)
-    pool.order_settled(Role.TRAINER, 1)
-    assert pool.ordered[Role.TRAINER] == 0
-
-
-def test_a_role_at_its_planned_count_or_outside_the_plan_buys_nothing():
-    pool = _pool()
-    assert pool.step(top_up=[Role.TRAINER, Role.ANCHOR]) == []
-    assert _pool(replace_nodes=False, trainers=1).step(top_up=[Role.TRAINER]) == []  # --no-replace
-
-
-def test_a_refused_purchase_frees_the_count_so_asking_again_tries_again():
-    pool = _pool(holders=0)
-    assert pool.step(top_up=[Role.HOLDER]) == [Buy(Role.HOLDER, 1)]
-    pool.order_settled(Role.HOLDER, 1)  # InsufficientInstanceCapacity
-    assert pool.step(top_up=[Role.HOLDER]) == [Buy(Role.HOLDER, 1)]
 
 
 def test_a_lost_node_is_retired_once():
@@ -115,14 +89,11 @@ def test_a_lost_node_is_retired_once():
 
 def test_bought_nodes_join_once_prepared_or_are_retired_when_their_preparing_failed():
     pool = _pool(trainers=1)
-    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 2)]
     pool.bought([_endpoint("i-new1"), _endpoint("i-new2")])
     assert pool.slots["i-new1"].status is NodeStatus.BOUGHT
     assert "i-new1" not in [s.instance_id for s in pool.joinable() + pool.usable()]
-    assert pool.step(top_up=[Role.TRAINER]) == []  # bought, not settled: still on their way
     pool.prepared("i-new1", "/root", None, at=5.0)
     pool.lost("i-new2", "replacement failed: setup failed")
-    pool.order_settled(Role.TRAINER, 2)
     assert [s.instance_id for s in pool.joinable()] == ["i-t0", "i-h0", "i-new1"]  # no attempt runs
     assert pool.step() == [Retire(("i-new2",), "replacement failed: setup failed")]
 
@@ -156,7 +127,7 @@ def test_a_rebalance_recommendation_moves_no_node_and_buys_nothing():
     pool = _pool(trainers=2)
     assert pool.noticed("i-t1", NoticeKind.REBALANCE) is False
     assert pool.slots["i-t1"].status is NodeStatus.READY and pool.slots["i-t1"].recommended
-    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]  # only the node the plan lacked anyway
+    assert pool.step() == [] and pool.slots["i-t1"] in pool.usable()  # held: the ladder buys nothing for it
     pool.bought([_endpoint("i-t3")])
     assert pool.prepared("i-t3", "/root", NoticeKind.REBALANCE, at=2.0) is False
     assert pool.slots["i-t3"].status is NodeStatus.READY and pool.excluded() == {}
@@ -171,10 +142,10 @@ def test_a_node_at_risk_trains_until_its_replacement_is_ready_and_is_then_retire
     pool.launched(["i-t0", "i-t1", "i-t2", "i-h0"], at=2.0)
     pool.at_risk("i-t1", "a stand-in: Spot is back")
     assert "i-t1" in [s.instance_id for s in pool.usable()]  # still trains
-    assert pool.step(top_up=[Role.TRAINER]) == [Buy(Role.TRAINER, 1)]
-    pool.bought([_endpoint("i-t3")])
+    assert pool.step() == []  # not drained: its role is not whole without it
+    assert pool.slots["i-t1"].status is NodeStatus.AT_RISK
+    pool.bought([_endpoint("i-t3")])  # its replacement (the ladder counts an at-risk node as not held)
     pool.prepared("i-t3", "/root", None, at=3.0)
-    pool.order_settled(Role.TRAINER, 1)
     assert pool.step() == []  # drained, but the running attempt still has it
     assert pool.slots["i-t1"].status is NodeStatus.DRAINING
     assert "i-t1" not in [s.instance_id for s in pool.usable()]  # the next launch leaves it out
@@ -189,3 +160,17 @@ def test_a_node_at_risk_whose_interruption_comes_first_is_left_to_the_cloud():
     pool.at_risk("i-t1", "a stand-in: Spot is back")
     pool.noticed("i-t1", "instance-action")
     assert pool.slots["i-t1"].status is NodeStatus.NOTICED and pool.step() == []
+
+
+@pytest.mark.parametrize("status", [NodeStatus.READY, NodeStatus.AT_RISK])
+def test_a_node_the_ladder_lets_go_drains_at_once_and_is_retired_once_no_attempt_runs_on_it(status):
+    """A stand-in once its Spot replacement trains, or a Spot trainer making room under the fallback's cap."""
+    pool = _pool()
+    pool.launched(["i-t0", "i-t1", "i-t2", "i-h0"], at=2.0)
+    if status is NodeStatus.AT_RISK:
+        pool.at_risk("i-t1", "rebalance recommendation")
+    pool.let_go("i-t1", "return-to-spot: the Spot trainers are whole")
+    assert pool.slots["i-t1"].status is NodeStatus.DRAINING
+    assert "i-t1" not in [s.instance_id for s in pool.usable()] and pool.step() == []  # the attempt has it
+    pool.attempt_ended(clean=True, at=4.0)
+    assert pool.step() == [Retire(("i-t1",), "return-to-spot: the Spot trainers are whole")]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.training.controller_rig import T1, Rig
 from tests.training.scripted_cluster import Die, NoticeOn
-from tests.training.test_controller import T1, Rig
 from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
 from training.shared.progress import JobReporter
 from training.shared.records import LogKind, LogRecord

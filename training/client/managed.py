@@ -25,11 +25,11 @@ from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.core.home import deepvm_home
 from training.control.jobrecord import TrainRequest, new_job_id
+from training.control.market import job_offers
 from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.layout import MANAGED_HOME, JobFiles
-from training.shared.limits import JobLimits
 from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
 from training.shared.transport import (
@@ -90,9 +90,10 @@ def head_of(cluster: Cluster, python: str) -> Head:
     return Head(cluster.name, node.instance_id, endpoints[node.instance_id].host, python)
 
 
-def submit(request: TrainRequest, report: JobReporter, limits: JobLimits) -> JobRow:
-    """Stage the job on the cluster's head and start its supervised controller there; the job's row.
-    `limits`: the job's deadline, budget and fallback cap, as `deepvm train` checked them."""
+def submit(request: TrainRequest, report: JobReporter) -> JobRow:
+    """Stage the job on the cluster's head and start its supervised controller there; the job's row. Its
+    limits (deadline, budget, fallback cap) go with it as `deepvm train` checked them, and the pools its
+    recovery ladder may buy from, priced here from the plan's catalog."""
     spec = load_job_spec(request.job_path)
     cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
@@ -126,7 +127,8 @@ def submit(request: TrainRequest, report: JobReporter, limits: JobLimits) -> Job
         node_env=cluster.node_env(),
         service_env=cluster.controller_env(),
         submitted_at=utc_now(),
-        limits=limits,
+        limits=request.limits,
+        market=request.market or job_offers(cluster.plan),
     )
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)
@@ -289,7 +291,8 @@ def _remember(summaries: list[JobSummary]) -> None:
         if mine is not None and s.cluster:
             jobs.put(replace(mine, status=s.status, step=s.step, total_steps=s.total_steps, loss=s.loss,
                              world_size=s.world_size, checkpoint_step=s.checkpoint_step, restarts=s.restarts,
-                             lost_steps=s.lost_steps, cost_usd=s.cost_usd, message=s.message))  # fmt: skip
+                             lost_steps=s.lost_steps, cost_usd=s.cost_usd, message=s.message,
+                             ladder=s.ladder))  # fmt: skip
 
 
 def cancel(head: Head, job_id: str, now: bool) -> None:

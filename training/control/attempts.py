@@ -22,11 +22,11 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
 - A replacement node is folded in (the running attempt is asked to stop cleanly and relaunched with it)
   only once the attempt has trained a step and no recovery is in flight: stopping an attempt that is
   still starting wastes its start, and one recovery at a time keeps the accounting of lost steps exact.
-- Nodes are bought until the plan's count of a role is met again, counting those on their way: trainers
-  after any trouble (a notice, a failed attempt, a notice found before a launch), the holding roles only
-  once none of their nodes is left (the job trains on with the holders it has).
+- What is bought, where and when, is the recovery ladder's (provisioning/ladder, fed by
+  training.control.market): asked after any trouble (a notice, a failed attempt, a notice found before a
+  launch), at every node ready or refused, and at the times it names.
 - A rebalance recommendation alone keeps its node training: its trainers flush a checkpoint at their next
-  step and go on (training.node.checkpointing), nothing is bought and nothing is drained; only an
+  step and go on (training.node.checkpointing), the ladder is not asked for it; only an
   interruption notice takes a node out (`leaves_the_job`). Why not replace the node and retire it, as
   EC2 Auto Scaling's Capacity Rebalancing does: AWS says a recommendation means *elevated* risk, that it
   may come with the interruption notice or never be followed by one, and that the point of acting on it
@@ -35,7 +35,7 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
   Rebalancing wants a group of several instance types and zones, so that the replacement comes from
   capacity that is not at risk
   (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html), while
-  a replacement here is bought like the lost node, in its type and zone: the very pool that is at risk.
+  the ladder buys a replacement like the plan first, in its type and zone: the very pool that is at risk.
   Replacing would cost a relaunch and a second node's bill for the hours the recommendation is a false
   alarm, to save what an interruption costs deepvm anyway (a flush, no step lost, a relaunch on the
   survivors). aws-node-termination-handler by default ignores recommendations (enableRebalanceMonitoring:
@@ -139,11 +139,6 @@ def decide(outcome: Outcome, made_progress: bool, failures: Failures, max_failur
 def fold_in_now(first_step: int, last_step: int, recovery_in_flight: bool) -> bool:
     """Whether a ready replacement should stop the running attempt now (else: at its next step)."""
     return progressed(first_step, last_step) and not recovery_in_flight
-
-
-def nodes_to_buy(planned: int, usable: int, on_their_way: int) -> int:
-    """How many nodes of a role to buy so that the plan's count is met again."""
-    return max(0, planned - usable - on_their_way)
 
 
 def leaves_the_job(kind: NoticeKind) -> bool:

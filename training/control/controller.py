@@ -9,15 +9,16 @@ parts each keep one thing: the node pool (training.control.nodepool) every node'
 The loop, each phase on the controller's thread (threads only post: see session and replacements):
 
 1) next launch: the pool is synced with the cluster's running nodes; nodes that may have changed since
-   they last answered are checked (a probe and their notices: after a clean stop that is nobody, they
-   just ran the attempt to its end), new ones prepared; what the pool's step asks is done (retire the
-   lost, buy what a role lacks); with no holder or no trainer usable, a replacement is bought and
-   awaited. Roles come from the plan: holders keep checkpoints, trainers train.
+   they last answered are checked (a probe and their notices), new ones prepared, the lost retired; the
+   recovery ladder is asked what to buy (training.control.nodes carries it out); with no holder or no
+   trainer usable, the job waits for a node on its way or the ladder's next try (its backoff, never a
+   tight loop). Roles come from the plan: holders keep checkpoints, trainers train.
 2) the attempt: the session runs it, and the controller listens: progress and checkpoints from trainer
    0 (saved to the jobs table), notices from any spot node's watcher (an interruption notice: the node
-   leaves the pool, a replacement is bought within the plan; a rebalance recommendation: it trains on),
-   replacements ready (folded in: the running attempt is asked to stop cleanly and relaunched with the
-   bigger world from that step), `deepvm cancel`, a hang.
+   leaves the pool; a rebalance recommendation: it trains on), nodes ready (folded in: the attempt is asked
+   to stop cleanly and relaunched with the bigger world from that step) or refused, the ladder's timer,
+   `deepvm cancel`, a hang; the ladder is asked after each (training.control.market). A decision that
+   gives nodes up relaunches without them; the budget's stop checkpoints and leaves (`--resume`).
 3) the attempt ends, and the controller decides (attempts.decide):
    - completed: fetch model.pt and metrics.json from trainer 0's node (a job's own script: its whole out
      directory, whatever the script wrote there beside deepvm's metrics.json); done.
@@ -46,7 +47,6 @@ from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import InputError, JobFailed, StoppedByUser
-from provisioning.planner.plan import Role
 from training.control.attempts import (
     Action,
     CancelMode,
@@ -59,9 +59,10 @@ from training.control.attempts import (
 )
 from training.control.jobrecord import JobRecord, TrainRequest, choose_job, fresh_row, train_result
 from training.control.launcher import Launch, Node, cluster_node, split_batch
+from training.control.market import LiveMarket, job_offers
 from training.control.nodepool import HOLDING, TRAINING, NodePool, Slot
-from training.control.nodes import ClusterHandle, ClusterNodes
-from training.control.plan_facts import UNKNOWN, planned_trainer_ranks, type_facts
+from training.control.nodes import ClusterHandle, ClusterNodes, LadderStep
+from training.control.plan_facts import UNKNOWN, planned_trainer_ranks, type_facts, with_market
 from training.control.recovery import RecoveryLog
 from training.control.replacements import (
     NodeBuyer,
@@ -105,6 +106,10 @@ class TrainingFailed(JobFailed):
     """The job cannot continue (no holder left, repeated failures without progress)."""
 
 
+class BudgetReached(TrainingStopped):
+    """The job stopped with a checkpoint before it would spend more than its budget; `--resume` continues."""
+
+
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
     """Run the job on the cluster until it completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
@@ -124,14 +129,16 @@ class Controller:
                  tick_s: float = 1.0) -> None:  # fmt: skip
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
         plan = cluster.plan
-        self.facts = type_facts(plan)
+        offers = request.market or job_offers(plan)
+        self.facts = with_market(type_facts(plan), offers)
         self.planned_trainers = planned_trainer_ranks(plan)
-        planned: Counter[Role] = Counter()  # nodes per role in the plan: replacements restore them
-        for group in plan.nodes:
-            planned[group.role] += group.count
-        self.pool = NodePool(planned, cluster.endpoints(), request.replace_nodes)
+        planned = Counter(g.role for g in plan.nodes for _ in range(g.count))  # an at-risk node drains once met
+        self.pool = NodePool(planned, cluster.endpoints())
         self.recovery = RecoveryLog()
         self.job = self._begin()
+        self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at)
+        self.budget_stop: str | None = None  # the ladder's STOP, once asked of a running attempt
+        self._waiting = ""  # what the job waits for between attempts, as last said
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
@@ -139,7 +146,8 @@ class Controller:
         self.session = AttemptSession(access or SshNodes(), job, cluster.keys.internal_key_path, report,
                                       StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s),
                                       tick_s=tick_s)  # fmt: skip
-        self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event)
+        self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event, self.market,
+                                  self.job.state, self.job.ladder_said, request.replace_nodes)  # fmt: skip
         self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
@@ -174,6 +182,8 @@ class Controller:
                 failures = decision.failures
                 if decision.action is Action.FINISH:
                     return self._finish(end)
+                if self.budget_stop is not None:
+                    raise self._budget_reached(self.budget_stop)
                 self._stop_unless_relaunched(decision, end)
                 if decision.action is Action.RECOVER:
                     if self._after_failure(end):  # a node found dead: the next failure is no repeat of this one
@@ -212,16 +222,19 @@ class Controller:
                 self.report.note(line)
         self.recovery.attempt_ended(end.number, end.last_step, end.exited_at)
         self.pool.attempt_ended(clean=end.returncode == 0, at=end.exited_at)
+        self.market.attempt_ended()
         self.attempts.append(AttemptRecord(end.number, end.node_ids, end.trainers, end.first_step, end.last_step,
                                            end.outcome, end.returncode, end.startup_s))  # fmt: skip
 
     # --- 1) the next launch -----------------------------------------------------------------------------
     def _next_launch(self) -> Launch:
         """Ready the usable nodes and describe the launch on them; waits for a replacement when no trainer
-        or no holder is left but one is on its way."""
+        or no holder is left but one is on its way, or the ladder will try again."""
         self.session.drain(lambda item: self.on_post(item, None))
         while True:
-            usable = self.nodes.ready_for_launch()
+            self.nodes.ready_for_launch()
+            self._ask(None)
+            usable = self.pool.usable()
             holders = [s for s in usable if s.role in HOLDING]
             if holders and any(s.role in TRAINING for s in usable):
                 return self._describe(usable)
@@ -242,26 +255,29 @@ class Controller:
                          self.request.python, self.planned_trainers, self.env, batches)  # fmt: skip
 
     def _await_replacement(self, holders_lost: bool) -> None:
-        """With no holder or no trainer left, buy what is missing and wait for the next post.
+        """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's
+        timer (its next try after a refusal), whichever comes first.
 
         Checkpoints live on the holders (RAM and disk), so a new holder can only continue the job when
-        they were also uploaded to S3 (level l3): its DeepCheck then finds them there."""
-        if holders_lost and not can_continue_without_holders(self.spec.checkpoint.levels):
-            raise TrainingFailed(
-                "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
-                f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}"
-            )
-        roles = HOLDING if holders_lost else (Role.TRAINER,)
-        self.nodes.act(top_up=roles)
-        if not any(self.pool.ordered[role] for role in roles):
+        they were also uploaded to S3 (level l3): its DeepCheck then finds them there (_check_holders)."""
+        self._check_holders()
+        wait_s = self.market.wait_s()
+        if not self.market.on_their_way() and wait_s is None:
+            why = self.nodes.last.reason.text if self.nodes.last and self.request.replace_nodes else "--no-replace"
             what = "checkpoint holder" if holders_lost else "trainer"
-            raise TrainingFailed(f"no {what} node is left and no replacement could be bought")
-        self.report.note("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
-                         if holders_lost else "no trainer left: waiting for the replacement spot node")  # fmt: skip
-        self.on_post(self.session.wait_for_post(), None)
+            raise TrainingFailed(f"no {what} node is left and none is on its way: {why}")
+        text = ("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
+                if holders_lost else "no trainer left: waiting for the replacement node")  # fmt: skip
+        if text != self._waiting:  # once per wait, not once per try of the ladder
+            self.report.note(text)
+            self._waiting = text
+        item = self.session.wait_for_post(timeout_s=wait_s)
+        if item is not None:
+            self.on_post(item, None)
 
     # --- 2) listening to the attempt (AttemptListener) ----------------------------------------------------
     def on_launch(self, run: AttemptRun) -> None:
+        self._waiting = ""
         launch = run.launch
         self.pool.launched((n.instance_id for n in launch.nodes), run.mpirun.started_at)
         self.recovery.launched(run.mpirun.started_at)
@@ -303,13 +319,15 @@ class Controller:
         if isinstance(item, ReplacementNote):
             self.report.note(item.text)
         elif isinstance(item, ReplacementBought):
-            self.pool.bought(item.added)
+            self.nodes.bought(item)
         elif isinstance(item, ReplacementReady):
             self._on_replacement(item, run)
 
     def on_tick(self, run: AttemptRun) -> None:
         self._check_cancel(run)
         self.job.save_if_due()
+        if self.market.due():
+            self._ask(run)
 
     def on_stall(self, run: AttemptRun, stall: Stall) -> None:
         """The session kills the hung attempt; the failure path then finds the node that hangs, retires it
@@ -325,6 +343,8 @@ class Controller:
             self._recovered(recovered)
         if not run.stopping and self.pool.joinable():  # a replacement became ready before this step
             self._fold_in(run)
+        if self.market.stepped(event.step):  # the rate moved: the deadline's slack with it
+            self._ask(run)
         progress = Progress(step=event.step, total_steps=self.job.row.total_steps, epoch=event.epoch,
                             loss=event.global_loss, samples_per_s=event.samples_per_s * run.trainers,
                             world_size=run.trainers, cost_usd=self.job.row.cost_usd,
@@ -349,10 +369,11 @@ class Controller:
         text = f"Spot interruption notice on {node.name} ({notice.kind}): checkpointing, then without it"
         self.report.note(text)
         self._event("notice", text)
-        self.nodes.act(top_up=(Role.TRAINER,))
+        self._ask(run)
 
     def _on_replacement(self, done: ReplacementReady, run: AttemptRun | None) -> None:
         ready = self.nodes.replacement_ready(done)
+        self._ask(run)  # a node ready or a pool refusing: the ladder's next rung
         if not ready or run is None or not run.mpirun.running:
             return  # the next launch uses it
         self.report.note(f"replacement {', '.join(ready)} ready: folding it in")
@@ -366,6 +387,42 @@ class Controller:
         if added:
             self.recovery.trouble(RecoveryReason.FOLD_IN, added, run.number, run.trainers, time.monotonic())
             run.request_stop()
+
+    def _check_holders(self) -> None:
+        """With no holder left the checkpoints are gone, unless they are in S3 (l3): then no new holder is
+        bought for a job that cannot continue."""
+        if not any(s.role in HOLDING for s in self.pool.usable()) and not can_continue_without_holders(
+                self.spec.checkpoint.levels):
+            raise TrainingFailed(
+                "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
+                f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}"
+            )
+
+    def _ask(self, run: AttemptRun | None) -> None:
+        """Ask the recovery ladder (training.control.nodes carries its decisions out), and do what it leaves
+        here: the budget's stop (the running attempt checkpoints and leaves; between attempts the job stops
+        now), a relaunch without the nodes it gave up."""
+        step: LadderStep = self.nodes.act(ask=True)
+        if run is None or not run.mpirun.running:
+            if step.stop is not None:
+                raise self._budget_reached(step.stop.reason.text)
+            return
+        if step.stop is not None:
+            self.budget_stop = step.stop.reason.text
+        elif step.let_go and not run.stopping:
+            self.recovery.trouble(RecoveryReason.LADDER, step.let_go, run.number, run.trainers, time.monotonic())
+        if (step.stop is not None or step.let_go) and not run.stopping:
+            run.request_stop()
+
+    def _budget_reached(self, why: str) -> BudgetReached:
+        """The job stops before its budget (the stand-ins it holds go: they bill for its deadline only)."""
+        self.nodes.release_stand_ins()
+        row = self.job.row
+        self.job.ended(JobStatus.STOPPED, f"stopped before its budget: {why}")
+        return BudgetReached(
+            f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}) before the budget: {why}; "
+            f"`deepvm train {self.request.job_path} --cluster {self.cluster.name} --controller local --resume "
+            "--budget USD` with more continues")  # fmt: skip
 
     def _check_cancel(self, run: AttemptRun | None) -> None:
         """`deepvm cancel` leaves a file: stop as on Ctrl-C (checkpoint, then leave), or at once with "now"."""
@@ -390,7 +447,8 @@ class Controller:
         reason = RecoveryReason.NODE_LOST if dead else RecoveryReason.RESTART
         self.recovery.trouble(reason, dead, end.number, end.trainers, time.monotonic(), end.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
-        self.nodes.act(top_up=(Role.TRAINER,))
+        self._check_holders()
+        self._ask(None)
         return dead
 
     def _finish(self, end: AttemptEnd) -> TrainResult:
@@ -399,6 +457,7 @@ class Controller:
                            else None)  # fmt: skip
         metrics = RunMetrics.read(out)
         self.nodes.replacements.wait(timeout_s=300)
+        self.nodes.release_stand_ins()  # bought for this job's deadline: they go with it
         self.nodes.act()  # nothing the job drained or lost is left billing
         self.job.completed(metrics, out)
         self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}")

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError
 from provisioning.core.home import deepvm_home
+from provisioning.ladder.offers import MarketOffers
 from training.shared.jobstore import JobRow, JobStatus, JobStore
+from training.shared.limits import JobLimits
 from training.shared.metrics import RunMetrics
 from training.shared.progress import AttemptRecord, Recovery, RecoveryReason, TrainResult
 
@@ -49,6 +51,10 @@ class TrainRequest:
     node_env: dict[str, str] | None = None  # the ranks' AWS settings, as the user's machine computed them
     cancel_file: Path | None = None  # once it exists, the job is cancelled ("now" in it: without a checkpoint)
     inside_cluster: bool = False  # reach nodes at their private addresses (the head is inside the VPC)
+    limits: JobLimits = field(default_factory=JobLimits)  # deadline, budget, the fallback's cap (the ladder's)
+    # the pools the recovery ladder may buy from, priced where the plan's catalog is (the user's machine);
+    # None: from the plan's catalog here (training.control.market.job_offers)
+    market: MarketOffers | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,14 @@ def choose_job(request: TrainRequest, name: str, known: JobRow | None, previous:
     return JobChoice(new_row(request.job_id or new_job_id(name)), None, note)
 
 
+@dataclass(frozen=True)
+class JobState:
+    """What the recovery ladder needs of the job's row: the steps left and what it has cost so far."""
+
+    steps_left: int
+    spent_usd: float
+
+
 class JobRecord:
     """The job's row in the jobs table while a controller runs it: every change is saved at once, but
     progress at most every SAVE_EVERY_S (the newest is kept and saved with the next change)."""
@@ -128,6 +142,11 @@ class JobRecord:
         """Write the row now (its cost as of now)."""
         self._save(self.row)
 
+    def state(self) -> JobState:
+        """The steps left and the job's cost now (the row's is saved every few seconds: a budget needs now)."""
+        spent = self._cluster_usd() - self.row.cost_base_usd
+        return JobState(self.row.total_steps - self.row.step, max(spent, 0.0))
+
     def save_if_due(self) -> None:
         if time.monotonic() - self._saved_at > SAVE_EVERY_S:
             self.save()
@@ -147,6 +166,10 @@ class JobRecord:
 
     def recovered(self, recovery: Recovery) -> None:
         self._save(replace(self.row, lost_steps=self.row.lost_steps + recovery.lost_steps))
+
+    def ladder_said(self, text: str) -> None:
+        """The recovery ladder's newest decision and why (`deepvm status` shows it)."""
+        self._save(replace(self.row, ladder=text))
 
     def relaunched(self) -> None:
         self._save(replace(self.row, restarts=self.row.restarts + 1))

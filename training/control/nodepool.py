@@ -12,25 +12,27 @@ How it is driven (observe, then act, as Ray autoscaler v2's reconciler is; on th
 1) the controller records what it saw, and nothing else happens: `sync` (the cluster's running nodes),
    `prepared` (staging found the node's home, and maybe a notice), `answered` / `lost` (a probe,
    or a clean end of an attempt the node ran in), `noticed` (a watcher's notice),
-   `bought` / `order_settled` (a replacement thread's news), `launched` / `attempt_ended` (which nodes run
-   the attempt), `retired` (what step asked for was done);
-2) `step(top_up)` says what to do now, as typed actions: `Retire` nodes that bill for nothing (lost, or
-   drained and out of every attempt), `Buy` what the plan lacks of the roles asked to be topped up
-   (training.control.attempts says when), and records the orders it asks for;
-3) the controller carries the actions out (Cluster.retire, Replacements.start) and reports back (1).
+   `bought` (a replacement thread's news), `launched` / `attempt_ended` (which nodes run the attempt),
+   `let_go` (the recovery ladder gave the node up), `retired` (what step asked for was done);
+2) `step()` says what to do now, as typed actions: `Retire` nodes that bill for nothing (lost, or
+   drained and out of every attempt);
+3) the controller carries the actions out (Cluster.retire) and reports back (1).
+What to buy is not the pool's: the recovery ladder decides it from the nodes the pool holds
+(training.control.market).
 
 Whether a node is in the running attempt is the attempt's fact, not a stage of the node's life: a node
 at risk trains in it as a ready one does, so the pool keeps the attempt's members beside the states
 (`launched`) instead of doubling every usable state with an "in use" twin.
 
 What later work needs is in the table already (a unit test walks every edge):
-- a node at risk that keeps training until it is replaced: READY -> AT_RISK; a replacement is bought for
-  it (it does not count as firm); once its role is whole without it, AT_RISK -> DRAINING; the next launch
-  leaves it out and it is retired. If an interruption notice comes first, AT_RISK -> NOTICED.
-- an on-demand stand-in bought while Spot was short: READY until Spot is back, then AT_RISK (its spot
-  replacement is bought), DRAINING, RETIRED, as above.
+- a node at risk that keeps training until it is replaced: READY -> AT_RISK; the ladder buys a replacement
+  for it (it does not count as held); once its role is whole without it, AT_RISK -> DRAINING; the next
+  launch leaves it out and it is retired. If an interruption notice comes first, AT_RISK -> NOTICED.
+- a node the recovery ladder gives up (an on-demand stand-in once its Spot replacement trains, a Spot
+  trainer that makes room under the fallback's cap): READY -> AT_RISK -> DRAINING at once (`let_go`),
+  then RETIRED, as above.
 - a cluster moving to another zone: every node of the old zone goes AT_RISK while the new zone's are
-  bought (orders carry the role today; a zone and a type join Buy then), and drains as they arrive.
+  bought (the ladder's orders carry a zone), and drains as they arrive.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from enum import Enum
 
 from provisioning.cloud.types import SshEndpoint
 from provisioning.planner.plan import Role
-from training.control.attempts import leaves_the_job, nodes_to_buy
+from training.control.attempts import leaves_the_job
 from training.shared.events import NoticeKind
 
 HOLDING = (Role.HOLDER, Role.ANCHOR)  # plan roles whose nodes keep the checkpoints
@@ -155,25 +157,12 @@ class Retire:
     why: str
 
 
-@dataclass(frozen=True)
-class Buy:
-    """Buy `count` nodes of `role` like the plan's (its market, its type, its zone)."""
-
-    role: Role
-    count: int
-
-
-Action = Retire | Buy
-
-
 class NodePool:
-    """The slots of one job's nodes, and its orders of replacements on their way (see the module docstring)."""
+    """The slots of one job's nodes (see the module docstring)."""
 
-    def __init__(self, planned: Mapping[Role, int], endpoints: Iterable[SshEndpoint], replace_nodes: bool) -> None:
-        self.planned = Counter(planned)  # nodes per role in the plan: what buying restores
-        self.replace_nodes = replace_nodes  # False: nothing is ever bought
+    def __init__(self, planned: Mapping[Role, int], endpoints: Iterable[SshEndpoint]) -> None:
+        self.planned = Counter(planned)  # nodes per role in the plan: an at-risk node drains once its role has them
         self.slots: dict[str, Slot] = {e.instance_id: Slot(e, NodeStatus.NEW) for e in endpoints}
-        self.ordered: Counter[Role] = Counter()  # nodes asked for and not yet settled, per role
         self.running: frozenset[str] = frozenset()  # the running attempt's nodes (empty between attempts)
         self.last_launch: float | None = None  # when the newest attempt was launched (None: none was yet)
 
@@ -233,14 +222,18 @@ class NodePool:
         """The node is to be replaced and then retired, training until then (see the module docstring)."""
         self._move(self.slots[instance_id], NodeStatus.AT_RISK, why)
 
+    def let_go(self, instance_id: str, why: str) -> None:
+        """The recovery ladder gave the (usable) node up: no launch uses it again, and it is retired once no
+        attempt runs on it."""
+        slot = self.slots[instance_id]
+        if slot.status is NodeStatus.READY:
+            self._move(slot, NodeStatus.AT_RISK, why)
+        self._move(slot, NodeStatus.DRAINING, why)
+
     def bought(self, endpoints: Iterable[SshEndpoint]) -> None:
         """A replacement thread bought these nodes and prepares them now."""
         for e in endpoints:
             self.slots.setdefault(e.instance_id, Slot(e, NodeStatus.BOUGHT))
-
-    def order_settled(self, role: Role, requested: int) -> None:
-        """A replacement thread ended (its nodes prepared, or why not): its order is no longer on its way."""
-        self.ordered[role] -= requested
 
     def launched(self, instance_ids: Iterable[str], at: float) -> None:
         """An attempt runs on these nodes since `at`."""
@@ -260,21 +253,10 @@ class NodePool:
                 self._move(slot, NodeStatus.RETIRED, slot.why)
 
     # --- 2) decisions ----------------------------------------------------------------------------------
-    def step(self, top_up: Collection[Role] = ()) -> list[Action]:
-        """What to do now: retire what bills for nothing, drain what is replaced, buy what `top_up`'s roles
-        lack against the plan (counting the nodes on their way). Orders asked for are on their way from now."""
+    def step(self) -> list[Retire]:
+        """What to do now: drain what is replaced, retire what bills for nothing."""
         self._drain()
-        actions: list[Action] = []
-        for why, ids in self._to_retire().items():
-            actions.append(Retire(ids, why))
-        for role in top_up:
-            if not self.replace_nodes or not self.planned[role]:
-                continue
-            missing = nodes_to_buy(self.planned[role], len(self.of(role, FIRM)), self.ordered[role])
-            if missing:
-                self.ordered[role] += missing
-                actions.append(Buy(role, missing))
-        return actions
+        return [Retire(ids, why) for why, ids in self._to_retire().items()]
 
     def _drain(self) -> None:
         """AT_RISK nodes that their role no longer needs to be whole (its firm nodes and the others at risk

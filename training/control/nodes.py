@@ -1,16 +1,22 @@
 """The job's nodes as the controller works with them: the node pool says what each node is and what must
-be done (training.control.nodepool), and this is where it is done, in one place: checks and preparing
-through the session, retiring through the cluster, buying through Replacements.
+be done (training.control.nodepool), the recovery ladder what to buy and give up (provisioning/ladder, told
+the situation by training.control.market), and this is where it is done, in one place: checks and
+preparing through the session, retiring through the cluster, buying through Replacements.
 
-Each method records what it found in the pool first (observe), then carries out the pool's step (act);
-all of it on the controller's thread. ClusterHandle is what the controller and this module ask of the
-cluster: provisioning's Cluster is one, a test's fake another (tests/training/test_controller.py).
+Each method records what it found in the pool first (observe), then carries out the pool's step and,
+asked to, the ladder's decisions (act): orders bought in the background, nodes given up drained, the
+reason of every decision said once in the job's log and kept in its row (`deepvm logs`, `status`); all of
+it on the controller's thread. What it cannot do itself it hands back as a LadderStep: a budget's stop,
+and the running attempt's nodes given up (a relaunch without them). ClusterHandle is what the controller
+and this module ask of the cluster: provisioning's Cluster is one, a test's fake another
+(tests/training/test_controller.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from provisioning.cloud.keys import ClusterKeys
@@ -18,13 +24,19 @@ from provisioning.cloud.ssh import Answer
 from provisioning.cloud.types import NodeRecord, SshEndpoint
 from provisioning.clusters.cost import ClusterCost
 from provisioning.core.errors import DeepvmError
-from provisioning.planner.plan import Plan, Role
-from training.control.nodepool import Buy, NodePool, NodeStatus, Retire, Slot
-from training.control.replacements import NodeBuyer, Note, ReplacementReady, Replacements
+from provisioning.ladder.decision import Decision, Retire, Rung
+from provisioning.ladder.ladder import decide
+from provisioning.planner.plan import Plan
+from training.control.jobrecord import JobState
+from training.control.market import LiveMarket
+from training.control.nodepool import NodePool, NodeStatus
+from training.control.replacements import NodeBuyer, Note, ReplacementBought, ReplacementReady, Replacements
 from training.control.session import AttemptSession, NodeCheck
 from training.control.staging import NodeState
 from training.shared.events import NoticeKind
 from training.shared.progress import JobReporter
+
+_ACTS_IN_A_ROW = 8  # decisions that act, asked again at once: more is a ladder that does not settle (a bug)
 
 # why a node that a check did not log in to is dropped (one with a host key not pinned is not the node launched)
 _UNUSABLE = {Answer.NO: "does not answer over SSH", Answer.NOT_PINNED: "answers with a host key not pinned for it"}
@@ -63,35 +75,45 @@ class ClusterHandle(Protocol):
     def node_env(self) -> dict[str, str]: ...
 
 
+@dataclass(frozen=True)
+class LadderStep:
+    """What the ladder's newest decisions leave to the controller."""
+
+    stop: Decision | None  # STOP: the budget would be exceeded; the job stops after a checkpoint
+    let_go: tuple[str, ...]  # nodes given up that the running attempt has: it relaunches without them
+
+
 class ClusterNodes:
     """The pool of one job's nodes, and the hands that act on it (see the module docstring)."""
 
     def __init__(self, cluster: ClusterHandle, pool: NodePool, session: AttemptSession, buyer: NodeBuyer,
-                 report: JobReporter, event: Callable[[str, str], None]) -> None:  # fmt: skip
+                 report: JobReporter, event: Callable[[str, str], None], market: LiveMarket,
+                 job: Callable[[], JobState], said: Callable[[str], None],
+                 replace_nodes: bool = True) -> None:  # fmt: skip
         self.cluster, self.pool, self.session, self.report, self._event = cluster, pool, session, report, event
+        self.market, self._job, self._ladder_said, self.replace_nodes = market, job, said, replace_nodes
         self.replacements = Replacements(buyer, self._stage_replacement, session.post)
+        self.last: Decision | None = None  # the newest decision said
 
-    def ready_for_launch(self) -> list[Slot]:
+    def ready_for_launch(self) -> None:
         """Sync with the cluster; check the nodes that have not answered since the last attempt ended (one
         that does not answer died meanwhile: it is retired), prepare the new ones (a notice found keeps a
-        node out, and trainers are bought back); the usable nodes."""
+        node out); the controller then asks the ladder (act) and launches on the pool's usable nodes."""
         self.pool.sync(self.cluster.endpoints())
-        noticed = 0
         if stale := self.pool.stale():
-            checks, noticed = self._check([s.endpoint for s in stale], "unreachable over SSH")
+            checks = self._check([s.endpoint for s in stale], "unreachable over SSH")
             for instance_id, check in checks.items():
                 if check.answer is not Answer.YES:
                     self.report.note(f"{instance_id} {_UNUSABLE[check.answer]}: not using it")
         if fresh := self.pool.with_status({NodeStatus.NEW}):
             self.report.note(f"preparing {len(fresh)} node(s): push runtime and job, setup, checks")
-            noticed += self.prepared(self.session.prepare([s.endpoint for s in fresh]))
-        self.act(top_up=(Role.TRAINER,) if noticed else ())
-        return self.pool.usable()
+            self.prepared(self.session.prepare([s.endpoint for s in fresh]))
+        self.act()
 
     def after_failure(self, instance_ids: Sequence[str]) -> tuple[str, ...]:
         """Check the failed attempt's nodes; the dead ones (no answer) are lost, retired and reported."""
-        checks, _ = self._check([self.pool.slots[i].endpoint for i in instance_ids],
-                                "unreachable over SSH after the job failed")  # fmt: skip
+        checks = self._check([self.pool.slots[i].endpoint for i in instance_ids],
+                             "unreachable over SSH after the job failed")  # fmt: skip
         dead = tuple(i for i, check in checks.items() if check.answer is not Answer.YES)
         if dead:
             text = f"lost without notice: {', '.join(dead)}; restarting from the newest complete checkpoint"
@@ -100,15 +122,18 @@ class ClusterNodes:
         self.act()  # retired before the cluster is read again, which then sees them go
         return dead
 
-    def prepared(self, states: dict[str, NodeState]) -> int:
-        """Record what preparing nodes found; how many had an interruption notice."""
-        noticed = 0
+    def prepared(self, states: dict[str, NodeState]) -> None:
+        """Record what preparing nodes found (a notice found: `_notice_found` says what it does to the node)."""
         for instance_id, state in states.items():
             kind = state.notice.kind if state.notice is not None else None
             out = self.pool.prepared(instance_id, state.home, kind, time.monotonic())
             if kind is not None:
-                noticed += self._said(instance_id, out)
-        return noticed
+                self._notice_found(instance_id, out)
+
+    def bought(self, news: ReplacementBought) -> None:
+        """An order's thread bought its nodes (it prepares them now)."""
+        self.pool.bought(news.added)
+        self.market.bought(news.order)
 
     def noticed(self, instance_id: str, name: str, kind: NoticeKind) -> bool:
         """A watcher's notice during an attempt: True when it takes the node out (the caller recovers). A
@@ -125,53 +150,107 @@ class ClusterNodes:
         return False
 
     def replacement_ready(self, done: ReplacementReady) -> list[str]:
-        """A replacement order ended: its nodes join the pool (those bought for nothing are retired); the
-        ids of those ready to train."""
-        self.pool.order_settled(done.role, done.requested)
+        """An order ended: its nodes join the pool (those bought for nothing are retired), its pool's refusals
+        are counted, and the stand-ins it was bought to relieve go, one per node ready; the ids of the nodes
+        ready to train."""
+        ready: list[str] = []
         if done.error is not None:
-            self.report.note(f"no replacement node: {done.error}; continuing with what is left")
+            self.report.note(f"no replacement node: {done.error}")
             for instance_id in done.stranded:
                 self.pool.lost(instance_id, f"replacement failed: {done.error}")
-            self.act()
-            return []
-        self._event("replacement", f"{', '.join(e.instance_id for e in done.added)} ready")
-        self.pool.bought(done.added)  # known already, unless its buyer posted nothing when it bought
-        self.prepared(done.states)
-        return [e.instance_id for e in done.added if self.pool.slots[e.instance_id].status is NodeStatus.READY]
+        else:
+            self._event("replacement", f"{', '.join(e.instance_id for e in done.added)} ready")
+            self.pool.bought(done.added)  # known already, unless its buyer posted nothing when it bought
+            self.prepared(done.states)
+            ready = [e.instance_id for e in done.added if self.pool.slots[e.instance_id].status is NodeStatus.READY]
+        failed = done.error is not None or len(ready) < done.order.count
+        stand_ins, going = self.market.settled(done.order, len(ready), failed)
+        if going:
+            records = {r.instance_id: r for r in self.cluster.nodes()}
+            for instance_id in self.market.stand_ins(self.pool.slots.values(), records, stand_ins)[:going]:
+                self.pool.let_go(instance_id, f"Spot is back: its replacement {', '.join(ready)} trains")
+        return ready
 
-    def act(self, top_up: Collection[Role] = ()) -> None:
-        """Do what the pool's step asks: retire what bills for nothing, buy what `top_up`'s roles lack
-        (counted against the cluster's running nodes as they are now)."""
-        if top_up:
+    def act(self, ask: bool = False) -> LadderStep:
+        """Retire what bills for nothing; with `ask`, ask the recovery ladder (again at once while it acts)
+        and carry its decisions out: what is left to the controller comes back."""
+        if ask:
             self.pool.sync(self.cluster.endpoints())
-        for action in self.pool.step(top_up):
-            if isinstance(action, Retire):
-                self._retire(action.instance_ids, action.why)
-                self.pool.retired(action.instance_ids)
-            elif isinstance(action, Buy):
-                self.report.note(f"requesting {action.count} replacement {action.role.value} node(s) within the plan")
-                self.replacements.start(action.role, action.count)
+        let_go: list[str] = []
+        for _ in range(_ACTS_IN_A_ROW if ask else 0):
+            records = {r.instance_id: r for r in self.cluster.nodes()}
+            job = self._job()
+            decision = decide(self.market.situation(self.pool.slots.values(), records, job.steps_left, job.spent_usd))
+            self.market.decided(decision)
+            self._say(decision)
+            if decision.rung is Rung.STOP:
+                return LadderStep(decision, ())
+            if not decision.rung.acts or not self.replace_nodes:
+                break
+            for order in decision.orders:
+                bought = self.market.node_order(order)
+                self.market.ordered(order, bought)
+                self.report.note(f"buying {bought.describe()} ({decision.rung.value})")
+                self.replacements.start(bought)
+            for retire in decision.retire:
+                let_go += self._let_go(retire, records, decision)
+        for retire in self.pool.step():
+            self._retire(retire.instance_ids, retire.why)
+            self.pool.retired(retire.instance_ids)
+        return LadderStep(None, tuple(i for i in let_go if i in self.pool.running))
 
-    def _check(self, endpoints: list[SshEndpoint], why_lost: str) -> tuple[dict[str, NodeCheck], int]:
-        """Check nodes and record what was found (a node that does not answer is lost, `why_lost`); the
-        checks, and how many had a notice."""
-        checks, noticed = self.session.check(endpoints), 0
+    def release_stand_ins(self) -> None:
+        """Give up every stand-in that no attempt runs on (they were bought for the job's deadline; the job is
+        over or stopped) and retire them now."""
+        records = {r.instance_id: r for r in self.cluster.nodes()}
+        for instance_id in self.market.stand_ins(self.pool.slots.values(), records):
+            if instance_id not in self.pool.running:
+                self.pool.let_go(instance_id, "the job's deadline no longer needs it")
+        self.act()
+
+    def _let_go(self, retire: Retire, records: dict[str, NodeRecord], decision: Decision) -> list[str]:
+        """Give up the nodes a Retire names (the spare stand-ins; Spot trainers making room under the
+        fallback's cap): the next launch leaves them out and they are retired."""
+        stand_ins = self.market.stand_ins(self.pool.slots.values(), records, retire.pool)
+        if retire.stand_in:
+            mine = stand_ins
+        else:
+            mine = [s.instance_id for s in self.pool.usable() if s.instance_id in records and s.role is retire.role
+                    and self.market.pool_of(records[s.instance_id]) == retire.pool and s.instance_id not in stand_ins]
+        for instance_id in mine[:retire.count]:
+            self.pool.let_go(instance_id, f"{decision.rung.value}: {decision.reason.text}")
+        return mine[:retire.count]
+
+    def _say(self, decision: Decision) -> None:
+        """Each new decision's reason once: in the job's log (`deepvm logs`), its row (`status`), and, when it
+        acts, the cluster's event log."""
+        last, self.last = self.last, decision
+        if last is not None and (last.rung, last.reason.text) == (decision.rung, decision.reason.text):
+            return
+        text = f"{decision.rung.value}: {decision.reason.text}"
+        self.report.note(f"ladder: {text}")
+        self._ladder_said(text)
+        if decision.rung.acts or decision.rung is Rung.STOP:
+            self._event("ladder", text)
+
+    def _check(self, endpoints: list[SshEndpoint], why_lost: str) -> dict[str, NodeCheck]:
+        """Check nodes and record what was found (a node that does not answer is lost, `why_lost`)."""
+        checks = self.session.check(endpoints)
         for instance_id, check in checks.items():
             if check.answer is not Answer.YES:
                 self.pool.lost(instance_id, why_lost)
             elif check.notice is not None and self.pool.noticed(instance_id, check.notice.kind):
-                noticed += self._said(instance_id, out=True)
+                self._notice_found(instance_id, out=True)
             else:
                 if check.notice is not None:
-                    self._said(instance_id, out=False)
+                    self._notice_found(instance_id, out=False)
                 self.pool.answered([instance_id], time.monotonic())
-        return checks, noticed
+        return checks
 
-    def _said(self, instance_id: str, out: bool) -> int:
-        """Say what a notice found before a launch does to the node; 1 when it takes the node out."""
+    def _notice_found(self, instance_id: str, out: bool) -> None:
+        """Say what a notice found before a launch does to the node (`out`: it takes the node out)."""
         self.report.note(f"{instance_id} has an interruption notice: not using it" if out else
                          f"{instance_id} has a rebalance recommendation: training on it")  # fmt: skip
-        return int(out)
 
     def _retire(self, instance_ids: Sequence[str], why: str) -> None:
         """Terminate nodes the job dropped without the cloud taking them (they hang, or lost their network):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provisioning.ladder.offers import MarketOffers
 from provisioning.planner.plan import NodeGroup, Plan, Role
 
 
@@ -26,6 +27,11 @@ UNKNOWN = TypeFacts(0.0, 0)  # a type the plan does not have (no node of a clust
 def type_facts(plan: Plan) -> dict[str, TypeFacts]:
     """{instance type: its facts} for every type of the plan."""
     return {g.instance_type: _facts(g) for g in plan.nodes}
+
+
+def with_market(facts: dict[str, TypeFacts], offers: MarketOffers) -> dict[str, TypeFacts]:
+    """`facts` and those of every other type the recovery ladder may buy (a repair of another type)."""
+    return {**{t.instance_type: TypeFacts(t.tflops, t.gpus) for t in offers.types}, **facts}
 
 
 def planned_trainer_ranks(plan: Plan) -> int:

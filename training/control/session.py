@@ -395,8 +395,14 @@ class AttemptSession:
             if not isinstance(item, RankLine | AttemptExit):
                 handle(item)
 
-    def wait_for_post(self) -> object:
-        """Block until something is posted (rank lines of an attempt that is over are skipped)."""
-        while isinstance(item := self._queue.get(), RankLine | AttemptExit):
-            pass
-        return item
+    def wait_for_post(self, timeout_s: float | None = None) -> object | None:
+        """Block until something is posted (rank lines of an attempt that is over are skipped), at most
+        `timeout_s` (None: without end); None when nothing came in time."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                item = self._queue.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if not isinstance(item, RankLine | AttemptExit):
+                return item

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.types import CloudKind
-from provisioning.clusters.handle import RUNNING, private_only
+from provisioning.clusters.handle import RUNNING
+from provisioning.clusters.noderecords import private_only
 from provisioning.clusters.store import ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
 from provisioning.core.errors import InputError
-from training.control.controller import TrainingCancelled, TrainingFailed, train
+from training.control.controller import BudgetReached, TrainingCancelled, TrainingFailed, train
 from training.control.jobrecord import TrainRequest
 from training.head.joblog import JobLog
 from training.head.log_mirror import LogMirror
@@ -75,6 +76,8 @@ def main(argv: list[str]) -> int:
             node_env=job.node_env,
             cancel_file=root / "cancel",
             inside_cluster=True,
+            limits=job.limits,
+            market=job.market,
         )
         result = train(request, log.reporter())
         write_text_atomic(root / "result.json", result.to_json())
@@ -82,6 +85,9 @@ def main(argv: list[str]) -> int:
         return 0
     except TrainingCancelled as exc:
         log.state(JobStatus.CANCELLED, str(exc))
+        return 0
+    except BudgetReached as exc:  # stopped with a checkpoint, as its budget asked: not restarted
+        log.state(JobStatus.STOPPED, str(exc))
         return 0
     except (TrainingFailed, InputError, ControllerBusy) as exc:
         log.state(JobStatus.FAILED, str(exc))

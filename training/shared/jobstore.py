@@ -43,14 +43,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     out_dir TEXT NOT NULL,            -- where the final model and metrics are fetched to
     python TEXT NOT NULL,             -- the nodes' interpreter
     message TEXT NOT NULL,
-    controller TEXT NOT NULL DEFAULT 'local' -- where the controller runs: local, or the head's instance id
+    controller TEXT NOT NULL DEFAULT 'local', -- where the controller runs: local, or the head's instance id
+    ladder TEXT NOT NULL DEFAULT ''  -- the recovery ladder's newest decision and why ('': none yet)
 )"""
 SCHEMA = Schema(
     name="jobs",
-    version=1,
+    version=2,
     statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
-    # a state.db from before managed training
-    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),),
+    added_columns=(
+        AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),  # a state.db from before managed training
+        AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''"),  # ... from before the recovery ladder ran live
+    ),
 )
 
 LOCAL = "local"
@@ -98,6 +101,7 @@ class JobRow:
     python: str
     message: str
     controller: str = LOCAL  # "local" (this machine), or the instance id of the head that runs the job
+    ladder: str = ""  # the recovery ladder's newest decision and why, e.g. "repair: ... refused lately: ..."
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -46,6 +46,7 @@ class RecoveryReason(str, Enum):
     RESTART = "restart"  # an attempt ended early with every node still answering: relaunch on the same nodes
     CONTROLLER_RESTART = "controller-restart"  # the controller died; a new one resumed the job
     USER_RESUME = "user-resume"  # the user continued a job they had stopped (`train --resume`)
+    LADDER = "ladder"  # the recovery ladder gave nodes up (Spot trainers making room for stand-ins): relaunch without
 
     def __str__(self) -> str:
         return self.value

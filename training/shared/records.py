@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
+from provisioning.ladder.offers import MarketOffers
 from provisioning.planner.plan import Role
 from provisioning.planner.plan_document import plan_from_dict
 from training.shared.jobstore import JobRow, JobStatus
@@ -49,10 +50,14 @@ class HeadJob:
     submitted_at: str
     limits: JobLimits = field(default_factory=JobLimits)  # the file's, with the flags in their place
     startup_grace_s: float | None = None  # `train --startup-grace` (None: the job file's, or the default)
+    # the pools the recovery ladder may buy from, priced from the plan's catalog on the user's machine (the
+    # head may not have that catalog); None: a job of an earlier client, priced from the head's snapshot
+    market: MarketOffers | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
         data["cluster"]["plan"] = self.cluster.plan.to_dict()
+        data["market"] = None if self.market is None else self.market.to_dict()
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -65,7 +70,9 @@ class HeadJob:
         nodes = tuple(
             NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
         )
-        return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits"))})
+        market = data.get("market")
+        return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits")),
+                      "market": None if market is None else MarketOffers.from_dict(market)})  # fmt: skip
 
 
 def _resources(data: dict[str, Any]) -> CloudResources:
@@ -145,6 +152,7 @@ class JobSummary:
     updated_at: str
     message: str
     controller_alive: bool  # the head's supervisor process runs (a running job without one is orphaned)
+    ladder: str = ""  # the recovery ladder's newest decision and why (JobRow.ladder)
 
     @classmethod
     def from_row(cls, row: JobRow, controller_alive: bool) -> JobSummary:
@@ -152,7 +160,7 @@ class JobSummary:
                    total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
                    checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
                    cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
-                   message=row.message, controller_alive=controller_alive)  # fmt: skip
+                   message=row.message, controller_alive=controller_alive, ladder=row.ladder)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

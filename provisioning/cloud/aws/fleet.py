@@ -44,11 +44,13 @@ class LaunchSite:
 
 
 def fleet_request(
-    site: LaunchSite, instance_type: str, groups: list[NodeGroup], client_token: str, all_or_nothing: bool
+    site: LaunchSite, instance_type: str, groups: list[NodeGroup], client_token: str, all_or_nothing: bool,
+    instance_tags: dict[str, str] | None = None,
 ) -> dict[str, object]:
     """The CreateFleet arguments for the groups of one instance type.
 
     all_or_nothing sets MinTargetCapacity, so EC2 launches nothing in a market it cannot fill entirely.
+    `instance_tags`: tags the instances carry beside the cluster's (a replacement's role and price).
     """
     spot = sum(g.count for g in groups if g.market is Market.SPOT)
     on_demand = sum(g.count for g in groups if g.market is Market.ON_DEMAND)
@@ -76,7 +78,10 @@ def fleet_request(
             "SpotTargetCapacity": spot,
             "DefaultTargetCapacityType": "spot" if spot else "on-demand",
         },
-        "TagSpecifications": [tag_spec("fleet", site.cluster), tag_spec("instance", site.cluster)],
+        "TagSpecifications": [
+            tag_spec("fleet", site.cluster),
+            tag_spec("instance", site.cluster, **(instance_tags or {})),
+        ],
     }
     for key, count, strategy in (
         ("SpotOptions", spot, "price-capacity-optimized"),
@@ -96,9 +101,10 @@ def launch_fleet(
     groups: list[NodeGroup],
     client_token: str,
     all_or_nothing: bool,
+    instance_tags: dict[str, str] | None = None,
 ) -> FleetResult:
     """One instant fleet for the groups of one instance type (also how replacement nodes are bought)."""
-    request = fleet_request(site, instance_type, groups, client_token, all_or_nothing)
+    request = fleet_request(site, instance_type, groups, client_token, all_or_nothing, instance_tags)
     with cloud_errors(f"creating the EC2 Fleet for {instance_type}"):
         answer = ctx.client("ec2").create_fleet(**request)
     return read_fleet_answer(answer, instance_type, groups, ctx.region)

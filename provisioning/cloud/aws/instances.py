@@ -6,14 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
-from provisioning.cloud.names import ClusterIdentity, cluster_filter, owned_by
+from provisioning.cloud.names import PRICE_TAG, ROLE_TAG, ClusterIdentity, cluster_filter, owned_by
 from provisioning.cloud.types import InstanceInfo
 from provisioning.core.errors import CloudError
+from provisioning.planner.plan import Role
 
 LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 
@@ -97,6 +99,7 @@ def cluster_instances(
 
 
 def _info(raw: dict) -> InstanceInfo:
+    tags = {t.get("Key"): t.get("Value") for t in raw.get("Tags") or ()}
     launched = raw.get("LaunchTime")
     if isinstance(launched, datetime):
         launched_at = launched.astimezone(timezone.utc).isoformat(timespec="seconds")
@@ -112,4 +115,14 @@ def _info(raw: dict) -> InstanceInfo:
         public_ip=raw.get("PublicIpAddress"),
         launched_at=launched_at,
         state_reason=(raw.get("StateReason") or {}).get("Code", ""),
+        bought_as=_tagged(tags, ROLE_TAG, Role),
+        bought_at_usd=_tagged(tags, PRICE_TAG, float),
     )
+
+
+def _tagged(tags: dict, key: str, kind: type) -> Any:
+    """A tag's value read as `kind`; None when the tag is missing or not one (a node of `up`, or edited)."""
+    try:
+        return kind(tags[key]) if key in tags else None
+    except ValueError:
+        return None

@@ -59,6 +59,24 @@ def check_subnet(ctx: AwsContext, subnet_id: str, availability_zone: str, ssh_ci
     return subnet_id
 
 
+def zone_subnets(ctx: AwsContext, vpc_id: str, own_subnet: str) -> tuple[str, ...]:
+    """A subnet of the VPC in each zone it has one, as "zone=subnet-id": where a node of the cluster bought in
+    another zone launches. In the cluster's own zone its own subnet; elsewhere the zone's default subnet
+    when there is one (it gives public addresses, as `up` needs from a subnet it picks), else the first that
+    maps public addresses, else the first (a VPC reached privately: `check_subnet`'s --ssh-cidr)."""
+    with cloud_errors(f"listing the subnets of {vpc_id}"):
+        pages = ctx.client("ec2").get_paginator("describe_subnets").paginate(
+            Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
+        subnets = [s for page in pages for s in page["Subnets"]]
+    best: dict[str, tuple[tuple[bool, bool, bool, str], str]] = {}
+    for s in subnets:
+        key = (s["SubnetId"] != own_subnet, not s.get("DefaultForAz"), not s.get("MapPublicIpOnLaunch"), s["SubnetId"])
+        zone = s["AvailabilityZone"]
+        if zone not in best or key < best[zone][0]:
+            best[zone] = (key, s["SubnetId"])
+    return tuple(f"{zone}={subnet}" for zone, (_, subnet) in sorted(best.items()))
+
+
 def subnet_vpc(ctx: AwsContext, subnet_id: str) -> str:
     with cloud_errors(f"describing subnet {subnet_id}"):
         return ctx.client("ec2").describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]["VpcId"]

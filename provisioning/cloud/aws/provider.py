@@ -12,11 +12,11 @@ from provisioning.cloud.aws.iam import ensure_controller
 from provisioning.cloud.aws.instances import cluster_instances as query_instances
 from provisioning.cloud.aws.instances import terminate_instances
 from provisioning.cloud.aws.instances import wait_running as wait_instances
-from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc
+from provisioning.cloud.aws.network import ensure_security_group, subnet_vpc, zone_subnets
 from provisioning.cloud.aws.profiles import attach_profile
 from provisioning.cloud.aws.teardown import terminate_cluster
 from provisioning.cloud.aws.template import ensure_key_pair, ensure_launch_template
-from provisioning.cloud.names import ClusterIdentity, resource_name
+from provisioning.cloud.names import PRICE_TAG, ROLE_TAG, ClusterIdentity, resource_name
 from provisioning.cloud.types import (
     CloudResources,
     ClusterSpec,
@@ -71,10 +71,11 @@ def run_instances(
     creation, fleets with the instances they returned: a failure halfway (the second fleet refused) still
     leaves the ids of everything to delete, including instances and instant fleets no listing shows yet.
     """
-    created = CloudResources(subnet_id=spec.subnet_id)
+    vpc = subnet_vpc(ctx, spec.subnet_id)
+    created = CloudResources(subnet_id=spec.subnet_id, zone_subnets=zone_subnets(ctx, vpc, spec.subnet_id))
     created = replace(created, key_name=ensure_key_pair(ctx, spec.identity, spec.ssh_public_key))
     record(created)
-    group_id = ensure_security_group(ctx, spec.identity, subnet_vpc(ctx, spec.subnet_id), spec.ssh_cidr)
+    group_id = ensure_security_group(ctx, spec.identity, vpc, spec.ssh_cidr)
     created = replace(created, security_group_id=group_id)
     record(created)
     created = replace(created, launch_template_id=ensure_launch_template(ctx, spec, group_id, created.key_name))
@@ -95,14 +96,19 @@ def add_instances(
     ctx: AwsContext,
     cluster: ClusterIdentity,
     resources: CloudResources,
-    availability_zone: str,
+    site_zone: tuple[str, str],
     group: NodeGroup,
     token: str,
 ) -> LaunchOutcome:
-    """Launch `group` more nodes from the cluster's launch template (e.g. a spot replacement); the new
-    fleet is added to the resources. Idempotent through `token`."""
-    site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_id, availability_zone)
-    fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False)
+    """Launch `group` more nodes from the cluster's launch template (a replacement, a stand-in, a repair of
+    another type) in `site_zone`'s (the cluster's zone, the zone to buy in) subnet; the new fleet is added
+    to the resources. The instances are tagged with the role and price they were bought for (a type or
+    market the plan lacks cannot be matched to it later: clusters/noderecords.py). Idempotent through
+    `token`."""
+    own_zone, zone = site_zone
+    site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_in(zone, own_zone), zone)
+    tags = {ROLE_TAG: group.role.value, PRICE_TAG: f"{group.usd_per_hour:.6f}"}
+    fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False, instance_tags=tags)
     return LaunchOutcome(resources.with_fleets([fleet.fleet_id], fleet.instance_ids), fleet.instance_ids,
                          fleet.shortfalls)  # fmt: skip
 

@@ -1,0 +1,164 @@
+"""The recovery ladder on the live job, rung by rung: the real Controller on the scripted cluster
+(tests/training/controller_rig.py), whose buyer answers as EC2 answers a pool without capacity. The ladder's
+clock is the job's own (the "steps" clock: time passes as its steps train) or the wall clock a thousand
+times faster ("fast"), so that backoffs of minutes, deadlines and budgets pass in milliseconds.
+
+The decisions themselves are the ladder's (tests/ladder); these show that the controller tells it the
+situation and carries out what it says: which pool is bought, what is let go, when it asks again, and
+what the job's log and row say."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+
+import pytest
+
+from provisioning.catalog.model import Market
+from provisioning.planner.plan import Role
+from tests.training.controller_rig import T1, Rig, attempts_of
+from tests.training.scripted_cluster import Die, NoticeOn, tiering_plan
+from training.control.controller import BudgetReached, TrainingFailed
+from training.shared.jobstore import JobStatus
+from training.shared.limits import JobLimits
+from training.shared.progress import Outcome, RecoveryReason
+
+pytestmark = pytest.mark.timeout(60)
+SPOT_GONE = ("*", Market.SPOT)  # the buyer's capacity key for every Spot type
+
+
+@pytest.fixture
+def rig(tmp_path) -> Rig:
+    return Rig(tmp_path)
+
+
+def _spot_orders(rig: Rig) -> list[tuple[str, int]]:
+    return [(o.group.instance_type, o.count) for o in rig.buyer.orders if o.group.market is Market.SPOT]
+
+
+def _said(rig: Rig, rung: str) -> list[str]:
+    return [n for n in rig.notes if n.startswith(f"ladder: {rung}: ")]
+
+
+def test_an_empty_plan_pool_is_repaired_with_the_zones_fastest_spot_type_within_the_cap(tmp_path):
+    """g4dn.xlarge Spot has no capacity: after its refusal the job gets a g6.xlarge (121 TFLOPS at $0.33/h,
+    the fastest the $1/h cap leaves room for), trains on three trainers again and loses nothing."""
+    rig = Rig(tmp_path, plan=replace(tiering_plan(), price_cap=1.0))
+    rig.buyer.capacity[("g4dn.xlarge", Market.SPOT)] = 0
+    rig.world.total_steps = 120
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    result = rig.run()
+    assert _spot_orders(rig) == [("g4dn.xlarge", 1), ("g6.xlarge", 1)]
+    (repair,) = _said(rig, "repair")
+    assert repair.endswith("g4dn.xlarge spot in us-east-1a refused lately: repairing with 1 g6.xlarge at $0.3316/h")
+    assert "no replacement node: no replacement launched: InsufficientInstanceCapacity for 1 spot g4dn.xlarge " \
+           "trainer in us-east-1a" in rig.notes
+    g6 = next(r.instance_id for r in rig.cluster.records if r.instance_type == "g6.xlarge")
+    assert g6 in result.attempts[-1].nodes and result.attempts[-1].world_size == 3
+    assert (result.steps, result.lost_steps) == (120, 0)
+    assert rig.row().ladder.startswith("hold: ")  # the row keeps the newest decision: the cluster is whole
+
+
+def test_a_refusing_pool_is_asked_again_after_its_backoff_never_in_a_tight_loop_while_the_survivors_train(rig):
+    """No Spot anywhere and no room for another type: the job trains on two trainers, and the pool is asked
+    again at 15 s, 30 s, 1 min... (a thousand times faster here), never once per tick; it never moves."""
+    rig.buyer.capacity[SPOT_GONE] = 0
+    rig.world.total_steps = 150
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    started = time.monotonic()
+    result = rig.run(clock="fast")
+    ladder_s = (time.monotonic() - started) * 1000.0
+    orders = _spot_orders(rig)
+    assert set(orders) == {("g4dn.xlarge", 1)}  # like the plan each time: nothing else fits the plan's price
+    # the backoff doubles from 15 s to 5 min: at most this many tries in the time the job took
+    assert 2 <= len(orders) <= 6 + ladder_s / 300.0, (len(orders), ladder_s)
+    retry = _said(rig, "retry")
+    assert retry and "g4dn.xlarge spot in us-east-1a refused lately" in retry[0]
+    assert not _said(rig, "move")  # the live controller is offered no other zone: it never asks for a move
+    assert attempts_of(result)[1][0] == 2 and (result.steps, result.lost_steps) == (150, 0)
+
+
+def test_with_no_trainer_left_the_job_waits_for_the_pools_backoff_and_trains_once_capacity_returns(rig):
+    """Every trainer lost and Spot gone: the plan's pool and each repair's are tried, none again before its
+    backoff (15 s at first, a thousand times faster here); the controller waits (one note) and relaunches from
+    the checkpoint once a purchase succeeds."""
+    rig.buyer.capacity[SPOT_GONE] = 0
+    rig.world.faults = [Die(1, 9, nodes=("i-t0000000", "i-t0000001", "i-t0000002"))]
+
+    def note(text: str) -> None:
+        rig.notes.append(text)
+        if text.startswith("no trainer left"):
+            rig.buyer.capacity.pop(SPOT_GONE, None)  # capacity returns while the job waits
+
+    controller = rig.build("fast")
+    controller.report = replace(controller.report, note=note)
+    result = controller.run()
+    assert rig.notes.count("no trainer left: waiting for the replacement node") == 1
+    assert _spot_orders(rig)[0] == ("g4dn.xlarge", 3)  # like the plan first
+    by_pool: dict[tuple[str, Market], list[float]] = {}
+    for order, at in zip(rig.buyer.orders, rig.buyer.ordered_at, strict=True):
+        by_pool.setdefault((order.group.instance_type, order.group.market), []).append(at)
+    for pool, times in by_pool.items():  # a refused pool is asked again only after its backoff
+        assert all(b - a >= 14.0 for a, b in itertools.pairwise(times)), (pool, times)
+    assert attempts_of(result)[1][1] == 5 and (result.steps, result.lost_steps) == (40, 4)
+
+
+def test_no_trainer_left_and_nothing_the_ladder_may_buy_fails_with_its_reason(rig):
+    rig.world.faults = [Die(1, 9, nodes=("i-t0000000", "i-t0000001", "i-t0000002"))]
+    with pytest.raises(TrainingFailed, match=r"no trainer node is left and none is on its way: --no-replace"):
+        rig.run(replace_nodes=False)
+
+
+def test_a_tight_deadline_buys_on_demand_stand_ins_and_gives_them_back_once_spot_is_whole(rig):
+    """Spot is gone after a notice, and at two trainers the deadline's slack falls below two joins: the ladder
+    buys on-demand trainers (stand-ins), in one order, within the fallback's cap. Spot returns once they train;
+    the Spot trainers are bought back and, whole and training, the stand-ins are let go: the attempt relaunches
+    without them, they are terminated, and the job completes with no step lost and no stand-in billing."""
+    rig.buyer.capacity[SPOT_GONE] = 0
+    rig.world.total_steps = 300
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+
+    def note(text: str) -> None:
+        rig.notes.append(text)
+        if text.startswith("replacement ") and text.endswith("ready: folding it in"):
+            rig.buyer.capacity.pop(SPOT_GONE, None)  # Spot returns once the stand-ins train
+
+    controller = rig.build("steps", limits=JobLimits(deadline_hours=820 / 3600, fallback_max_price=2.2))
+    controller.report = replace(controller.report, note=note)
+    result = controller.run()
+
+    on_demand = [o for o in rig.buyer.orders if o.group.market is Market.ON_DEMAND]
+    (fallback,) = _said(rig, "on-demand-fallback")
+    bought = int(fallback.rsplit("buying ", 1)[1].split()[0])
+    assert [(o.group.instance_type, o.role, o.count) for o in on_demand] == [("g4dn.xlarge", Role.TRAINER, bought)]
+    assert sum(o.group.count * o.group.usd_per_hour for o in on_demand) <= 2.2
+    stand_ins = [r.instance_id for r in rig.cluster.records if r.market is Market.ON_DEMAND and r.role is Role.TRAINER]
+    assert len(stand_ins) == bought
+    back = _said(rig, "return-to-spot")
+    assert back and "the Spot trainers are whole" in back[-1]
+    retired = {i for ids, _ in rig.cluster.retired for i in ids}
+    assert set(stand_ins) <= retired and not set(stand_ins) & set(rig.cluster.running(Role.TRAINER))
+    trained = any(set(stand_ins) & set(a.nodes) for a in result.attempts)  # or let go before the fold-in ran
+    assert not trained or any(r.reason is RecoveryReason.LADDER and set(r.nodes) <= set(stand_ins)
+                              for r in result.recoveries)  # fmt: skip
+    assert not set(stand_ins) & set(result.attempts[-1].nodes)
+    assert (result.steps, result.lost_steps) == (300, 0)
+
+
+def test_the_budget_stops_the_job_with_a_checkpoint_and_resume_continues_it_with_more(rig):
+    """The nodes bill by the job's clock; before the next checkpoint and stop would pass $0.01, the trainers
+    flush and leave, the job is STOPPED (resumable) with the ladder's reason, and `--resume` with a larger
+    budget continues from that very step."""
+    rig.world.total_steps = 400
+    with pytest.raises(BudgetReached, match=r"before the budget: spent \$0\.0\d+ of the \$0\.01 budget.*--resume"):
+        rig.run("steps", limits=JobLimits(budget_usd=0.01))
+    row = rig.row()
+    assert row.status is JobStatus.STOPPED and row.checkpoint_step == row.step and 0 < row.step < 400
+    assert row.message.startswith("stopped before its budget: spent $")
+    assert rig.nodes.attempts[-1].returncode == 0  # a clean stop, not a kill
+
+    result = rig.run(resume=True, limits=JobLimits(budget_usd=1.0))
+    assert result.recoveries[0].reason is RecoveryReason.USER_RESUME and result.restarts == 0
+    assert result.attempts[0].first_step == row.step and result.steps == 400 and result.lost_steps == 0
+    assert attempts_of(result)[-1][3] is Outcome.COMPLETED
