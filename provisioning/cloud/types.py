@@ -6,7 +6,7 @@ test can build any of them by hand and no boto3 dict leaks upwards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 
@@ -166,6 +166,16 @@ class CloudResources:
         """These resources and more fleets, with the instances they launched."""
         return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))),
                        instance_ids=tuple(dict.fromkeys((*self.instance_ids, *instance_ids))))  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> CloudResources:
+        """The resources from their flat JSON form (the state store's, the job handed to the head): a field
+        absent (a row of an older version) takes its default, one unknown is left out."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
     def subnet_in(self, zone: str, own_zone: str) -> str:
         """The subnet a node of `zone` launches in (the cluster's own in its zone); CloudError when `up`

@@ -373,21 +373,7 @@ def _event(db: sqlite3.Connection, cluster: str, kind: str, message: str) -> Non
 
 
 def _resources_json(resources: CloudResources) -> str:
-    return json.dumps(
-        {
-            "key_name": resources.key_name,
-            "security_group_id": resources.security_group_id,
-            "launch_template_id": resources.launch_template_id,
-            "fleet_ids": list(resources.fleet_ids),
-            "subnet_id": resources.subnet_id,
-            "instance_ids": list(resources.instance_ids),
-            "zone_subnets": list(resources.zone_subnets),
-            "controller_profile": resources.controller_profile,
-            "controller_role": resources.controller_role,
-            "controller_owned": resources.controller_owned,
-            "holders_role": resources.holders_role,
-        }
-    )
+    return json.dumps(resources.to_dict())
 
 
 def _cluster_row(row: sqlite3.Row) -> ClusterRow:
@@ -400,20 +386,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
         status=ClusterStatus(row["status"]),
         plan=plan_from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
-        resources=CloudResources(
-            key_name=res["key_name"],
-            security_group_id=res["security_group_id"],
-            launch_template_id=res["launch_template_id"],
-            fleet_ids=tuple(res["fleet_ids"]),
-            subnet_id=res.get("subnet_id", ""),
-            instance_ids=tuple(res.get("instance_ids", ())),  # absent in rows of older versions
-            zone_subnets=tuple(res.get("zone_subnets", ())),  # ... and here: no node is bought in another zone
-            # absent in rows of older versions: no controller profile
-            controller_profile=res.get("controller_profile", ""),
-            controller_role=res.get("controller_role", ""),
-            controller_owned=res.get("controller_owned", False),
-            holders_role=res.get("holders_role", ""),
-        ),
+        resources=CloudResources.from_dict(res),
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],

@@ -255,11 +255,8 @@ class Controller:
                          self.request.python, self.planned_trainers, self.env, batches)  # fmt: skip
 
     def _await_replacement(self, holders_lost: bool) -> None:
-        """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's
-        timer (its next try after a refusal), whichever comes first.
-
-        Checkpoints live on the holders (RAM and disk), so a new holder can only continue the job when
-        they were also uploaded to S3 (level l3): its DeepCheck then finds them there (_check_holders)."""
+        """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's timer
+        (its next try after a refusal). A new holder continues from S3 (l3) only: _check_holders."""
         self._check_holders()
         wait_s = self.market.wait_s()
         if not self.market.on_their_way() and wait_s is None:
@@ -389,14 +386,12 @@ class Controller:
             run.request_stop()
 
     def _check_holders(self) -> None:
-        """With no holder left the checkpoints are gone, unless they are in S3 (l3): then no new holder is
-        bought for a job that cannot continue."""
-        if not any(s.role in HOLDING for s in self.pool.usable()) and not can_continue_without_holders(
-                self.spec.checkpoint.levels):
-            raise TrainingFailed(
-                "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints "
-                f"live there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}"
-            )
+        """With no holder left the checkpoints are gone unless they are in S3 (l3): nothing is bought then."""
+        holders = any(s.role in HOLDING for s in self.pool.usable())
+        if not holders and not can_continue_without_holders(self.spec.checkpoint.levels):
+            raise TrainingFailed("no checkpoint holder (on-demand node) of the cluster is reachable, and the "
+                                 "checkpoints live there; the job's state is lost unless it had L3 (S3). "
+                                 f"Nodes: {self.pool.excluded()}")  # fmt: skip
 
     def _ask(self, run: AttemptRun | None) -> None:
         """Ask the recovery ladder (training.control.nodes carries its decisions out), and do what it leaves

@@ -14,7 +14,7 @@ metrics.json (training.shared.metrics.RunMetrics) are records of their own besid
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -66,18 +66,13 @@ class HeadJob:
         c = data["cluster"]
         cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
                                 "plan": plan_from_dict(c["plan"]),
-                                "resources": _resources(c["resources"])})  # fmt: skip
+                                "resources": CloudResources.from_dict(c["resources"])})  # fmt: skip
         nodes = tuple(
             NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
         )
         market = data.get("market")
         return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits")),
                       "market": None if market is None else MarketOffers.from_dict(market)})  # fmt: skip
-
-
-def _resources(data: dict[str, Any]) -> CloudResources:
-    known = {f.name for f in fields(CloudResources)}
-    return CloudResources(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
 
 class LogKind(str, Enum):
