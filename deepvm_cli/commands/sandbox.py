@@ -1,5 +1,5 @@
-"""`deepvm sandbox status|stop|realism`: see and stop the sandbox's control plane and hosts, and set how far
-its EC2 behaves like AWS (provisioning/sandbox/realism.py)."""
+"""`deepvm sandbox status|stop|realism|capacity`: see and stop the sandbox's control plane and hosts, set how
+far its EC2 behaves like AWS (provisioning/sandbox/realism.py), and what capacity its pools have."""
 
 from __future__ import annotations
 
@@ -76,6 +76,48 @@ def sandbox_realism(
     elif reset:
         control.set(SANDBOX)
     console.print_json(json.loads(control.settings().to_json()))
+
+
+@sandbox_app.command("capacity")
+def sandbox_capacity(
+    zone: str = typer.Option("*", "--zone", help="The pool's Availability Zone ('*': every zone)."),
+    instance_type: str = typer.Option("*", "--type", help="The pool's instance type ('*': every type)."),
+    market: str = typer.Option("*", "--market", help="spot, on-demand or '*' (both)."),
+    available: int | None = typer.Option(None, "--available", help="Instances the pool launches from now on; "
+                                         "CreateFleet gets what is left and Errors[] for the rest."),
+    for_s: float | None = typer.Option(None, "--for", help="Seconds the rule holds (default: until --clear)."),
+    code: str = typer.Option("InsufficientInstanceCapacity", "--code", help="The error code EC2 answers with."),
+    clear: bool = typer.Option(False, "--clear", help="Every pool has capacity without end again."),
+) -> None:
+    """Show (as JSON) or set the running sandbox's capacity schedule: `--available 0` empties a pool, as
+    AWS's are when Spot runs out; the newest rule decides for the pools it matches."""
+    import time
+    from dataclasses import asdict, replace
+
+    from provisioning.core.errors import CloudError, InputError
+    from provisioning.sandbox.control import running_sandbox
+    from provisioning.sandbox.realism import CAPACITY_CODES, CapacityRule, RealismControl
+
+    if clear and available is not None:
+        raise InputError("--clear and --available are alternatives: give one")
+    if available is None and (for_s is not None or (zone, instance_type, market) != ("*", "*", "*")):
+        raise InputError("--available N says what the pool may launch: give it with --zone, --type, --market, --for")
+    if code not in CAPACITY_CODES:
+        raise InputError(f"--code must be one of {', '.join(CAPACITY_CODES)}, not {code!r}")
+    if for_s is not None and not 0 < for_s <= 7 * 24 * 3600:
+        raise InputError(f"--for must be seconds from 1 to a week, not {for_s:g}")
+    ends_at = None if for_s is None else time.time() + for_s
+    rule = CapacityRule(zone, instance_type, market, available or 0, code, ends_at=ends_at)
+    if available is not None and (problem := rule.problem()) is not None:
+        raise InputError(f"--{problem}")
+    info = running_sandbox()
+    if info is None:
+        raise CloudError("the sandbox is not running (`deepvm up --cloud sandbox` starts it)")
+    control = RealismControl(info.endpoint)
+    if clear or available is not None:
+        settings = control.settings()
+        control.set(replace(settings, capacity=() if clear else (rule, *settings.capacity)))
+    console.print_json([asdict(r) for r in control.settings().capacity])
 
 
 def register(app: typer.Typer) -> None:

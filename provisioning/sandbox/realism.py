@@ -77,6 +77,8 @@ _ERROR_MESSAGES = {  # what EC2 says for each code, shortened from the error cod
     "create the service-linked role for EC2 Spot Instances.",
 }
 MARKETS = ("spot", "on-demand", "*")
+CAPACITY_CODES = ("InsufficientInstanceCapacity", "UnfulfillableCapacity", "MaxSpotInstanceCountExceeded",
+                  "VcpuLimitExceeded")  # what EC2 answers a pool it cannot fill  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,14 @@ class CapacityRule:
             and (self.starts_at is None or now >= self.starts_at)
             and (self.ends_at is None or now < self.ends_at)
         )
+
+    def problem(self) -> str | None:
+        """What is wrong with the rule as a user may write it (None: nothing)."""
+        if self.market not in MARKETS:
+            return f"market must be one of {', '.join(MARKETS)}, not {self.market!r}"
+        if isinstance(self.available, bool) or not isinstance(self.available, int) or self.available < 0:
+            return f"available must be a count >= 0, not {self.available!r}"
+        return None
 
     def error_message(self, zone: str, instance_type: str) -> str:
         text = self.message or _ERROR_MESSAGES.get(self.error_code, self.error_code)
@@ -139,8 +149,8 @@ class Realism:
                 raise ValueError(f"capacity[{index}] must be an object")
             _check_keys(raw, CapacityRule, f"capacity[{index}]")
             rule = CapacityRule(**raw)
-            if rule.market not in MARKETS or not isinstance(rule.available, int) or rule.available < 0:
-                raise ValueError(f"capacity[{index}]: market must be one of {MARKETS}, available a count >= 0")
+            if (problem := rule.problem()) is not None:
+                raise ValueError(f"capacity[{index}]: {problem}")
             rules.append(rule)
         parameters = data.pop("public_parameters", dict(DLAMI_PARAMETERS))
         if not isinstance(parameters, dict) or not all(isinstance(v, str) for v in [*parameters, *parameters.values()]):

@@ -21,6 +21,7 @@ from provisioning.sandbox.control import SandboxInfo, save_info
 from provisioning.sandbox.realism import (
     CONTROL_PATH,
     SANDBOX,
+    SANDBOX_IMAGE,
     SPOT_TERMINATION,
     CapacityRule,
     Realism,
@@ -111,3 +112,34 @@ def test_the_cli_shows_and_changes_a_running_sandboxs_realism(moto, tmp_path, ca
         f"deepvm: error: {settings}: listing_lag_s must be a number of seconds from 0 to 60, not 'soon'")
     assert main(["sandbox", "realism", "--reset"]) == 0
     assert json.loads(capsys.readouterr().out)["listing_lag_s"] == SANDBOX.listing_lag_s
+
+
+def test_sandbox_capacity_empties_a_pool_for_a_while_and_clear_gives_it_back(moto, ctx, tmp_path, capsys):
+    """`deepvm sandbox capacity`: the newest rule decides, so that emptying g4dn.xlarge Spot in us-east-1a
+    refuses `up` there as AWS does (InsufficientInstanceCapacity in Errors[]), while on-demand still launches;
+    bad input is one line and exit 2; --clear restores capacity without end."""
+    save_info(SandboxInfo(moto_pid=os.getpid(), moto_port=int(moto.rsplit(":", 1)[1])))
+    assert main(["sandbox", "capacity", "--market", "spot", "--available", "5"]) == 0
+    capsys.readouterr()
+    assert main(["sandbox", "capacity", "--zone", "us-east-1a", "--type", "g4dn.xlarge", "--market", "spot",
+                 "--available", "0", "--for", "600"]) == 0  # fmt: skip
+    shown = json.loads(capsys.readouterr().out)  # the schedule in force, newest rule first
+    assert [(r["zone"], r["instance_type"], r["market"], r["available"]) for r in shown] == [
+        ("us-east-1a", "g4dn.xlarge", "spot", 0), ("*", "*", "spot", 5)]
+    rules = RealismControl(moto).settings().capacity
+    assert [r.zone for r in rules] == ["us-east-1a", "*"]
+    assert rules[0].ends_at is not None and 590 < rules[0].ends_at - time.time() <= 600
+    view = up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=SANDBOX_IMAGE,
+                                     wait_ssh=False, on_shortage=ShortagePolicy.ACCEPT))  # fmt: skip
+    (short,) = view.shortfalls
+    assert (short.got, short.wanted, short.reasons[0].split(":")[0]) == (0, 2, "InsufficientInstanceCapacity")
+    for bad, says in ((["--market", "spott", "--available", "0"], "--market must be one of spot, on-demand, *"),
+                      (["--available", "-1"], "--available must be a count >= 0, not -1"),
+                      (["--type", "g5.xlarge"], "--available N says what the pool may launch"),
+                      (["--available", "0", "--for", "0"], "--for must be seconds from 1 to a week, not 0"),
+                      (["--clear", "--available", "1"], "--clear and --available are alternatives")):
+        assert main(["sandbox", "capacity", *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert main(["sandbox", "capacity", "--clear"]) == 0
+    assert json.loads(capsys.readouterr().out) == [] and RealismControl(moto).settings().capacity == ()
