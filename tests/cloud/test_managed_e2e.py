@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,8 @@ def cluster(tmp_path_factory):
     """(env, job directory); the cluster is deleted afterwards and nothing of it may run."""
     root = tmp_path_factory.mktemp("managed-e2e")
     env = {"DEEPVM_HOME": str(root / "home"), "AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": CANARY}
-    (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
+    plan = make_tiering_plan()  # planned under a cap with room for a repair of another type (the ladder's)
+    (root / "plan.json").write_text(json.dumps(replace(plan, price_cap=plan.price_per_hour + 1.0).to_dict()))
     jobs = root / "jobs"
     jobs.mkdir()
     up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--yes",
@@ -421,10 +423,44 @@ def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothi
     log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
     assert state["status"] == "completed" and state["step"] == REBALANCE_STEPS and state["lost_steps"] == 0, state
     assert "rebalance recommendation on " in log and "attempt 2" not in log  # one launch: nothing stopped it
-    assert "requesting" not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
+    assert "buying " not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
     status = json.loads(cli(env, "status", "mg", "--json").stdout)
     running = [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
     assert node in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), status
+
+
+@pytest.mark.timeout(600)
+def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_status_adopts(cluster):
+    """The plan's pool (g4dn.xlarge Spot in its zone) emptied with `deepvm sandbox capacity`: after a notice the
+    head's ladder buys like the plan, meets EC2's InsufficientInstanceCapacity, and repairs with another Spot
+    type within the plan's cap; that node trains, the job completes with no step lost, and the user's side
+    knows the node as the trainer it was bought for (its tags), though the plan has no group of its type."""
+    env, jobs = cluster
+    zone = make_tiering_plan().availability_zone
+    cli(env, "sandbox", "capacity", "--zone", zone, "--type", "g4dn.xlarge", "--market", "spot", "--available", "0")
+    try:
+        job = write_job(jobs, 300, "repair", paced=True)
+        cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+        job_id = newest_job(env)
+        wait_for(env, job_id, 3)
+        cli(env, "interrupt", spot_trainer(env), "--after", "10")
+        deadline = time.monotonic() + 300
+        while not re.search(r"^replacement i-[0-9a-f]+ ready", log := cli(env, "logs", job_id).stdout, re.MULTILINE):
+            assert time.monotonic() < deadline and "job failed" not in log, log[-3000:]
+            time.sleep(2)
+        release_the_pace(env, "repair")
+        assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    finally:
+        cli(env, "sandbox", "capacity", "--clear")
+    log = cli(env, "logs", job_id).stdout
+    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    repair = re.search(r"^ladder: repair: .* repairing with 1 (\S+) at ", log, re.MULTILINE)
+    assert repair and repair[1] != "g4dn.xlarge", log[-3000:]
+    state = job_state(env, job_id)
+    assert state["status"] == "completed" and state["lost_steps"] == 0, state
+    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+    (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
+    assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
 
 
 def test_zz_down_leaves_nothing_running(cluster):
