@@ -42,6 +42,7 @@ class Rig:
     # the trainers there are; the clock has run `elapsed_s` over the steps the controller has seen
     work_s_per_step: float = 0.6
     elapsed_s: float = 0.0
+    hook: Callable[[str], None] | None = None  # called with every note the job says (after it is kept)
 
     def __post_init__(self) -> None:
         self.cluster = FakeCluster(self.tmp, self.plan)
@@ -72,7 +73,12 @@ class Rig:
             self.steps.append(p.step)
             self.elapsed_s += self.work_s_per_step / max(p.world_size, 1)
 
-        return JobReporter(note=self.notes.append, progress=progress)
+        return JobReporter(note=self._note, progress=progress)
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        if self.hook is not None:
+            self.hook(text)
 
     def build(self, clock: str | None = None, **asked: object) -> Controller:
         """The controller for the request with `asked` changed. `clock` sets the recovery ladder's clock (and
@@ -110,16 +116,10 @@ class Rig:
         while text not in self.notes and time.monotonic() < deadline:
             time.sleep(0.002)
 
-    def open_gate_on(self, prefix: str) -> Callable[[str], None]:
-        """A note taker that lets the purchases through once the controller says a note starting `prefix`
-        (a purchase completes only once the controller waits for it)."""
-
-        def note(text: str) -> None:
-            self.notes.append(text)
-            if text.startswith(prefix):
-                self.buyer.gate.set()
-
-        return note
+    def open_gate_on(self, prefix: str) -> None:
+        """Let the purchases through once the controller says a note starting `prefix` (a purchase completes
+        only once the controller waits for it)."""
+        self.hook = lambda text: self.buyer.gate.set() if text.startswith(prefix) else None
 
     def wait_ready(self, instance_id_prefix: str) -> None:
         """Until the controller's pool has a ready node bought for the job (an id it did not start with)."""

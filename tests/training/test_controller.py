@@ -155,9 +155,8 @@ def test_losing_the_only_holder_without_l3_fails_and_says_the_checkpoints_are_lo
 def test_losing_the_only_holder_with_l3_waits_for_a_new_holder_and_resumes_from_s3(rig):
     rig.with_l3().world.faults = [Die(1, 12, nodes=(H0,))]
     rig.buyer.gate.clear()
-    controller = rig.build()
-    controller.report = replace(controller.report, note=rig.open_gate_on("no checkpoint holder left"))
-    result = controller.run()
+    rig.open_gate_on("no checkpoint holder left")
+    result = rig.run()
     assert rig.buyer.bought == [(Role.HOLDER, 1)]
     assert "no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)" in rig.notes
     lost = result.recoveries[0]
@@ -297,8 +296,7 @@ def test_a_job_that_hangs_before_its_first_step_is_stopped_after_its_startup_gra
 def test_no_trainer_left_waits_for_the_replacement_spot_nodes(rig):
     rig.buyer.gate.clear()
     rig.world.faults = [Die(1, 9, nodes=(T0, T1, T2))]
-    controller = rig.build()
-    controller.report = replace(controller.report, note=rig.open_gate_on("no trainer left"))
-    result = controller.run()
+    rig.open_gate_on("no trainer left")
+    result = rig.run()
     assert "no trainer left: waiting for the replacement node" in rig.notes
     assert rig.buyer.bought == [(Role.TRAINER, 3)] and attempts_of(result)[1][:2] == (3, 5)

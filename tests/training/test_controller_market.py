@@ -87,13 +87,11 @@ def test_with_no_trainer_left_the_job_waits_for_the_pools_backoff_and_trains_onc
     rig.world.faults = [Die(1, 9, nodes=("i-t0000000", "i-t0000001", "i-t0000002"))]
 
     def note(text: str) -> None:
-        rig.notes.append(text)
         if text.startswith("no trainer left"):
             rig.buyer.capacity.pop(SPOT_GONE, None)  # capacity returns while the job waits
 
-    controller = rig.build("fast")
-    controller.report = replace(controller.report, note=note)
-    result = controller.run()
+    rig.hook = note
+    result = rig.run("fast")
     assert rig.notes.count("no trainer left: waiting for the replacement node") == 1
     assert _spot_orders(rig)[0] == ("g4dn.xlarge", 3)  # like the plan first
     by_pool: dict[tuple[str, Market], list[float]] = {}
@@ -120,13 +118,11 @@ def test_a_tight_deadline_buys_on_demand_stand_ins_and_gives_them_back_once_spot
     rig.world.faults = [NoticeOn(1, 6, node=T1)]
 
     def note(text: str) -> None:
-        rig.notes.append(text)
         if text.startswith("replacement ") and text.endswith("ready: folding it in"):
             rig.buyer.capacity.pop(SPOT_GONE, None)  # Spot returns once the stand-ins train
 
-    controller = rig.build("steps", limits=JobLimits(deadline_hours=820 / 3600, fallback_max_price=2.2))
-    controller.report = replace(controller.report, note=note)
-    result = controller.run()
+    rig.hook = note
+    result = rig.run("steps", limits=JobLimits(deadline_hours=820 / 3600, fallback_max_price=2.2))
 
     on_demand = [o for o in rig.buyer.orders if o.group.market is Market.ON_DEMAND]
     (fallback,) = _said(rig, "on-demand-fallback")

@@ -9,10 +9,9 @@ parts each keep one thing: the node pool (training.control.nodepool) every node'
 The loop, each phase on the controller's thread (threads only post: see session and replacements):
 
 1) next launch: the pool is synced with the cluster's running nodes; nodes that may have changed since
-   they last answered are checked (a probe and their notices), new ones prepared, the lost retired; the
-   recovery ladder is asked what to buy (training.control.nodes carries it out); with no holder or no
-   trainer usable, the job waits for a node on its way or the ladder's next try (its backoff, never a
-   tight loop). Roles come from the plan: holders keep checkpoints, trainers train.
+   they last answered are checked (a probe, their notices), new ones prepared, the lost retired; the ladder
+   is asked what to buy; with no holder or no trainer usable, the job waits for a node on its way or the
+   ladder's next try (never a tight loop). Roles come from the plan: holders keep checkpoints, trainers train.
 2) the attempt: the session runs it, and the controller listens: progress and checkpoints from trainer
    0 (saved to the jobs table), notices from any spot node's watcher (an interruption notice: the node
    leaves the pool; a rebalance recommendation: it trains on), nodes ready (folded in: the attempt is asked
@@ -52,7 +51,6 @@ from training.control.attempts import (
     CancelMode,
     Decision,
     Failures,
-    can_continue_without_holders,
     decide,
     fold_in_now,
     progressed,
@@ -138,7 +136,6 @@ class Controller:
         self.job = self._begin()
         self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at)
         self.budget_stop: str | None = None  # the ladder's STOP, once asked of a running attempt
-        self._waiting = ""  # what the job waits for between attempts, as last said
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
@@ -258,23 +255,17 @@ class Controller:
         """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's timer
         (its next try after a refusal). A new holder continues from S3 (l3) only: _check_holders."""
         self._check_holders()
-        wait_s = self.market.wait_s()
-        if not self.market.on_their_way() and wait_s is None:
-            why = self.nodes.last.reason.text if self.nodes.last and self.request.replace_nodes else "--no-replace"
-            what = "checkpoint holder" if holders_lost else "trainer"
-            raise TrainingFailed(f"no {what} node is left and none is on its way: {why}")
-        text = ("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
-                if holders_lost else "no trainer left: waiting for the replacement node")  # fmt: skip
-        if text != self._waiting:  # once per wait, not once per try of the ladder
-            self.report.note(text)
-            self._waiting = text
-        item = self.session.wait_for_post(timeout_s=wait_s)
-        if item is not None:
+        if (why := self.nodes.nothing_coming()) is not None:
+            raise TrainingFailed(f"no {'checkpoint holder' if holders_lost else 'trainer'} node is left and none "
+                                 f"is on its way: {why}")  # fmt: skip
+        self.nodes.waiting("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
+                           if holders_lost else "no trainer left: waiting for the replacement node")  # fmt: skip
+        if (item := self.session.wait_for_post(timeout_s=self.market.wait_s())) is not None:
             self.on_post(item, None)
 
     # --- 2) listening to the attempt (AttemptListener) ----------------------------------------------------
     def on_launch(self, run: AttemptRun) -> None:
-        self._waiting = ""
+        self.nodes.waiting(None)
         launch = run.launch
         self.pool.launched((n.instance_id for n in launch.nodes), run.mpirun.started_at)
         self.recovery.launched(run.mpirun.started_at)
@@ -387,16 +378,12 @@ class Controller:
 
     def _check_holders(self) -> None:
         """With no holder left the checkpoints are gone unless they are in S3 (l3): nothing is bought then."""
-        holders = any(s.role in HOLDING for s in self.pool.usable())
-        if not holders and not can_continue_without_holders(self.spec.checkpoint.levels):
-            raise TrainingFailed("no checkpoint holder (on-demand node) of the cluster is reachable, and the "
-                                 "checkpoints live there; the job's state is lost unless it had L3 (S3). "
-                                 f"Nodes: {self.pool.excluded()}")  # fmt: skip
+        if (lost := self.nodes.checkpoints_lost(self.spec.checkpoint.levels)) is not None:
+            raise TrainingFailed(lost)
 
     def _ask(self, run: AttemptRun | None) -> None:
-        """Ask the recovery ladder (training.control.nodes carries its decisions out), and do what it leaves
-        here: the budget's stop (the running attempt checkpoints and leaves; between attempts the job stops
-        now), a relaunch without the nodes it gave up."""
+        """Ask the recovery ladder (training.control.nodes acts) and do what it leaves here: the budget's stop
+        (a running attempt checkpoints and leaves, else the job stops now), a relaunch without nodes let go."""
         step: LadderStep = self.nodes.act(ask=True)
         if run is None or not run.mpirun.running:
             if step.stop is not None:
@@ -414,10 +401,9 @@ class Controller:
         self.nodes.release_stand_ins()
         row = self.job.row
         self.job.ended(JobStatus.STOPPED, f"stopped before its budget: {why}")
-        return BudgetReached(
-            f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}) before the budget: {why}; "
-            f"`deepvm train {self.request.job_path} --cluster {self.cluster.name} --controller local --resume "
-            "--budget USD` with more continues")  # fmt: skip
+        return BudgetReached(f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}) before the "
+                             f"budget: {why}; `deepvm train {self.request.job_path} --cluster {self.cluster.name} "
+                             "--controller local --resume --budget USD` with more continues")  # fmt: skip
 
     def _check_cancel(self, run: AttemptRun | None) -> None:
         """`deepvm cancel` leaves a file: stop as on Ctrl-C (checkpoint, then leave), or at once with "now"."""
@@ -452,8 +438,7 @@ class Controller:
                            else None)  # fmt: skip
         metrics = RunMetrics.read(out)
         self.nodes.replacements.wait(timeout_s=300)
-        self.nodes.release_stand_ins()  # bought for this job's deadline: they go with it
-        self.nodes.act()  # nothing the job drained or lost is left billing
+        self.nodes.release_stand_ins()  # they go with the job, and nothing it drained or lost is left billing
         self.job.completed(metrics, out)
         self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}")
         return train_result(self.job.row, self.cluster.name, metrics, self.attempts, self.recovery.closed,

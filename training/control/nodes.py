@@ -15,7 +15,7 @@ and this module ask of the cluster: provisioning's Cluster is one, a test's fake
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,9 +27,10 @@ from provisioning.core.errors import DeepvmError
 from provisioning.ladder.decision import Decision, Retire, Rung
 from provisioning.ladder.ladder import decide
 from provisioning.planner.plan import Plan
+from training.control.attempts import can_continue_without_holders
 from training.control.jobrecord import JobState
 from training.control.market import LiveMarket
-from training.control.nodepool import NodePool, NodeStatus
+from training.control.nodepool import HOLDING, NodePool, NodeStatus
 from training.control.replacements import NodeBuyer, Note, ReplacementBought, ReplacementReady, Replacements
 from training.control.session import AttemptSession, NodeCheck
 from training.control.staging import NodeState
@@ -94,6 +95,7 @@ class ClusterNodes:
         self.market, self._job, self._ladder_said, self.replace_nodes = market, job, said, replace_nodes
         self.replacements = Replacements(buyer, self._stage_replacement, session.post)
         self.last: Decision | None = None  # the newest decision said
+        self._waiting: str | None = None  # what the job waits for between attempts, as last said
 
     def ready_for_launch(self) -> None:
         """Sync with the cluster; check the nodes that have not answered since the last attempt ended (one
@@ -198,6 +200,26 @@ class ClusterNodes:
             self._retire(retire.instance_ids, retire.why)
             self.pool.retired(retire.instance_ids)
         return LadderStep(None, tuple(i for i in let_go if i in self.pool.running))
+
+    def nothing_coming(self) -> str | None:
+        """Why no node can come (nothing on its way and no next try of the ladder), or None: one can."""
+        if self.market.on_their_way() or self.market.wait_s() is not None:
+            return None
+        return self.last.reason.text if self.last is not None and self.replace_nodes else "--no-replace"
+
+    def waiting(self, text: str | None) -> None:
+        """Say what the job waits for between attempts, once per wait (not once per try of the ladder);
+        None: the wait is over."""
+        if text is not None and text != self._waiting:
+            self.report.note(text)
+        self._waiting = text
+
+    def checkpoints_lost(self, levels: Collection[str]) -> str | None:
+        """Why the job's checkpoints are gone (no holder is usable, and they were not in S3), or None."""
+        if any(s.role in HOLDING for s in self.pool.usable()) or can_continue_without_holders(levels):
+            return None
+        return ("no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints live "
+                f"there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}")
 
     def release_stand_ins(self) -> None:
         """Give up every stand-in that no attempt runs on (they were bought for the job's deadline; the job is
