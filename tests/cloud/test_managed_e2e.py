@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,19 @@ def wait_for(env: dict[str, str], job_id: str, step: int, timeout_s: float = 240
 
 def newest_job(env: dict[str, str]) -> str:
     return json.loads(cli(env, "jobs", "mg", "--json").stdout)[0]["job_id"]
+
+
+@contextlib.contextmanager
+def detached(env: dict[str, str], job: Path) -> Iterator[str]:
+    """`deepvm train JOB --detach` on the module's cluster; the job's id. A scenario that fails leaves its
+    job cancelled (`--now`), so the next one finds the cluster free, as the README asks of every scenario."""
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    job_id = newest_job(env)
+    try:
+        yield job_id
+    except BaseException:
+        run_cli("cancel", job_id, "--now", env=env, timeout=120)
+        raise
 
 
 def spot_trainer(env: dict[str, str]) -> str:
@@ -370,9 +384,11 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
     env, jobs = cluster
     steps = 300  # at PACE_S a step, it trains until the test releases it
-    job = write_job(jobs, steps, "watch", paced=True)
-    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
-    job_id = newest_job(env)
+    with detached(env, write_job(jobs, steps, "watch", paced=True)) as job_id:
+        watch_through_a_notice(env, job_id, steps)
+
+
+def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None:
     wait_for(env, job_id, 3)
     terminal = Terminal(env, "watch", job_id, "--every", "1")
     terminal.wait_for("loss ", 60)
@@ -386,8 +402,10 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     while any("training.head.query" in line for line in node_processes(env).values()):
         assert time.monotonic() < deadline, "the head's side of the watch outlived it"
         time.sleep(0.2)
-    lines = [line for line in terminal.screen.replace("\r", "").split("\n") if line.strip()]
-    assert all(len(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line)) <= 80 for line in lines[-24:])
+    # each line as drawn: rich's Live returns to the start of a line (\r) before it redraws the frame over it
+    lines = [line for line in re.split(r"[\r\n]", terminal.screen) if line.strip()]
+    drawn = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line) for line in lines[-24:]]
+    assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
 
     release_the_pace(env, "watch")
     assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
@@ -406,9 +424,11 @@ def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothi
     node running (billing) until `down`. Now the node trains on and its trainers checkpoint early
     (training/control/attempts.py says why), nothing is lost, and the cluster runs no more than its plan."""
     env, jobs = cluster
-    job = write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)
-    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
-    job_id = newest_job(env)
+    with detached(env, write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)) as job_id:
+        recommend_a_rebalance(env, job_id)
+
+
+def recommend_a_rebalance(env: dict[str, str], job_id: str) -> None:
     assert wait_for(env, job_id, 2)["status"] == "running"
     node = spot_trainer(env)
     cli(env, "interrupt", node, "--rebalance-only")
