@@ -471,7 +471,8 @@ ROWS += [
     Row("config-cluster-number", config_then("cluster: 7\n", "train", str(REPO / "configs" / "resnet.yaml")),
         f"{CONFIG}: cluster: must be a cluster name, got 7"),
     Row("config-list", config_then("- region\n", *PLAN_OFFLINE),
-        f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster), not a list"),
+        f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster, down_when_done, notify_secret), "
+        "not a list"),
     Row("config-twice", config_then("region: us-east-1\nregion: us-west-2\n", *PLAN_OFFLINE),
         f"{CONFIG}:2: region: given twice (first at line 1)"),
     Row("config-yaml", config_then("max_price: [3\n", *PLAN_OFFLINE), f"{CONFIG}:2: invalid YAML"),
