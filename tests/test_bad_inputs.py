@@ -482,6 +482,27 @@ ROWS += [
     Row("config-set-unknown", argv("config", "set", "price", "3"), "price: unknown key"),
 ]
 
+# the money guard (issue 25): refused before any cluster is looked up
+RESNET = str(REPO / "configs" / "resnet.yaml")
+ROWS += [
+    Row("guard-notify-ftp", argv("train", RESNET, "--notify", "ftp://example.com/hook"),
+        "--notify must be an http:// or https:// URL with a host, got 'ftp://example.com/hook'"),
+    Row("guard-notify-no-host", argv("train", RESNET, "--notify", "http:///hook"), "--notify must be an http://"),
+    Row("guard-notify-no-secret", argv("train", RESNET, "--notify", "https://example.com/hook"),
+        "--notify signs what it posts with notify_secret from the config file, which sets none"),
+    Row("guard-notify-both", argv("train", RESNET, "--notify", "https://example.com/h", "--notify-cmd", "true"),
+        "give --notify URL or --notify-cmd COMMAND, not both"),
+    Row("guard-local-controller", argv("train", RESNET, "--controller", "local", "--idle", "30"),
+        "--down-when-done, --idle, --max-duration and --notify are kept by the job's controller on the cluster's "
+        "head, which --controller local does not run"),
+    Row("guard-config-secret-short", config_then("notify_secret: short\n", "train", RESNET),
+        f"{CONFIG}: notify_secret: must be a string of 16 to 256 printable characters"),
+    Row("guard-config-down-text", config_then("down_when_done: maybe\n", "train", RESNET),
+        f"{CONFIG}: down_when_done: "),
+    Row("guard-config-set-down", argv("config", "set", "down_when_done", "maybe"),
+        "down_when_done must be true or false, got 'maybe'"),
+]
+
 # an unusable home: every command that keeps state says which directory and what to do
 
 HOME_COMMANDS: list[tuple[str, list[str]]] = [
