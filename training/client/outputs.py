@@ -63,15 +63,20 @@ def job_outputs(row: JobRow) -> OutputsPlace:
     """Where the job's outputs and log are now (see the module docstring)."""
     cluster = Cluster.find(row.cluster)
     up = cluster is not None and cluster.is_up
-    url = "/".join(job_key(row.outputs_url, row.job_id, "")) if row.outputs_url else ""
     if up and not (row.down_when_done and row.status.final):
         return OutputsPlace(Where.HEAD, row)
-    if url:
-        return OutputsPlace(Where.S3, row, f"s3://{url}/")
+    if row.outputs_url:
+        return in_s3(row)
     if up:
         return OutputsPlace(Where.HEAD, row)
     return OutputsPlace(Where.NOWHERE, row, why=f"cluster {row.cluster} is down and the job's outputs were not "
                         "copied to S3 (`train --down-when-done` or `--max-duration` copies them)")  # fmt: skip
+
+
+def in_s3(row: JobRow) -> OutputsPlace:
+    """Where the head copies the job's files at its end (its outputs URL: the row must have one), whether or not
+    they are there yet."""
+    return OutputsPlace(Where.S3, row, "s3://" + "/".join(job_key(row.outputs_url, row.job_id, "")) + "/")
 
 
 def _context(place: OutputsPlace) -> AwsContext:
@@ -177,8 +182,8 @@ def find_resumed(name: str) -> Resumed:
         raise InputError(f"nothing to resume: no job named {name!r} was submitted from this machine with its outputs "
                          "copied to S3 (`--max-duration` or `--down-when-done`), or it completed or was cancelled; "
                          "`--controller local --resume` continues a local run on its cluster")  # fmt: skip
-    place = job_outputs(row)
-    summary = s3_summary(place) if place.where is Where.S3 else None
+    place = in_s3(row)  # a job stopped at its time limit on a cluster still up has its checkpoint there too
+    summary = s3_summary(place)
     if summary is None or summary.status not in (JobStatus.STOPPED, JobStatus.FAILED):
         state = "still running" if summary is None else str(summary.status)
         raise InputError(f"job {row.job_id} is {state}: only a job that stopped or failed is resumed from S3 "
