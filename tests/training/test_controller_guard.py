@@ -14,22 +14,12 @@ import pytest
 
 from tests.training.scripted_cluster import Call, Die, NoticeOn
 from tests.training.test_controller import T0, T1, T2, Rig
+from tests.training.test_jobclock import Clocks
 from training.control.controller import TrainingCancelled, TrainingFailed
 from training.control.jobclock import JobClock, JobLimited, JobTimers, LimitKind
 from training.shared.jobstore import JobStatus
 
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clocks:
-    """The controller's wall and monotonic clocks for its limits, moved by the test."""
-
-    def __init__(self) -> None:
-        self.wall, self.mono = 2_000_000.0, 100.0
-
-    def jump(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
 
 
 @pytest.fixture
@@ -72,7 +62,7 @@ def _note_hook(rig: Rig, when: str, action) -> None:
 
 def test_idle_ends_a_job_that_stops_stepping_as_failed_at_once_keeping_its_checkpoint(rig):
     clocks = Clocks()
-    rig.world.faults = [Call(1, 9, action=lambda: after_step(rig, 9, lambda: clocks.jump(601)), hold=True)]
+    rig.world.faults = [Call(1, 9, action=lambda: after_step(rig, 9, lambda: clocks.advance(601)), hold=True)]
     controller = _guarded(rig, clocks, idle_s=600)
     with pytest.raises(JobLimited, match=r"^no step was trained for 10 min \(--idle\)$") as raised:
         controller.run()
@@ -84,7 +74,7 @@ def test_idle_ends_a_job_that_stops_stepping_as_failed_at_once_keeping_its_check
 
 def test_max_duration_stops_the_job_after_a_checkpoint_of_its_step_resumable(rig):
     clocks = Clocks()
-    rig.world.faults = [Call(1, 8, action=lambda: clocks.jump(3601), hold=True)]
+    rig.world.faults = [Call(1, 8, action=lambda: clocks.advance(3601), hold=True)]
     controller = _guarded(rig, clocks, max_duration_s=3600)
     with pytest.raises(JobLimited, match=r"stopped at its time limit \(--max-duration 1 h\)"):
         controller.run()
@@ -98,7 +88,7 @@ def test_waiting_for_trainers_nobody_can_buy_ends_the_job_at_idle_and_the_late_p
     rig.buyer.gate.clear()  # the replacements do not come
     rig.world.faults = [Die(1, 9, nodes=(T0, T1, T2))]
     controller = _guarded(rig, clocks, idle_s=600)
-    _note_hook(rig, "no trainer left", lambda: clocks.jump(601))
+    _note_hook(rig, "no trainer left", lambda: clocks.advance(601))
     _note_hook(rig, "waiting for the replacements being bought", rig.buyer.gate.set)  # it comes after all
     with pytest.raises(JobLimited, match=r"^no trainer could be bought within the plan's cap, budget and deadline"):
         controller.run()

@@ -8,6 +8,8 @@ from training.shared.jobstore import JobStatus
 
 
 class Clocks:
+    """A wall and a monotonic clock that only the test moves (both at once)."""
+
     def __init__(self) -> None:
         self.wall, self.mono = 1_000_000.0, 50.0
 
