@@ -500,7 +500,7 @@ ROWS += [
     Row("guard-config-down-text", config_then("down_when_done: maybe\n", "train", RESNET),
         f"{CONFIG}: down_when_done: "),
     Row("guard-config-set-down", argv("config", "set", "down_when_done", "maybe"),
-        "down_when_done must be true or false, got 'maybe'"),
+        "{d}/deepvm-home/config.yaml: down_when_done: must be true or false, got 'maybe'"),
 ]
 
 # an unusable home: every command that keeps state says which directory and what to do

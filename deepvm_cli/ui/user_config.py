@@ -173,7 +173,7 @@ def set_value(key: str, text: str) -> UserConfig:
             raise InputError(f"max_price must be a number (USD per hour), got {text!r}") from None
     if key == "down_when_done":
         if text.lower() not in ("true", "false"):
-            raise InputError(f"down_when_done must be true or false, got {text!r}")
+            raise InputError(f"{path}: down_when_done: must be true or false, got {text!r}")
         value = text.lower() == "true"
     kept = {} if isinstance(written, InputError) else written
     return _write(path, {**kept, key: value}, written if isinstance(written, InputError) else None)
