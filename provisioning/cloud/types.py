@@ -6,9 +6,10 @@ test can build any of them by hand and no boto3 dict leaks upwards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
@@ -158,6 +159,21 @@ class CloudResources:
     controller_role: str = ""
     controller_owned: bool = False
     holders_role: str = ""
+    # issue 25's money guard: the bucket deepvm made for the cluster's outputs ("" none), and whether its head
+    # may take it down (autodown: the next command on the user's side then finishes the teardown)
+    outputs_bucket: str = ""
+    head_takes_down: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the state store and job.json keep it: flat JSON."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CloudResources:
+        """As to_dict wrote it, or an older deepvm did (a field it lacks keeps its default, one it does not
+        know is left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
     def with_fleets(self, fleet_ids: list[str], instance_ids: tuple[str, ...] = ()) -> CloudResources:
         """These resources and more fleets, with the instances they launched."""
@@ -209,6 +225,11 @@ class NodeRecord:
     def address(self) -> str | None:
         """Where deepvm reaches it: the public address when there is one, else the private one."""
         return self.public_ip or self.private_ip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeRecord:
+        """As dataclasses.asdict wrote it (job.json, the head's record of a cluster's end)."""
+        return cls(**{**data, "market": Market(data["market"]), "role": Role(data["role"])})
 
 
 @dataclass(frozen=True)

@@ -129,10 +129,11 @@ def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
                    "0,0.1,'/out','python3','done')")  # fmt: skip
     (job,) = JobStore(path).all()
     assert job.job_id == "j1" and job.controller == "local"
+    assert (job.outputs_url, job.down_when_done) == ("", False)  # the money guard's columns, with their defaults
     Store(path).put_cluster(_any_row())  # the cluster tables are added beside
     with sqlite3.connect(path) as db:
         versions = dict(db.execute("SELECT name, version FROM schema_versions"))
-    assert versions == {"jobs": 1, "clusters": 4}
+    assert versions == {"jobs": 2, "clusters": 4}
 
 
 def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):

@@ -447,6 +447,33 @@ def recommend_a_rebalance(env: dict[str, str], job_id: str) -> None:
     assert node in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), status
 
 
+@pytest.mark.timeout(420)
+def test_a_job_that_does_not_step_ends_at_idle_with_its_summary_and_the_hook_told(cluster):
+    """--idle on the head (issue 25): a job whose script never steps (paced far beyond the limit, its release
+    file never made) ends as failed after --idle; its supervisor's end writes the run's summary, the --notify-cmd
+    hook on the head hears the failure, and the job's log says once what the cluster still bills."""
+    env, jobs = cluster
+    path = write_job(jobs, 40, "idle", paced=True)
+    path.write_text(path.read_text().replace(f'["{PACE_S}",', '["600",'))  # never released (idle.release)
+    hook = "deepvm-hook.jsonl"  # in the login user's home on the head
+    cli(env, "train", str(path), "--cluster", "mg", "--detach", "--idle", "0.3",
+        "--notify-cmd", f'{{ cat; echo; }} >> "$HOME/{hook}"', "--json")  # fmt: skip
+    job_id = newest_job(env)
+    state = wait_for(env, job_id, step=10**9, timeout_s=240)  # until it is over
+    assert state["status"] == "failed" and state["message"].endswith("(--idle)"), state
+    deadline = time.monotonic() + 60  # the supervisor's end runs once the controller has exited
+    while "failure" not in (sent := run_on_head(env, f'cat "$HOME/{hook}" 2>/dev/null || true')):
+        assert time.monotonic() < deadline, sent
+        time.sleep(2)
+    events = [json.loads(line) for line in sent.splitlines() if line.strip()]
+    assert [e["event"] for e in events] == ["failure"] and events[0]["job_id"] == job_id
+    assert events[0]["summary"]["status"] == "failed"
+    summary = json.loads(cli(env, "status", job_id, "--json").stdout)
+    assert (summary["status"], summary["cluster_down"]) == ("failed", "") and summary["billing_usd_per_hour"] > 0
+    log = cli(env, "logs", job_id).stdout
+    assert log.count("still bills") == 1, log[-2000:]
+
+
 def test_zz_down_leaves_nothing_running(cluster):
     env, _ = cluster
     cli(env, "down", "mg", "--yes", timeout=300)

@@ -57,6 +57,7 @@ from training.control.attempts import (
     fold_in_now,
     progressed,
 )
+from training.control.jobclock import JobClock, JobLimited, LimitKind, LimitReached
 from training.control.jobrecord import JobRecord, TrainRequest, choose_job, fresh_row, train_result
 from training.control.launcher import Launch, Node, cluster_node, split_batch
 from training.control.nodepool import HOLDING, TRAINING, NodePool, Slot
@@ -74,6 +75,7 @@ from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
+from training.control.winddown import drop_replacements
 from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -141,6 +143,8 @@ class Controller:
                                       tick_s=tick_s)  # fmt: skip
         self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event)
         self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
+        self.clock = JobClock(request.timers)  # --idle, --max-duration (training/control/jobclock.py)
+        self.limit: LimitReached | None = None  # once the job reached one of them
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
         self.scalars = ScalarSink(Path(self.job.row.out_dir) / TENSORBOARD_DIR, report.note)
@@ -160,6 +164,7 @@ class Controller:
 
     def _event(self, kind: str, message: str) -> None:
         self.cluster.event(kind, f"{self.job.job_id}: {message}")
+        self.report.event(kind, message)
 
     # --- the loop ---------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -167,10 +172,12 @@ class Controller:
         try:
             while True:
                 self._check_cancel(None)
+                self._check_limits(None)
                 end = self.session.run(len(self.attempts) + 1, self._next_launch(), self)
                 self._ended(end)
+                stopping = self.cancel_mode is not None or self.limit is not None
                 decision = decide(end.outcome, progressed(end.first_step, end.last_step), failures,
-                                  self.request.max_failures, self.cancel_mode is not None, end.error)  # fmt: skip
+                                  self.request.max_failures, stopping, end.error)  # fmt: skip
                 failures = decision.failures
                 if decision.action is Action.FINISH:
                     return self._finish(end)
@@ -185,6 +192,7 @@ class Controller:
             if self.job.row.status is JobStatus.RUNNING:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
                 self.job.ended(JobStatus.STOPPED if stopped else JobStatus.FAILED, str(exc) or type(exc).__name__)
+            drop_replacements(self.nodes, self.session, self.report)  # nothing bought for the job bills on
             raise
         finally:
             self.scalars.close()
@@ -192,6 +200,8 @@ class Controller:
     def _stop_unless_relaunched(self, decision: Decision, end: AttemptEnd) -> None:
         """Raise how the job ends, for the decisions that end it here."""
         row, action = self.job.row, decision.action
+        if action is Action.CANCEL and self.limit is not None:
+            self._limited(self.limit)
         if action is Action.CANCEL:
             self.job.ended(JobStatus.CANCELLED, f"cancelled ({self.cancel_mode})")
             raise TrainingCancelled(f"cancelled at step {row.step} (checkpoint at step {row.checkpoint_step})")
@@ -256,9 +266,14 @@ class Controller:
         if not any(self.pool.ordered[role] for role in roles):
             what = "checkpoint holder" if holders_lost else "trainer"
             raise TrainingFailed(f"no {what} node is left and no replacement could be bought")
+        if not holders_lost and self.job.row.checkpoint_step < 0:
+            raise TrainingFailed("every trainer was lost before the job's first checkpoint: nothing to resume from")
         self.report.note("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
                          if holders_lost else "no trainer left: waiting for the replacement spot node")  # fmt: skip
-        self.on_post(self.session.wait_for_post(), None)
+        while (item := self.session.wait_for_post(timeout_s=self.session.tick_s)) is None:
+            self._check_cancel(None)
+            self._check_limits(None, waiting_for="checkpoint holder" if holders_lost else "trainer")
+        self.on_post(item, None)
 
     # --- 2) listening to the attempt (AttemptListener) ----------------------------------------------------
     def on_launch(self, run: AttemptRun) -> None:
@@ -309,6 +324,7 @@ class Controller:
 
     def on_tick(self, run: AttemptRun) -> None:
         self._check_cancel(run)
+        self._check_limits(run)
         self.job.save_if_due()
 
     def on_stall(self, run: AttemptRun, stall: Stall) -> None:
@@ -320,6 +336,7 @@ class Controller:
         self.recovery.trouble(RecoveryReason.STALL, (), run.number, run.trainers, time.monotonic(), run.last_step)
 
     def _on_step(self, event: Step, at: float, run: AttemptRun) -> None:
+        self.clock.stepped()
         recovered = self.recovery.stepped(run.number, run.first_step, event.step, run.trainers, at)
         if recovered is not None:
             self._recovered(recovered)
@@ -381,6 +398,24 @@ class Controller:
             self.session.kill_by_user(run)
         else:
             self.session.stop_by_user(run)
+
+    def _check_limits(self, run: AttemptRun | None, waiting_for: str = "") -> None:
+        """--idle and --max-duration (training/control/jobclock.py): a limit reached stops the running attempt
+        (max-duration after a checkpoint, idle at once) or, between attempts, ends the job now."""
+        if self.limit is not None or (reached := self.clock.reached(waiting_for)) is None:
+            return
+        self.limit = reached
+        self.report.note(f"{reached.text}: ending the job")
+        if run is None:
+            self._limited(reached)
+        elif reached.kind is LimitKind.MAX_DURATION:
+            self.session.stop_by_user(run)
+        else:
+            self.session.kill_by_user(run)
+
+    def _limited(self, reached: LimitReached) -> None:
+        self.job.ended(reached.status, reached.text)
+        raise JobLimited(reached)
 
     # --- 3) after the attempt --------------------------------------------------------------------------
     def _after_failure(self, end: AttemptEnd) -> tuple[str, ...]:

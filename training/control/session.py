@@ -395,8 +395,12 @@ class AttemptSession:
             if not isinstance(item, RankLine | AttemptExit):
                 handle(item)
 
-    def wait_for_post(self) -> object:
-        """Block until something is posted (rank lines of an attempt that is over are skipped)."""
-        while isinstance(item := self._queue.get(), RankLine | AttemptExit):
-            pass
+    def wait_for_post(self, timeout_s: float | None = None) -> object | None:
+        """Block until something is posted (rank lines of an attempt that is over are skipped); None when
+        `timeout_s` passed first."""
+        try:
+            while isinstance(item := self._queue.get(timeout=timeout_s), RankLine | AttemptExit):
+                pass
+        except queue.Empty:
+            return None
         return item

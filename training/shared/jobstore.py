@@ -43,14 +43,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     out_dir TEXT NOT NULL,            -- where the final model and metrics are fetched to
     python TEXT NOT NULL,             -- the nodes' interpreter
     message TEXT NOT NULL,
-    controller TEXT NOT NULL DEFAULT 'local' -- where the controller runs: local, or the head's instance id
+    controller TEXT NOT NULL DEFAULT 'local', -- where the controller runs: local, or the head's instance id
+    outputs_url TEXT NOT NULL DEFAULT '',  -- where the head copies the job's outputs at its end ('': nowhere)
+    down_when_done INTEGER NOT NULL DEFAULT 0  -- the job's end takes its cluster down (autodown)
 )"""
 SCHEMA = Schema(
     name="jobs",
-    version=1,
+    version=2,  # 2: outputs_url, down_when_done (issue 25)
     statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
-    # a state.db from before managed training
-    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),),
+    # a state.db from before managed training, and from before the money guard
+    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),
+                   AddedColumn("jobs", "outputs_url", "TEXT NOT NULL DEFAULT ''"),
+                   AddedColumn("jobs", "down_when_done", "INTEGER NOT NULL DEFAULT 0")),
 )
 
 LOCAL = "local"
@@ -98,6 +102,8 @@ class JobRow:
     python: str
     message: str
     controller: str = LOCAL  # "local" (this machine), or the instance id of the head that runs the job
+    outputs_url: str = ""  # s3://... where the head copies the job's outputs, log and checkpoint at its end
+    down_when_done: bool = False  # its end takes its cluster down: its outputs are then in S3, not on the head
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -137,7 +143,8 @@ class JobStore:
 
 
 def _job_row(row: sqlite3.Row) -> JobRow:
-    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"])})
+    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"]),
+                     "down_when_done": bool(row["down_when_done"])})
 
 
 class ControllerBusy(CloudError):
