@@ -471,7 +471,8 @@ ROWS += [
     Row("config-cluster-number", config_then("cluster: 7\n", "train", str(REPO / "configs" / "resnet.yaml")),
         f"{CONFIG}: cluster: must be a cluster name, got 7"),
     Row("config-list", config_then("- region\n", *PLAN_OFFLINE),
-        f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster), not a list"),
+        f"{CONFIG}: must be a mapping of keys (region, cloud, max_price, cluster, down_when_done, notify_secret), "
+        "not a list"),
     Row("config-twice", config_then("region: us-east-1\nregion: us-west-2\n", *PLAN_OFFLINE),
         f"{CONFIG}:2: region: given twice (first at line 1)"),
     Row("config-yaml", config_then("max_price: [3\n", *PLAN_OFFLINE), f"{CONFIG}:2: invalid YAML"),
@@ -479,6 +480,27 @@ ROWS += [
     Row("config-set-bad", argv("config", "set", "max_price", "0"), "{d}/deepvm-home/config.yaml: max_price: ",
         contains="got 0"),
     Row("config-set-unknown", argv("config", "set", "price", "3"), "price: unknown key"),
+]
+
+# the money guard (issue 25): refused before any cluster is looked up
+RESNET = str(REPO / "configs" / "resnet.yaml")
+ROWS += [
+    Row("guard-notify-ftp", argv("train", RESNET, "--notify", "ftp://example.com/hook"),
+        "--notify must be an http:// or https:// URL with a host, got 'ftp://example.com/hook'"),
+    Row("guard-notify-no-host", argv("train", RESNET, "--notify", "http:///hook"), "--notify must be an http://"),
+    Row("guard-notify-no-secret", argv("train", RESNET, "--notify", "https://example.com/hook"),
+        "--notify signs what it posts with notify_secret from the config file, which sets none"),
+    Row("guard-notify-both", argv("train", RESNET, "--notify", "https://example.com/h", "--notify-cmd", "true"),
+        "give --notify URL or --notify-cmd COMMAND, not both"),
+    Row("guard-local-controller", argv("train", RESNET, "--controller", "local", "--idle", "30"),
+        "--down-when-done, --idle, --max-duration and --notify are kept by the job's controller on the cluster's "
+        "head, which --controller local does not run"),
+    Row("guard-config-secret-short", config_then("notify_secret: short\n", "train", RESNET),
+        f"{CONFIG}: notify_secret: must be a string of 16 to 256 printable characters"),
+    Row("guard-config-down-text", config_then("down_when_done: maybe\n", "train", RESNET),
+        f"{CONFIG}: down_when_done: "),
+    Row("guard-config-set-down", argv("config", "set", "down_when_done", "maybe"),
+        "{d}/deepvm-home/config.yaml: down_when_done: must be true or false, got 'maybe'"),
 ]
 
 # an unusable home: every command that keeps state says which directory and what to do

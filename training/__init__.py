@@ -2,8 +2,10 @@
 
 - `client/`: only on the user's machine. `managed` submits a job to the cluster's head (stages it there
   and starts its supervised service), follows its log, cancels it, lists jobs and fetches outputs; none of
-  it has to keep running for the job to go on; `leftovers` finds what a job that did not complete left
-  on the nodes (for `deepvm fetch`). `profiling` (`deepvm profile`) drives launches of its own from the
+  it has to keep running for the job to go on. `outputs` answers where a job's outputs and log are now
+  (the head, S3, or gone) for fetch, logs, status JOB and a resume from S3; `guard_setup` makes the
+  cluster's outputs bucket and grants it before a guarded job is staged; `idle_watch` starts `up
+  --autodown`'s watch on the head. `profiling` (`deepvm profile`) drives launches of its own from the
   user's machine through control's attempt session. `storage` grants a job's S3 areas to the cluster's
   roles, or refuses the job, before anything is staged.
 - `control/`: the recovery controller and what it drives. On the cluster's on-demand head node for a
@@ -13,11 +15,17 @@
   `deepvm profile`; `nodepool` holds each node's state and what to do about it, `nodes` does it;
   `jobrecord` chooses the job and keeps its row; `launcher` builds and runs one mpirun on the head over
   SSH; `staging` readies nodes (the client also pushes the runtime to the head with it); `replacements`
-  buys lost nodes back; `recovery` and `stall` account for and notice trouble; `scripterror` finds a
-  failed attempt's own cause in its output; `plan_facts` reads the plan's GPUs and TFLOPS.
+  buys lost nodes back, as `market` (the live job's side of provisioning/ladder) orders; `recovery` and
+  `stall` account for and notice trouble; `scripterror` finds a failed attempt's own cause in its output;
+  `plan_facts` reads the plan's GPUs and TFLOPS; `jobclock` keeps --idle and --max-duration, `stops` ends a
+  job short of completing (cancel, a limit, the budget, a decision) and names how, `winddown` terminates
+  what was bought for a job that ended; `leftovers` finds what a job that did not complete left on the
+  nodes (for `deepvm fetch`, and for the head's copy to S3).
 - `head/`: only ever on the cluster's head node. `job_supervisor` keeps `job_service` (one managed job's
   controller) running, `joblog` and `log_mirror` write and mirror its log, `query` answers the client over
-  SSH; `mpirun_guard` runs one mpirun there for a controller that may be far away (through
+  SSH; `job_end` runs once a job is over (its `summary`, the hook through `notify`, its `outputs` to S3,
+  `autodown`), `resume` seeds a job continued from S3, `idle_cluster` is `up --autodown`'s watch;
+  `mpirun_guard` runs one mpirun there for a controller that may be far away (through
   `signal_relay`, which turns the guard's death into exactly one SIGTERM for mpirun).
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
   mpirun starts on every node (`worker`, or the
@@ -29,7 +37,8 @@
   controller (`events`, with `Notice`), what a run reports (`progress`) and what trainer 0 writes at its
   end (`metrics`), the jobs table (`jobstore`: the user's machine and the head each keep one), the
   records that cross between the user's machine and the head (`records`) and the head's file layout
-  they name (`layout`), where a job's objects live in S3 (`storage`), SSH (`transport`, with `jobdir`:
+  they name (`layout`), where a job's objects live in S3 (`storage`), a job's money guard (`guard`) and its run
+  summary (`summary`), SSH (`transport`, with `jobdir`:
   which files of a pushed directory go, and the rule for symbolic links), and Open MPI's own notes in a
   job's output (`mpinotes`).
 - `job.py` stays at the top: it is what a user's own script imports (`from training import job`), so its

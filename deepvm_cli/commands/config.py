@@ -24,7 +24,7 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     config = defaults.config
     choice = choose_cluster(None, defaults)
     if as_json:
-        console.print_json({"file": str(config.path), "defaults": config.values(),
+        console.print_json({"file": str(config.path), "defaults": config.shown(),
                             "cluster": {"name": choice.name, "source": choice.source.value}})  # fmt: skip
         return
     _show(config)
@@ -50,7 +50,7 @@ def config_unset(key: str = typer.Argument(..., help=_KEY_HELP)) -> None:
 
 
 def _show(config: UserConfig) -> None:
-    values = config.values()
+    values = config.shown()
     for key, value in values.items():
         console.out.print(f"{key}: {value:g}" if isinstance(value, float) else f"{key}: {value}", markup=False)
     console.info(f"{config.path}" + ("" if values else " sets no defaults"))

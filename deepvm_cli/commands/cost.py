@@ -83,8 +83,10 @@ def cost_report_command(
     as_json: bool = typer.Option(False, "--json", help="Print {clusters: [...], totals: [...]} as JSON."),
 ) -> None:
     """Show what every cluster ever recorded has cost, running or terminated, with a total per cloud."""
+    from deepvm_cli.ui.ended import finish_ended_clusters
     from provisioning.clusters.lifecycle import cost_report
 
+    finish_ended_clusters()  # a cluster its head took down ends at the head's time and cost, not now
     bills = cost_report()
     if as_json:
         console.print_json({"clusters": [b.to_dict() for b in bills],

@@ -17,6 +17,7 @@ import typer
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cloud_progress import progress_reporter
 from deepvm_cli.ui.cluster_choice import ClusterChoice, Source, choose_cluster, forget_cluster
+from deepvm_cli.ui.ended import finish_ended_clusters
 from deepvm_cli.ui.user_config import Defaults
 from provisioning.core.errors import InputError
 
@@ -61,6 +62,9 @@ def down_command(
     cancel_jobs: bool = typer.Option(
         False, "--cancel-jobs", help="Cancel the cluster's running managed jobs (after a checkpoint) first."
     ),
+    keep_outputs: bool = typer.Option(
+        False, "--keep-outputs", help="Keep the cluster's outputs bucket (its jobs' outputs, logs and checkpoints in "
+        "S3); by default it is deleted with the cluster."),
     cluster_id: str = typer.Option(
         "", "--cluster-id", help="Which cluster of that name to sweep when it is not recorded here and several "
         "are tagged (their ids are listed then)."
@@ -72,6 +76,7 @@ def down_command(
     from provisioning.clusters.lifecycle import down, down_preview
     from provisioning.sandbox.control import BANNER
 
+    finish_ended_clusters()  # what a head that took its cluster down left: said first
     defaults = Defaults(tolerant=True)  # a broken config file never stops a teardown
     choice = choose_cluster(name, defaults)
     if yes and choice.source is not Source.GIVEN:
@@ -96,7 +101,8 @@ def down_command(
     if running.head is not None:
         _cancel(running.head, running.jobs)
     with progress_reporter(quiet=as_json) as report:
-        result = down(name, cloud=cloud, region=region, report=report, cluster_id=cluster_id)
+        result = down(name, cloud=cloud, region=region, report=report, cluster_id=cluster_id,
+                      keep_outputs=keep_outputs)
     forget_cluster(name)
     if result.unreadable_state:
         console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
@@ -110,7 +116,7 @@ def _summary(result: DownResult, as_json: bool) -> None:
 
     if as_json:
         console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record,
-                            **cost_fields(result.cost)})  # fmt: skip
+                            **cost_fields(result.cost), "outputs_kept": result.outputs_kept or None})  # fmt: skip
         return
     for item in result.deleted:
         console.out.print(f"deleted {item}")
@@ -118,6 +124,8 @@ def _summary(result: DownResult, as_json: bool) -> None:
     if result.cost is not None:
         line += f": ran {console.duration(result.cost.runtime_s)}, cost ${result.cost.usd:.4f}"
         line += " at AWS prices (the sandbox bills nothing)" if result.cloud and not result.cloud.bills else ""
+    if result.outputs_kept:
+        line += f"; its outputs stay in s3://{result.outputs_kept} (`deepvm down {result.name}` deletes them)"
     console.info(line)
 
 

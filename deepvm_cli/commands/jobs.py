@@ -6,14 +6,22 @@ Rendering only: the work is training.client.managed's.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
 
 from deepvm_cli.render.job import leftover_lines, record_line
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
+from deepvm_cli.ui.ended import finish_ended_clusters
 from deepvm_cli.ui.flags import at_least, writable_folder
+from provisioning.core.errors import NotFoundError
 from training.shared.jobstore import JobStatus
 from training.shared.records import LogKind, LogRecord
+
+if TYPE_CHECKING:
+    from training.client.outputs import OutputsPlace
 
 MAX_RANK = 65_535  # `logs --rank`
 MAX_TAIL = 10_000_000  # `logs --tail`: lines
@@ -27,6 +35,7 @@ def jobs_command(
     from provisioning.clusters.handle import Cluster, running_clusters
     from training.client.managed import head_of, jobs_on
 
+    finish_ended_clusters()
     found = []
     for name in [cluster] if cluster else running_clusters():
         handle = Cluster.open_running(name)
@@ -60,17 +69,28 @@ def logs_command(
         None, "--tail", callback=at_least(0, MAX_TAIL), help="Start with the last K lines."
     ),
 ) -> None:
-    """Show a managed job's log from its head node; reattach to a running job with -f."""
+    """Show a managed job's log from its head node (from S3 once its cluster is gone); reattach with -f."""
     from training.client.managed import find_head, follow, managed_job
+    from training.client.outputs import Where, job_outputs, s3_log
 
+    finish_ended_clusters()
     row = managed_job(job)
-    head = find_head(row.cluster, row.python)
-
+    place = job_outputs(row)  # the head, or S3 once the cluster is gone
     width = console.out.width if console.out.is_terminal else None  # a progress line never wraps on a screen
 
     def show(record: LogRecord) -> None:
         if rank is None or (record.kind is LogKind.LOG and record.rank == rank):
             console.out.print(record_line(record, width), markup=False, highlight=False)
+
+    if place.where is not Where.HEAD:
+        if place.where is Where.NOWHERE:
+            raise NotFoundError(f"job {job}'s log is gone: {place.why}")
+        records = s3_log(place)
+        for record in records[-tail:] if tail else records if tail is None else []:
+            show(record)
+        console.info(f"job {job}'s log as its head copied it to {place.url} (its cluster {row.cluster} is down)")
+        return
+    head = find_head(row.cluster, row.python)
 
     try:
         end = follow(head, job, show, tail=tail, keep_following=follow_log)
@@ -102,15 +122,21 @@ def fetch_command(
     out: str | None = typer.Option(None, "--out", help="Where to put them (default: the job's out directory)."),
 ) -> None:
     """Copy a managed job's outputs (model.pt, metrics.json, a script's out directory) from its head node, with its
-    log and TensorBoard files whatever its state; of a cancelled or failed job, what it left on the nodes (metrics,
-    its newest checkpoint, how to go on)."""
+    log and TensorBoard files whatever its state, or from S3 once its cluster is gone; of a cancelled or failed
+    job, what it left on the nodes (metrics, its newest checkpoint, how to go on)."""
     from provisioning.clusters.handle import Cluster
-    from training.client.leftovers import collect
     from training.client.managed import fetch_outputs, fetch_run_record, head_of, jobs_on, managed_job
+    from training.client.outputs import Where, job_outputs
+    from training.control.leftovers import collect
 
     where = None if out is None else writable_folder("--out", out)  # before any node is asked
+    finish_ended_clusters()
     row = managed_job(job)
     where = where or writable_folder("the job's out directory", row.out_dir)
+    place = job_outputs(row)
+    if place.where is not Where.HEAD:
+        _fetch_from_s3(place, where)
+        return
     cluster = Cluster.open_running(row.cluster)
     head = head_of(cluster, row.python)
     record = fetch_run_record(head, job, where)
@@ -128,6 +154,25 @@ def fetch_command(
     cluster.refresh()  # nodes the head bought, and those gone since
     for text, verbatim in leftover_lines(collect(cluster, summary, job, where), row, where):
         console.plain(text) if verbatim else console.err.print(text, markup=False, highlight=False)
+
+
+def _fetch_from_s3(place: OutputsPlace, where: Path) -> None:
+    """What the head copied to S3 at the job's end: its out directory, and what became of the job."""
+    from training.client.outputs import Where, remember, s3_checkpoint, s3_fetch, s3_summary
+
+    if place.where is Where.NOWHERE:
+        raise NotFoundError(f"job {place.job_id}'s outputs are gone: {place.why}")
+    fetched = s3_fetch(place, where)
+    summary = s3_summary(place)
+    if summary is not None:
+        remember(place, summary)
+    console.info(f"{len(fetched)} file(s) of job {place.job_id} from {place.url} in {where}" + (
+        f" ({summary.status} at step {summary.step}/{summary.total_steps})" if summary else ""))  # fmt: skip
+    if summary is not None and summary.status is not JobStatus.COMPLETED:
+        found = s3_checkpoint(place)
+        if found is not None:
+            console.info(f"its checkpoint of step {found[1]} is in {found[0]}: `deepvm train "
+                         f"{place.row.spec_path} --resume` continues it on any cluster")  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,10 @@ from pathlib import Path
 import typer
 
 from deepvm_cli.ui import console
+from deepvm_cli.ui.flags import DAY_S, at_least
+
+_MOST_INSTANCES = 100_000  # `sandbox capacity --available`: more than any pool of a sandbox could launch
+_WEEK_S = 7 * DAY_S  # the longest a capacity rule holds (`--for`)
 
 sandbox_app = typer.Typer(help="The local sandbox cloud (moto EC2 + namespaced hosts).", no_args_is_help=True)
 
@@ -83,9 +87,11 @@ def sandbox_capacity(
     zone: str = typer.Option("*", "--zone", help="The pool's Availability Zone ('*': every zone)."),
     instance_type: str = typer.Option("*", "--type", help="The pool's instance type ('*': every type)."),
     market: str = typer.Option("*", "--market", help="spot, on-demand or '*' (both)."),
-    available: int | None = typer.Option(None, "--available", help="Instances the pool launches from now on; "
-                                         "CreateFleet gets what is left and Errors[] for the rest."),
-    for_s: float | None = typer.Option(None, "--for", help="Seconds the rule holds (default: until --clear)."),
+    available: int | None = typer.Option(None, "--available", callback=at_least(0, _MOST_INSTANCES),
+                                         help="Instances the pool launches from now on; CreateFleet gets what is "
+                                         "left and Errors[] for the rest."),
+    for_s: float | None = typer.Option(None, "--for", callback=at_least(1, _WEEK_S),
+                                       help="Seconds the rule holds (default: until --clear)."),
     code: str = typer.Option("InsufficientInstanceCapacity", "--code", help="The error code EC2 answers with."),
     clear: bool = typer.Option(False, "--clear", help="Every pool has capacity without end again."),
 ) -> None:
@@ -104,8 +110,6 @@ def sandbox_capacity(
         raise InputError("--available N says what the pool may launch: give it with --zone, --type, --market, --for")
     if code not in CAPACITY_CODES:
         raise InputError(f"--code must be one of {', '.join(CAPACITY_CODES)}, not {code!r}")
-    if for_s is not None and not 0 < for_s <= 7 * 24 * 3600:
-        raise InputError(f"--for must be seconds from 1 to a week, not {for_s:g}")
     ends_at = None if for_s is None else time.time() + for_s
     rule = CapacityRule(zone, instance_type, market, available or 0, code, ends_at=ends_at)
     if available is not None and (problem := rule.problem()) is not None:

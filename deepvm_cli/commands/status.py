@@ -9,6 +9,8 @@ import typer
 from deepvm_cli.render.cluster import render_cluster, up
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import remember_cluster
+from deepvm_cli.ui.ended import finish_ended_clusters
+from provisioning.core.errors import NotFoundError
 
 if TYPE_CHECKING:
     from training.shared.jobstore import JobRow
@@ -78,14 +80,19 @@ def _checkpoint(step: int) -> str:
 
 
 def status_command(
-    name: str | None = typer.Argument(None, help="Cluster name (default: every cluster not terminated)."),
+    name: str | None = typer.Argument(
+        None, help="Cluster name (default: every cluster not terminated), or a managed job's id: its run summary."),
     as_json: bool = typer.Option(
         False, "--json", help="Print JSON: one cluster object, or {clusters: [...]}."
     ),
 ) -> None:
-    """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs."""
+    """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs. Given a
+    job's id: what the run cost, what on-demand would have cost, what it survived, why its cluster went down."""
     from provisioning.clusters.lifecycle import status
 
+    finish_ended_clusters()
+    if name is not None and _job_summary(name, as_json):
+        return
     views = status(name)
     if name is not None:
         remember_cluster(name)
@@ -112,6 +119,25 @@ def status_command(
         render_jobs(past, cluster_up=False, limit=_PAST_JOBS)
         if len(past) > _PAST_JOBS:
             console.out.print(f"({len(past) - _PAST_JOBS} older not shown)")
+
+
+def _job_summary(name: str, as_json: bool) -> bool:
+    """`deepvm status JOB`: the run's summary (training/shared/summary.py); False when `name` is no job id here."""
+    from training.client.outputs import job_summary
+    from training.shared.jobstore import LOCAL, JobStore
+
+    row = JobStore().get(name)
+    if row is None or row.controller == LOCAL:
+        return False
+    summary = job_summary(row)
+    if summary is None:
+        raise NotFoundError(f"job {name}'s summary is gone with its cluster {row.cluster} (it was not copied to S3)")
+    if as_json:
+        console.print_json(summary.to_dict())
+        return True
+    for line in summary.lines():
+        console.out.print(line, markup=False, highlight=False)
+    return True
 
 
 def _jobs_of_clusters_down(live: set[str]) -> list[JobRow]:

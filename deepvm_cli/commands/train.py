@@ -23,17 +23,22 @@ import typer
 from deepvm_cli.render.job import Detached, replay, result_lines
 from deepvm_cli.ui import console
 from deepvm_cli.ui.cluster_choice import choose_cluster, open_chosen
+from deepvm_cli.ui.ended import finish_ended_clusters
 from deepvm_cli.ui.flags import DAY_S, MAX_PRICE, at_least, positive, writable_folder
+from deepvm_cli.ui.guard_flags import GuardFlags, job_guard
 from deepvm_cli.ui.reporters import live_reporter, plain_reporter
+from deepvm_cli.ui.user_config import Defaults
 from provisioning.catalog.model import Market
 from provisioning.core.errors import CloudError, DeepvmError, InputError
+from training.shared.guard import MAX_IDLE_MINUTES
 from training.shared.jobstore import JobStatus
 from training.shared.limits import MAX_HOURS, MAX_USD, JobLimits, check_budget, check_fallback_cap, job_limits
 from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
-    from training.client.managed import Head
+    from training.client.managed import Guarded, Head
+    from training.client.outputs import Resumed
     from training.control.jobrecord import TrainRequest
 
 CONTROLLERS = ("head", "local")
@@ -46,7 +51,9 @@ def train_command(
         None, "--cluster", help="Cluster made by `deepvm up` (default: the config file's, else the last one used)."
     ),
     resume: bool = typer.Option(
-        False, "--resume", help="Continue this job's newest unfinished run (after Ctrl-C or a crash)."
+        False, "--resume", help="Continue this job's newest unfinished run: with --controller local, on its cluster "
+        "(after Ctrl-C or a crash); a managed job stopped at its time limit or failed, on any cluster, from the "
+        "checkpoint its head copied to S3."
     ),
     python: str | None = typer.Option(
         None,
@@ -92,6 +99,23 @@ def train_command(
         None, "--fallback-max-price", callback=positive(MAX_PRICE),
         help="USD per hour the cluster may bill while the deadline holds on-demand stand-ins (default: the plan's "
         "cap)."),
+    down_when_done: bool | None = typer.Option(
+        None, "--down-when-done/--keep-up",
+        help="The job's end (any end) takes the cluster down, its outputs copied to S3 first (default: the config "
+        "file's down_when_done, else --keep-up)."),
+    idle: float | None = typer.Option(
+        None, "--idle", callback=positive(MAX_IDLE_MINUTES),
+        help="Minutes without a training step after which the job ends as failed (and, with "
+        "--down-when-done, the cluster goes down)."),
+    max_duration: float | None = typer.Option(
+        None, "--max-duration", callback=positive(MAX_HOURS),
+        help="Hours after which the job stops with a checkpoint, its outputs and checkpoint "
+        "copied to S3 (resumable on any cluster with --resume)."),
+    notify: str | None = typer.Option(
+        None, "--notify", help="http(s) URL the head posts signed JSON to on notice, replacement, fallback, failure, "
+        "completion and autodown (needs notify_secret in the config file)."),
+    notify_cmd: str | None = typer.Option(
+        None, "--notify-cmd", help="Shell command the head runs on those events instead (the JSON on its stdin)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
@@ -105,24 +129,32 @@ def train_command(
     out_dir = None if out is None else writable_folder("--out", out)  # not after hours of training
     if controller not in CONTROLLERS:
         raise InputError(f"--controller must be one of {', '.join(CONTROLLERS)}, not {controller!r}")
-    if controller == "head" and resume:
-        raise InputError("--resume is for --controller local: a managed job's controller resumes it by itself "
-                         "(`deepvm jobs` shows it)")  # fmt: skip
     if controller == "local" and detach:
         raise InputError("--detach needs the controller on the head (--controller head)")
     limits = job_limits(spec.limits.job_limits(), deadline, budget, fallback_max_price)
-    found = open_chosen(choose_cluster(cluster), "--cluster NAME", running=True)
+    defaults = Defaults()
+    guard, secret = job_guard(GuardFlags(down_when_done, idle, max_duration, notify, notify_cmd), controller, defaults)
+    finish_ended_clusters()  # before a cluster is chosen: one its head took down is no longer up
+    found = open_chosen(choose_cluster(cluster, defaults), "--cluster NAME", running=True)
     check_fallback_cap(limits, sum(g.count * g.usd_per_hour for g in found.plan.nodes if g.market is Market.ON_DEMAND))
+    from training.client.managed import Guarded
+    from training.client.outputs import find_resumed
+
+    resumed = find_resumed(spec.name) if resume and controller == "head" else None
     if resume:
-        _check_resumed_budget(limits, found.name, spec.name)
+        _check_resumed_budget(limits, found.name, spec.name, resumed)
     if python is None:
         python = found.node_python
     if found.banner:
         console.info(found.banner)
+    from training.client.guard_setup import ready_guard
     from training.client.storage import ready_job_storage
 
-    for warning in ready_job_storage(found, spec):  # the job's S3 rights, or a refusal: before any staging
+    guard = ready_guard(found, spec, guard)  # where its outputs go (the cluster's bucket), before any staging
+    reads = resumed.reads if resumed is not None else ()
+    for warning in ready_job_storage(found, spec, reads):  # the job's S3 rights, or a refusal: before any staging
         console.warning(warning)
+    guarded = Guarded(guard, secret, resumed.start if resumed else None, resumed.job_id if resumed else "")
     request = TrainRequest(
         job_path=job,
         cluster=found.name,
@@ -135,10 +167,10 @@ def train_command(
         limits=limits,
     )
     live = console.err.is_terminal and not as_json
-    with billing_reminder(found.name):
+    with billing_reminder(found.name, guard.down_when_done):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
-                result = run_managed(request, report, detach=detach)
+                result = run_managed(request, report, detach=detach, guarded=guarded)
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
@@ -156,13 +188,14 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> TrainResult | Detached | None:
+def run_managed(request: TrainRequest, report: JobReporter, detach: bool,
+                guarded: Guarded) -> TrainResult | Detached | None:
     """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
     it runs (detach). Ctrl-C detaches: the job goes on."""
-    from training.client.managed import fetch_outputs, find_head, follow, submit
-    from training.control.controller import BudgetReached, TrainingFailed
+    from training.client.managed import find_head, follow, submit
+    from training.control.stops import BudgetReached, TrainingFailed
 
-    job = submit(request, report)
+    job = submit(request, report, guarded)
     head = find_head(job.cluster, job.python)
     try:
         if detach:
@@ -172,7 +205,9 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> Tra
     except KeyboardInterrupt:
         return Detached(job.job_id, head.instance_id, interrupted=True)
     if end.status is JobStatus.COMPLETED:
-        result = fetch_outputs(head, job.job_id, Path(job.out_dir))
+        from training.client.outputs import completed_outputs
+
+        result = completed_outputs(job, head)
         if result is not None:
             return result
     if end.status is JobStatus.CANCELLED:
@@ -180,18 +215,21 @@ def run_managed(request: TrainRequest, report: JobReporter, detach: bool) -> Tra
         return None
     if end.status is JobStatus.FAILED:
         raise TrainingFailed(end.text)
-    if end.status is JobStatus.STOPPED:  # before its budget, with a checkpoint
+    if end.status is JobStatus.STOPPED:  # with a checkpoint, resumable: before its budget, or at --max-duration
         raise BudgetReached(end.text)
     raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
 
 
-def _check_resumed_budget(limits: JobLimits, cluster: str, name: str) -> None:
-    """`--resume` continues the newest unfinished run of the job on the cluster (training/control): its budget
-    must be above what that run has spent."""
+def _check_resumed_budget(limits: JobLimits, cluster: str, name: str, resumed: Resumed | None) -> None:
+    """`--resume` continues the newest unfinished run of the job on the cluster (training/control), or a managed
+    one from S3: its budget must be above what that run has spent."""
     from training.shared.jobstore import JobStore
 
     if limits.budget_usd is None:
+        return
+    if resumed is not None:
+        check_budget(limits, resumed.start.cost_usd, resumed.job_id)
         return
     resumable = (JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED)  # what `--resume` continues
     unfinished = [j for j in JobStore().for_cluster(cluster) if j.name == name and j.status in resumable]
@@ -220,21 +258,26 @@ def _wait_running(head: Head, job_id: str, show: Callable[[LogRecord], None]) ->
 
 
 @contextmanager
-def billing_reminder(cluster: str) -> Iterator[None]:
+def billing_reminder(cluster: str, head_takes_it_down: bool = False) -> Iterator[None]:
     """After the block (the job completed, failed, was detached from or stopped with Ctrl-C), one line
     saying that the cluster still bills and the command that stops it: the job's end does not end the
-    cluster. Not after a mistake in the input (that line stays alone)."""
+    cluster, unless its head takes it down (--down-when-done), which is said instead. Not after a mistake
+    in the input (that line stays alone)."""
     try:
         yield
     except InputError:
         raise
     except (DeepvmError, KeyboardInterrupt):
-        _remind(cluster)
+        _remind(cluster, head_takes_it_down)
         raise
-    _remind(cluster)
+    _remind(cluster, head_takes_it_down)
 
 
-def _remind(cluster: str) -> None:
+def _remind(cluster: str, head_takes_it_down: bool) -> None:
+    if head_takes_it_down:
+        console.plain(f"cluster {cluster} goes down when the job ends (--down-when-done); `deepvm status` then "
+                      "shows it ended")  # fmt: skip
+        return
     from provisioning.clusters.handle import Cluster
     from provisioning.clusters.store import ClusterStatus
 

@@ -24,6 +24,7 @@ from provisioning.cloud.types import ShortagePolicy
 from provisioning.core.errors import InputError
 from provisioning.core.home import deepvm_home
 from provisioning.planner.plan import Plan
+from training.shared.guard import MAX_IDLE_MINUTES
 
 
 def up_command(
@@ -70,6 +71,10 @@ def up_command(
     timeout: float = typer.Option(
         900.0, "--timeout", callback=positive(DAY_S), help="Seconds to wait for running and reachable nodes."
     ),
+    autodown: float | None = typer.Option(
+        None, "--autodown", callback=positive(MAX_IDLE_MINUTES),
+        help="Minutes without a job after which the cluster's head takes it down (a watch on "
+        "the head; `deepvm status` then shows it ended)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking (scripts must pass it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be created; create nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
@@ -128,6 +133,8 @@ def up_command(
     with progress_reporter(quiet=as_json) as report:
         result = up(target, request, report)
     remember_cluster(name)
+    if autodown is not None:
+        _start_idle_watch(name, autodown)
     if as_json:
         console.print_json(result.view.to_dict())
         return
@@ -138,6 +145,15 @@ def up_command(
     render_cluster(result.view)
     if result.created:
         console.info(f"next: `deepvm status {name}`, and `deepvm down {name}` when done")
+
+
+def _start_idle_watch(name: str, minutes: float) -> None:
+    """`--autodown N`: the head's watch that takes the cluster down after N minutes without a job."""
+    from provisioning.clusters.handle import Cluster
+    from training.client.idle_watch import start_idle_watch
+    from training.shared.progress import JobReporter
+
+    start_idle_watch(Cluster.open_running(name), minutes, JobReporter(note=console.info))
 
 
 def _plans(path: Path | None, max_price: float | None, region: str | None, offline: bool) -> tuple[Plan, ...]:

@@ -17,7 +17,7 @@ from training.shared.progress import LAUNCHER, JobReporter, Progress, TrainResul
 from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
-    from training.client.leftovers import Leftovers
+    from training.control.leftovers import Leftovers
 
 def screened(report: JobReporter) -> JobReporter:
     """`report`, without Open MPI's notes on what it does itself (training/shared/mpinotes.py): the MPI_ABORT

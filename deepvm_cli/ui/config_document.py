@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, StrictBool
 from pydantic_core import PydanticCustomError
 
 from deepvm_cli.ui.flags import MAX_PRICE
@@ -28,6 +28,13 @@ def _price(value: Any) -> float:
     return float(value)
 
 
+def _secret(value: Any) -> str:
+    """A secret to sign with: printable, 16 to 256 characters (a shorter one is guessed)."""
+    if not isinstance(value, str) or not 16 <= len(value) <= 256 or not value.isprintable():
+        raise PydanticCustomError("secret", "must be a string of 16 to 256 printable characters", {})
+    return value
+
+
 def _cluster(value: Any) -> str:
     if not isinstance(value, str):
         raise PydanticCustomError("cluster", "must be a cluster name, got {got}", {"got": show(value)})
@@ -44,6 +51,8 @@ class ConfigDocument(Strict):
     cloud: Literal["auto", "aws", "sandbox"] | None = None
     max_price: Annotated[float, BeforeValidator(_price)] | None = None
     cluster: Annotated[str, BeforeValidator(_cluster)] | None = None
+    down_when_done: StrictBool | None = None
+    notify_secret: Annotated[str, BeforeValidator(_secret)] | None = None
 
 
 def check_document(data: Any) -> ConfigDocument:

@@ -5,6 +5,8 @@ users keep theirs in ~/.aws/config and SkyPilot users in ~/.sky/config.yaml.
     cloud: aws          # up, and down's sweep: auto | aws | sandbox
     max_price: 12       # plan and simulate (without --plan): USD per hour
     cluster: ux         # every command that takes a cluster (deepvm_cli/ui/cluster_choice.py)
+    down_when_done: true  # managed `train`: the job's end takes its cluster down (--down-when-done)
+    notify_secret: ...  # what `train --notify URL` signs its posts with (never shown by `config show`)
 
 A flag always wins over the file. The file decides what is bought and where, so it is read as strictly as
 a plan file: within provisioning/core/inputfile.py's limits, every key known and every value of its type and
@@ -38,13 +40,20 @@ class UserConfig:
     cloud: str | None = None
     max_price: float | None = None
     cluster: str | None = None
+    down_when_done: bool | None = None
+    notify_secret: str | None = None
 
-    def values(self) -> dict[str, str | float]:
+    def values(self) -> dict[str, str | float | bool]:
         """The keys that are set, in the file's key order."""
         return {k: v for k in KEYS if (v := getattr(self, k)) is not None}
 
+    def shown(self) -> dict[str, str | float | bool]:
+        """The keys that are set, as `config show` prints them: a secret only as set, never its value."""
+        return {k: "(set)" if k in SECRET_KEYS else v for k, v in self.values().items()}
+
 
 KEYS = tuple(f.name for f in fields(UserConfig) if f.name != "path")
+SECRET_KEYS = ("notify_secret",)
 T = TypeVar("T")
 
 
@@ -156,12 +165,16 @@ def set_value(key: str, text: str) -> UserConfig:
     written = _raw(path)
     if key not in KEYS:
         raise _unknown_key(key)
-    value: str | float = text
+    value: str | float | bool = text
     if key == "max_price":
         try:
             value = float(text)
         except ValueError:
             raise InputError(f"max_price must be a number (USD per hour), got {text!r}") from None
+    if key == "down_when_done":
+        if text.lower() not in ("true", "false"):
+            raise InputError(f"{path}: down_when_done: must be true or false, got {text!r}")
+        value = text.lower() == "true"
     kept = {} if isinstance(written, InputError) else written
     return _write(path, {**kept, key: value}, written if isinstance(written, InputError) else None)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.names import ClusterIdentity
@@ -161,6 +162,10 @@ class CloudResources:
     controller_role: str = ""
     controller_owned: bool = False
     holders_role: str = ""
+    # issue 25's money guard: the bucket deepvm made for the cluster's outputs ("" none), and whether its head
+    # may take it down (autodown: the next command on the user's side then finishes the teardown)
+    outputs_bucket: str = ""
+    head_takes_down: bool = False
 
     def with_fleets(self, fleet_ids: list[str], instance_ids: tuple[str, ...] = ()) -> CloudResources:
         """These resources and more fleets, with the instances they launched."""
@@ -237,6 +242,11 @@ class NodeRecord:
     def address(self) -> str | None:
         """Where deepvm reaches it: the public address when there is one, else the private one."""
         return self.public_ip or self.private_ip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeRecord:
+        """As dataclasses.asdict wrote it (job.json, the head's record of a cluster's end)."""
+        return cls(**{**data, "market": Market(data["market"]), "role": Role(data["role"])})
 
 
 @dataclass(frozen=True)

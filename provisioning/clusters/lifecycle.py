@@ -86,6 +86,7 @@ class DownResult:
     unreadable_state: str = ""  # what is wrong with the state file, when it could not be read
     cost: ClusterCost | None = None  # what it cost in all and how long it ran; None without a record
     cloud: CloudKind | None = None  # None only before it is known
+    outputs_kept: str = ""  # the outputs bucket that `--keep-outputs` kept ("" none)
 
 
 # up
@@ -269,7 +270,8 @@ def cost_report() -> list[ClusterBill]:
 
 
 def down(
-    name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter(), cluster_id: str = ""
+    name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter(), cluster_id: str = "",
+    keep_outputs: bool = False,
 ) -> DownResult:
     """Delete everything of the cluster, recorded or only tagged; safe to run again. A state file that
     cannot be read is passed over: the cluster is then found by its tags, as when the file is gone
@@ -284,10 +286,10 @@ def down(
             target = resolve_target(cloud)
             regions, known = target.regions(region), CloudResources()
             identity, _ = tagged_with(name, target, regions, store, unreadable, cluster_id)  # NotFoundError if none
-        deleted = _destroy(store, identity, target, regions, known, report)
+        deleted = _destroy(store, identity, target, regions, known, report, keep_outputs=keep_outputs)
         cost = store.cost(name) if store is not None and row is not None else None
     return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable, cost=cost,
-                      cloud=target.kind)
+                      cloud=target.kind, outputs_kept=known.outputs_bucket if keep_outputs else "")
 
 
 def tagged_with(
@@ -370,9 +372,11 @@ def _destroy(
     report: Reporter,
     final_status: ClusterStatus = ClusterStatus.TERMINATED,
     reason: str = "",
+    keep_outputs: bool = False,
+    ended_at: str | None = None,
 ) -> list[str]:
-    """Terminate and delete everything of the cluster in the regions; mark the record (if there is a
-    readable one), forget its keys."""
+    """Terminate and delete everything of the cluster in the regions (its outputs bucket unless `keep_outputs`);
+    mark the record (if there is a readable one; its costs end at `ended_at`, by default now), forget its keys."""
     name = cluster.name
     record = store if store is not None and store.cluster(name) is not None else None
     if record is not None:
@@ -388,7 +392,7 @@ def _destroy(
         with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
             instance_ids |= {i.instance_id for i in query_instances(ctx, cluster)}
         try:
-            deleted += terminate_cluster(ctx, cluster, known, on_step=report.step)
+            deleted += terminate_cluster(ctx, cluster, known, on_step=report.step, keep_outputs=keep_outputs)
         except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
             incomplete.append(exc)
             continue
@@ -396,10 +400,20 @@ def _destroy(
     if incomplete:
         raise incomplete[0] if len(incomplete) == 1 else CloudError("\n".join(map(str, incomplete)))
     if record is not None:
-        record.close_costs(name)
+        record.close_costs(name, ended_at)
         record.set_status(name, final_status, reason or f"deleted {len(deleted)} resources")
     forget_cluster_keys(name)
     return deleted
+
+
+def finish_down(row: ClusterRow, store: Store, reason: str, ended_at: str | None, report: Reporter = Reporter()
+                ) -> list[str]:  # fmt: skip
+    """The rest of `down` for a cluster its head took down (or whose head died): whatever of it is left (its
+    instances, fleets, template, security group, key pair, IAM roles) is deleted, its outputs bucket kept; its
+    record ends at `ended_at` (the head's time) with `reason`. What was deleted."""
+    with cluster_lock(row.name):
+        return _destroy(store, row.identity, target_for(row.cloud), [row.region], row.resources, report,
+                        reason=reason, keep_outputs=True, ended_at=ended_at)  # fmt: skip
 
 
 def _summary(plan: Plan) -> str:

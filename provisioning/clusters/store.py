@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import AbstractContextManager
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -312,11 +312,11 @@ class Store:
         row = self._db.read_one("SELECT * FROM nodes WHERE instance_id = ?", (ref,))
         return None if row is None else (row["cluster"], _node_record(row))
 
-    def close_costs(self, cluster: str) -> None:
-        """End every open cost segment of the cluster now (it was torn down)."""
+    def close_costs(self, cluster: str, at: str | None = None) -> None:
+        """End every open cost segment of the cluster at `at` (default now: it was torn down)."""
         with self._db.transaction() as db:
             db.execute(
-                "UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (utc_now(), cluster)
+                "UPDATE costs SET ended_at = ? WHERE cluster = ? AND ended_at IS NULL", (at or utc_now(), cluster)
             )
             db.execute(
                 "UPDATE nodes SET state = 'terminated' WHERE cluster = ? AND state != 'terminated'",
@@ -330,6 +330,19 @@ class Store:
 
     def node_spans(self, cluster: str) -> list[NodeSpan]:  # each cost segment with its node's type (cost.run_cost)
         return [NodeSpan(r[0], r[1], *astuple(_segment(r))) for r in self._db.read(_SPANS, (cluster,))]
+
+    def adopt_record(self, cluster: str, nodes: list[NodeRecord], spans: list[NodeSpan]) -> None:
+        """Take the head's record of the cluster's nodes and what they billed as this store's (the head
+        bought replacements this store never saw, and ended the cluster before anyone here looked)."""
+        with self._db.transaction() as db:
+            as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
+            db.execute("DELETE FROM costs WHERE cluster = ?", (cluster,))
+            for span in spans:
+                db.execute("INSERT INTO costs (cluster, instance_id, usd_per_hour, prices_as_of, started_at, ended_at) "
+                           "VALUES (?,?,?,?,?,?)", (cluster, span.instance_id, span.usd_per_hour, as_of,
+                                                    iso(span.started), iso(span.ended)))  # fmt: skip
+        self.put_nodes(cluster, [replace(n, state="terminated") for n in nodes])  # every span is closed
+        self.close_costs(cluster, max((iso(s.ended) or "" for s in spans), default="") or None)
 
     def bills(self, now: datetime | None = None) -> list[ClusterBill]:
         """Every cluster ever recorded, oldest first: those in the clusters table with their cost as of
@@ -386,7 +399,7 @@ def _cluster_row(row: sqlite3.Row) -> ClusterRow:
         status=ClusterStatus(row["status"]),
         plan=plan_from_dict(json.loads(row["plan_json"])),
         launch_token=row["launch_token"],
-        resources=CloudResources.from_dict(res),
+        resources=CloudResources.from_dict(res),  # a row of an older version lacks the newer fields
         ssh_user=row["ssh_user"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],

@@ -115,24 +115,45 @@ def test_down_with_a_broken_state_deletes_the_cluster_found_by_its_tags(isolated
     assert left_of(ctx, "c1") == [] and ctx.client("iam").list_roles()["Roles"] == []
 
 
+# the jobs table as its first version had it (deepvm before schema versions and managed jobs)
+_FIRST_JOB_COLUMNS = (
+    "job_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, name TEXT NOT NULL, spec_path TEXT NOT NULL, "
+    "status TEXT NOT NULL, started_at TEXT NOT NULL, updated_at TEXT NOT NULL, step INTEGER NOT NULL, "
+    "total_steps INTEGER NOT NULL, world_size INTEGER NOT NULL, loss REAL, restarts INTEGER NOT NULL, "
+    "lost_steps INTEGER NOT NULL, checkpoint_step INTEGER NOT NULL, cost_base_usd REAL NOT NULL, "
+    "cost_usd REAL NOT NULL, out_dir TEXT NOT NULL, python TEXT NOT NULL, message TEXT NOT NULL"
+)
+_FIRST_JOB = "'j1','c1','resnet','/j.yaml','completed','t','t',10,10,2,0.5,0,0,9,0,0.1,'/out','python3','done'"
+
+
 def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
     path = tmp_path / "state.db"
     with sqlite3.connect(path) as db:  # as deepvm wrote it before schema versions and managed jobs
         db.execute("PRAGMA user_version=1")
-        db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, name TEXT NOT NULL, "
-                   "spec_path TEXT NOT NULL, status TEXT NOT NULL, started_at TEXT NOT NULL, updated_at TEXT NOT NULL, "
-                   "step INTEGER NOT NULL, total_steps INTEGER NOT NULL, world_size INTEGER NOT NULL, loss REAL, "
-                   "restarts INTEGER NOT NULL, lost_steps INTEGER NOT NULL, checkpoint_step INTEGER NOT NULL, "
-                   "cost_base_usd REAL NOT NULL, cost_usd REAL NOT NULL, out_dir TEXT NOT NULL, python TEXT NOT NULL, "
-                   "message TEXT NOT NULL)")  # fmt: skip
-        db.execute("INSERT INTO jobs VALUES ('j1','c1','resnet','/j.yaml','completed','t','t',10,10,2,0.5,0,0,9,"
-                   "0,0.1,'/out','python3','done')")  # fmt: skip
+        db.execute(f"CREATE TABLE jobs ({_FIRST_JOB_COLUMNS})")
+        db.execute(f"INSERT INTO jobs VALUES ({_FIRST_JOB})")
     (job,) = JobStore(path).all()
     assert job.job_id == "j1" and job.controller == "local" and job.ladder == ""
+    assert (job.outputs_url, job.down_when_done) == ("", False)  # the money guard's columns, with their defaults
     Store(path).put_cluster(_any_row())  # the cluster tables are added beside
     with sqlite3.connect(path) as db:
         versions = dict(db.execute("SELECT name, version FROM schema_versions"))
-    assert versions == {"jobs": 2, "clusters": 4}
+    assert versions == {"jobs": 3, "clusters": 4}
+
+
+def test_a_file_of_jobs_version_2_gains_the_ladder_column_and_keeps_the_money_guards(tmp_path):
+    """Version 2 of the jobs table (issue 25's outputs_url and down_when_done) to 3 (the live ladder's column)."""
+    path = tmp_path / "state.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+        db.execute("INSERT INTO schema_versions VALUES ('jobs', 2)")
+        db.execute(f"CREATE TABLE jobs ({_FIRST_JOB_COLUMNS}, controller TEXT NOT NULL DEFAULT 'local', "
+                   "outputs_url TEXT NOT NULL DEFAULT '', down_when_done INTEGER NOT NULL DEFAULT 0)")  # fmt: skip
+        db.execute(f"INSERT INTO jobs VALUES ({_FIRST_JOB}, 'i-head', 's3://b/j1', 1)")
+    (job,) = JobStore(path).all()
+    assert (job.controller, job.outputs_url, job.down_when_done, job.ladder) == ("i-head", "s3://b/j1", True, "")
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM schema_versions WHERE name = 'jobs'").fetchone() == (3,)
 
 
 def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):

@@ -27,7 +27,7 @@ from provisioning.clusters.handle import Cluster
 from provisioning.clusters.store import Store
 from provisioning.core.errors import InputError
 from tests.cloud.plans import make_plan, write_plans
-from training.control.controller import TrainingFailed, TrainingStopped
+from training.control.stops import TrainingFailed, TrainingStopped
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 
 T0 = datetime(2026, 11, 23, 14, 0, tzinfo=timezone.utc)

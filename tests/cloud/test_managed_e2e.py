@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -130,6 +131,19 @@ def wait_for(env: dict[str, str], job_id: str, step: int, timeout_s: float = 240
 
 def newest_job(env: dict[str, str]) -> str:
     return json.loads(cli(env, "jobs", "mg", "--json").stdout)[0]["job_id"]
+
+
+@contextlib.contextmanager
+def detached(env: dict[str, str], job: Path) -> Iterator[str]:
+    """`deepvm train JOB --detach` on the module's cluster; the job's id. A scenario that fails leaves its
+    job cancelled (`--now`), so the next one finds the cluster free, as the README asks of every scenario."""
+    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+    job_id = newest_job(env)
+    try:
+        yield job_id
+    except BaseException:
+        run_cli("cancel", job_id, "--now", env=env, timeout=120)
+        raise
 
 
 def spot_trainer(env: dict[str, str]) -> str:
@@ -372,9 +386,11 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
     env, jobs = cluster
     steps = 300  # at PACE_S a step, it trains until the test releases it
-    job = write_job(jobs, steps, "watch", paced=True)
-    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
-    job_id = newest_job(env)
+    with detached(env, write_job(jobs, steps, "watch", paced=True)) as job_id:
+        watch_through_a_notice(env, job_id, steps)
+
+
+def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None:
     wait_for(env, job_id, 3)
     terminal = Terminal(env, "watch", job_id, "--every", "1")
     terminal.wait_for("loss ", 60)
@@ -388,8 +404,10 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     while any("training.head.query" in line for line in node_processes(env).values()):
         assert time.monotonic() < deadline, "the head's side of the watch outlived it"
         time.sleep(0.2)
-    lines = [line for line in terminal.screen.replace("\r", "").split("\n") if line.strip()]
-    assert all(len(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line)) <= 80 for line in lines[-24:])
+    # each line as drawn: rich's Live returns to the start of a line (\r) before it redraws the frame over it
+    lines = [line for line in re.split(r"[\r\n]", terminal.screen) if line.strip()]
+    drawn = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line) for line in lines[-24:]]
+    assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
 
     release_the_pace(env, "watch")
     assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
@@ -408,9 +426,11 @@ def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothi
     node running (billing) until `down`. Now the node trains on and its trainers checkpoint early
     (training/control/attempts.py says why), nothing is lost, and the cluster runs no more than its plan."""
     env, jobs = cluster
-    job = write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)
-    cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
-    job_id = newest_job(env)
+    with detached(env, write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)) as job_id:
+        recommend_a_rebalance(env, job_id)
+
+
+def recommend_a_rebalance(env: dict[str, str], job_id: str) -> None:
     assert wait_for(env, job_id, 2)["status"] == "running"
     node = spot_trainer(env)
     cli(env, "interrupt", node, "--rebalance-only")
@@ -461,6 +481,33 @@ def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_stat
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
     (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
     assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
+
+
+@pytest.mark.timeout(420)
+def test_a_job_that_does_not_step_ends_at_idle_with_its_summary_and_the_hook_told(cluster):
+    """--idle on the head (issue 25): a job whose script never steps (paced far beyond the limit, its release
+    file never made) ends as failed after --idle; its supervisor's end writes the run's summary, the --notify-cmd
+    hook on the head hears the failure, and the job's log says once what the cluster still bills."""
+    env, jobs = cluster
+    path = write_job(jobs, 40, "idle", paced=True)
+    path.write_text(path.read_text().replace(f'["{PACE_S}",', '["600",'))  # never released (idle.release)
+    hook = "deepvm-hook.jsonl"  # in the login user's home on the head
+    cli(env, "train", str(path), "--cluster", "mg", "--detach", "--idle", "0.3",
+        "--notify-cmd", f'{{ cat; echo; }} >> "$HOME/{hook}"', "--json")  # fmt: skip
+    job_id = newest_job(env)
+    state = wait_for(env, job_id, step=10**9, timeout_s=240)  # until it is over
+    assert state["status"] == "failed" and state["message"].endswith("(--idle)"), state
+    deadline = time.monotonic() + 60  # the supervisor's end runs once the controller has exited
+    while "failure" not in (sent := run_on_head(env, f'cat "$HOME/{hook}" 2>/dev/null || true')):
+        assert time.monotonic() < deadline, sent
+        time.sleep(2)
+    events = [json.loads(line) for line in sent.splitlines() if line.strip()]
+    assert [e["event"] for e in events] == ["failure"] and events[0]["job_id"] == job_id
+    assert events[0]["summary"]["status"] == "failed"
+    summary = json.loads(cli(env, "status", job_id, "--json").stdout)
+    assert (summary["status"], summary["cluster_down"]) == ("failed", "") and summary["billing_usd_per_hour"] > 0
+    log = cli(env, "logs", job_id).stdout
+    assert log.count("still bills") == 1, log[-2000:]
 
 
 def test_zz_down_leaves_nothing_running(cluster):

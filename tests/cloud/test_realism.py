@@ -134,9 +134,9 @@ def test_sandbox_capacity_empties_a_pool_for_a_while_and_clear_gives_it_back(mot
     (short,) = view.shortfalls
     assert (short.got, short.wanted, short.reasons[0].split(":")[0]) == (0, 2, "InsufficientInstanceCapacity")
     for bad, says in ((["--market", "spott", "--available", "0"], "--market must be one of spot, on-demand, *"),
-                      (["--available", "-1"], "--available must be a count >= 0, not -1"),
+                      (["--available", "-1"], "--available must be a non-negative number, got -1"),
                       (["--type", "g5.xlarge"], "--available N says what the pool may launch"),
-                      (["--available", "0", "--for", "0"], "--for must be seconds from 1 to a week, not 0"),
+                      (["--available", "0", "--for", "0"], "--for must be at least 1, got 0"),
                       (["--clear", "--available", "1"], "--clear and --available are alternatives")):
         assert main(["sandbox", "capacity", *bad]) == 2, bad
         err = capsys.readouterr().err

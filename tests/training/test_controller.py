@@ -15,7 +15,7 @@ from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import H0, T0, T1, T2, Rig, attempts_of
 from tests.training.scripted_cluster import Call, Crash, Die, Hang, NoticeOn, RebalanceOn, Stuck
-from training.control.controller import TrainingCancelled, TrainingFailed, TrainingStopped
+from training.control.stops import TrainingCancelled, TrainingFailed, TrainingStopped
 from training.shared.jobstore import JobStatus, JobStore
 from training.shared.progress import Outcome, Progress, RecoveryReason
 

@@ -19,7 +19,7 @@ from provisioning.catalog.model import Market
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import T1, Rig, attempts_of
 from tests.training.scripted_cluster import Die, NoticeOn, tiering_plan
-from training.control.controller import BudgetReached, TrainingFailed
+from training.control.stops import BudgetReached, TrainingFailed
 from training.shared.jobstore import JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Outcome, RecoveryReason

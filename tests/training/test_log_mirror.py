@@ -5,12 +5,12 @@ from __future__ import annotations
 import boto3
 
 from training.head.log_mirror import LogMirror
-from training.shared.storage import log_key
+from training.shared.storage import job_key
 
 
 def test_log_key():
-    assert log_key("s3://ckpts/runs/a", "j1", "log.jsonl") == ("ckpts", "runs/a/deepvm-jobs/j1/log.jsonl")
-    assert log_key("s3://ckpts", "j1", "result.json") == ("ckpts", "deepvm-jobs/j1/result.json")
+    assert job_key("s3://ckpts/runs/a", "j1", "log.jsonl") == ("ckpts", "runs/a/deepvm-jobs/j1/log.jsonl")
+    assert job_key("s3://ckpts", "j1", "result.json") == ("ckpts", "deepvm-jobs/j1/result.json")
 
 
 def test_log_and_result_reach_s3_and_failures_are_said_once(s3_endpoint, tmp_path, monkeypatch):

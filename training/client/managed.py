@@ -13,7 +13,7 @@ import contextlib
 import shlex
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from provisioning.cloud.keys import HOST_KEYS_DIR, pinned_host_keys
@@ -21,17 +21,20 @@ from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
 from provisioning.clusters.handle import Cluster
 from provisioning.clusters.head import head_node
+from provisioning.clusters.on_demand import on_demand_prices
 from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.core.home import deepvm_home
 from training.control.jobrecord import TrainRequest, new_job_id
 from training.control.market import job_offers
 from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
+from training.shared.guard import SECRET_FILE, JobGuard, ResumeFrom
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.layout import MANAGED_HOME, JobFiles
 from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
+from training.shared.summary import RunSummary
 from training.shared.transport import (
     OutputLine,
     PushProgress,
@@ -44,6 +47,12 @@ from training.shared.transport import (
 _CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
 # what every deepvm program on the head runs with (shell words, expanded by the head's login shell)
 _HEAD_ENV = {"DEEPVM_HOME": f'"$HOME/{MANAGED_HOME}"', "PYTHONPATH": f'"$HOME/{RUNTIME_DIR}"'}
+
+
+def head_exports(service_env: dict[str, str]) -> str:
+    """The shell line a deepvm program on the head starts after: its home, its runtime, and what its AWS
+    clients need (service_env: never keys)."""
+    return _export({**_HEAD_ENV, **{name: shlex.quote(value) for name, value in service_env.items()}})
 
 
 def _export(env: dict[str, str]) -> str:
@@ -90,7 +99,18 @@ def head_of(cluster: Cluster, python: str) -> Head:
     return Head(cluster.name, node.instance_id, endpoints[node.instance_id].host, python)
 
 
-def submit(request: TrainRequest, report: JobReporter) -> JobRow:
+@dataclass(frozen=True)
+class Guarded:
+    """What `deepvm train` checked of a managed job beyond its request (its limits are the request's): its
+    money guard."""
+
+    guard: JobGuard = field(default_factory=JobGuard)  # autodown, --idle, --max-duration, the hook, outputs
+    secret: str = ""  # what the hook's posts are signed with (config's notify_secret): a 0600 file on the head
+    resume: ResumeFrom | None = None  # continue this job from its checkpoint in S3 (its id: `resumed_id`)
+    resumed_id: str = ""
+
+
+def submit(request: TrainRequest, report: JobReporter, guarded: Guarded) -> JobRow:
     """Stage the job on the cluster's head and start its supervised controller there; the job's row. Its
     limits (deadline, budget, fallback cap) go with it as `deepvm train` checked them, and the pools its
     recovery ladder may buy from, priced here from the plan's catalog."""
@@ -103,7 +123,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
                          f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
     keys = cluster.keys
-    job_id = new_job_id(spec.name)
+    job_id = guarded.resumed_id or new_job_id(spec.name)
     files = JobFiles(job_id)
 
     def push(p: PushProgress) -> None:
@@ -129,6 +149,9 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         submitted_at=utc_now(),
         limits=request.limits,
         market=request.market or job_offers(cluster.plan),
+        guard=guarded.guard,
+        on_demand_prices=on_demand_prices(cluster.plan),
+        resume=guarded.resume,
     )
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)
@@ -138,6 +161,7 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         f"{cluster_dir}/internal_ed25519": internal,
         **pins,  # each node's host key as pinned here: the head checks them as this machine does
         files.record: record.to_json().encode(),
+        **({f"{files.root}/{SECRET_FILE}": guarded.secret.encode()} if guarded.secret else {}),  # 0600, no argv
     })  # fmt: skip
     out = request.out_dir or deepvm_home() / "jobs" / job_id
     job = JobStore().put(JobRow(
@@ -145,9 +169,10 @@ def submit(request: TrainRequest, report: JobReporter) -> JobRow:
         status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0,
         world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
         out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
-        controller=head.instance_id,
+        controller=head.instance_id, outputs_url=guarded.guard.outputs_url,
+        down_when_done=guarded.guard.down_when_done,
     ))  # fmt: skip
-    _run(head, start_script(files, request.python, record.service_env), report.note)
+    run_on_head(head, start_script(files, request.python, record.service_env), report.note)
     report.note(f"job {job_id} runs under its controller on {head.instance_id}")
     return job
 
@@ -214,7 +239,7 @@ def detached_launch(command: str, log: str) -> str:
     return f"setsid nohup {command} </dev/null >>{log} 2>&1 &"
 
 
-def _run(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
+def run_on_head(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
     """Run a script on the head; its stdout lines (stderr goes to on_text). A failure is one error."""
     out: list[str] = []
     errors: list[str] = []
@@ -274,9 +299,15 @@ def jobs_on(head: Head) -> list[JobSummary]:
     """The jobs the head knows, newest first; this machine's rows are brought up to date with them."""
     # a head that never ran a managed job has no jobs, and maybe no deepvm runtime to ask with yet
     script = f'[ -d "$HOME/{MANAGED_HOME}/jobs" ] || exit 0\n{query_script(head, "jobs")}'
-    summaries = [JobSummary.from_json(text) for text in _run(head, script, lambda _: None) if text]
+    summaries = [JobSummary.from_json(text) for text in run_on_head(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
+
+
+def summary_on(head: Head, job_id: str) -> RunSummary:
+    """The job's run summary as its head makes it (the one written at its end, or as of now)."""
+    lines = run_on_head(head, query_script(head, f"summary {shlex.quote(job_id)}"), lambda _: None)
+    return RunSummary.from_json(lines[-1])
 
 
 def running_jobs(head: Head) -> list[JobSummary]:
@@ -307,7 +338,7 @@ def cancel(head: Head, job_id: str, now: bool) -> None:
 def fetch_outputs(head: Head, job_id: str, out_dir: Path) -> TrainResult | None:
     """Once the job has completed, copy its outputs from the head into out_dir and return its result
     (its out_dir this one); None for a job that has not (its head holds no outputs:
-    training.client.leftovers finds what it left on the nodes)."""
+    training.control.leftovers finds what it left on the nodes)."""
     from training.shared.transport import fetch_files, fetch_tree
 
     files = JobFiles(job_id)

@@ -28,12 +28,13 @@ from training.shared.storage import job_storage
 _MISSING_BUCKET = ("404", "NoSuchBucket", "NotFound")
 
 
-def ready_job_storage(cluster: Cluster, spec: JobSpec) -> list[str]:
+def ready_job_storage(cluster: Cluster, spec: JobSpec, head_reads: tuple[S3Area, ...] = ()) -> list[str]:
     """Grant the job's S3 areas to the cluster's roles (none: take an earlier job's away); what could not
-    be checked, as warnings. Raises InputError, one line with the fix, when the job's L3 cannot work."""
+    be checked, as warnings. Raises InputError, one line with the fix, when the job's L3 cannot work.
+    `head_reads`: more areas the head reads (the checkpoint of a job resumed from another cluster)."""
     nodes = [n for n in cluster.nodes() if n.state == RUNNING]
     head = head_node(nodes)
-    storage = job_storage(spec, head_trains=head is not None and head.role is Role.ANCHOR)
+    storage = job_storage(spec, head_trains=head is not None and head.role is Role.ANCHOR, head_reads=head_reads)
     access = cluster.row.resources.controller
     ctx = started(cluster.target, cluster.row.region)
     if storage is None:

@@ -45,11 +45,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
-from provisioning.core.errors import InputError, JobFailed, StoppedByUser
+from provisioning.core.errors import InputError
 from training.control.attempts import (
     Action,
-    CancelMode,
-    Decision,
     Failures,
     decide,
     fold_in_now,
@@ -73,6 +71,8 @@ from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
+from training.control.stops import JobStops, TrainingFailed, TrainingStopped
+from training.control.winddown import drop_replacements
 from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -88,24 +88,6 @@ from training.shared.progress import (
 )
 
 _FETCH = ("model.pt", METRICS_FILE)
-
-
-class TrainingStopped(StoppedByUser):
-    """The user stopped the job (Ctrl-C); it can be resumed."""
-
-
-class TrainingCancelled(StoppedByUser):
-    """`deepvm cancel` stopped the job; it is final (a cancelled job is not resumed by its supervisor)."""
-
-    exit_code = 0  # the job ended as its owner asked
-
-
-class TrainingFailed(JobFailed):
-    """The job cannot continue (no holder left, repeated failures without progress)."""
-
-
-class BudgetReached(TrainingStopped):
-    """The job stopped with a checkpoint before it would spend more than its budget; `--resume` continues."""
 
 
 def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
@@ -135,7 +117,6 @@ class Controller:
         self.recovery = RecoveryLog()
         self.job = self._begin()
         self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at)
-        self.budget_stop: str | None = None  # the ladder's STOP, once asked of a running attempt
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
@@ -145,7 +126,7 @@ class Controller:
                                       tick_s=tick_s)  # fmt: skip
         self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event, self.market,
                                   self.job.state, self.job.ladder_said, request.replace_nodes)  # fmt: skip
-        self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
+        self.stops = JobStops(request, cluster.name, self.job, self.session, self.nodes, report)
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
         self.scalars = ScalarSink(Path(self.job.row.out_dir) / TENSORBOARD_DIR, report.note)
@@ -165,23 +146,23 @@ class Controller:
 
     def _event(self, kind: str, message: str) -> None:
         self.cluster.event(kind, f"{self.job.job_id}: {message}")
+        self.report.event(kind, message)
 
     # --- the loop ---------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         failures = Failures()
         try:
             while True:
-                self._check_cancel(None)
+                self.stops.check_cancel(None)
+                self.stops.check_limits(None)
                 end = self.session.run(len(self.attempts) + 1, self._next_launch(), self)
                 self._ended(end)
                 decision = decide(end.outcome, progressed(end.first_step, end.last_step), failures,
-                                  self.request.max_failures, self.cancel_mode is not None, end.error)  # fmt: skip
+                                  self.request.max_failures, self.stops.stopping, end.error)  # fmt: skip
                 failures = decision.failures
                 if decision.action is Action.FINISH:
                     return self._finish(end)
-                if self.budget_stop is not None:
-                    raise self._budget_reached(self.budget_stop)
-                self._stop_unless_relaunched(decision, end)
+                self.stops.after_attempt(decision, end)
                 if decision.action is Action.RECOVER:
                     if self._after_failure(end):  # a node found dead: the next failure is no repeat of this one
                         failures = failures.nodes_lost()
@@ -192,25 +173,10 @@ class Controller:
             if self.job.row.status is JobStatus.RUNNING:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
                 self.job.ended(JobStatus.STOPPED if stopped else JobStatus.FAILED, str(exc) or type(exc).__name__)
+            drop_replacements(self.nodes, self.session, self.report)  # nothing bought for the job bills on
             raise
         finally:
             self.scalars.close()
-
-    def _stop_unless_relaunched(self, decision: Decision, end: AttemptEnd) -> None:
-        """Raise how the job ends, for the decisions that end it here."""
-        row, action = self.job.row, decision.action
-        if action is Action.CANCEL:
-            self.job.ended(JobStatus.CANCELLED, f"cancelled ({self.cancel_mode})")
-            raise TrainingCancelled(f"cancelled at step {row.step} (checkpoint at step {row.checkpoint_step})")
-        if action is Action.STOP:
-            self.job.ended(JobStatus.STOPPED, "stopped by the user")
-            raise TrainingStopped(
-                f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}); "
-                f"`deepvm train {self.request.job_path} --cluster {self.cluster.name} --controller local --resume` "
-                "continues"
-            )
-        if action is Action.GIVE_UP:
-            raise TrainingFailed(end.error.given_up(end.error_node, decision.failures.count, decision.repeated))
 
     def _ended(self, end: AttemptEnd) -> None:
         if end.outcome is Outcome.FAILED:  # its own cause in a few lines (Open MPI's banner stays in the log)
@@ -253,15 +219,24 @@ class Controller:
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's timer
-        (its next try after a refusal). A new holder continues from S3 (l3) only: _check_holders."""
+        (its next try after a refusal), minding `deepvm cancel` and the job's limits meanwhile. A new holder
+        continues from S3 (l3) only: _check_holders; new trainers only from a checkpoint."""
         self._check_holders()
+        if not holders_lost and self.job.row.checkpoint_step < 0:
+            raise TrainingFailed("every trainer was lost before the job's first checkpoint: nothing to resume from")
+        what = "checkpoint holder" if holders_lost else "trainer"
         if (why := self.nodes.nothing_coming()) is not None:
-            raise TrainingFailed(f"no {'checkpoint holder' if holders_lost else 'trainer'} node is left and none "
-                                 f"is on its way: {why}")  # fmt: skip
+            raise TrainingFailed(f"no {what} node is left and none is on its way: {why}")
         self.nodes.waiting("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
                            if holders_lost else "no trainer left: waiting for the replacement node")  # fmt: skip
-        if (item := self.session.wait_for_post(timeout_s=self.market.wait_s())) is not None:
-            self.on_post(item, None)
+        wait_s = self.market.wait_s()
+        until = None if wait_s is None else time.monotonic() + wait_s
+        while (item := self.session.wait_for_post(timeout_s=self.session.tick_s)) is None:
+            self.stops.check_cancel(None)
+            self.stops.check_limits(None, waiting_for=what)
+            if until is not None and time.monotonic() >= until:
+                return  # the ladder's next try
+        self.on_post(item, None)
 
     # --- 2) listening to the attempt (AttemptListener) ----------------------------------------------------
     def on_launch(self, run: AttemptRun) -> None:
@@ -312,7 +287,8 @@ class Controller:
             self._on_replacement(item, run)
 
     def on_tick(self, run: AttemptRun) -> None:
-        self._check_cancel(run)
+        self.stops.check_cancel(run)
+        self.stops.check_limits(run)
         self.job.save_if_due()
         if self.market.due():
             self._ask(run)
@@ -326,6 +302,7 @@ class Controller:
         self.recovery.trouble(RecoveryReason.STALL, (), run.number, run.trainers, time.monotonic(), run.last_step)
 
     def _on_step(self, event: Step, at: float, run: AttemptRun) -> None:
+        self.stops.clock.stepped()
         recovered = self.recovery.stepped(run.number, run.first_step, event.step, run.trainers, at)
         if recovered is not None:
             self._recovered(recovered)
@@ -387,38 +364,14 @@ class Controller:
         step: LadderStep = self.nodes.act(ask=True)
         if run is None or not run.mpirun.running:
             if step.stop is not None:
-                raise self._budget_reached(step.stop.reason.text)
+                raise self.stops.budget_reached(step.stop.reason.text)
             return
         if step.stop is not None:
-            self.budget_stop = step.stop.reason.text
+            self.stops.budget = step.stop.reason.text
         elif step.let_go and not run.stopping:
             self.recovery.trouble(RecoveryReason.LADDER, step.let_go, run.number, run.trainers, time.monotonic())
         if (step.stop is not None or step.let_go) and not run.stopping:
             run.request_stop()
-
-    def _budget_reached(self, why: str) -> BudgetReached:
-        """The job stops before its budget (the stand-ins it holds go: they bill for its deadline only)."""
-        self.nodes.release_stand_ins()
-        row = self.job.row
-        self.job.ended(JobStatus.STOPPED, f"stopped before its budget: {why}")
-        return BudgetReached(f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}) before the "
-                             f"budget: {why}; `deepvm train {self.request.job_path} --cluster {self.cluster.name} "
-                             "--controller local --resume --budget USD` with more continues")  # fmt: skip
-
-    def _check_cancel(self, run: AttemptRun | None) -> None:
-        """`deepvm cancel` leaves a file: stop as on Ctrl-C (checkpoint, then leave), or at once with "now"."""
-        cancel_file = self.request.cancel_file
-        if self.cancel_mode is not None or cancel_file is None or not cancel_file.exists():
-            return
-        self.cancel_mode = CancelMode.requested(cancel_file.read_text())
-        self.report.note(f"cancel requested ({self.cancel_mode})")
-        if run is None:  # between attempts: nothing runs that could checkpoint
-            self.job.ended(JobStatus.CANCELLED, f"cancelled ({self.cancel_mode})")
-            raise TrainingCancelled(f"cancelled at step {self.job.row.step}")
-        if self.cancel_mode is CancelMode.NOW:
-            self.session.kill_by_user(run)
-        else:
-            self.session.stop_by_user(run)
 
     # --- 3) after the attempt --------------------------------------------------------------------------
     def _after_failure(self, end: AttemptEnd) -> tuple[str, ...]:

@@ -7,8 +7,9 @@ and how the job resumes), so its rules are tested without a database (tests/trai
 
 - a controller given a job id that is stored already was restarted (a crash, a reboot of the head): it
   carries on from the newest checkpoint, and that counts as a restart;
-- `--resume` continues the newest unfinished run of the job's name on the cluster; a job the user
-  stopped (Ctrl-C) continues as asked, which is no restart, a crashed one's resume is one;
+- `--resume` continues the newest unfinished run of the job's name on the cluster (or, given its id, the
+  stopped job seeded from another cluster: training/head/resume.py); a job the user stopped (Ctrl-C, a time
+  limit) continues as asked, which is no restart, a crashed one's resume is one;
 - otherwise the job is new (an unfinished earlier run is named, with how to continue it instead).
 """
 
@@ -24,6 +25,7 @@ from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError
 from provisioning.core.home import deepvm_home
 from provisioning.ladder.offers import MarketOffers
+from training.control.jobclock import JobTimers
 from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.limits import JobLimits
 from training.shared.metrics import RunMetrics
@@ -55,6 +57,7 @@ class TrainRequest:
     # the pools the recovery ladder may buy from, priced where the plan's catalog is (the user's machine);
     # None: from the plan's catalog here (training.control.market.job_offers)
     market: MarketOffers | None = None
+    timers: JobTimers = field(default_factory=JobTimers)  # --idle, --max-duration (training/control/jobclock.py)
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,15 @@ def choose_job(request: TrainRequest, name: str, known: JobRow | None, previous:
     """Which job `request` (of the job spec named `name`) runs (see the module docstring). `known`: the
     stored job of the request's id; `previous`: the cluster's jobs, newest first; `new_row(job_id)`: a
     fresh job's row."""
-    if known is not None:
+    if known is not None and not (request.resume and known.status is JobStatus.STOPPED):
         row = replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
                       message="resumed after a controller restart")  # fmt: skip
         note = (f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
                 f"(last at step {known.step})")  # fmt: skip
         return JobChoice(row, RecoveryReason.CONTROLLER_RESTART, note)
     unfinished = [j for j in previous if j.name == name and j.status in _UNFINISHED]
+    if known is not None:  # stopped elsewhere and seeded here to be resumed (training/head/resume.py)
+        unfinished = [known]
     if request.resume:
         if not unfinished:
             raise InputError(

@@ -110,6 +110,10 @@ class Replacements:
         self._threads.append(thread)
         thread.start()
 
+    def busy(self) -> bool:
+        """Whether an order is still being bought or staged."""
+        return any(thread.is_alive() for thread in self._threads)
+
     def wait(self, timeout_s: float) -> None:
         """Wait for the requests still running (so that a node being bought is recorded and `down`
         finds it), at most `timeout_s` each."""

@@ -19,19 +19,24 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
-from provisioning.cloud.types import CloudKind
+from provisioning.cloud.types import CloudKind, NodeRecord
 from provisioning.clusters.handle import RUNNING
 from provisioning.clusters.noderecords import private_only
-from provisioning.clusters.store import ClusterStatus, Store
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
 from provisioning.core.errors import InputError
-from training.control.controller import BudgetReached, TrainingCancelled, TrainingFailed, train
+from training.control.controller import train
+from training.control.jobclock import JobLimited, JobTimers
 from training.control.jobrecord import TrainRequest
+from training.control.stops import BudgetReached, TrainingCancelled, TrainingFailed
 from training.head.joblog import JobLog
 from training.head.log_mirror import LogMirror
+from training.head.notify import Notifier
+from training.head.resume import download_checkpoint, seed_row
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import ControllerBusy, JobStatus
 from training.shared.records import HeadJob
@@ -39,17 +44,32 @@ from training.shared.records import HeadJob
 FINAL = 3  # the job failed for good: the supervisor does not restart it
 
 
-def seed_store(job: HeadJob) -> None:
-    """Give the head's store the cluster the first time a job of it runs here; afterwards the head's
-    own record (with the replacements it bought) is the newer one and is kept. The head talks to the
-    cloud's API itself (real or the sandbox's), hence cloud "aws"."""
+def seed_cluster(cluster: ClusterRow, nodes: tuple[NodeRecord, ...]) -> Store:
+    """The head's store, with the cluster recorded the first time (see seed_store)."""
     store = Store()
-    if store.cluster(job.cluster.name) is None:
-        store.put_cluster(replace(job.cluster, cloud=CloudKind.AWS, status=ClusterStatus.UP))
-        store.put_nodes(job.cluster.name, [private_only(n) for n in job.nodes])
-    keys = ensure_cluster_keys(job.cluster.name)  # written by the client: the internal key, the pinned host keys
-    running = [n for n in store.nodes(job.cluster.name) if n.state == RUNNING]
+    if store.cluster(cluster.name) is None:
+        store.put_cluster(replace(cluster, cloud=CloudKind.AWS, status=ClusterStatus.UP))
+        store.put_nodes(cluster.name, [private_only(n) for n in nodes])
+    return store
+
+
+def seed_store(cluster: ClusterRow, nodes: tuple[NodeRecord, ...]) -> None:
+    """Give the head's store the cluster the first time a job of it (or its idle watch) runs here; afterwards
+    the head's own record (with the replacements it bought) is the newer one and is kept. The head talks to
+    the cloud's API itself (real or the sandbox's), hence cloud "aws"."""
+    store = seed_cluster(cluster, nodes)
+    keys = ensure_cluster_keys(cluster.name)  # written by the client: the internal key, the pinned host keys
+    running = [n for n in store.nodes(cluster.name) if n.state == RUNNING]
     write_known_hosts(keys, running)
+
+
+def timers(job: HeadJob) -> JobTimers:
+    """The job's --idle and --max-duration, in seconds, counted from when it was submitted (a restarted
+    controller does not give a time limit its hours again)."""
+    guard = job.guard
+    return JobTimers(idle_s=None if guard.idle_minutes is None else guard.idle_minutes * 60,
+                     max_duration_s=None if guard.max_duration_hours is None else guard.max_duration_hours * 3600,
+                     started_wall=datetime.fromisoformat(job.submitted_at).timestamp())  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -57,12 +77,13 @@ def main(argv: list[str]) -> int:
     job = HeadJob.from_json((root / "job.json").read_text())
     log = JobLog(root / "log.jsonl")
     (root / "service.pid").write_text(str(os.getpid()))
+    notifier = Notifier.for_job(job.guard.notify, root, job.job_id, job.cluster.name, log.note)
     mirror = None
     try:
         checkpoint = load_job_spec(root / "job" / job.job_file).checkpoint
         if "l3" in checkpoint.levels and checkpoint.s3_prefix:
             mirror = LogMirror(checkpoint.s3_prefix, job.job_id, root, log.note).start()
-        seed_store(job)
+        seed_store(job.cluster, job.nodes)
         request = TrainRequest(
             job_path=root / "job" / job.job_file,
             cluster=job.cluster.name,
@@ -78,8 +99,13 @@ def main(argv: list[str]) -> int:
             inside_cluster=True,
             limits=job.limits,
             market=job.market,
+            timers=timers(job),
+            resume=job.resume is not None,
         )
-        result = train(request, log.reporter())
+        if job.resume is not None:  # continued from its checkpoint in S3 (`train --resume` on another cluster)
+            download_checkpoint(job.resume, job.job_id, Path.home())
+            seed_row(job, request, load_job_spec(request.job_path).name)
+        result = train(request, replace(log.reporter(), event=notifier.controller_event))
         write_text_atomic(root / "result.json", result.to_json())
         log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
         return 0
@@ -89,6 +115,9 @@ def main(argv: list[str]) -> int:
     except BudgetReached as exc:  # stopped with a checkpoint, as its budget asked: not restarted
         log.state(JobStatus.STOPPED, str(exc))
         return 0
+    except JobLimited as exc:  # stopped or failed at --max-duration or --idle: over, either way
+        log.state(exc.reached.status, str(exc))
+        return FINAL
     except (TrainingFailed, InputError, ControllerBusy) as exc:
         log.state(JobStatus.FAILED, str(exc))
         return FINAL
@@ -96,6 +125,7 @@ def main(argv: list[str]) -> int:
         log.note(f"controller error: {type(exc).__name__}: {exc}")
         raise
     finally:
+        notifier.close()  # the controller's events leave before the supervisor's end of the job
         if mirror is not None:
             mirror.close()
         log.close()

@@ -6,7 +6,8 @@ that is itself restarted on failure; where there is none (the sandbox's hosts), 
 exit code, whether the job is over (0: completed or cancelled; service.FINAL: failed for good) or the
 controller crashed and must come back. A controller that keeps crashing is given up on after
 _MAX_CRASHES within _CRASH_WINDOW_S, and the job is marked failed, rather than restarted forever while
-the cluster bills.
+the cluster bills. Once the job is over, for good, the supervisor runs its end (training/head/job_end.py:
+the summary, the hook, the outputs to S3, autodown).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
+from training.head import job_end
 from training.head.job_service import FINAL
 from training.head.joblog import JobLog
 from training.shared.jobstore import JobStatus, JobStore
@@ -58,8 +60,11 @@ def supervise(root: Path) -> int:
                 stderr=output,
             )
             code = service.wait()
-            if code in (0, FINAL) or stopping:
+            if stopping:
                 return 0 if code in (0, FINAL) else code
+            if code in (0, FINAL):
+                job_end.finish(root)
+                return 0
             now = time.monotonic()
             crashes.append(now)
             while crashes and now - crashes[0] > _CRASH_WINDOW_S:
@@ -71,10 +76,12 @@ def supervise(root: Path) -> int:
                             f"(last: {_describe(code)}; see {root / 'service.out'}); giving up")  # fmt: skip
                     _mark_failed(root.name, text)
                     log.state(JobStatus.FAILED, text)
+                    log.close()
+                    job_end.finish(root)
                     return FINAL
                 log.note(f"the controller stopped ({_describe(code)}); restarting it")
             finally:
-                log.close()
+                log.close()  # closing twice is harmless
             time.sleep(_RESTART_DELAY_S)
 
 

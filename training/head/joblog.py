@@ -48,8 +48,11 @@ class JobLog:
 
     def close(self) -> None:
         with self._lock:
+            if self._fd < 0:
+                return
             os.fsync(self._fd)
             os.close(self._fd)
+            self._fd = -1
 
     def reporter(self) -> JobReporter:
         """The controller's reporter, writing every event to this log."""

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from training.shared.storage import log_key
+from training.shared.storage import job_key
 
 _EVERY_S = 15.0
 
@@ -53,7 +53,7 @@ class LogMirror:
             path = self._root / name
             if not path.exists() or path.stat().st_size == self._sizes.get(name):
                 continue
-            bucket, key = log_key(self._prefix, self._job_id, name)
+            bucket, key = job_key(self._prefix, self._job_id, name)
             try:
                 data = path.read_bytes()
                 self._s3.put_object(Bucket=bucket, Key=key, Body=data)

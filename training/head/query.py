@@ -9,6 +9,8 @@
                                                               the log as with --follow, and a snapshot of
                                                               the nodes and money every S seconds, until the
                                                               job is over or stdin ends (deepvm watch)
+    python -m training.head.query summary JOB_ID       the run's summary (RunSummary, JSON): the one written at
+                                                              its end, or as of now while it runs
 
 It reads the head's files and state store and changes nothing but the cancel request, so any number of
 clients can ask at once while the job runs. Run with DEEPVM_HOME set to the head's managed home.
@@ -28,7 +30,9 @@ from provisioning.core.home import deepvm_home
 from training.control.attempts import CancelMode
 from training.head.watch_feed import SnapshotTicker, exit_when_stdin_closes
 from training.shared.jobstore import JobRow, JobStatus, JobStore
+from training.shared.layout import END_MARK
 from training.shared.records import JobSummary, LogKind, LogRecord
+from training.shared.summary import SUMMARY_FILE
 
 _POLL_S = 0.2
 
@@ -98,7 +102,7 @@ def follow(job_id: str, start: int, tail: int | None, keep_following: bool,
         while True:
             if handle is None and path.exists():
                 handle = stack.enter_context(open(path, "rb"))
-            over = not supervisor_alive(root) and _final(job_id)
+            over = (not supervisor_alive(root) or (root / END_MARK).exists()) and _final(job_id)
             chunk = handle.read() if handle is not None else b""
             if chunk:
                 *lines, partial = (partial + chunk).split(b"\n")
@@ -135,6 +139,26 @@ def cancel(job_id: str, now: bool) -> int:
     return 0
 
 
+def print_summary(job_id: str) -> int:
+    """Print the job's run summary (see the module docstring); 2 when this head does not know the job."""
+    root = job_root(job_id)
+    if not (root / "job.json").exists():
+        print(f"no job {job_id} on this head", file=sys.stderr)
+        return 2
+    if (root / SUMMARY_FILE).exists():
+        print((root / SUMMARY_FILE).read_text())
+        return 0
+    row = JobStore().get(job_id) if (deepvm_home() / "state.db").exists() else None
+    if row is None:
+        print(f"job {job_id} has not started yet", file=sys.stderr)
+        return 2
+    from training.head.summary import run_summary  # the store and the cost arithmetic, only for this question
+    from training.shared.records import HeadJob
+
+    print(run_summary(HeadJob.from_json((root / "job.json").read_text()), row).to_json())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.head.query")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -151,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     watch.add_argument("job_id")
     watch.add_argument("--from", dest="start", type=int, default=0)
     watch.add_argument("--every", type=float, default=2.0)
+    sub.add_parser("summary").add_argument("job_id")
     args = parser.parse_args(argv)
     if args.what == "jobs":
         for summary in summaries():
@@ -162,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         exit_when_stdin_closes()
         job = args.job_id
         return follow(job, args.start, None, True, SnapshotTicker(lambda: _summary(job), args.every))
+    if args.what == "summary":
+        return print_summary(args.job_id)
     return cancel(args.job_id, args.now)
 
 

@@ -44,16 +44,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     python TEXT NOT NULL,             -- the nodes' interpreter
     message TEXT NOT NULL,
     controller TEXT NOT NULL DEFAULT 'local', -- where the controller runs: local, or the head's instance id
+    outputs_url TEXT NOT NULL DEFAULT '',  -- where the head copies the job's outputs at its end ('': nowhere)
+    down_when_done INTEGER NOT NULL DEFAULT 0,  -- the job's end takes its cluster down (autodown)
     ladder TEXT NOT NULL DEFAULT ''  -- the recovery ladder's newest decision and why ('': none yet)
 )"""
 SCHEMA = Schema(
     name="jobs",
-    version=2,
+    version=3,  # 2: outputs_url, down_when_done (issue 25); 3: ladder (the recovery ladder run live)
     statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
-    added_columns=(
-        AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),  # a state.db from before managed training
-        AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''"),  # ... from before the recovery ladder ran live
-    ),
+    # a state.db from before managed training, from before the money guard, from before the live ladder
+    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),
+                   AddedColumn("jobs", "outputs_url", "TEXT NOT NULL DEFAULT ''"),
+                   AddedColumn("jobs", "down_when_done", "INTEGER NOT NULL DEFAULT 0"),
+                   AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''")),
 )
 
 LOCAL = "local"
@@ -101,6 +104,8 @@ class JobRow:
     python: str
     message: str
     controller: str = LOCAL  # "local" (this machine), or the instance id of the head that runs the job
+    outputs_url: str = ""  # s3://... where the head copies the job's outputs, log and checkpoint at its end
+    down_when_done: bool = False  # its end takes its cluster down: its outputs are then in S3, not on the head
     ladder: str = ""  # the recovery ladder's newest decision and why, e.g. "repair: ... refused lately: ..."
 
     def to_dict(self) -> dict[str, object]:
@@ -141,7 +146,8 @@ class JobStore:
 
 
 def _job_row(row: sqlite3.Row) -> JobRow:
-    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"])})
+    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"]),
+                     "down_when_done": bool(row["down_when_done"])})
 
 
 class ControllerBusy(CloudError):

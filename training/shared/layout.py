@@ -11,6 +11,9 @@ there, and so does SFTP):
     deepvm/managed/jobs/JOB_ID/result.json  the TrainResult of a completed job
     deepvm/managed/jobs/JOB_ID/cancel       written by `deepvm cancel`: "checkpoint" or "now"
     deepvm/managed/jobs/JOB_ID/supervisor.pid, service.pid   the running processes
+    deepvm/managed/jobs/JOB_ID/summary.json the run's summary (training/shared/summary.py), once it is over
+    deepvm/managed/jobs/JOB_ID/notify.secret  what the hook's posts are signed with (0600; `train --notify`)
+    deepvm/managed/jobs/JOB_ID/end.done     its end is done (training/head/job_end.py): a log's follower stops
 
 The head's programs (training/head: job_service, job_supervisor, query) run in a job's root and name these
 files directly; the client reaches them through JobFiles.
@@ -21,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MANAGED_HOME = "deepvm/managed"
+END_MARK = "end.done"
 
 
 @dataclass(frozen=True)

@@ -170,3 +170,4 @@ class JobReporter:
     progress: Callable[[Progress], None] = lambda progress: None
     push: Callable[[str, int, int], None] = lambda host, done, total: None  # bytes pushed to a host
     metrics: Callable[[MetricPoint], None] = lambda point: None  # trainer 0's scalars of a step (ctx.log)
+    event: Callable[[str, str], None] = lambda kind, message: None  # what the cluster's event log gets: the hook's

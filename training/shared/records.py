@@ -18,12 +18,11 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.ladder.offers import MarketOffers
-from provisioning.planner.plan import Role
 from provisioning.planner.plan_document import plan_from_dict
+from training.shared.guard import JobGuard, ResumeFrom
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Progress
@@ -50,29 +49,63 @@ class HeadJob:
     submitted_at: str
     limits: JobLimits = field(default_factory=JobLimits)  # the file's, with the flags in their place
     startup_grace_s: float | None = None  # `train --startup-grace` (None: the job file's, or the default)
+    guard: JobGuard = field(default_factory=JobGuard)  # autodown, --idle, --max-duration, the hook
+    on_demand_prices: dict[str, float] = field(default_factory=dict)  # USD/h by instance type: the run's summary
+    resume: ResumeFrom | None = None  # a job continued from its checkpoint in S3 (`train --resume JOB`)
     # the pools the recovery ladder may buy from, priced from the plan's catalog on the user's machine (the
     # head may not have that catalog); None: a job of an earlier client, priced from the head's snapshot
     market: MarketOffers | None = None
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["cluster"]["plan"] = self.cluster.plan.to_dict()
-        data["market"] = None if self.market is None else self.market.to_dict()
-        return json.dumps(data, indent=1)
+        return _json_with_plan(self, {"market": None if self.market is None else self.market.to_dict()})
 
     @classmethod
     def from_json(cls, text: str) -> HeadJob:
         data = json.loads(text)
-        c = data["cluster"]
-        cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
-                                "plan": plan_from_dict(c["plan"]),
-                                "resources": CloudResources.from_dict(c["resources"])})  # fmt: skip
-        nodes = tuple(
-            NodeRecord(**{**n, "market": Market(n["market"]), "role": Role(n["role"])}) for n in data["nodes"]
-        )
-        market = data.get("market")
+        cluster, nodes = _cluster_from(data)
+        resume, market = data.get("resume"), data.get("market")
         return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits")),
+                      "guard": JobGuard.from_dict(data.get("guard")),
+                      "resume": ResumeFrom(**resume) if resume else None,
                       "market": None if market is None else MarketOffers.from_dict(market)})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IdleWatch:
+    """`deepvm up --autodown N`: what the head's idle watch needs (written once as watch.json): the cluster, and
+    the minutes without a job after which it goes down (training/head/idle_cluster.py)."""
+
+    cluster: ClusterRow
+    nodes: tuple[NodeRecord, ...]
+    minutes: float
+    bucket: str  # the cluster's outputs bucket: the head's record of the end goes there
+    service_env: dict[str, str]  # what its AWS clients need: region, endpoint; never keys
+
+    def to_json(self) -> str:
+        return _json_with_plan(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> IdleWatch:
+        data = json.loads(text)
+        cluster, nodes = _cluster_from(data)
+        return cls(**{**data, "cluster": cluster, "nodes": nodes})
+
+
+def _json_with_plan(record: HeadJob | IdleWatch, written: dict[str, Any] | None = None) -> str:
+    """A record holding a cluster as JSON (asdict keeps the plan's enums and tuples as they are: the plan writes
+    itself), with `written`: fields that write themselves too (a job's market offers)."""
+    data = {**asdict(record), **(written or {})}
+    data["cluster"]["plan"] = record.cluster.plan.to_dict()
+    return json.dumps(data, indent=1)
+
+
+def _cluster_from(data: dict[str, Any]) -> tuple[ClusterRow, tuple[NodeRecord, ...]]:
+    """The cluster and its nodes of a record written by asdict (HeadJob, IdleWatch)."""
+    c = data["cluster"]
+    cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
+                            "plan": plan_from_dict(c["plan"]),
+                            "resources": CloudResources.from_dict(c["resources"])})  # fmt: skip
+    return cluster, tuple(NodeRecord.from_dict(n) for n in data["nodes"])
 
 
 class LogKind(str, Enum):

@@ -38,12 +38,13 @@ from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.policies import (
     CONTROLLER_POLICY,
     JOB_STORAGE_POLICY,
+    OUTPUTS_POLICY,
     controller_policy,
     job_storage_policy,  # fmt: skip
     trust_policy,
 )
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, IAM_PATH, ClusterIdentity, cluster_tags, role_name
-from provisioning.cloud.types import ControllerAccess, JobStorage
+from provisioning.cloud.types import ControllerAccess, JobStorage, S3Area
 from provisioning.core.errors import CloudError
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
@@ -137,6 +138,22 @@ def put_job_storage(ctx: AwsContext, access: ControllerAccess, storage: JobStora
             fix = f"your credentials need iam:PutRolePolicy and iam:DeleteRolePolicy on it ({README_SECTION})"
             raise CloudError(f"cannot give the cluster's role {role} the job's S3 rights ({code}); "
                              + (fix if code in DENIED else str(exc))) from exc  # fmt: skip
+
+
+def put_outputs_policy(ctx: AwsContext, access: ControllerAccess, bucket: str) -> None:
+    """Let the head's role write the cluster's outputs bucket (the copies of a job's outputs at its end, the
+    record of the cluster's end): an inline policy of its own, `deepvm-cluster-outputs`, on exactly that
+    bucket, kept while the cluster lives (its jobs come and go; the bucket stays with the cluster). A user's
+    --controller-profile is not touched."""
+    if not access.owned:
+        return
+    document = job_storage_policy((S3Area(bucket, "", writes=True),), partition_of(ctx.region))
+    try:
+        ctx.client("iam").put_role_policy(RoleName=access.role, PolicyName=OUTPUTS_POLICY,
+                                          PolicyDocument=json.dumps(document))  # fmt: skip
+    except ClientError as exc:
+        raise CloudError(f"cannot let the cluster's role {access.role} write its outputs bucket {bucket} "
+                         f"({error_code(exc)})") from exc
 
 
 def delete_controller(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from provisioning.cloud.aws.policies import CONTROLLER_POLICY, JOB_STORAGE_POLICY
+from provisioning.cloud.aws.policies import CONTROLLER_POLICY, JOB_STORAGE_POLICY, OUTPUTS_POLICY
 
 # kind -> the AWS CLI command that deletes one resource of that kind, `{id}` being its id or name
 _DELETE = {
@@ -19,10 +19,12 @@ _DELETE = {
     "security group": "aws ec2 delete-security-group --group-id {id}",
     "key pair": "aws ec2 delete-key-pair --key-name {id}",
     "volume": "aws ec2 delete-volume --volume-id {id}",
+    "S3 bucket": "aws s3 rb s3://{id} --force",
     "IAM instance profile": "aws iam remove-role-from-instance-profile --instance-profile-name {id} --role-name {id}"
     " ; aws iam delete-instance-profile --instance-profile-name {id}",
     "IAM role": f"aws iam delete-role-policy --role-name {{id}} --policy-name {CONTROLLER_POLICY}"
     f" ; aws iam delete-role-policy --role-name {{id}} --policy-name {JOB_STORAGE_POLICY}"
+    f" ; aws iam delete-role-policy --role-name {{id}} --policy-name {OUTPUTS_POLICY}"
     " ; aws iam delete-role --role-name {id}",
 }
 
@@ -39,7 +41,7 @@ class Leftover:
 
     def delete_command(self, region: str, endpoint_url: str | None = None) -> str:
         """The AWS CLI command that deletes it (IAM's is global: no region, the same endpoint)."""
-        where = "" if self.kind.startswith("IAM") else f" --region {region}"
+        where = "" if self.kind.startswith(("IAM", "S3")) else f" --region {region}"
         endpoint = f" --endpoint-url {endpoint_url}" if endpoint_url else ""
         return " ; ".join(
             f"{part.strip()}{where}{endpoint}"

@@ -17,6 +17,7 @@ from provisioning.cloud.types import S3Area
 
 CONTROLLER_POLICY = "deepvm-controller"  # the inline policy of the controller's role, written at `up`
 JOB_STORAGE_POLICY = "deepvm-job-storage"  # the inline S3 policy of the head's and holders' roles, per job
+OUTPUTS_POLICY = "deepvm-cluster-outputs"  # the head's role on the cluster's outputs bucket (iam.put_outputs_policy)
 
 # Describe* actions support neither resource ARNs nor tag conditions on AWS, so they cannot be limited
 # to the cluster: the head may read every instance of the account in any region. It may change only what

@@ -116,6 +116,11 @@ CALLS: tuple[Call, ...] = (
     Call("s3", "CompleteMultipartUpload", ("s3:PutObject",)),
     Call("s3", "AbortMultipartUpload", ("s3:AbortMultipartUpload",)),
     Call("s3", "DeleteObject", ("s3:DeleteObject",)),
+    Call("s3", "DeleteObjects", ("s3:DeleteObject",)),  # authorised per object it deletes
+    Call("s3", "CreateBucket", ("s3:CreateBucket",)),
+    Call("s3", "PutBucketTagging", ("s3:PutBucketTagging",)),
+    Call("s3", "GetBucketTagging", ("s3:GetBucketTagging",)),
+    Call("s3", "DeleteBucket", ("s3:DeleteBucket",)),
 )
 
 _U, _H, _O, _N, _S = Side.USER, Side.HEAD, Side.HOLDERS, Side.NODES, Side.SANDBOX
@@ -146,6 +151,16 @@ RUNS_UNDER: dict[str, Module] = {
     "provisioning.cloud.aws.dryrun": Module(frozenset({_U}), "`check`: EC2 rights probed with DryRun", Use.PROBE),
     "training.client.storage": Module(frozenset({_U}), "`train` with l3: the job's bucket exists"),
     "training.head.log_mirror": Module(frozenset({_H}), "a managed job's log, mirrored beside its L3"),
+    # issue 25's money guard: the head copies a job's outputs out and records the end of a cluster it takes down
+    # (its own termination goes through provisioning.cloud.aws.instances, limited to the cluster's tag)
+    "training.head.outputs": Module(frozenset({_H}), "autodown and --max-duration: a job's outputs copied to S3"),
+    "training.head.job_end": Module(frozenset({_H}), "autodown and --max-duration: a job's outputs copied to S3"),
+    "training.head.autodown": Module(frozenset({_H}), "autodown: the head's record of the cluster's end"),
+    "training.head.resume": Module(frozenset({_H}), "`train --resume` on another cluster: the job's checkpoint"),
+    "provisioning.cloud.aws.buckets": Module(frozenset({_U}), "`train`, `up --autodown`, `down`: the outputs bucket"),
+    "provisioning.clusters.ended": Module(frozenset({_U}), "finishing the teardown of a cluster its head took down"),
+    "training.client.outputs": Module(frozenset({_U}), "`fetch`, `logs`, `status JOB`, `train --resume`: "
+                                      "a job's outputs in S3"),
     # every holder (the head always is one) writes L3; the head leads, and commits manifests
     "deepcheck.storage_s3": Module(frozenset({_H, _O}), "DeepCheck's L3"),
     # ranks that train read an S3 dataset: the trainers with your profile, a Single Anchor's head with its own

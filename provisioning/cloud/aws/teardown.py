@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from provisioning.cloud.aws.buckets import bucket_of, delete_bucket
 from provisioning.cloud.aws.context import AwsContext, cloud_errors, error_code
 from provisioning.cloud.aws.iam import controller_leftovers, delete_controller, identities_in_iam
 from provisioning.cloud.aws.instances import LIVE_STATES, cluster_instances, describe, terminate_instances
@@ -98,20 +99,22 @@ def terminate_cluster(
     known: CloudResources = CloudResources(),
     timeout_s: float = 600,
     on_step: Callable[[str], None] = lambda step: None,
+    keep_outputs: bool = False,
 ) -> list[str]:
     """Delete everything of the cluster; return what was deleted ("instance i-..", "fleet fleet-..").
-    Raises TeardownIncomplete naming what is left when passes with pauses between them did not suffice."""
+    Raises TeardownIncomplete naming what is left when passes with pauses between them did not suffice.
+    `keep_outputs`: the cluster's outputs bucket stays (buckets.py)."""
     deadline = time.monotonic() + timeout_s
     deleted: list[str] = []
     for pause in (*_PASS_PAUSES_S, None):
-        done = _one_pass(ctx, cluster, known, deadline, on_step)
+        done = _one_pass(ctx, cluster, known, deadline, on_step, keep_outputs)
         deleted += [d for d in done.deleted if d not in deleted]
         if not done.failures or pause is None or time.monotonic() + pause > deadline:
             break
         on_step(f"{len(done.failures)} teardown step(s) failed; trying again in {pause:g} s")
         time.sleep(pause)
     try:
-        left = leftovers(ctx, cluster, known)
+        left = leftovers(ctx, cluster, known, keep_outputs)
     except CloudError as exc:
         raise TeardownIncomplete(cluster.name, ctx.region, [], {**done.failures, "listing": str(exc)}) from exc
     if left:
@@ -121,7 +124,7 @@ def terminate_cluster(
 
 def _one_pass(
     ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources, deadline: float,
-    on_step: Callable[[str], None],
+    on_step: Callable[[str], None], keep_outputs: bool,
 ) -> _Pass:
     ec2 = ctx.client("ec2")
     run = _Pass()
@@ -195,12 +198,19 @@ def _one_pass(
 
     for volume_id in _listed(run, "volume", lambda: _detached_volumes(ctx, cluster)):
         run.delete(f"volume {volume_id}", lambda v=volume_id: ec2.delete_volume(VolumeId=v))
+    if not keep_outputs:
+        on_step("deleting the outputs bucket")
+        outputs = _listed(run, "S3 bucket", lambda: list(filter(None, [bucket_of(ctx, cluster, known.outputs_bucket)])))
+        for bucket in outputs:
+            run.delete(f"S3 bucket {bucket}", lambda b=bucket: delete_bucket(ctx, b))
     return run
 
 
-def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources = CloudResources()) -> list[Leftover]:
+def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources = CloudResources(),
+              keep_outputs: bool = False) -> list[Leftover]:  # fmt: skip
     """Everything of the cluster (tagged with it, or recorded in `known`) that costs money, blocks a new
-    cluster of that name, or grants rights (the controller's IAM role and profile)."""
+    cluster of that name, or grants rights (the controller's IAM role and profile); the outputs bucket
+    unless it is to be kept."""
     ec2 = ctx.client("ec2")
     with cloud_errors("checking for leftovers"):
         instances = {i.instance_id for i in cluster_instances(ctx, cluster)}
@@ -213,6 +223,8 @@ def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources =
         key_pairs = ec2.describe_key_pairs(Filters=cluster_filter(cluster))["KeyPairs"]
         found += [Leftover("key pair", k["KeyName"]) for k in owned_by(cluster, key_pairs)]
     found += [Leftover("volume", v) for v in _detached_volumes(ctx, cluster)]
+    bucket = "" if keep_outputs else bucket_of(ctx, cluster, known.outputs_bucket)
+    found += [Leftover("S3 bucket", bucket)] if bucket else []
     return found + controller_leftovers(ctx, cluster)
 
 

@@ -1,4 +1,5 @@
-"""What a managed job that did not complete left on its cluster, for `deepvm fetch`.
+"""What a managed job that did not complete left on its cluster: for `deepvm fetch` on the user's machine, and for
+the head, which copies it to S3 before it takes the cluster down (training/head/outputs.py).
 
 A completed job's outputs wait on the head (its controller fetched them from trainer 0). A cancelled or
 failed job's do not: whatever it left is on the nodes, where the ranks wrote it (staging.JobPaths, under
@@ -13,9 +14,11 @@ the login user's home):
                                                 a complete DeepCheck L2 checkpoint on a holder's disk (the
                                                 manifest is written last: storage_disk.py)
 
-One SSH command per running node (in parallel) finds both, and the newest out directory is copied to the
-caller's folder. The head's view (step, loss, checkpoint step, cost, why it ended) comes from `deepvm
-jobs`'s summary. Nothing here changes the job or its nodes.
+One SSH command per running node (in parallel) finds both (`scan`), and the newest out directory is copied to
+the caller's folder. Every holder keeps the manifest of a complete checkpoint beside its own shards, so the
+nodes that report a checkpoint hold all its shards between them (`Scan.holding`). The head's view (step,
+loss, checkpoint step, cost, why it ended) comes from `deepvm jobs`'s summary. Nothing here changes the job
+or its nodes.
 """
 
 from __future__ import annotations
@@ -56,9 +59,24 @@ def job_root(job_id: str) -> str:
     return f"deepvm/jobs/{job_id}"
 
 
-def collect(cluster: Cluster, summary: JobSummary | None, job_id: str, out_dir: Path) -> Leftovers:
-    """Ask every running node of `cluster` what the job left, and copy the newest out directory (the one
-    with the newest metrics.json) into `out_dir`."""
+@dataclass(frozen=True)
+class Scan:
+    """What the nodes hold of a job: trainer 0's metrics.json by node (its mtime), complete checkpoints."""
+
+    nodes: dict[str, SshEndpoint]  # host name -> endpoint
+    metrics: dict[str, float]  # host name -> mtime of its out/metrics.json
+    checkpoints: tuple[Checkpoint, ...]  # one per node and checkpoint
+
+    def newest(self) -> Checkpoint | None:
+        return max(self.checkpoints, key=lambda c: c.step, default=None)
+
+    def holding(self, found: Checkpoint) -> list[SshEndpoint]:
+        """The nodes that hold (their part of) the checkpoint `found`."""
+        return [self.nodes[c.node] for c in self.checkpoints if c.path == found.path]
+
+
+def scan(cluster: Cluster, job_id: str) -> Scan:
+    """Ask every running node of `cluster` what the job left (one SSH command each, in parallel)."""
     nodes = {e.host.name: e for e in cluster.endpoints()}
     metrics: dict[str, float] = {}  # node -> mtime of its metrics.json
     checkpoints: list[Checkpoint] = []
@@ -76,12 +94,19 @@ def collect(cluster: Cluster, summary: JobSummary | None, job_id: str, out_dir: 
                 checkpoints.append(Checkpoint(int(step), item.host, f"{root}/checkpoints/{name}"))
 
     run_on_hosts([e.host for e in nodes.values()], scan_script(root), line)
-    newest = max(metrics, key=lambda name: metrics[name], default=None)
+    return Scan(nodes, metrics, tuple(checkpoints))
+
+
+def collect(cluster: Cluster, summary: JobSummary | None, job_id: str, out_dir: Path) -> Leftovers:
+    """Ask every running node of `cluster` what the job left, and copy the newest out directory (the one
+    with the newest metrics.json) into `out_dir`."""
+    found = scan(cluster, job_id)
+    newest = max(found.metrics, key=lambda name: found.metrics[name], default=None)
     fetched: tuple[Path, ...] = ()
     if newest is not None:
-        fetched = tuple(fetch_tree(nodes[newest].host, f"{root}/out", out_dir))
-    best = max(checkpoints, key=lambda c: c.step, default=None)
-    return Leftovers(summary, _name(nodes, newest), fetched, best and _named(nodes, best))
+        fetched = tuple(fetch_tree(found.nodes[newest].host, f"{job_root(job_id)}/out", out_dir))
+    best = found.newest()
+    return Leftovers(summary, _name(found.nodes, newest), fetched, best and _named(found.nodes, best))
 
 
 def scan_script(root: str) -> str:
