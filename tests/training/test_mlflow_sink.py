@@ -93,3 +93,19 @@ def test_without_a_tracking_uri_only_tensorboard(tmp_path):
     sinks = job_sinks(row(tmp_path), {"OMP_NUM_THREADS": "1"}, print)
     assert [type(sink) for sink in sinks.sinks] == [ScalarSink]
 
+
+def test_the_controller_sends_each_step_once_across_a_relaunch_that_redoes_steps(tmp_path, tracking):
+    """The controller on the scripted cluster, its job file setting the URI: node lost at step 9, checkpoint
+    at 5, steps 6-9 trained again; MLflow's run has every step once, those four with the first attempt's values."""
+    from tests.training.scripted_cluster import Die
+    from tests.training.test_controller import T1
+    from tests.training.test_scalar_sink import MetricsRig
+
+    rig = MetricsRig(tmp_path)
+    rig.world.metrics = True
+    rig.job.write_text(rig.job.read_text() + f"env: {{MLFLOW_TRACKING_URI: '{tracking}'}}\n")
+    rig.world.faults = [Die(1, 9, nodes=(T1,))]
+    result = rig.run()
+    assert [(a.first_step, a.last_step) for a in result.attempts] == [(0, 9), (5, 40)]
+    _, attempt = history(tracking, "attempt")
+    assert attempt == [(s, 1.0) for s in range(1, 10)] + [(s, 2.0) for s in range(10, 41)]
