@@ -71,7 +71,7 @@ from training.control.replacements import (
     ReplacementReady,
     cloud_buyer,
 )
-from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
+from training.control.scalar_sink import job_sinks
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
@@ -147,7 +147,7 @@ class Controller:
         self.limit: LimitReached | None = None  # once the job reached one of them
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
-        self.scalars = ScalarSink(Path(self.job.row.out_dir) / TENSORBOARD_DIR, report.note)
+        self.scalars = job_sinks(self.job.row, spec.env, report.note)  # TensorBoard, and MLflow if the job sets it
 
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()
