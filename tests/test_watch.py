@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -190,6 +191,37 @@ def test_a_finished_run_without_a_copy_of_its_log_says_how_to_get_one(isolated_e
     assert main(["watch", JOB]) == 5  # NotFoundError
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no copy of its log is here" in err and f"deepvm fetch {JOB}" in err
+
+
+def test_a_finished_run_whose_head_copied_it_to_s3_shows_from_there(isolated_env, s3_endpoint, monkeypatch, capsys):
+    """`train --down-when-done`: the head copied the log and summary to S3 and took the cluster down; this
+    machine fetched nothing and last heard the job running at step 60. Moto's S3 over HTTP."""
+    import boto3
+
+    from training.shared.summary import RunSummary
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="watch-outputs")
+    seed_cluster(JobStatus.RUNNING)
+    row = JobStore().get(JOB)
+    JobStore().put(replace(row, outputs_url="s3://watch-outputs", down_when_done=True))
+    Store().set_status("c1", ClusterStatus.TERMINATED)
+    Store().close_costs("c1")
+    summary = RunSummary(job_id=JOB, cluster="c1", status=JobStatus.COMPLETED, message="completed", step=100,
+                         total_steps=100, started_at=iso(START), ended_at=iso(START + timedelta(minutes=30)),
+                         cost_usd=0.02, on_demand_usd=0.05, interruptions=1, replacements=1)  # fmt: skip
+    files = f"deepvm-jobs/{JOB}"
+    s3.put_object(Bucket="watch-outputs", Key=f"{files}/summary.json", Body=summary.to_json().encode())
+    assert main(["watch", JOB]) == 5  # the summary is there, the log not yet: said, with where it looked
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"its log is not in s3://watch-outputs/{files}/ (yet)" in err, err
+    s3.put_object(Bucket="watch-outputs", Key=f"{files}/log.jsonl",
+                  Body="".join(r.to_json() + "\n" for r in records(100)).encode())
+    assert main(["watch", JOB]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"{JOB} · completed · step 100/100 · loss 1.0000 · acc 1 · "), last
+    assert JobStore().get(JOB).status is JobStatus.COMPLETED  # this machine's row caught up with the summary
 
 
 @pytest.mark.parametrize("every", ["0", "-1", "nan", "1e9"])

@@ -22,6 +22,8 @@ from deepvm_cli.ui.flags import positive
 
 if TYPE_CHECKING:  # imported inside the command: `deepvm plan` loads none of the watch
     from deepvm_cli.render.watch_model import WatchModel
+    from training.client.managed import Head
+    from training.client.outputs import OutputsPlace
     from training.client.watching import HeadStream
 
 MAX_EVERY_S = 3600.0
@@ -36,16 +38,16 @@ def watch_command(
     """Watch a managed job: its loss and metrics, step and ETA, nodes, timeline of notices and relaunches,
     and money ($/h now, so far, projected, what on-demand would have cost). Ctrl-C leaves; the job goes on."""
     from deepvm_cli.render.watch_model import WatchModel
-    from provisioning.core.errors import NotFoundError
-    from training.client.managed import find_head, managed_job
+    from training.client.managed import managed_job
+    from training.client.outputs import job_outputs
     from training.client.watching import HeadStream, finished_run
 
     row = managed_job(job or _newest_job())
     model = WatchModel(row.job_id)
-    try:
-        head = find_head(row.cluster, row.python)
-    except NotFoundError:  # the cluster is gone: the finished run, from what this machine kept
-        records, snapshot = finished_run(row)
+    place = job_outputs(row)
+    head = _head(place)
+    if head is None:  # the head has it no more: the finished run, from S3 or the copy `deepvm fetch` brought
+        records, snapshot = finished_run(place)
         for record in records:
             model.add(record)
         model.add(snapshot)
@@ -63,6 +65,20 @@ def watch_command(
         stream.close()
     if console.out.is_terminal:
         _show_once(model)  # the screen's last state stays in the terminal once its full-screen view is gone
+
+
+def _head(place: OutputsPlace) -> Head | None:
+    """The job's head, when its outputs and log are there and it answers; None: they are elsewhere now."""
+    from provisioning.core.errors import NotFoundError
+    from training.client.managed import find_head
+    from training.client.outputs import Where
+
+    if place.where is not Where.HEAD:
+        return None
+    try:
+        return find_head(place.row.cluster, place.row.python)
+    except NotFoundError:  # its cluster went down since this machine last looked
+        return None
 
 
 def _newest_job() -> str:

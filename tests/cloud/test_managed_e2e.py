@@ -404,9 +404,11 @@ def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None
     while any("training.head.query" in line for line in node_processes(env).values()):
         assert time.monotonic() < deadline, "the head's side of the watch outlived it"
         time.sleep(0.2)
-    # each line as drawn: rich's Live returns to the start of a line (\r) before it redraws the frame over it
-    lines = [line for line in re.split(r"[\r\n]", terminal.screen) if line.strip()]
-    drawn = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line) for line in lines[-24:]]
+    # the screen it left in the terminal, drawn after the terminal's echo of Ctrl-C, line by line (rich returns
+    # to the start of a line, \r, before it draws over it): one frame that fits 80 x 24
+    last = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", terminal.screen.rsplit("^C", 1)[-1])
+    drawn = [line for line in re.split(r"[\r\n]", last) if line.strip()]
+    assert drawn[0].startswith(f"{job_id} · ") and len(drawn) <= 24, "\n".join(drawn)
     assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
 
     release_the_pace(env, "watch")

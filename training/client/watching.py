@@ -3,8 +3,11 @@
 - `HeadStream`: a running job (or one whose cluster is still up): one SSH session to the head runs
   `python -m training.head.query watch JOB` (training/head/watch_feed.py), which sends the job's log records
   and a Snapshot every few seconds; closing the stream closes the session, which ends that process.
-- `finished_run`: a job whose cluster is gone, from what this machine kept: the job's log as `deepvm
-  fetch` brought it beside its outputs, and the job's row and cluster record in this machine's store.
+- `finished_run`: a job whose head no longer has it (its cluster is gone, or going down at the job's end), from
+  wherever its log is now (training.client.outputs.job_outputs): in S3, where the head copied it at the job's
+  end (the money guard's `--down-when-done`, `--max-duration`), else the copy `deepvm fetch` brought beside its
+  outputs; and the job's row (brought up to date with the summary in S3) and cluster record in this machine's
+  store.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioning.clusters.store import Store
-from provisioning.core.errors import NotFoundError
+from provisioning.core.errors import CloudError, NotFoundError
 from training.client.managed import Head, query_script
+from training.client.outputs import OutputsPlace, Where, remember, s3_log, s3_summary
 from training.shared.jobstore import JobRow
 from training.shared.records import JobSummary, LogRecord
 from training.shared.transport import OutputLine, RemoteCommand
@@ -73,16 +77,30 @@ class HeadStream:
         self._items.put(StreamEnd(code if code is not None else -1, why))
 
 
-def finished_run(row: JobRow) -> tuple[list[LogRecord], Snapshot]:
-    """A job whose cluster is gone: its log as fetched beside its outputs, and its nodes, money and timeline
-    as this machine's store last had them. NotFoundError when no copy of its log is here."""
+def finished_run(place: OutputsPlace) -> tuple[list[LogRecord], Snapshot]:
+    """A job its head no longer shows: its log from where `place` says it is now (S3 first, else the copy
+    fetched beside its outputs), and its nodes, money and timeline as this machine's store has them.
+    NotFoundError (saying why) when no copy of its log can be had."""
+    row, why = place.row, place.why
+    records: list[LogRecord] = []
+    if place.where is Where.S3:
+        try:
+            summary = s3_summary(place)
+            if summary is not None:
+                row = remember(place, summary)  # "running" as this machine last heard, completed in fact
+            records = s3_log(place)
+            why = "" if records else f"its log is not in {place.url} (yet)"
+        except (NotFoundError, CloudError) as exc:  # its S3 is out of reach (the sandbox's, stopped): the copy
+            why = str(exc)
+    if not records:
+        records = _fetched_log(row, why)
+    return records, snapshot_of(JobSummary.from_row(row, controller_alive=False), Store())
+
+
+def _fetched_log(row: JobRow, why: str) -> list[LogRecord]:
     path = Path(row.out_dir) / LOG_COPY
     if not path.is_file():
         raise NotFoundError(f"job {row.job_id}'s cluster {row.cluster} is gone and no copy of its log is here "
-                            f"({path}); `deepvm fetch {row.job_id}` brings it while the cluster is up")  # fmt: skip
-    records = []
-    for text in path.read_text().splitlines():
-        record = watch_line(text)
-        if isinstance(record, LogRecord):
-            records.append(record)
-    return records, snapshot_of(JobSummary.from_row(row, controller_alive=False), Store())
+                            f"({path}{'; ' + why if why else ''}); `deepvm fetch {row.job_id}` brings it while "
+                            "the cluster is up")  # fmt: skip
+    return [r for r in map(watch_line, path.read_text().splitlines()) if isinstance(r, LogRecord)]

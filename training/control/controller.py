@@ -67,7 +67,7 @@ from training.control.replacements import (
     ReplacementReady,
     cloud_buyer,
 )
-from training.control.scalar_sink import TENSORBOARD_DIR, ScalarSink
+from training.control.scalar_sink import job_sinks
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
@@ -129,7 +129,7 @@ class Controller:
         self.stops = JobStops(request, cluster.name, self.job, self.session, self.nodes, report)
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
-        self.scalars = ScalarSink(Path(self.job.row.out_dir) / TENSORBOARD_DIR, report.note)
+        self.scalars = job_sinks(self.job.row, spec.env, report.note)  # TensorBoard, and MLflow if the job sets it
 
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()

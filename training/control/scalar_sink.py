@@ -1,4 +1,9 @@
-"""A job's scalars (training.shared.scalars) in TensorBoard event files, written where its controller runs.
+"""Where a job's scalars (training.shared.scalars) go from its controller: TensorBoard event files always
+(ScalarSink), and MLflow as well when the job file sets MLFLOW_TRACKING_URI (training.control.mlflow_sink).
+The controller holds one MetricSinks (job_sinks) and tells it what it tells each: a launch's first step,
+each point, the end.
+
+TensorBoard's files are written where the job's controller runs.
 
 For a managed job that is the head: trainer 0 is a Spot node and changes across relaunches, so its own
 disk would scatter the run; the head outlives every attempt. With `--controller local` it is the user's
@@ -21,16 +26,33 @@ Calls come on the controller's thread; add_scalar only queues the event for tens
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from training.control.mlflow_sink import RUN_FILE, MlflowSink, MlflowTarget
+from training.shared.jobstore import JobRow
 from training.shared.scalars import MetricPoint
+from training.shared.tracking import EXPERIMENT, TRACKING_URI
 
 TENSORBOARD_DIR = "tensorboard"  # under the job's out directory
 _EVENT_FILES = "events.out.tfevents.*"
 _FLUSH_S = 10  # tensorboardX's writer thread writes its queue to disk at least this often
 _QUEUE = 1000  # events tensorboardX holds before add_scalar waits for its writer thread
+
+
+class MetricSink(Protocol):
+    """What the controller tells a place that keeps the job's scalars (every call on its thread)."""
+
+    def launched(self, first_step: int) -> None:
+        """Trainer 0 started a launch at `first_step` (steps done before it): points past it are redone."""
+
+    def add(self, point: MetricPoint, wall: float) -> None:
+        """One point of trainer 0's, received at `wall` (time.time())."""
+
+    def close(self) -> None:
+        """The controller ends: what is queued is written."""
 
 
 class ScalarSink:
@@ -88,3 +110,33 @@ class ScalarSink:
             filename_suffix=f".{files + 1:05d}",
         )
         return self._writer
+
+
+@dataclass(frozen=True)
+class MetricSinks:
+    """Every sink of the job, told the same things in turn."""
+
+    sinks: tuple[MetricSink, ...]
+
+    def launched(self, first_step: int) -> None:
+        for sink in self.sinks:
+            sink.launched(first_step)
+
+    def add(self, point: MetricPoint, wall: float) -> None:
+        for sink in self.sinks:
+            sink.add(point, wall)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def job_sinks(row: JobRow, env: Mapping[str, str], note: Callable[[str], None]) -> MetricSinks:
+    """The job's sinks: its TensorBoard run under its out directory, and its MLflow run when `env` (the job
+    file's) names a tracking URI."""
+    out = Path(row.out_dir)
+    sinks: list[MetricSink] = [ScalarSink(out / TENSORBOARD_DIR, note)]
+    if env.get(TRACKING_URI):
+        target = MlflowTarget(env[TRACKING_URI], env.get(EXPERIMENT, ""), row.job_id, row.name)
+        sinks.append(MlflowSink(target, out / RUN_FILE, note))
+    return MetricSinks(tuple(sinks))

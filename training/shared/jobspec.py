@@ -26,21 +26,14 @@ import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provisioning.core.errors import InputError, InputErrors
 from provisioning.core.inputfile import KIB
 from training.shared.limits import MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, JobLimits
 from training.shared.stallspec import StallSpec
+from training.shared.tracking import checked_env
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
 
 MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included
@@ -247,7 +240,7 @@ class JobSpec(_Strict):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     shrink: ShrinkPolicy = Field(default_factory=ShrinkPolicy)
     setup: list[Text] = Field(default_factory=list)  # shell commands, once per node before launch
-    env: dict[EnvName, Text] = Field(default_factory=dict)  # exported on every rank
+    env: Annotated[dict[EnvName, Text], AfterValidator(checked_env)] = Field(default_factory=dict)  # on every rank
     run: RunOverride | None = None  # your own script instead of deepvm's worker
     limits: LimitsSpec = Field(default_factory=LimitsSpec)  # deadline, budget, the fallback's hourly cap
     stall: StallSpec = Field(default_factory=StallSpec)  # when a running job counts as hung
