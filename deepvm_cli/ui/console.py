@@ -17,8 +17,13 @@ from rich.console import Console
 def new_consoles() -> tuple[Console, Console]:
     """stdout's and stderr's consoles, as the environment says now: rich reads TTY_INTERACTIVE, NO_COLOR and a
     set COLUMNS when a console is made. Made once at import; tests that run many command lines in one process,
-    each with an environment of its own, make them again per line."""
-    return Console(highlight=False, soft_wrap=False), Console(stderr=True, highlight=False)
+    each with an environment of its own, make them again per line.
+
+    stderr is wrapped at the terminal's width only on a terminal: into a pipe or a file (CI, `2> log`) a
+    message stays one line, so a path or a command in it is never cut where rich's default 80 columns fall."""
+    err = Console(stderr=True, highlight=False)
+    err.soft_wrap = not err.is_terminal
+    return Console(highlight=False, soft_wrap=False), err
 
 
 out, err = new_consoles()
