@@ -42,7 +42,15 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's hosts a
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
+    """`deepvm ARGS` in this process, its table as wide as its rows (each row one line, whatever ran before)."""
+    from deepvm_cli.ui import console
+
+    with pytest.MonkeyPatch.context() as line:
+        line.setenv("COLUMNS", "200")
+        out, err = console.new_consoles()
+        line.setattr(console, "out", out)
+        line.setattr(console, "err", err)
+        code = main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
