@@ -284,7 +284,8 @@ def _cancel_and_fetch(capsys, job: Path, job_id: str, out: Path) -> None:
     assert code == 0, err
     said = " ".join(err.split())
     state = _job_state(capsys, job_id)
-    assert said.startswith(f"job {job_id} cancelled at step {state['step']} of 100000")
+    assert said.startswith(f"TensorBoard files of {job_id} in {out / 'tensorboard'}")  # its metrics, whatever its end
+    assert f"job {job_id} cancelled at step {state['step']} of 100000" in said
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "stopped" and metrics["steps"] == state["step"]
     assert f"newest checkpoint: step {state['checkpoint_step']}, on " in said
