@@ -330,13 +330,15 @@ def freeze_host(instance_id: str) -> None:
         todo += [c for c in children(pid) if c not in frozen]
 
 
-OWN_STEPS = 400  # ~0.1 s a step here: the notice (a CLI call, then a 2 s poll) comes well before the end
+OWN_STEPS = 400
+# the shipped example script, each step at least 0.05 s (tests/cloud/paced_train.py, never released): the
+# notice (two CLI calls, then a 2 s poll) lands well before the end however fast the machine trains it
 OWN_JOB = f"""\
 name: {NAME}-own
 steps: {OWN_STEPS}
 log_every: 10
 checkpoint: {{every_steps: 50, levels: [l1, l2]}}
-run: {{script: own_train.py, args: [--batch-size, 8]}}
+run: {{script: paced_train.py, args: ["0.05", never.release, --batch-size, "8"]}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 
@@ -346,6 +348,7 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     own = job.parent.parent / "own" / "own.yaml"  # the shipped example's script, beside a job file of ours
     own.parent.mkdir()
     shutil.copy(REPO / "configs" / "own_train.py", own.parent)
+    shutil.copy(Path(__file__).with_name("paced_train.py"), own.parent)
     own.write_text(OWN_JOB)
     seen: list[str] = []
     proc = start_train(env, own)
@@ -369,7 +372,7 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     out = Path(run["out_dir"])  # rank 0's ctx.out: the script's own model.pt beside deepvm's metrics.json
     assert torch.load(out / "model.pt")["head.weight"].shape == (10, 32)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert (metrics["status"], metrics["steps"], metrics["script"]) == ("completed", OWN_STEPS, "own_train.py")
+    assert (metrics["status"], metrics["steps"], metrics["script"]) == ("completed", OWN_STEPS, "paced_train.py")
     status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
