@@ -69,8 +69,8 @@ def profile_command(
         warmup=warmup,
         repeats=repeats,
     )
-    target = profile_target(request)
-    _announce(target)
+    target = profile_target(request, found)
+    _announce(target, found.banner)
     started = time.monotonic()
     measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     live = console.err.is_terminal and not as_json
@@ -81,7 +81,7 @@ def profile_command(
             report.note(f"estimate: about {seconds / 60:.1f} min more for the other sizes (~${cost:.4f}), if their "
                         "steps are as fast as on 1 node (they are slower where nodes share a network)")  # fmt: skip
 
-        measured = measure(target, request, report, on_estimate=estimate)
+        measured = measure(found, target, request, report, on_estimate=estimate)
     wall_s = time.monotonic() - started
     setup = ProfileSetup(target.instance_type, target.job, target.cluster, warmup, steps, repeats, measured_at)
     profile = make_profile(setup, measured)
@@ -120,12 +120,9 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
     return sizes
 
 
-def _announce(target: ProfileTarget) -> None:
-    from provisioning.clusters.handle import Cluster
-
-    found = Cluster.find(target.cluster)
-    if found is not None and found.banner:
-        console.info(found.banner)
+def _announce(target: ProfileTarget, banner: str) -> None:
+    if banner:
+        console.info(banner)
     sizes = ", ".join(map(str, target.sizes))
     console.info(
         f"profiling {target.job.name} on cluster {target.cluster}: {sizes} of its {target.trainer_nodes} "

@@ -37,6 +37,7 @@ from training.shared.progress import JobReporter, TrainResult
 from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
+    from provisioning.clusters.handle import Cluster
     from training.client.managed import Guarded, Head
     from training.client.outputs import Resumed
     from training.control.jobrecord import TrainRequest
@@ -170,11 +171,11 @@ def train_command(
     with billing_reminder(found.name, guard.down_when_done):
         with live_reporter() if live else plain_reporter() as report:
             if controller == "head":
-                result = run_managed(request, report, detach=detach, guarded=guarded)
+                result = run_managed(found, request, report, detach=detach, guarded=guarded)
             else:
                 console.warning("--controller local: the job's controller runs in this process; the job stops "
                                 "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
-                result = train(request, report)
+                result = train(found, request, report)
         if isinstance(result, Detached):  # said once, below the bars (not between two of their redraws)
             for line in result.lines():
                 console.err.print(line, markup=False, highlight=False)
@@ -188,15 +189,14 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(request: TrainRequest, report: JobReporter, detach: bool,
+def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, detach: bool,
                 guarded: Guarded) -> TrainResult | Detached | None:
-    """Submit the job to the head and follow it to its end (its result; None when it was cancelled), or until
-    it runs (detach). Ctrl-C detaches: the job goes on."""
-    from training.client.managed import find_head, follow, submit
+    """Submit the job to the cluster's head and follow it to its end (its result; None when it was
+    cancelled), or until it runs (detach). Ctrl-C detaches: the job goes on."""
+    from training.client.managed import follow, submit
     from training.control.stops import BudgetReached, TrainingFailed
 
-    job = submit(request, report, guarded)
-    head = find_head(job.cluster, job.python)
+    job, head = (submitted := submit(cluster, request, report, guarded)).job, submitted.head
     try:
         if detach:
             _wait_running(head, job.job_id, replay(report))

@@ -41,7 +41,9 @@ def test_deepvm_plan_json_fed_back_is_accepted_and_its_tampering_refused(ctx, am
     path = _write(tmp_path / "planned.json", planned.stdout)
     dry = cli("up", "--cloud", "aws", "--plan", str(path), "--dry-run", "--json")
     assert dry.returncode == 0 and "warning" not in dry.stderr, dry.stderr
-    assert json.loads(dry.stdout)["plans"][0] == json.loads(planned.stdout)["plans"][0]
+    launched = json.loads(dry.stdout)["plans"][0]
+    assert launched.pop("price_cap") == 3.0  # the --max-price it was planned under, recorded with it for its head
+    assert launched == json.loads(planned.stdout)["plans"][0]
     doc = json.loads(planned.stdout)
     doc["plans"][0]["nodes"][0]["count"] = 1e9
     _write(path, json.dumps(doc))

@@ -13,6 +13,7 @@ from conftest import REPO, Cli
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.clusters.handle import Cluster
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.planner.plan import Role
@@ -127,7 +128,7 @@ def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, messag
     _cluster()
     request = ProfileRequest(REPO / "configs" / "resnet.yaml", cluster, "python3", sizes)
     with pytest.raises(error) as raised:
-        profile_target(request)
+        profile_target(request, Cluster.open(cluster))  # the name's refusals are opening's, as the command's
     assert str(raised.value).startswith(message) and raised.value.exit_code >= 2
 
 

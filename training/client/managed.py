@@ -110,12 +110,19 @@ class Guarded:
     resumed_id: str = ""
 
 
-def submit(request: TrainRequest, report: JobReporter, guarded: Guarded) -> JobRow:
+@dataclass(frozen=True)
+class Submitted:
+    """A job started under its controller on the cluster's head."""
+
+    job: JobRow
+    head: Head
+
+
+def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded: Guarded) -> Submitted:
     """Stage the job on the cluster's head and start its supervised controller there; the job's row. Its
     limits (deadline, budget, fallback cap) go with it as `deepvm train` checked them, and the pools its
     recovery ladder may buy from, priced here from the plan's catalog."""
     spec = load_job_spec(request.job_path)
-    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
     head = head_of(cluster, request.python)
     busy = running_jobs(head)
@@ -174,7 +181,7 @@ def submit(request: TrainRequest, report: JobReporter, guarded: Guarded) -> JobR
     ))  # fmt: skip
     run_on_head(head, start_script(files, request.python, record.service_env), report.note)
     report.note(f"job {job_id} runs under its controller on {head.instance_id}")
-    return job
+    return Submitted(job, head)
 
 
 def _authorize_internal_key(cluster: Cluster, report: JobReporter) -> None:

@@ -106,12 +106,12 @@ def default_sizes(trainer_nodes: int) -> tuple[int, ...]:
     return (*sizes, trainer_nodes)
 
 
-def profile_target(request: ProfileRequest) -> ProfileTarget:
-    """Check the job, the cluster and the sizes (one InputError or NotFoundError line each) before
-    anything runs: the cluster is up, trains on one instance type and has the trainers the sizes need."""
+def profile_target(request: ProfileRequest, cluster: Cluster) -> ProfileTarget:
+    """Check the job, the cluster (the command's handle of the one `request` names) and the sizes (one
+    InputError or NotFoundError line each) before anything runs: the cluster is up, trains on one instance
+    type and has the trainers the sizes need."""
     spec = load_job_spec(request.job_path)
     measuring = derived_spec(request.job_path, request.warmup + request.repeats * request.steps)
-    cluster = Cluster.open(request.cluster)
     name = cluster.name
     if not cluster.is_up:
         raise NotFoundError(f"cluster {name} is {cluster.row.status}, not up; `deepvm up --name {name}` starts one")
@@ -129,7 +129,7 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     if not any(n.state == RUNNING and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
         raise NotFoundError(f"cluster {name} has no on-demand node running (anchor or holder): its jobs, the "
                             "profile's too, launch from there")  # fmt: skip
-    _no_running_job(name, request.python)
+    _no_running_job(cluster, request.python)
     return ProfileTarget(
         cluster=name,
         spec=spec,
@@ -145,18 +145,18 @@ def profile_target(request: ProfileRequest) -> ProfileTarget:
     )
 
 
-def _no_running_job(cluster: str, python: str) -> None:
+def _no_running_job(cluster: Cluster, python: str) -> None:
     """A managed job on the cluster would share its trainers with the profile and skew both."""
-    from training.client.managed import find_head, running_jobs
+    from training.client.managed import head_of, running_jobs
 
     try:
-        head = find_head(cluster, python)
+        head = head_of(cluster, python)
     except InputError:  # no on-demand head: no managed job either
         return
     busy = running_jobs(head)
     if busy:
         job = busy[0].job_id
-        raise InputError(f"cluster {cluster} is running job {job}, which would skew the measurements; profile "
+        raise InputError(f"cluster {cluster.name} is running job {job}, which would skew the measurements; profile "
                          f"once it ends (`deepvm logs {job} -f`) or stop it (`deepvm cancel {job}`)")  # fmt: skip
 
 
@@ -227,19 +227,20 @@ def repeat_rates(reported: dict[int, dict[int, float]], trainers: int, warmup: i
     return tuple(rates)
 
 
-def measure(target: ProfileTarget, request: ProfileRequest, report: JobReporter,
+def measure(cluster: Cluster, target: ProfileTarget, request: ProfileRequest, report: JobReporter,
             on_estimate: Callable[[float], None] = lambda seconds: None) -> list[Measured]:  # fmt: skip
-    """Run the job at each size and measure it; `on_estimate` gets the seconds the remaining sizes should
-    take, once the first size has run."""
+    """Run the job at each size on `cluster` (profile_target's) and measure it; `on_estimate` gets the
+    seconds the remaining sizes should take, once the first size has run."""
     with train_lock(target.cluster), tempfile.TemporaryDirectory(prefix="deepvm-profile-") as work:
-        return _Profiler(target, request, report, Path(work)).run(on_estimate)
+        return _Profiler(cluster, target, request, report, Path(work)).run(on_estimate)
 
 
 class _Profiler:
-    def __init__(self, target: ProfileTarget, request: ProfileRequest, report: JobReporter, work: Path):
+    def __init__(self, cluster: Cluster, target: ProfileTarget, request: ProfileRequest, report: JobReporter,
+                 work: Path) -> None:  # fmt: skip
         self.target, self.request, self.report = target, request, report
         self.job_id = new_job_id(f"{target.spec.name}-profile")
-        self.cluster = Cluster.open_running(target.cluster)
+        self.cluster = cluster
         env = {**self.cluster.node_env(), **target.spec.env}
         runtime, job_dir, key = stage_runtime(work / "runtime"), request.job_path.resolve().parent, self.cluster.keys
         self.job = JobToStage(runtime, job_dir, self.job_id, tuple(target.spec.setup), env, request.python,

@@ -90,10 +90,10 @@ from training.shared.progress import (
 _FETCH = ("model.pt", METRICS_FILE)
 
 
-def train(request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
-    """Run the job on the cluster until it completes (see the module docstring)."""
+def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
+    """Run the job on `cluster` (the caller's handle of the running cluster `request` names) until it
+    completes (see the module docstring)."""
     spec = load_job_spec(request.job_path)
-    cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
     cluster.refresh()  # node states from the cloud now: a node that died meanwhile is not used
     with train_lock(cluster.name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
         runtime = stage_runtime(Path(work) / "runtime")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from provisioning.cloud.keys import ensure_cluster_keys, write_known_hosts
 from provisioning.cloud.types import CloudKind, NodeRecord
-from provisioning.clusters.handle import RUNNING
+from provisioning.clusters.handle import RUNNING, Cluster
 from provisioning.clusters.noderecords import private_only
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
@@ -105,7 +105,8 @@ def main(argv: list[str]) -> int:
         if job.resume is not None:  # continued from its checkpoint in S3 (`train --resume` on another cluster)
             download_checkpoint(job.resume, job.job_id, Path.home())
             seed_row(job, request, load_job_spec(request.job_path).name)
-        result = train(request, replace(log.reporter(), event=notifier.controller_event))
+        cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
+        result = train(cluster, request, replace(log.reporter(), event=notifier.controller_event))
         write_text_atomic(root / "result.json", result.to_json())
         log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
         return 0

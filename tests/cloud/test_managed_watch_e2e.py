@@ -1,0 +1,216 @@
+"""Managed training end to end in the sandbox, on a cluster of this module's own (tests/cloud/managed_rig.py),
+so that pytest-xdist runs it beside test_managed_e2e.py: `deepvm watch` in a terminal through a notice, a
+rebalance recommendation alone, and an empty Spot pool repaired with another type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cloud.managed_rig import (
+    REBALANCE_STEPS,
+    cli,
+    detached,
+    down_leaves_nothing_running,
+    job_state,
+    local_deepvm,
+    managed_cluster,
+    newest_job,
+    node_processes,
+    release_the_pace,
+    spot_trainer,
+    wait_for,
+    write_job,
+)
+from tests.cloud.plans import make_tiering_plan
+from tests.conftest import REPO
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
+]
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(env, job directory) of the module's own cluster (managed_rig.managed_cluster)."""
+    with managed_cluster(tmp_path_factory.mktemp("managed-e2e")) as made:
+        yield made
+
+
+class Terminal:
+    """`deepvm ARGS` on a pseudo-terminal of 80 x 24, as a person runs it: everything it draws is kept in
+    `screen` (escape codes and all), and `ctrl_c` types Ctrl-C (the terminal sends SIGINT)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        import pty
+
+        child_env = {k: v for k, v in {**os.environ, **env}.items() if k not in ("COLUMNS", "LINES")}
+        child_env["TERM"] = "xterm-256color"
+        self.pid, self._fd = pty.fork()
+        if self.pid == 0:  # the child: the terminal is its own, sized 80 x 24 before deepvm asks
+            import fcntl
+            import struct
+            import termios
+
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            os.chdir(REPO)
+            os.execve(sys.executable, [sys.executable, "-m", "deepvm_cli", *args], child_env)
+        self.screen = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except OSError:  # the child is gone
+                return
+            if not data:
+                return
+            self.screen += data.decode(errors="replace")
+
+    def wait_for(self, text: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text not in self.screen:
+            assert time.monotonic() < deadline, f"{text!r} never shown; the screen ends:\n{self.screen[-3000:]}"
+            time.sleep(0.2)
+
+    def ctrl_c(self) -> int:
+        """Type Ctrl-C; the exit status."""
+        os.write(self._fd, b"\x03")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._reader.join(5)
+                os.close(self._fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError("deepvm watch did not leave on Ctrl-C")
+
+
+def tensorboard_scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    return [(e.step, e.value) for e in accumulator.Scalars(tag)]
+
+
+@pytest.mark.timeout(600)
+def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_run(cluster):
+    """deepvm watch in a terminal of 80 x 24 while a notice hits the job; Ctrl-C leaves nothing behind on
+    either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
+    env, jobs = cluster
+    steps = 300  # at PACE_S a step, it trains until the test releases it
+    with detached(env, write_job(jobs, steps, "watch", paced=True)) as job_id:
+        watch_through_a_notice(env, job_id, steps)
+
+
+def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None:
+    wait_for(env, job_id, 3)
+    terminal = Terminal(env, "watch", job_id, "--every", "1")
+    terminal.wait_for("loss ", 60)
+    terminal.wait_for("$/h now", 60)
+    terminal.wait_for("trainer  spot", 60)  # the nodes, by role and market
+    cli(env, "interrupt", spot_trainer(env), "--after", "10")
+    terminal.wait_for("Spot interruption notice on", 120)  # on the timeline
+    assert terminal.ctrl_c() == 0
+    assert local_deepvm(env) == []  # nothing of the watch on this side...
+    deadline = time.monotonic() + 10
+    while any("training.head.query" in line for line in node_processes(env).values()):
+        assert time.monotonic() < deadline, "the head's side of the watch outlived it"
+        time.sleep(0.2)
+    # the screen it left in the terminal, drawn after the terminal's echo of Ctrl-C, line by line (rich returns
+    # to the start of a line, \r, before it draws over it): one frame that fits 80 x 24
+    last = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", terminal.screen.rsplit("^C", 1)[-1])
+    drawn = [line for line in re.split(r"[\r\n]", last) if line.strip()]
+    assert drawn[0].startswith(f"{job_id} · ") and len(drawn) <= 24, "\n".join(drawn)
+    assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
+
+    release_the_pace(env, "watch")
+    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    plain = cli(env, "watch", job_id).stdout  # not a terminal: plain lines, the job over
+    assert "Spot interruption notice on" in plain and f"{job_id} · completed: step {steps}/{steps}" in plain
+    out = Path(env["DEEPVM_HOME"]) / "fetched-watch"
+    fetched = cli(env, "fetch", job_id, "--out", str(out))
+    assert "tensorboard --logdir" in fetched.stderr and (out / "log.jsonl").is_file()
+    loss = tensorboard_scalars(out / "tensorboard", "loss")
+    assert [step for step, _ in loss] == list(range(1, steps + 1))  # across the notice's relaunch: each step once
+    assert len(tensorboard_scalars(out / "tensorboard", "accuracy")) == steps
+
+
+def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothing(cluster):
+    """Issue 21 item 3: a recommendation used to exclude its node, buy a replacement and leave the excluded
+    node running (billing) until `down`. Now the node trains on and its trainers checkpoint early
+    (training/control/attempts.py says why), nothing is lost, and the cluster runs no more than its plan."""
+    env, jobs = cluster
+    with detached(env, write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)) as job_id:
+        recommend_a_rebalance(env, job_id)
+
+
+def recommend_a_rebalance(env: dict[str, str], job_id: str) -> None:
+    assert wait_for(env, job_id, 2)["status"] == "running"
+    node = spot_trainer(env)
+    cli(env, "interrupt", node, "--rebalance-only")
+    deadline = time.monotonic() + 120
+    while "(rebalance)" not in (log := cli(env, "logs", job_id).stdout):  # the early checkpoint, then on
+        assert time.monotonic() < deadline, log[-2000:]
+        time.sleep(2)
+    release_the_pace(env, "rebalance")
+    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "5", timeout=300).stdout
+    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == REBALANCE_STEPS and state["lost_steps"] == 0, state
+    assert "rebalance recommendation on " in log and "attempt 2" not in log  # one launch: nothing stopped it
+    assert "buying " not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)
+    running = [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
+    assert node in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), status
+
+
+@pytest.mark.timeout(600)
+def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_status_adopts(cluster):
+    """The plan's pool (g4dn.xlarge Spot in its zone) emptied with `deepvm sandbox capacity`: after a notice the
+    head's ladder buys like the plan, meets EC2's InsufficientInstanceCapacity, and repairs with another Spot
+    type within the plan's cap; that node trains, the job completes with no step lost, and the user's side
+    knows the node as the trainer it was bought for (its tags), though the plan has no group of its type."""
+    env, jobs = cluster
+    zone = make_tiering_plan().availability_zone
+    cli(env, "sandbox", "capacity", "--zone", zone, "--type", "g4dn.xlarge", "--market", "spot", "--available", "0")
+    try:
+        job = write_job(jobs, 300, "repair", paced=True)
+        cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
+        job_id = newest_job(env)
+        wait_for(env, job_id, 3)
+        cli(env, "interrupt", spot_trainer(env), "--after", "10")
+        deadline = time.monotonic() + 300
+        while not re.search(r"^replacement i-[0-9a-f]+ ready", log := cli(env, "logs", job_id).stdout, re.MULTILINE):
+            assert time.monotonic() < deadline and "job failed" not in log, log[-3000:]
+            time.sleep(2)
+        release_the_pace(env, "repair")
+        assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    finally:
+        cli(env, "sandbox", "capacity", "--clear")
+    log = cli(env, "logs", job_id).stdout
+    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    repair = re.search(r"^ladder: repair: .* repairing with 1 (\S+) at ", log, re.MULTILINE)
+    assert repair and repair[1] != "g4dn.xlarge", log[-3000:]
+    state = job_state(env, job_id)
+    assert state["status"] == "completed" and state["lost_steps"] == 0, state
+    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+    (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
+    assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
+
+
+def test_zz_down_leaves_nothing_running(cluster):
+    down_leaves_nothing_running(cluster[0])
