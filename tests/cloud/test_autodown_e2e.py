@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from tests.cloud import procs
+from tests.cloud.managed_rig import job_yaml
 from tests.cloud.plans import make_tiering_plan
-from tests.cloud.test_managed_e2e import job_yaml
 from tests.conftest import run_cli
 
 pytestmark = [

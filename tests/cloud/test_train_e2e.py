@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from provisioning.cloud.keys import ensure_cluster_keys
+from tests.cloud.managed_rig import release_the_pace
 from tests.cloud.plans import AZ, make_tiering_plan
 from tests.cloud.procs import host_namespaces, pid_namespace, processes
 from tests.conftest import REPO, run_cli
@@ -102,6 +103,15 @@ def read_until_step(proc: subprocess.Popen, step: int, seen: list[str]) -> None:
         if match and int(match[1]) >= step:
             return
     raise AssertionError("training ended before step {step}:\n" + "\n".join(seen[-30:]))
+
+
+def read_until_line(proc: subprocess.Popen, text: str, seen: list[str]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line.rstrip("\n"))
+        if text in line:
+            return
+    raise AssertionError(f"training ended before {text!r}:\n" + "\n".join(seen[-30:]))
 
 
 def finish(proc: subprocess.Popen, seen: list[str]) -> dict:
@@ -331,14 +341,14 @@ def freeze_host(instance_id: str) -> None:
 
 
 OWN_STEPS = 400
-# the shipped example script, each step at least 0.05 s (tests/cloud/paced_train.py, never released): the
-# notice (two CLI calls, then a 2 s poll) lands well before the end however fast the machine trains it
+# the shipped example script held to 0.5 s a step (tests/cloud/paced_train.py) until the test has seen the
+# notice arrive: it lands before the end however fast or loaded the machine, and the rest trains at full speed
 OWN_JOB = f"""\
 name: {NAME}-own
 steps: {OWN_STEPS}
 log_every: 10
 checkpoint: {{every_steps: 50, levels: [l1, l2]}}
-run: {{script: paced_train.py, args: ["0.05", never.release, --batch-size, "8"]}}
+run: {{script: paced_train.py, args: ["0.5", own.release, --batch-size, "8"]}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 
@@ -356,6 +366,8 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     victim = trainers_in_job(env, seen)[1]
     result = run_cli("interrupt", victim, "--after", "30", env=env)
     assert result.returncode == 0, result.stderr
+    read_until_line(proc, "Spot interruption notice on", seen)
+    release_the_pace(env, "own")
     run = finish(proc, seen)
 
     assert (run["status"], run["steps"], run["total_steps"]) == ("completed", OWN_STEPS, OWN_STEPS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 
 import boto3
 import pytest
@@ -15,14 +16,15 @@ pytestmark = pytest.mark.mpi
 
 def test_l3_upload_and_restore_without_local_disk(tmp_path, s3_endpoint):
     client = boto3.client("s3", endpoint_url=s3_endpoint)
-    client.create_bucket(Bucket="ckpts")
+    bucket = f"ckpts-{uuid.uuid4().hex[:12]}"  # its own: the process's S3 server serves other tests' buckets too
+    client.create_bucket(Bucket=bucket)
     ckdir = tmp_path / "ck"
-    run_mpi(3, "s3_worker.py", "save", str(ckdir), s3_endpoint, "ckpts")
-    keys = [o["Key"] for o in client.list_objects_v2(Bucket="ckpts")["Contents"]]
+    run_mpi(3, "s3_worker.py", "save", str(ckdir), s3_endpoint, bucket)
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
     manifests = sorted(k for k in keys if k.endswith("manifest.json"))
     assert len(manifests) == 2 and "ckpt-000000000003" in manifests[-1]  # keep=2 applies to S3 too
     shutil.rmtree(ckdir)  # the holder's disk is gone (e.g. a replaced node); S3 still has the checkpoints
-    run_mpi(3, "s3_worker.py", "restore", str(ckdir), s3_endpoint, "ckpts")
+    run_mpi(3, "s3_worker.py", "restore", str(ckdir), s3_endpoint, bucket)
     for r in (0, 1):
         got = json.loads((tmp_path / f"s3-{r}.json").read_text())
         assert got == {"step": 3, "levels": ["L3"], "ok": True}
