@@ -22,10 +22,16 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from tests.cloud import procs
 from tests.cloud.plans import make_tiering_plan
 from tests.conftest import REPO, run_cli
 
+SANDBOX_ONLY = [  # each managed module's pytestmark
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
+]
 EVERY = 5  # checkpoint interval, steps
 LAPTOP_STEPS = 800  # held at PACE_S a step, the laptop job could train for 400 s: the test releases it sooner
 PACE_S = 0.5

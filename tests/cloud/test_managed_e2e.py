@@ -25,6 +25,7 @@ from tests.cloud.managed_rig import (
     EVERY,
     LAPTOP_STEPS,
     PACE_S,
+    SANDBOX_ONLY,
     assert_each_node_pinned_to_its_own_key,
     assert_no_user_credentials,
     cli,
@@ -43,10 +44,7 @@ from tests.cloud.managed_rig import (
 )
 from tests.conftest import REPO, run_cli
 
-pytestmark = [
-    pytest.mark.sandbox,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
-]
+pytestmark = SANDBOX_ONLY
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):

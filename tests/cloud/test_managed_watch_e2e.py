@@ -18,6 +18,7 @@ import pytest
 
 from tests.cloud.managed_rig import (
     REBALANCE_STEPS,
+    SANDBOX_ONLY,
     cli,
     detached,
     down_leaves_nothing_running,
@@ -34,10 +35,7 @@ from tests.cloud.managed_rig import (
 from tests.cloud.plans import make_tiering_plan
 from tests.conftest import REPO
 
-pytestmark = [
-    pytest.mark.sandbox,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox boots namespaced sshd hosts and needs root"),
-]
+pytestmark = SANDBOX_ONLY
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
