@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -159,10 +160,28 @@ def run_on_head(env: dict[str, str], script: str) -> str:
 
 
 def release_the_pace(env: dict[str, str], tag: str) -> None:
-    """From now on the paced job `tag` trains at full speed on every node there is (paced_train.py)."""
-    for home in (Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts").glob("*/home/*"):
-        with contextlib.suppress(FileNotFoundError):  # a terminated node's host goes away
-            (home / f"{tag}.release").touch()
+    """From now on the paced job `tag` trains at full speed on every node, those that boot later included
+    (paced_train.py): a replacement still being bought when the test releases the job would otherwise hold
+    every rank of its attempts to the pace (DDP steps together) until the end. A daemon thread keeps the
+    release file on every host's home until this test process ends."""
+    hosts = Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts"
+    _touch_releases(hosts, tag)
+    threading.Thread(target=_keep_released, args=(hosts, tag), daemon=True, name=f"release-{tag}").start()
+
+
+def _keep_released(hosts: Path, tag: str, for_s: float = 900.0) -> None:
+    until = time.monotonic() + for_s
+    while time.monotonic() < until:
+        time.sleep(0.5)
+        _touch_releases(hosts, tag)
+
+
+def _touch_releases(hosts: Path, tag: str) -> None:
+    for home in hosts.glob("*/home/*"):
+        release = home / f"{tag}.release"
+        if not release.exists():
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # a terminated node's host goes
+                release.touch()
 
 
 def replaced(log: str) -> bool:

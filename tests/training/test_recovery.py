@@ -86,6 +86,21 @@ def test_trouble_before_the_relaunch_joins_the_open_incident():
     assert recovery is not None and recovery.reason == "notice" and recovery.nodes == ("i-1", "i-9")
 
 
+@pytest.mark.parametrize("chosen", ["fold-in", "ladder", "restart"])
+@pytest.mark.parametrize("loss", ["notice", "node-lost", "stall"])
+def test_a_loss_during_a_relaunch_deepvm_chose_names_the_incident(chosen, loss):
+    """A notice arriving while a fold-in's relaunch is pending used to be recorded as a fold-in: `status`'s
+    count of interruptions survived missed it (seen in the sandbox when a replacement was ready first)."""
+    log = RecoveryLog()
+    log.trouble(chosen, ("i-9",), attempt=1, world=2, at=10.0)
+    log.trouble(loss, ("i-1",), attempt=1, world=2, at=12.0)
+    log.trouble("fold-in", ("i-8",), attempt=1, world=2, at=13.0)  # and a later chosen one does not rename it
+    log.attempt_ended(1, last_step=8)
+    recovery = log.stepped(attempt=2, first_step=8, step=9, world=2, at=20.0)
+    assert recovery is not None and recovery.reason == loss and recovery.nodes == ("i-9", "i-1", "i-8")
+    assert recovery.detect_to_resumed_s == 10.0  # from the first trouble
+
+
 def test_resumed_controller_counts_from_the_stored_step():
     log = RecoveryLog()
     log.trouble("controller-restart", (), attempt=0, world=3, at=0.0, from_step=13)

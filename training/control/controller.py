@@ -74,6 +74,7 @@ from training.control.stall import Stall, StallWatch
 from training.control.stops import JobStops, TrainingFailed, TrainingStopped
 from training.control.winddown import drop_replacements
 from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
+from training.shared.job_events import job_message
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
 from training.shared.metrics import METRICS_FILE, RunMetrics
@@ -145,7 +146,7 @@ class Controller:
         return JobRecord(jobs, choice.row, lambda: self.cluster.cost().usd)
 
     def _event(self, kind: str, message: str) -> None:
-        self.cluster.event(kind, f"{self.job.job_id}: {message}")
+        self.cluster.event(kind, job_message(self.job.job_id, message))
         self.report.event(kind, message)
 
     # --- the loop ---------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ incident opens when the controller learns of trouble during attempt N (a notice,
 replacement to fold in; or, for a resumed controller, before any attempt). Further trouble before the
 relaunch joins the same incident. When attempt N ends, the newest step it reached is the incident's
 `from_step`; the incident closes at the first step a later attempt trains, whose start step is where
-it resumed. Lost steps = from_step - resumed step: zero when the job flushed a checkpoint at the step
-it stopped at, at most one checkpoint interval when a node died without a word.
+it resumed (a loss joining a relaunch deepvm chose names the incident: see _LOSSES). Lost steps =
+from_step - resumed step: zero when the job flushed a checkpoint at the step it stopped at, at most one
+checkpoint interval when a node died without a word.
 
 Where the time went (RelaunchPhases) is read from the moments the controller reports on the way: the
 checkpoint flushed, the stopped attempt's exit, the next launch, its restore (or its start), its first step.
@@ -19,6 +20,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from training.shared.progress import Recovery, RecoveryReason, RelaunchPhases
+
+# An incident is named by its first trouble, except that a loss (a Spot notice, a node lost, a hang) arriving
+# while a relaunch deepvm chose is pending (a fold-in, the ladder's, a restart) names it: the relaunch now
+# also recovers from that loss, and `status` counts interruptions survived by these names. Its clock still
+# runs from the first trouble (the time to training is counted from then, never shorter than it was).
+_LOSSES = frozenset({RecoveryReason.NOTICE, RecoveryReason.NODE_LOST, RecoveryReason.STALL})
+_CHOSEN = frozenset({RecoveryReason.FOLD_IN, RecoveryReason.LADDER, RecoveryReason.RESTART})
 
 
 @dataclass
@@ -52,6 +60,8 @@ class RecoveryLog:
             wall = time.time() - (time.monotonic() - at)
             self.open = _Incident(RecoveryReason(reason), nodes, attempt, at, wall, world, from_step)
             return
+        if self.open.reason in _CHOSEN and RecoveryReason(reason) in _LOSSES:
+            self.open.reason = RecoveryReason(reason)  # a stop deepvm chose that a loss overtook: say the loss
         self.open.nodes += tuple(n for n in nodes if n not in self.open.nodes)
         self.open.from_step = max(self.open.from_step, from_step)
 

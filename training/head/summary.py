@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from provisioning.clusters.cost import run_cost
 from provisioning.clusters.store import Store, utc_now
 from training.shared.guard import ResumeFrom
+from training.shared.job_events import job_text
 from training.shared.jobstore import JobRow
 from training.shared.records import HeadJob
 from training.shared.summary import RunSummary
@@ -29,7 +30,7 @@ def run_summary(job: HeadJob, row: JobRow, cluster_down: str = "", store: Store 
     ended = row.updated_at if row.status.final else None
     start, end = _moment(row.started_at), _moment(ended or utc_now())
     cost = run_cost(store.node_spans(cluster), job.on_demand_prices, start, end)
-    mine = [e for e in store.events(cluster) if e.message.startswith(f"{job.job_id}: ")]
+    mine = [e for e in store.events(cluster) if job_text(job.job_id, e.message) is not None]
     before = job.resume or ResumeFrom("", 0, 0, 0, 0.0, 0.0, "")  # what a resumed job cost on its earlier cluster
     on_demand = None if cost.on_demand_usd is None or before.on_demand_usd is None else before.on_demand_usd + \
         cost.on_demand_usd

@@ -19,6 +19,7 @@ from provisioning.catalog.snapshot import load_snapshot
 from provisioning.clusters.cost import run_cost
 from provisioning.clusters.store import Store
 from provisioning.planner.plan import Role
+from training.shared.job_events import job_text
 from training.shared.records import JobSummary, LogRecord
 
 
@@ -91,9 +92,14 @@ def snapshot_of(summary: JobSummary, store: Store, now: datetime | None = None) 
     views = tuple(NodeView(n.instance_id, n.role, n.market, n.instance_type, n.availability_zone, n.state,
                            n.usd_per_hour) for n in nodes)  # fmt: skip
     since = [e for e in store.events(row.name) if e.at >= summary.started_at]  # both ISO-8601 UTC: they sort
-    ours = f"{summary.job_id}: "  # the controller's events name their job; on this job's screen it is said once
-    timeline = tuple(TimelineEntry(e.at, e.kind, e.message.removeprefix(ours)) for e in since)
+    timeline = tuple(TimelineEntry(e.at, e.kind, _text(summary.job_id, e.message)) for e in since)
     return Snapshot(time.time(), summary, views, money, timeline)
+
+
+def _text(job_id: str, message: str) -> str:
+    """An event's text on this job's screen, which says the job's id once in its title."""
+    own = job_text(job_id, message)
+    return message if own is None else own
 
 
 def on_demand_prices(region: str, types: set[str]) -> dict[str, float]:
