@@ -148,6 +148,13 @@ class Cluster:
         return self._row.plan
 
     @property
+    def zones(self) -> tuple[str, ...]:
+        """The zones its nodes may launch in: its own, then every other zone of its region where `up` found a
+        subnet of its VPC (CloudResources.zone_subnets): where the recovery ladder may move it."""
+        others = (entry.split("=", 1)[0] for entry in self._row.resources.zone_subnets)
+        return tuple(dict.fromkeys((self._row.availability_zone, *sorted(others))))
+
+    @property
     def is_up(self) -> bool:
         return self._row.status is ClusterStatus.UP
 

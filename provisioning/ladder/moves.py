@@ -9,6 +9,10 @@ zone's nodes. What it costs, in seconds of the new cluster's time:
            + join x (the old on-demand nodes' $/h) / (the new cluster's $/h): the old holders, anchor and
              stand-ins bill beside their replacements while those boot
 
+The live head, which runs the controller, stays where it is (training/control/move.py says why): a move
+away from its zone bills it on beside the new cluster, so its price is counted in the new cluster's $/h and
+taken from the cap's room for Spot trainers there.
+
 Whether it pays is a ski-rental decision (rent: stay at rate r0 while the zone refuses; buy: move once, for
 the rate r1 the new zone promises): move once the zone has refused for as long as the move costs in lost
 progress, outage x (1 - r0 / r1) >= move_s, which never pays more than twice what the best decision in
@@ -85,15 +89,16 @@ def best_move(s: Situation) -> Move | None:
 
 
 def _plan_in(s: Situation, zone: str) -> tuple[tuple[Order, ...], list[tuple[TypeFacts, int]], float] | None:
-    """The cluster bought again in `zone`: the orders, the trainers they give, their $/h. None when the zone
-    lacks one of the plan's offers, or its Spot is refusing, or seen empty."""
+    """The cluster bought again in `zone`: the orders, the trainers they give, their $/h (a head left behind
+    included). None when the zone lacks one of the plan's offers, or one of its pools is refusing, or its Spot
+    is seen empty."""
     orders: list[Order] = []
     usd = 0.0
     for g in s.plan:
         if g.market is not Market.ON_DEMAND:
             continue
         offer = s.offer_of.get(Pool(zone, g.instance_type, Market.ON_DEMAND))
-        if offer is None:
+        if offer is None or cooling(s, offer.pool):
             return None
         orders.append(Order(offer.pool, g.role, g.count))
         usd += g.count * offer.usd_per_hour
@@ -103,6 +108,7 @@ def _plan_in(s: Situation, zone: str) -> tuple[tuple[Order, ...], list[tuple[Typ
             return None
         orders.append(Order(offer.pool, h.role, h.held, stand_in=True))
         usd += h.held * offer.usd_per_hour
+    usd += s.head_usd_per_hour(apart_in=zone)
     room = s.limits.fallback_usd_per_hour if s.stand_ins else s.limits.max_usd_per_hour
     for g in s.plan:
         if g.market is not Market.SPOT:

@@ -165,6 +165,10 @@ class Situation:
     limits: Limits
     timing: Timing
     moving_to: str | None = None  # a move under way: the new zone's nodes are on their way
+    # the node the controller runs on (its pool and price), when it runs on the cluster (the live head; None in
+    # the simulator and for --controller local): it stays where it is when the cluster moves, billing on
+    head: Offer | None = None
+    head_apart: bool = False  # a move left the head behind: it bills as the control node alone, held by no role
 
     def __post_init__(self) -> None:
         """A holding without a price, or a type without facts, would be counted as free or idle: a caller's bug."""
@@ -196,9 +200,19 @@ class Situation:
         return None if offer is None else offer.usd_per_hour
 
     def usd_per_hour(self, holdings: tuple[Holding, ...] | None = None) -> float:
-        """What the held nodes bill per hour (bought nodes bill from their launch, joined or not)."""
-        chosen = self.holdings if holdings is None else holdings
-        return sum(h.held * self.offer_of[h.pool].usd_per_hour for h in chosen)
+        """What the held nodes bill per hour (bought nodes bill from their launch, joined or not); the cluster's
+        whole bill (`holdings` None) counts a head left behind by a move too."""
+        if holdings is not None:
+            return sum(h.held * self.offer_of[h.pool].usd_per_hour for h in holdings)
+        return self.usd_per_hour(self.holdings) + self.head_usd_per_hour(apart_in=None)
+
+    def head_usd_per_hour(self, apart_in: str | None) -> float:
+        """What the head bills beside the cluster's holdings: when a move left it behind already, or (`apart_in`)
+        would, were the cluster in that zone; 0 where it holds checkpoints or trains in the cluster's zone."""
+        if self.head is None:
+            return 0.0
+        apart = self.head_apart or (apart_in is not None and apart_in != self.head.pool.zone)
+        return self.head.usd_per_hour if apart else 0.0
 
     @property
     def stand_ins(self) -> tuple[Holding, ...]:

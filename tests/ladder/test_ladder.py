@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from provisioning.ladder.backoff import backoff_s
 from provisioning.ladder.deadline import deadline_view, earliest_finish_s, fallback_fill
 from provisioning.ladder.decision import Order, Retire, Rung
 from provisioning.ladder.ladder import decide
-from provisioning.ladder.situation import Holding
+from provisioning.ladder.situation import Holding, Limits, Offer
 from provisioning.planner.plan import Role
 from tests.conftest import examples
 from tests.ladder.situations import (
@@ -20,6 +21,7 @@ from tests.ladder.situations import (
     CPU,
     FAST,
     GPU,
+    HOLDER_USD,
     OD_USD,
     TIMING,
     od,
@@ -101,6 +103,22 @@ def test_no_move_to_a_zone_seen_empty_or_refusing():
     both = (*_zone_out(0.0), refused(spot("z-b"), 0.0, 995.0))
     d = decide(situation(whole(spot_ready=0), refusals=both, capacity={"z-b": 16, "z-c": 4}))
     assert d.rung is Rung.MOVE and d.move_to == "z-c" and Order(spot("z-c"), Role.TRAINER, 4) in d.orders
+
+
+def test_a_move_counts_the_head_it_leaves_behind_in_the_new_zones_bill():
+    """The live head (the holder that runs the controller) stays in z-a: a move to z-b bills it beside the new
+    cluster, so at the plan's own price as cap two Spot trainers fewer fit there; once left behind, it counts in
+    the cluster's bill. A refusing on-demand pool rules its zone out as a refusing Spot pool does."""
+    base = replace(situation(whole(spot_ready=0), refusals=_zone_out(0.0), capacity={"z-b": 16}),
+                   limits=Limits(16 * 0.15 + HOLDER_USD, 16 * 0.15 + HOLDER_USD))
+    assert Order(spot("z-b"), Role.TRAINER, 16) in decide(base).orders
+    head = Offer(od("z-a", CPU), HOLDER_USD)
+    d = decide(replace(base, head=head))
+    assert d.rung is Rung.MOVE
+    assert d.orders == (Order(od("z-b", CPU), Role.HOLDER, 1), Order(spot("z-b"), Role.TRAINER, 14))
+    assert replace(base, head=head, head_apart=True).usd_per_hour() == pytest.approx(2 * HOLDER_USD)
+    refusing = replace(base, refusals=(*base.refusals, refused(od("z-b", CPU), 990.0, 995.0)))
+    assert decide(refusing).move_to == "z-c"
 
 
 def test_a_move_under_way_is_waited_for():

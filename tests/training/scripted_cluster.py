@@ -66,6 +66,7 @@ class FakeCluster:
     """The cluster's nodes as its store and its cloud know them."""
 
     name = "c1"
+    zones: tuple[str, ...] = ("us-east-1a",)  # its own, then those its VPC has a subnet in (a test adds some)
 
     def __init__(self, work: Path, plan: Plan) -> None:
         self.plan = plan
@@ -138,15 +139,16 @@ class FakeCluster:
 
 class FakeBuyer:
     """Buys an order's nodes as new nodes of the fake cluster, as far as its pool's capacity goes (`capacity`:
-    nodes each (instance type, market) still has; a pool not named has no end); `gate` holds each purchase
-    until set. Every order is kept in `orders`, what it gave in `bought` as (role, count)."""
+    nodes each (zone, instance type, market) still has, or (instance type, market) in every zone, "*" for
+    every type; the first key that names the order's pool counts; a pool not named has no end); `gate` holds
+    each purchase until set. Every order is kept in `orders`, what it gave in `bought` as (role, count)."""
 
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.gate = threading.Event()
         self.gate.set()
         self.fail: str | None = None  # the cloud's refusal of everything, when set
-        self.capacity: dict[tuple[str, Market], int] = {}  # ("*", market): the market's types not named
+        self.capacity: dict[tuple[str | Market, ...], int] = {}  # ("*", market): the market's types not named
         self.orders: list[NodeOrder] = []
         self.clock: Callable[[], float] = time.time  # when each order came (`ordered_at`), on the ladder's clock
         self.ordered_at: list[float] = []
@@ -157,9 +159,10 @@ class FakeBuyer:
     def __call__(self, order: NodeOrder, note: Callable[[str], None]) -> list[SshEndpoint]:
         assert self.gate.wait(timeout=5), "the test never let the purchase through"
         note(f"launching {order.describe()}")
-        pool = (order.group.instance_type, order.group.market)
-        if pool not in self.capacity:
-            pool = ("*", order.group.market)  # a market's every type
+        g = order.group
+        keys = ((order.zone, g.instance_type, g.market), (order.zone, "*", g.market), (g.instance_type, g.market),
+                ("*", g.market))  # fmt: skip
+        pool = next((k for k in keys if k in self.capacity), keys[-1])
         with self._lock:
             self.orders.append(order)
             self.ordered_at.append(self.clock())

@@ -158,3 +158,68 @@ def test_the_budget_stops_the_job_with_a_checkpoint_and_resume_continues_it_with
     assert result.recoveries[0].reason is RecoveryReason.USER_RESUME and result.restarts == 0
     assert result.attempts[0].first_step == row.step and result.steps == 400 and result.lost_steps == 0
     assert attempts_of(result)[-1][3] is Outcome.COMPLETED
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["local-controller", "head-controller"])
+def test_a_zone_without_spot_long_enough_moves_the_job_to_another_zone_with_one_relaunch_and_nothing_left(
+        tmp_path, managed):
+    """us-east-1a has no Spot left after a notice; the cluster's VPC has a subnet in us-east-1c, and the job's
+    checkpoints reach S3 (l3). Once the zone has refused long enough that moving pays, the ladder moves: the
+    plan's holder and three Spot trainers are bought in us-east-1c while the two survivors train on, the job
+    relaunches there once from the stop's checkpoint, and the old zone's nodes are retired: no step lost.
+    The head that runs the controller (a managed job's) stays as the control node, and is not terminated: the
+    ladder counts its bill in the new zone's, within the $1/h cap."""
+    rig = Rig(tmp_path, plan=replace(tiering_plan(), price_cap=1.0)).with_l3()
+    rig.cluster.zones = ("us-east-1a", "us-east-1c")
+    rig.buyer.capacity[("us-east-1a", "*", Market.SPOT)] = 0
+    rig.world.total_steps, rig.work_s_per_step = 480, 12.0  # a step is 6 s of the job's clock on two trainers
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    old = set(rig.cluster.running())
+    result = rig.run("steps", inside_cluster=managed)
+
+    zone = {r.instance_id: r.availability_zone for r in rig.cluster.records}
+    (move,) = [n for n in _said(rig, "move") if " instead of " in n]
+    assert move.startswith("ladder: move: us-east-1c instead of us-east-1a: refused for")
+    moved = [(o.group.instance_type, o.group.market, o.count) for o in rig.buyer.orders if o.zone == "us-east-1c"]
+    assert moved == [("c5.xlarge", Market.ON_DEMAND, 1), ("g4dn.xlarge", Market.SPOT, 3)]
+    assert any(n.startswith("ladder: move: the cluster moves to us-east-1c") for n in rig.notes)
+    _notice, before, after = result.attempts
+    assert {zone[i] for i in after.nodes} == {"us-east-1c"} and after.world_size == 3
+    assert after.first_step == before.last_step  # the stop's checkpoint: nothing trained twice
+    (switch,) = [r for r in result.recoveries if r.reason is RecoveryReason.LADDER]
+    assert set(switch.nodes) == set(before.nodes)
+    assert (result.steps, result.lost_steps) == (480, 0)
+    retired = {i for ids, _ in rig.cluster.retired for i in ids}
+    head = "i-h0000000"
+    assert retired == old - {T1} - ({head} if managed else set())
+    left = {i for i in rig.cluster.running() if zone[i] == "us-east-1a"} - {T1}  # the notice's: the cloud takes it
+    assert left == ({head} if managed else set())
+    assert any("left the job: it runs on as the control node" in n for n in rig.notes) is managed
+
+
+def test_a_job_whose_checkpoints_stay_on_the_holders_is_offered_no_other_zone(rig):
+    """Without l3 the checkpoint could not travel with a move (training/control/move.py): one zone only."""
+    rig.cluster.zones = ("us-east-1a", "us-east-1c")
+    assert rig.build().market.zones == ("us-east-1a",)
+    assert rig.with_l3().build().market.zones == ("us-east-1a", "us-east-1c")
+
+
+def test_a_move_whose_zone_gives_no_holder_is_called_off_and_its_trainers_retired_unused(tmp_path):
+    """us-east-1c gives the move its Spot trainers but no holder: the move is called off once its orders have
+    ended, the trainers it bought there are retired without training, and the job goes on in us-east-1a. (The
+    move is tried again after the holder pool's backoff, each time as one try of it.)"""
+    rig = Rig(tmp_path, plan=replace(tiering_plan(), price_cap=1.0)).with_l3()
+    rig.cluster.zones = ("us-east-1a", "us-east-1c")
+    rig.buyer.capacity[("us-east-1a", "*", Market.SPOT)] = 0
+    rig.buyer.capacity[("us-east-1c", "c5.xlarge", Market.ON_DEMAND)] = 0
+    rig.world.total_steps, rig.work_s_per_step = 480, 12.0
+    rig.world.faults = [NoticeOn(1, 6, node=T1)]
+    result = rig.run("steps")
+
+    assert any(n.startswith("ladder: move to us-east-1c called off") for n in rig.notes)
+    zone = {r.instance_id: r.availability_zone for r in rig.cluster.records}
+    bought_there = {i for i, z in zone.items() if z == "us-east-1c"}
+    assert bought_there and len(bought_there) % 3 == 0  # each try: the move's three Spot trainers
+    assert not any(bought_there & set(a.nodes) for a in result.attempts)
+    assert bought_there <= {i for ids, _ in rig.cluster.retired for i in ids}
+    assert (result.steps, result.lost_steps) == (480, 0)

@@ -155,7 +155,7 @@ def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded
         service_env=cluster.controller_env(),
         submitted_at=utc_now(),
         limits=request.limits,
-        market=request.market or job_offers(cluster.plan),
+        market=request.market or job_offers(cluster.plan, cluster.zones),
         guard=guarded.guard,
         on_demand_prices=on_demand_prices(cluster.plan),
         resume=guarded.resume,

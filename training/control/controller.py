@@ -45,10 +45,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
+from provisioning.clusters.head import head_node
 from provisioning.core.errors import InputError
 from training.control.attempts import (
     Action,
     Failures,
+    can_continue_without_holders,
     decide,
     fold_in_now,
     progressed,
@@ -110,14 +112,17 @@ class Controller:
                  tick_s: float = 1.0) -> None:  # fmt: skip
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
         plan = cluster.plan
-        offers = request.market or job_offers(plan)
+        offers = request.market or job_offers(plan, cluster.zones)
         self.facts = with_market(type_facts(plan), offers)
         self.planned_trainers = planned_trainer_ranks(plan)
         planned = Counter(g.role for g in plan.nodes for _ in range(g.count))  # an at-risk node drains once met
         self.pool = NodePool(planned, cluster.endpoints())
         self.recovery = RecoveryLog()
         self.job = self._begin()
-        self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at)
+        head = head_node(cluster.nodes()) if request.inside_cluster else None  # the node this controller runs on
+        self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at,
+                                 movable=can_continue_without_holders(spec.checkpoint.levels),
+                                 head=None if head is None else head.instance_id)  # fmt: skip
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
@@ -198,7 +203,7 @@ class Controller:
         while True:
             self.nodes.ready_for_launch()
             self._ask(None)
-            usable = self.pool.usable()
+            usable = self.nodes.launchable()
             holders = [s for s in usable if s.role in HOLDING]
             if holders and any(s.role in TRAINING for s in usable):
                 return self._describe(usable)
@@ -307,7 +312,7 @@ class Controller:
         recovered = self.recovery.stepped(run.number, run.first_step, event.step, run.trainers, at)
         if recovered is not None:
             self._recovered(recovered)
-        if not run.stopping and self.pool.joinable():  # a replacement became ready before this step
+        if not run.stopping and self.pool.joinable() and self.market.moving_to is None:  # a replacement ready
             self._fold_in(run)
         if self.market.stepped(event.step):  # the rate moved: the deadline's slack with it
             self._ask(run)
@@ -340,8 +345,8 @@ class Controller:
     def _on_replacement(self, done: ReplacementReady, run: AttemptRun | None) -> None:
         ready = self.nodes.replacement_ready(done)
         self._ask(run)  # a node ready or a pool refusing: the ladder's next rung
-        if not ready or run is None or not run.mpirun.running:
-            return  # the next launch uses it
+        if not ready or run is None or not run.mpirun.running or run.stopping or self.market.moving_to is not None:
+            return  # the next launch uses it (a move's nodes: the next launch after its switch)
         self.report.note(f"replacement {', '.join(ready)} ready: folding it in")
         # now, or at the attempt's next step: stopping one that is still starting wastes its start
         if fold_in_now(run.first_step, run.last_step, recovery_in_flight=self.recovery.open is not None):

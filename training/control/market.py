@@ -5,8 +5,11 @@ provisioning/ladder decides, as one pure function; `deepvm simulate` asks it abo
 (provisioning/ladder/__init__.py lists it):
 - now_s: the controller's wall clock; the deadline counts from the job's start (its row's started_at), so a
   controller restarted or resumed counts from the same moment;
-- zone, zones: the cluster's zone alone. The live controller cannot move a cluster yet (the head, which
-  runs it, would have to move too), so the ladder is offered no other zone and never answers MOVE;
+- zone, zones: the cluster's zone (the plan's, until a move), and, when the job's checkpoints can travel
+  (level l3: training.control.move says why), every other zone of the region where `up` found a subnet of
+  the cluster's VPC (Cluster.zones), so the ladder may answer MOVE; moving_to: a move under way;
+- head, head_apart: the node the controller runs on (the managed job's head; none for --controller local),
+  and whether a move left it behind (its slot retired from the job): it bills on as the control node;
 - plan, types, offers: the plan's groups; its zone's pools at the catalog's prices, the repairs' other GPU
   types among them (provisioning/ladder/offers.py), computed where the catalog is and handed over with the
   job (TrainRequest.market); a pool the job holds that they lack is priced as its nodes were bought;
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -76,6 +79,7 @@ class _Pending:
     bought: NodeOrder  # what its thread buys
     placed_at: float  # on the market's clock
     unbought: int  # its nodes not bought yet (0 once its thread said what it bought)
+    moving: bool = False  # bought for the move under way
 
 
 @dataclass
@@ -106,8 +110,13 @@ class LiveMarket:
     """What the live job's ladder is told, and the orders, refusals and times it keeps (module docstring)."""
 
     def __init__(self, plan: Plan, offers: MarketOffers, limits: JobLimits, started_at: str,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
-        self.zone = plan.availability_zone
+                 clock: Callable[[], float] = time.time, movable: bool = False,
+                 head: str | None = None) -> None:  # fmt: skip
+        self.zone = self.plan_zone = plan.availability_zone  # where the cluster is; where the plan put it
+        others = sorted({o.pool.zone for o in offers.offers} - {self.zone})
+        self.zones = (self.zone, *others) if movable else (self.zone,)  # the zones the ladder is offered
+        self.moving_to: str | None = None  # a move under way (its orders are `_Pending.moving`)
+        self.head = head  # the instance the controller runs on (None: it does not run on the cluster)
         self.plan = tuple(PlannedGroup(g.instance_type, g.market, g.role, g.count) for g in plan.nodes)
         self.offers, self.types = offers.offers, offers.types
         self.facts = {t.instance_type: t for t in offers.types}
@@ -131,8 +140,11 @@ class LiveMarket:
         self.check_at_s: float | None = None  # the newest decision's timer
 
     # --- what happened -----------------------------------------------------------------------------------
-    def ordered(self, order: Order, bought: NodeOrder) -> None:
-        self.pending.append(_Pending(order, bought, self.clock(), order.count))
+    def ordered(self, order: Order, bought: NodeOrder, move_to: str | None = None) -> None:
+        """The order is being bought (`move_to`: for the move to that zone)."""
+        if move_to is not None:
+            self.moving_to = move_to
+        self.pending.append(_Pending(order, bought, self.clock(), order.count, moving=move_to is not None))
         if order.retires is not None and order.retires.count:
             self.swaps.append(_Swap(order.retires.pool, order.retires.count))
 
@@ -168,6 +180,17 @@ class LiveMarket:
         swap.left -= going
         self.swaps = [s for s in self.swaps if s.left]
         return swap.pool, going
+
+    def move_settled(self) -> bool:
+        """Whether a move is under way and every order bought for it has ended."""
+        return self.moving_to is not None and not any(p.moving for p in self.pending)
+
+    def move_ended(self, moved: bool) -> None:
+        """The move under way switched to its zone (`moved`), or was called off."""
+        if moved and self.moving_to is not None:
+            self.zone = self.moving_to
+            self.zones = (self.zone, *sorted(set(self.zones) - {self.zone}))
+        self.moving_to = None
 
     def stepped(self, step: int) -> bool:
         """Trainer 0's step, now; whether the rate moved enough since the newest decision that the ladder
@@ -222,9 +245,11 @@ class LiveMarket:
         progress = Progress(remaining_pflop=max(steps_left, 0) * per_step, pflop_per_hour=per_hour * per_step)
         limits = Limits(self.limits.max_usd_per_hour, self.limits.fallback_usd_per_hour, self.limits.deadline_s,
                         self.limits.budget_usd, spent_usd)  # fmt: skip
-        return Situation(now_s=self.clock(), zone=self.zone, zones=(self.zone,), plan=self.plan, types=types,
+        head, head_apart = self._head(slots, records)
+        return Situation(now_s=self.clock(), zone=self.zone, zones=self.zones, plan=self.plan, types=types,
                          holdings=holdings, offers=offers, refusals=tuple(self.refusals.values()),
-                         progress=progress, limits=limits, timing=Timing.of(self.join_s, self.relaunch_s))  # fmt: skip
+                         progress=progress, limits=limits, timing=Timing.of(self.join_s, self.relaunch_s),
+                         moving_to=self.moving_to, head=head, head_apart=head_apart)  # fmt: skip
 
     def node_order(self, order: Order) -> NodeOrder:
         """What the buyer buys for one of the ladder's orders: its pool's type and market, at the offer's price."""
@@ -244,7 +269,7 @@ class LiveMarket:
             if (record is None or slot.status is not NodeStatus.READY or record.role is not Role.TRAINER
                     or record.market is not Market.ON_DEMAND):
                 continue
-            mine = _pool_of(record, self.zone)
+            mine = _pool_of(record, self.plan_zone)
             if pool is None or mine == pool:
                 by_pool.setdefault(mine, []).append((record.launched_at, slot.instance_id))
         out: list[str] = []
@@ -255,9 +280,18 @@ class LiveMarket:
 
     def pool_of(self, record: NodeRecord) -> Pool:
         """The pool a node was bought from."""
-        return _pool_of(record, self.zone)
+        return _pool_of(record, self.plan_zone)
 
     # --- internals -----------------------------------------------------------------------------------------
+    def _head(self, slots: Iterable[Slot], records: Mapping[str, NodeRecord]) -> tuple[Offer | None, bool]:
+        """The head's pool at the price it was bought, and whether it is apart: no longer held by the job."""
+        record = records.get(self.head) if self.head is not None else None
+        if record is None:
+            return None, False
+        slot = next((s for s in slots if s.instance_id == self.head), None)
+        held = slot is not None and slot.status in (*_READY, NodeStatus.AT_RISK, NodeStatus.BOUGHT)
+        return Offer(_pool_of(record, self.plan_zone), record.usd_per_hour), not held
+
     def _pending(self, order: NodeOrder) -> _Pending | None:
         return next((p for p in self.pending if p.bought == order), None)
 
@@ -271,7 +305,7 @@ class LiveMarket:
             record = records.get(slot.instance_id)
             if record is None or slot.status not in (*_READY, NodeStatus.BOUGHT):
                 continue
-            key = (_pool_of(record, self.zone), record.role)
+            key = (_pool_of(record, self.plan_zone), record.role)
             counts.setdefault(key, [0, 0])[0 if slot.status in _READY else 1] += 1
         for p in self.pending:
             counts.setdefault((p.order.pool, p.order.role), [0, 0])[1] += p.unbought
@@ -294,19 +328,20 @@ class LiveMarket:
         """The offers and type facts, with a price and facts for any pool held that the offers lack (a node
         adopted from an older controller): the ladder counts every node held at a price."""
         priced = {o.pool for o in self.offers}
-        paid = {_pool_of(r, self.zone): r.usd_per_hour for r in records.values()}
+        paid = {_pool_of(r, self.plan_zone): r.usd_per_hour for r in records.values()}
         extra = tuple(Offer(h.pool, paid.get(h.pool, 0.0)) for h in holdings if h.pool not in priced)
         known = set(self.facts)
         unknown = tuple(TypeFacts(name, 0.0, None) for name in sorted({h.pool.instance_type for h in holdings} - known))
         return self.offers + tuple(dict.fromkeys(extra)), self.types + unknown
 
 
-def job_offers(plan: Plan) -> MarketOffers:
-    """The pools of the plan's zone the live ladder may buy from, at the prices of the catalog the plan names
-    (its own, the repairs' other GPU types, the stand-ins'); InputError when that catalog cannot be read."""
+def job_offers(plan: Plan, zones: Sequence[str]) -> MarketOffers:
+    """The pools of `zones` (the cluster's own and those it may move to: Cluster.zones) the live ladder may buy
+    from, at the prices of the catalog the plan names (its own, the repairs' other GPU types, the stand-ins');
+    InputError when that catalog cannot be read."""
     from provisioning.clusters.plan_choice import catalog_of
 
-    return market_offers(plan, catalog_of(plan), (plan.availability_zone,), repairs=True)
+    return market_offers(plan, catalog_of(plan), zones or (plan.availability_zone,), repairs=True)
 
 
 def _pool_of(record: NodeRecord, zone: str) -> Pool:

@@ -31,8 +31,10 @@ What later work needs is in the table already (a unit test walks every edge):
 - a node the recovery ladder gives up (an on-demand stand-in once its Spot replacement trains, a Spot
   trainer that makes room under the fallback's cap): READY -> AT_RISK -> DRAINING at once (`let_go`),
   then RETIRED, as above.
-- a cluster moving to another zone: every node of the old zone goes AT_RISK while the new zone's are
-  bought (the ladder's orders carry a zone), and drains as they arrive.
+- a cluster moving to another zone: the new zone's nodes are bought (the ladder's orders carry a zone) and
+  wait READY while the old zone's train on; at the switch every usable node of the old zone is let go
+  (READY -> AT_RISK -> DRAINING), so the next launch, on the new zone's, is the move's one relaunch
+  (training/control/move.py).
 """
 
 from __future__ import annotations

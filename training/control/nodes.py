@@ -30,7 +30,8 @@ from provisioning.planner.plan import Plan
 from training.control.attempts import can_continue_without_holders
 from training.control.jobrecord import JobState
 from training.control.market import LiveMarket
-from training.control.nodepool import HOLDING, NodePool, NodeStatus
+from training.control.move import launchable, move_end
+from training.control.nodepool import HOLDING, NodePool, NodeStatus, Slot
 from training.control.replacements import NodeBuyer, Note, ReplacementBought, ReplacementReady, Replacements
 from training.control.session import AttemptSession, NodeCheck
 from training.control.staging import NodeState
@@ -54,6 +55,11 @@ class ClusterHandle(Protocol):
 
     @property
     def keys(self) -> ClusterKeys: ...
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        """Its own zone, then the region's others where its VPC has a subnet (where it may move)."""
+        ...
 
     def endpoints(self) -> list[SshEndpoint]:
         """How to log in to each running node (as the cluster's store has them)."""
@@ -176,9 +182,11 @@ class ClusterNodes:
     def act(self, ask: bool = False) -> LadderStep:
         """Retire what bills for nothing; with `ask`, ask the recovery ladder (again at once while it acts)
         and carry its decisions out: what is left to the controller comes back."""
+        let_go: list[str] = []
         if ask:
             self.pool.sync(self.cluster.endpoints())
-        let_go: list[str] = []
+            if self.market.move_settled():
+                let_go += self._switch()
         for _ in range(_ACTS_IN_A_ROW if ask else 0):
             records = {r.instance_id: r for r in self.cluster.nodes()}
             job = self._job()
@@ -191,7 +199,7 @@ class ClusterNodes:
                 break
             for order in decision.orders:
                 bought = self.market.node_order(order)
-                self.market.ordered(order, bought)
+                self.market.ordered(order, bought, decision.move_to)
                 self.report.note(f"buying {bought.describe()} ({decision.rung.value})")
                 self.replacements.start(bought)
             for retire in decision.retire:
@@ -200,6 +208,11 @@ class ClusterNodes:
             self._retire(retire.instance_ids, retire.why)
             self.pool.retired(retire.instance_ids)
         return LadderStep(None, tuple(i for i in let_go if i in self.pool.running))
+
+    def launchable(self) -> list[Slot]:
+        """The nodes the next launch runs on: the usable ones, less a move's new zone until its switch."""
+        records = {r.instance_id: r for r in self.cluster.nodes()}
+        return launchable(self.pool, records, self.market.moving_to, self.market.plan_zone)
 
     def nothing_coming(self) -> str | None:
         """Why no node can come (nothing on its way and no next try of the ladder), or None: one can."""
@@ -243,6 +256,21 @@ class ClusterNodes:
             self.pool.let_go(instance_id, f"{decision.rung.value}: {decision.reason.text}")
         return mine[:retire.count]
 
+    def _switch(self) -> list[str]:
+        """Every order of the move under way has ended: switch to its zone or call it off (training.control.move),
+        letting the nodes that leave go; those the running attempt has (it relaunches without them)."""
+        to = self.market.moving_to
+        assert to is not None, "a settled move has a zone"
+        records = {r.instance_id: r for r in self.cluster.nodes()}
+        end = move_end(self.pool, records, to, self.market.plan_zone)
+        self.market.move_ended(end.moved)
+        for instance_id in end.leaving:
+            self.pool.let_go(instance_id, end.text)
+        self.report.note(f"ladder: {end.text}")
+        self._ladder_said(end.text)
+        self._event("ladder", end.text)
+        return list(end.leaving)
+
     def _say(self, decision: Decision) -> None:
         """Each new decision's reason once: in the job's log (`deepvm logs`), its row (`status`), and, when it
         acts, the cluster's event log."""
@@ -276,7 +304,14 @@ class ClusterNodes:
 
     def _retire(self, instance_ids: Sequence[str], why: str) -> None:
         """Terminate nodes the job dropped without the cloud taking them (they hang, or lost their network):
-        they would bill until `deepvm down` while their replacements bill too."""
+        they would bill until `deepvm down` while their replacements bill too. The head, which runs the
+        controller, is not: a move leaves it behind as the control node (training.control.move)."""
+        if self.market.head in instance_ids:
+            self.report.note(f"{self.market.head} left the job: it runs on as the control node in its zone "
+                             f"({self.market.plan_zone})")
+            instance_ids = [i for i in instance_ids if i != self.market.head]
+            if not instance_ids:
+                return
         try:
             self.cluster.retire(list(instance_ids), why)
         except DeepvmError as exc:
