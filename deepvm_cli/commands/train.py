@@ -194,7 +194,7 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
     """Submit the job to the cluster's head and follow it to its end (its result; None when it was
     cancelled), or until it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import follow, submit
-    from training.control.stops import BudgetReached, TrainingFailed
+    from training.control.stops import ended_on_head
 
     job, head = (submitted := submit(cluster, request, report, guarded)).job, submitted.head
     try:
@@ -213,10 +213,8 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
     if end.status is JobStatus.CANCELLED:
         console.info(f"job {job.job_id} was cancelled: {end.text}")
         return None
-    if end.status is JobStatus.FAILED:
-        raise TrainingFailed(end.text)
-    if end.status is JobStatus.STOPPED:  # with a checkpoint, resumable: before its budget, or at --max-duration
-        raise BudgetReached(end.text)
+    if end.status in (JobStatus.FAILED, JobStatus.STOPPED):  # stopped: resumable (its budget, --max-duration)
+        raise ended_on_head(end.status, end.text)
     raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
                      f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
 

@@ -12,11 +12,12 @@ from dataclasses import replace
 
 import pytest
 
+from provisioning.core.errors import DeepvmError, JobFailed, StoppedByUser
 from tests.training.controller_rig import T0, T1, T2, Rig
 from tests.training.scripted_cluster import Call, Die, NoticeOn
 from tests.training.test_jobclock import Clocks
 from training.control.jobclock import JobClock, JobLimited, JobTimers, LimitKind
-from training.control.stops import TrainingCancelled, TrainingFailed
+from training.control.stops import StoppedAtLimit, TrainingCancelled, TrainingFailed, ended_on_head
 from training.shared.jobstore import JobStatus
 
 pytestmark = pytest.mark.timeout(30)
@@ -76,11 +77,29 @@ def test_max_duration_stops_the_job_after_a_checkpoint_of_its_step_resumable(rig
     clocks = Clocks()
     rig.world.faults = [Call(1, 8, action=lambda: clocks.advance(3601), hold=True)]
     controller = _guarded(rig, clocks, max_duration_s=3600)
-    with pytest.raises(JobLimited, match=r"stopped at its time limit \(--max-duration 1 h\)"):
+    with pytest.raises(StoppedAtLimit, match=r"stopped at its time limit \(--max-duration 1 h\)"):
         controller.run()
     row = rig.row()
     assert row.status is JobStatus.STOPPED and row.checkpoint_step == row.step >= 8  # flushed where it stopped
     assert "stopping: trainers checkpoint and leave (Ctrl-C again to kill at once)" in rig.notes
+
+
+@pytest.mark.parametrize("limit", ["max_duration_s", "idle_s"])
+def test_a_job_ended_at_a_limit_exits_alike_under_a_local_controller_and_followed_from_its_head(rig, limit):
+    """README "Exit codes": a job stopped at --max-duration exits 130 (stopped, resumable) and one failed at
+    --idle exits 6, whether `deepvm train` ran its controller (--controller local) or followed it on the head,
+    whose log's last state (what the head's job service writes of the same end) is all it has to go by."""
+    clocks = Clocks()
+    rig.world.faults = [Call(1, 8, action=lambda: after_step(rig, 8, lambda: clocks.advance(3601)), hold=True)]
+    controller = _guarded(rig, clocks, **{limit: 3600})
+    with pytest.raises(DeepvmError) as raised:
+        controller.run()
+    local = raised.value
+    followed = ended_on_head(rig.row().status, str(local))
+    expected = (130, StoppedByUser) if limit == "max_duration_s" else (6, JobFailed)
+    for ended in (local, followed):
+        assert (ended.exit_code, isinstance(ended, expected[1])) == (expected[0], True), type(ended)
+    assert str(followed) == str(local)
 
 
 def test_waiting_for_trainers_nobody_can_buy_ends_the_job_at_idle_and_the_late_purchase_is_terminated(rig):

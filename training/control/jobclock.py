@@ -57,7 +57,8 @@ class LimitReached:
 
 
 class JobLimited(JobFailed):
-    """The job ended at one of its limits (its status says how: failed or stopped)."""
+    """The job failed at `--idle` (one stopped at `--max-duration` is resumable: it ends as stops.StoppedAtLimit,
+    and exits as any stopped job does)."""
 
     def __init__(self, reached: LimitReached) -> None:
         super().__init__(reached.text)

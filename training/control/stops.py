@@ -34,8 +34,21 @@ class TrainingFailed(JobFailed):
     """The job cannot continue (no holder left, repeated failures without progress)."""
 
 
-class BudgetReached(TrainingStopped):
+class StoppedAtLimit(TrainingStopped):
+    """The job stopped with a checkpoint at a limit it was given (its budget, `--max-duration`): resumable, so it
+    exits as any stopped job does (130, README "Exit codes"), whether its controller ran here or on its head
+    (`ended_on_head`)."""
+
+
+class BudgetReached(StoppedAtLimit):
     """The job stopped with a checkpoint before it would spend more than its budget; `--resume` continues."""
+
+
+def ended_on_head(status: JobStatus, text: str) -> TrainingFailed | StoppedAtLimit:
+    """What `deepvm train` raises for a managed job that its head ended failed or stopped (`text`: its log's
+    last state), so that it exits as the same job under a local controller does: failed (`--idle` included)
+    with JobFailed's 6, stopped at its budget or `--max-duration` with 130."""
+    return StoppedAtLimit(text) if status is JobStatus.STOPPED else TrainingFailed(text)
 
 
 class JobStops:
@@ -111,6 +124,8 @@ class JobStops:
 
     def _limited(self, reached: LimitReached) -> None:
         self.job.ended(reached.status, reached.text)
+        if reached.status is JobStatus.STOPPED:
+            raise StoppedAtLimit(reached.text)
         raise JobLimited(reached)
 
     def _resume_with(self, flags: str = "") -> str:

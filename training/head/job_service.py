@@ -9,9 +9,10 @@ machine, with three differences that make it independent of that machine:
   instance metadata, as on any EC2 instance (the sandbox's metadata endpoint serves them too);
 - it reaches the other nodes at their private addresses with the cluster-internal key.
 
-Its exit code tells the supervisor what to do: 0 the job is over (completed or cancelled), FINAL the job
-cannot go on (it failed for good, or the request is wrong), anything else (a crash, a signal) restart it
-— a restarted service finds its job in the head's store and resumes it from the newest checkpoint.
+Its exit code tells the supervisor what to do: 0 the job is over (completed, cancelled, or stopped at its
+budget or time limit), FINAL the job cannot go on (it failed for good, or the request is wrong), anything
+else (a crash, a signal) restart it — a restarted service finds its job in the head's store and resumes it
+from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from provisioning.core.errors import InputError
 from training.control.controller import train
 from training.control.jobclock import JobLimited, JobTimers
 from training.control.jobrecord import TrainRequest
-from training.control.stops import BudgetReached, TrainingCancelled, TrainingFailed
+from training.control.stops import StoppedAtLimit, TrainingCancelled, TrainingFailed
 from training.head.joblog import JobLog
 from training.head.log_mirror import LogMirror
 from training.head.notify import Notifier
@@ -113,11 +114,11 @@ def main(argv: list[str]) -> int:
     except TrainingCancelled as exc:
         log.state(JobStatus.CANCELLED, str(exc))
         return 0
-    except BudgetReached as exc:  # stopped with a checkpoint, as its budget asked: not restarted
+    except StoppedAtLimit as exc:  # stopped with a checkpoint at its budget or --max-duration: not restarted
         log.state(JobStatus.STOPPED, str(exc))
         return 0
-    except JobLimited as exc:  # stopped or failed at --max-duration or --idle: over, either way
-        log.state(exc.reached.status, str(exc))
+    except JobLimited as exc:  # failed at --idle
+        log.state(JobStatus.FAILED, str(exc))
         return FINAL
     except (TrainingFailed, InputError, ControllerBusy) as exc:
         log.state(JobStatus.FAILED, str(exc))
