@@ -4,55 +4,19 @@ in the job's log, posting never waits for the receiver, and --notify-cmd gets th
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from training.head.notify import EVENT_HEADER, SIGNATURE_HEADER, Notifier, NotifyKind, signature
+from tests.training.notify_receiver import Receiver
+from training.head.notify import SIGNATURE_HEADER, Notifier, NotifyKind, signature
 from training.shared.guard import SECRET_FILE, NotifyTarget
 from training.shared.jobstore import JobStatus
 from training.shared.summary import RunSummary
 
 SECRET = b"s3cret-for-the-tests-only"
 pytestmark = pytest.mark.timeout(30)
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records each POST and answers with the next status of `answers`
-    (200 once they run out); `gate`, while clear, holds every answer back."""
-
-    def __init__(self, answers: list[int] | None = None) -> None:
-        self.answers = list(answers or [])
-        self.posts: list[tuple[dict[str, str], bytes]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.gate.wait(10)
-                receiver.posts.append((dict(self.headers), body))
-                self.send_response(receiver.answers.pop(0) if receiver.answers else 200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def events(self) -> list[dict[str, object]]:
-        return [json.loads(body) for _, body in self.posts]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -80,11 +44,7 @@ def test_events_arrive_in_order_signed_over_the_exact_body(receiver):
     notifier.controller_event("replacement", "bought i-2")
     notifier.post(NotifyKind.COMPLETION, "completed: step 10/10", _summary())
     notifier.close(timeout_s=10)
-    assert [e["event"] for e in receiver.events()] == ["notice", "replacement", "completion"]
-    for headers, body in receiver.posts:
-        expected = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
-        assert hmac.compare_digest(headers[SIGNATURE_HEADER], expected)
-        assert headers[EVENT_HEADER] == json.loads(body)["event"] and headers["Content-Type"] == "application/json"
+    assert [e["event"] for e in receiver.signed_events(SECRET)] == ["notice", "replacement", "completion"]
     last = receiver.events()[-1]
     assert (last["job_id"], last["cluster"], last["version"]) == ("job-1", "c1", 1)
     assert RunSummary(**{**last["summary"], "status": JobStatus(last["summary"]["status"])}) == _summary()
