@@ -22,11 +22,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from provisioning.sandbox.control import load_info
 from tests.cloud import procs
-from tests.cloud.plans import make_tiering_plan
+from tests.cloud.plans import REGION, make_tiering_plan
 from tests.conftest import REPO, run_cli
 
 SANDBOX_ONLY = [  # each managed module's pytestmark
@@ -246,6 +248,16 @@ def assert_no_user_credentials(env: dict[str, str]) -> None:
     hosts = Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts"
     hits = subprocess.run(["grep", "-rlF", CANARY, str(hosts)], capture_output=True, text=True)
     assert hits.stdout == "", hits.stdout
+
+
+def sandbox_client(env: dict[str, str], service: str) -> Any:
+    """A boto3 client of the sandbox of DEEPVM_HOME env's (its moto server), as anyone with its endpoint would
+    call it: behind deepvm's back."""
+    with pytest.MonkeyPatch.context() as patch:  # each test has a home of its own (tests/conftest.py)
+        patch.setenv("DEEPVM_HOME", env["DEEPVM_HOME"])
+        info = load_info()
+    assert info is not None, "the sandbox does not run"
+    return info.context(REGION).client(service)
 
 
 def down_leaves_nothing_running(env: dict[str, str]) -> None:
