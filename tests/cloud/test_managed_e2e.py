@@ -1,6 +1,7 @@
 """Managed training end to end in the sandbox (tests/cloud/managed_rig.py: the cluster and the helpers): a
 job outlives the laptop, a controller crash and a notice; a detached job is cancelled after a checkpoint and
-`down` guards a running job; a job that does not step ends at `--idle`.
+`down` guards a running job; a job that does not step ends at `--idle`; a head that dies is noticed by the
+next command, which tears the rest of the cluster down.
 
 The laptop test's job is the shipped example script held to a slow pace until the test has seen what it
 waits for (paced_train.py): it outlasts the two minutes it must on any machine, and no more; the cancel
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cloud import procs
 from tests.cloud.managed_rig import (
     EVERY,
     LAPTOP_STEPS,
@@ -29,15 +31,16 @@ from tests.cloud.managed_rig import (
     assert_each_node_pinned_to_its_own_key,
     assert_no_user_credentials,
     cli,
-    down_leaves_nothing_running,
     job_processes,
     job_state,
     local_deepvm,
     managed_cluster,
     newest_job,
+    node_processes,
     release_the_pace,
     replaced,
     run_on_head,
+    sandbox_client,
     spot_trainer,
     wait_for,
     write_job,
@@ -164,5 +167,29 @@ def test_a_job_that_does_not_step_ends_at_idle_with_its_summary_and_the_hook_tol
     assert log.count("still bills") == 1, log[-2000:]
 
 
-def test_zz_down_leaves_nothing_running(cluster):
-    down_leaves_nothing_running(cluster[0])
+def test_zz_a_head_that_died_is_noticed_by_the_next_command_which_tears_down_the_rest(cluster):
+    """Issue 25, point 7, as the module's end (instead of `down`): on a cluster whose head was to take it down
+    (`up --autodown`), the head's instance is terminated behind deepvm's back, through the sandbox's EC2, and its
+    host ends as the sandbox ends a terminated instance's; the next command here notices, tears the rest down
+    (the other node, template, security group, key pair, roles) and says what was lost; nothing of it runs."""
+    env, _ = cluster
+    plan = Path(env["DEEPVM_HOME"]).parent / "plan.json"
+    cli(env, "up", "--plan", str(plan), "--name", "mg", "--cloud", "sandbox", "--yes", "--autodown", "600",
+        timeout=180)  # fmt: skip
+    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+    (head,) = [n["instance_id"] for n in nodes if n["role"] == "holder" and n["state"] == "running"]
+    sandbox_client(env, "ec2").terminate_instances(InstanceIds=[head])
+    deadline = time.monotonic() + 30
+    while procs.host_namespaces(head):  # the sandbox's supervisor kills a terminated instance's host
+        assert time.monotonic() < deadline, "the terminated head's host still runs"
+        time.sleep(0.5)
+    said = " ".join(cli(env, "status").stderr.split())
+    assert (f"cluster mg's head is gone and left no record: its head {head} is not running, so the job's "
+            "controller, its log and the outputs and checkpoints on its disk that were not copied to S3 are lost; "
+            "tore down the rest:") in said, said  # fmt: skip
+    assert "cluster mg" not in " ".join(cli(env, "status").stderr.split())  # said once, by the command that did it
+    deadline = time.monotonic() + 30
+    while node_processes(env) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert node_processes(env) == {}
+    assert json.loads(cli(env, "status", "mg", "--json").stdout)["status"] == "terminated"
