@@ -1,6 +1,7 @@
 """The first thing a command that looks at clusters does: finish the teardown of clusters whose head took them
 down (or whose head died), and say so (provisioning/clusters/ended.py); the jobs whose end took them down
-are brought up to date here from what their heads left in S3."""
+are brought up to date here from what their heads left in S3, and those a head that died was running are
+said and recorded failed."""
 
 from __future__ import annotations
 
@@ -24,8 +25,28 @@ def finish_ended_clusters() -> None:
     for done in finished:
         for line in done.lines():
             console.info(line)
-        if done.end is not None and done.end.job_id:
+        if done.end is None:
+            _lost_with_head(done.cluster)
+        elif done.end.job_id:
             _remember_job(done.end.job_id)
+
+
+def _lost_with_head(cluster: str) -> None:
+    """The jobs this machine last heard running on a cluster whose head died: each said, with what went with it,
+    and recorded failed (nothing will ever say otherwise: their controller and log were on the head)."""
+    from dataclasses import replace
+
+    from training.shared.jobstore import JobStatus, JobStore
+
+    jobs = JobStore()
+    for row in jobs.for_cluster(cluster):
+        if row.status.final:
+            continue
+        checkpoint = f"checkpoint at step {row.checkpoint_step}" if row.checkpoint_step >= 0 else "no checkpoint"
+        console.info(f"job {row.job_id} was running on it (step {row.step}/{row.total_steps}, {checkpoint}, when "
+                     "last heard): it failed with its head, and its checkpoints and outputs on the cluster's disks "
+                     "are gone")  # fmt: skip
+        jobs.put(replace(row, status=JobStatus.FAILED, message=f"its head died (cluster {cluster} torn down)"))
 
 
 def _remember_job(job_id: str) -> None:

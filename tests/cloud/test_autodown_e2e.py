@@ -37,7 +37,7 @@ AUTODOWN_MIN = 0.75  # time for `train --resume` to submit its job; a tenth of i
 
 
 class Home:
-    """The module's DEEPVM_HOME, its CLI and its sandbox's S3 (this process reads it as the user's side would)."""
+    """The module's DEEPVM_HOME and its CLI, with what every command of it said."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -31,6 +31,7 @@ from tests.cloud.managed_rig import (
     assert_each_node_pinned_to_its_own_key,
     assert_no_user_credentials,
     cli,
+    detached,
     job_processes,
     job_state,
     local_deepvm,
@@ -169,13 +170,16 @@ def test_a_job_that_does_not_step_ends_at_idle_with_its_summary_and_the_hook_tol
 
 def test_zz_a_head_that_died_is_noticed_by_the_next_command_which_tears_down_the_rest(cluster):
     """Issue 25, point 7, as the module's end (instead of `down`): on a cluster whose head was to take it down
-    (`up --autodown`), the head's instance is terminated behind deepvm's back, through the sandbox's EC2, and its
-    host ends as the sandbox ends a terminated instance's; the next command here notices, tears the rest down
-    (the other node, template, security group, key pair, roles) and says what was lost; nothing of it runs."""
-    env, _ = cluster
+    (`up --autodown`), the head's instance is terminated behind deepvm's back, through the sandbox's EC2, while a
+    job trains, and its host ends as the sandbox ends a terminated instance's; the next command here notices,
+    tears the rest down (the trainers, template, security group, key pair, roles) and says what was lost: the
+    job, recorded failed; nothing of the cluster runs."""
+    env, jobs = cluster
     plan = Path(env["DEEPVM_HOME"]).parent / "plan.json"
     cli(env, "up", "--plan", str(plan), "--name", "mg", "--cloud", "sandbox", "--yes", "--autodown", "600",
         timeout=180)  # fmt: skip
+    with detached(env, write_job(jobs, 400, "orphan", paced=True)) as job_id:
+        wait_for(env, job_id, 1)
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
     (head,) = [n["instance_id"] for n in nodes if n["role"] == "holder" and n["state"] == "running"]
     sandbox_client(env, "ec2").terminate_instances(InstanceIds=[head])
@@ -187,9 +191,12 @@ def test_zz_a_head_that_died_is_noticed_by_the_next_command_which_tears_down_the
     assert (f"cluster mg's head is gone and left no record: its head {head} is not running, so the job's "
             "controller, its log and the outputs and checkpoints on its disk that were not copied to S3 are lost; "
             "tore down the rest:") in said, said  # fmt: skip
+    assert f"job {job_id} was running on it (step " in said and "it failed with its head" in said, said
     assert "cluster mg" not in " ".join(cli(env, "status").stderr.split())  # said once, by the command that did it
     deadline = time.monotonic() + 30
     while node_processes(env) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert node_processes(env) == {}
-    assert json.loads(cli(env, "status", "mg", "--json").stdout)["status"] == "terminated"
+    ended = json.loads(cli(env, "status", "mg", "--json").stdout)
+    (lost,) = [j for j in ended["jobs"] if j["job_id"] == job_id]  # as recorded here: mg is down
+    assert (ended["status"], lost["status"]) == ("terminated", "failed"), lost
