@@ -120,18 +120,30 @@ def finish_ended(store: Store | None = None, report: Reporter = Reporter()) -> l
 
 def _finish(ctx: AwsContext, store: Store, row: ClusterRow, report: Reporter) -> Finished | None:
     bucket = row.resources.outputs_bucket
-    end = read_end(ctx, bucket) if bucket else None
-    if end is not None and end.cluster_id == row.cluster_id:
+    end = _end_of(ctx, row)
+    if end is None:
+        head = head_node(store.nodes(row.name))
+        if head is None or _alive(ctx, head.instance_id):
+            return None
+        # Read again: a head taking its cluster down writes its record, then terminates itself, so a head
+        # found gone just after the first read may have left one in between (seen in the sandbox).
+        end = _end_of(ctx, row)
+    if end is not None:
         store.adopt_record(row.name, list(end.nodes), list(end.spans))
         deleted = finish_down(row, store, f"taken down by its head: {end.reason}", end.ended_at, report)
         return Finished(row.name, end, tuple(deleted), bucket)
-    head = head_node(store.nodes(row.name))
-    if head is None or _alive(ctx, head.instance_id):
-        return None
     lost = (f"its head {head.instance_id} is not running, so the job's controller, its log and the outputs and "
             "checkpoints on its disk that were not copied to S3 are lost")  # fmt: skip
     deleted = finish_down(row, store, "its head died", None, report)
     return Finished(row.name, None, tuple(deleted), bucket, lost)
+
+
+def _end_of(ctx: AwsContext, row: ClusterRow) -> ClusterEnd | None:
+    """The head's record of this cluster's end, if it left one (a bucket name reused by another cluster of
+    the same name is not this one's: the cluster id tells)."""
+    bucket = row.resources.outputs_bucket
+    end = read_end(ctx, bucket) if bucket else None
+    return end if end is not None and end.cluster_id == row.cluster_id else None
 
 
 def _alive(ctx: AwsContext, instance_id: str) -> bool:

@@ -166,3 +166,6 @@ def test_the_stopped_job_resumes_on_a_new_cluster_from_s3_which_goes_down_once_i
     said = home.taken_down("ab", timeout_s=AUTODOWN_MIN * 60 + 120)
     assert f"(no job for {AUTODOWN_MIN:g} minutes (up --autodown))" in said and "finished its teardown here" in said
     home.nothing_runs()
+    out = home.root / "fetched-resumed"  # a job on a cluster its head may take down copies its outputs at its end
+    home.run("fetch", job_id, "--out", str(out))
+    assert json.loads((out / "metrics.json").read_text())["steps"] == STEPS

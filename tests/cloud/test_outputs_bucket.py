@@ -79,3 +79,31 @@ def test_the_heads_record_of_the_end_becomes_the_stores_history_at_the_heads_tim
     cost = store.cost("c1", now=ended + timedelta(days=3))  # looked at days later: still the head's end
     assert abs(cost.usd - (2 * 0.1 + 1 * 0.2)) < 1e-9
     assert {n.instance_id: n.state for n in store.nodes("c1")} == {"i-head": "terminated", "i-new": "terminated"}
+
+
+def test_a_head_that_writes_its_record_and_ends_between_two_looks_is_taken_down_not_dead(ctx, tmp_path, monkeypatch):
+    """The head writes its record of the end, then terminates itself: a command here that read no record
+    and then found the head gone used to call it dead (seen in the sandbox e2e). It reads again."""
+    from provisioning.clusters import ended
+
+    bucket = ensure_bucket(ctx, C1)
+    zone = f"{REGION}a"
+    head = NodeRecord("i-0123456789abcdef0", "m5.large", Market.ON_DEMAND, Role.HOLDER, zone, "running", "10.0.0.1",
+                      None, 0.1)  # fmt: skip
+    now = datetime.now(timezone.utc)
+    end = ClusterEnd("c1", C1.cluster_id, "job j1 completed", now.isoformat(), "j1", (head,), ())
+    store = Store(tmp_path / "state.db")
+    row = ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok",
+                     CloudResources(outputs_bucket=bucket, head_takes_down=True), "root", "",
+                     cluster_id=C1.cluster_id)  # fmt: skip
+    store.put_cluster(row)
+    store.put_nodes("c1", [head])
+
+    def ends_meanwhile(ctx_, instance_id):
+        ctx.client("s3").put_object(Bucket=bucket, Key=END_KEY, Body=end.to_json().encode())
+        return False
+
+    monkeypatch.setattr(ended, "_alive", ends_meanwhile)
+    monkeypatch.setattr(ended, "finish_down", lambda row_, store_, why, at, report: [why])
+    found = ended._finish(ctx, store, row, ended.Reporter())
+    assert found is not None and found.end == end and found.deleted == ("taken down by its head: job j1 completed",)

@@ -41,12 +41,14 @@ class JobGuard:
     notify: NotifyTarget = field(default_factory=NotifyTarget)
     outputs_url: str = ""  # s3://bucket[/prefix]: where the head copies outputs, log and checkpoint at the end
     cluster_bucket: str = ""  # the bucket deepvm made for the cluster: the head's end record goes there
+    cluster_goes_down: bool = False  # the head may take the cluster down on its own later (`up --autodown`)
 
     @property
     def copies_outputs(self) -> bool:
-        """Whether the job's end copies its outputs to S3 (they must outlive a cluster that goes down, and a
-        job stopped at its time limit resumes from there on any cluster)."""
-        return self.down_when_done or self.max_duration_hours is not None
+        """Whether the job's end copies its outputs to S3 (they must outlive a cluster that goes down, its own
+        end's or the idle watch's after it, and a job stopped at its time limit resumes from there on any
+        cluster)."""
+        return self.down_when_done or self.max_duration_hours is not None or self.cluster_goes_down
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
