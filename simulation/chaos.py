@@ -29,10 +29,13 @@ from provisioning.planner.plan import Plan
 from simulation.case import SimCase
 from simulation.cluster import SimCluster, sim_cluster
 from simulation.draws import Draws
+from simulation.market import MarketCase, market_case
 from simulation.policies import PLAN_ONLY_RECOVERY
 from simulation.recovery import SECONDS_PER_HOUR, RecoveryModel, Workload
 from simulation.reference import EventKind, RunResult, run_one
 from simulation.trace import Trace
+from simulation.traces import default_trace_for
+from simulation.zones import TraceSpec, zone_traces
 
 LOOKAHEAD = 3.0  # the schedule covers this many times the run's own simulated makespan
 _BLOCK = 64  # occupants per slot drawn at once (draws.block_size's largest)
@@ -70,6 +73,23 @@ class ChaosQuestion:
         )
         workload = Workload(work_pflop=work * work_factor, runs=1, seed=self.seed, recovery=scaled)
         return SimCase(cluster, tuple(self.trace for _ in cluster.spot_groups), PLAN_ONLY_RECOVERY, workload)
+
+    def market_case(self) -> MarketCase:
+        """The same run under the `deepvm` policy (the ladder the head runs), for a capacity trace in the plan's
+        zone (simulation/chaos_capacity.py replays it): the cap is the plan's, and the ladder's backoff after a
+        refusal is the head's, in seconds here, so in trace time `time_scale` times longer."""
+        plan, workload = self.plan, self.case().workload
+        zone = plan.availability_zone
+        traces = zone_traces([(TraceSpec(None, self.trace.name), self.trace)], zone, plan.region, [zone],
+                             default_trace_for)  # fmt: skip
+        case = market_case(plan, self.catalog, traces, workload, None, max(plan.price_cap or 0.0, plan.price_per_hour))
+        timing = replace(case.timing, backoff_s=case.timing.backoff_s * self.time_scale,
+                         backoff_cap_s=case.timing.backoff_cap_s * self.time_scale)  # fmt: skip
+        rates = None
+        if self.seconds_per_step is not None:  # PFLOP/h with n trainers: the work of a step in its measured time
+            full = case.full_rate * self.seconds_per_step[-1]
+            rates = tuple(full / s for s in self.seconds_per_step)
+        return replace(case, timing=timing, measured_rates=rates)
 
     def draws(self) -> Draws:
         """The run's random numbers. A simulation sizes its blocks of lifetimes by the work it expects,

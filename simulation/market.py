@@ -73,6 +73,9 @@ class MarketCase:
     timing: Timing
     workload: Workload
     levels: int  # M: the plan's Spot trainers, the unit of every zone's share
+    # PFLOP/h with 1, 2, .. trainers joined, as measured where the nodes share cores (`deepvm chaos`'s sandbox:
+    # simulation/chaos.py's measured_speeds says why); None: the planner's rate model
+    measured_rates: tuple[float, ...] | None = None
 
     @cached_property
     def zone_index(self) -> dict[str, int]:

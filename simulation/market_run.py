@@ -147,7 +147,11 @@ class _Run:
             for n in self.nodes:
                 if n.joined and n.trains:
                     counts[n.pool.instance_type] = counts.get(n.pool.instance_type, 0) + 1
-            self._rate_now = pflop_per_hour((self.facts[name], count) for name, count in sorted(counts.items()))
+            measured, trainers = self.case.measured_rates, sum(counts.values())
+            if measured and trainers:
+                self._rate_now = measured[min(trainers, len(measured)) - 1]
+            else:
+                self._rate_now = pflop_per_hour((self.facts[name], count) for name, count in sorted(counts.items()))
         return self._rate_now
 
     def _usd_per_hour(self) -> float:

@@ -5,6 +5,11 @@ against `deepvm simulate`'s prediction for the same run (benchmarks/simulate_vs_
 notice goes through `deepvm interrupt`'s code; one without is a termination through the EC2 API. The
 cluster's nodes are read again before each step, so replacements that joined take their slots. numpy and
 the simulator load only inside the command, so registering it costs `deepvm plan` nothing.
+
+A capacity trace (a series of how many Spot nodes a zone holds) is replayed instead as the market the head's
+ladder meets (simulation/chaos_capacity.py): at each sample the nodes above the zone's capacity are reclaimed,
+and the sandbox's capacity schedule for the plan's zone's Spot market follows the series, so the head's
+purchases are refused as AWS refuses them when the pool is empty. That needs the sandbox's EC2.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from deepvm_cli.ui.flags import DAY_S, MAX_SEED, MAX_STEPS, at_least, positive
 from provisioning.core.errors import CloudError, InputError
 
 if TYPE_CHECKING:
+    from provisioning.cloud.types import NodeRecord
     from provisioning.clusters.handle import Cluster
-    from simulation.chaos import ChaosAction, ChaosStep, SlotMap
+    from simulation.chaos import ChaosAction, ChaosQuestion, ChaosStep, LiveNode, SlotMap
+    from simulation.chaos_capacity import CapacityAction
 
 MAX_TIME_SCALE = 1_000_000.0  # a trace hour in 3.6 ms: beyond that the schedule is a burst, not a trace
 
@@ -64,6 +71,12 @@ def chaos(
     catalog = catalog_of(plan)
     question = ChaosQuestion(plan, catalog, chosen, seed, steps, step_time, time_scale,
                              recovery_here(time_scale, notice_share, replacement_delay))
+    if chosen.capacity is not None:
+        done = _replay_capacity(question, handle, after)
+        if as_json:
+            console.print_json({"cluster": cluster, "trace": chosen.name, "seed": seed, "time_scale": time_scale,
+                                "capacity": [a.to_dict() for a in done]})
+        return
     schedule = question.schedule()
     console.info(f"chaos on {cluster}: {len(schedule)} Spot losses from {chosen.name} (seed {seed}), "
                  f"a trace hour every {3600.0 / time_scale:g} s")
@@ -89,13 +102,77 @@ def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, el
     if instance_id is None:
         message = f"slot {step.slot} ({step.instance_type}) has no live node: its replacement has not joined"
     else:
-        node = live[instance_id]
-        try:
-            message = cluster.interrupt(node, after) if step.notice else cluster.terminate_without_notice(node)
-        except CloudError as exc:  # the node went on its own meanwhile: the schedule goes on
-            message = f"{instance_id} could not be interrupted: {exc}"
+        message = _take(cluster, live[instance_id], step.notice, after)
     console.info(f"[{elapsed_s:7.1f} s | trace {step.trace_at_h:8.3f} h] {message}")
     return ChaosAction(step, instance_id, elapsed_s, message)
+
+
+def _take(cluster: Cluster, node: NodeRecord, notice: bool, after: int) -> str:
+    """A loss with notice (`deepvm interrupt`'s code) or without (terminated); what was done, in words."""
+    try:
+        return cluster.interrupt(node, after) if notice else cluster.terminate_without_notice(node)
+    except CloudError as exc:  # the node went on its own meanwhile: the schedule goes on
+        return f"{node.instance_id} could not be interrupted: {exc}"
+
+
+def _replay_capacity(question: ChaosQuestion, cluster: Cluster, after: int) -> list[CapacityAction]:
+    """The capacity series replayed into the sandbox's schedule for the plan's zone (module docstring)."""
+    from provisioning.cloud.types import CloudKind
+    from provisioning.sandbox.capacity_feed import TraceCapacity
+    from provisioning.sandbox.control import running_sandbox
+    from provisioning.sandbox.realism import RealismControl
+    from simulation.chaos import LOOKAHEAD
+    from simulation.chaos_capacity import Levels, capacity_steps, replay_capacity, run_offset_h
+    from simulation.market_run import run_market
+
+    info = running_sandbox()
+    if cluster.row.cloud is not CloudKind.SANDBOX or info is None:
+        raise InputError(f"{question.trace.name} is a capacity series: chaos replays it into the sandbox's capacity "
+                         f"schedule, and cluster {cluster.name!r} is not a running sandbox cluster")
+    case = question.market_case()
+    draws = case.draws()
+    offset_h = run_offset_h(case, draws)
+    predicted = run_market(case, draws, 0)
+    steps = capacity_steps(case, offset_h, question.time_scale, LOOKAHEAD * predicted.makespan_h)
+    zone = question.plan.availability_zone
+    console.info(f"chaos on {cluster.name}: the Spot capacity of {zone} from {question.trace.name} (seed "
+                 f"{question.seed}, {offset_h:.3f} h in), {len(steps)} samples, a trace hour every "
+                 f"{3600.0 / question.time_scale:g} s")
+    start = time.monotonic()
+
+    def wait_until(at_s: float) -> float:
+        time.sleep(max(0.0, start + at_s - time.monotonic()))
+        return time.monotonic() - start
+
+    def report(action: CapacityAction, messages: list[str]) -> None:
+        for message in messages:
+            console.info(f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] {message}")
+        console.info(f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] capacity "
+                     f"{action.step.nodes}: {action.held} held, {action.free} free in {zone}")
+
+    return replay_capacity(steps, Levels(case.levels), draws, _LiveSpot(cluster, zone, after),
+                           TraceCapacity(RealismControl(info.endpoint), zone), wait_until, report)
+
+
+class _LiveSpot:
+    """The cluster's running Spot nodes of one zone, read again at each sample (chaos_capacity.SpotNodes)."""
+
+    def __init__(self, cluster: Cluster, zone: str, after: int) -> None:
+        self.cluster, self.zone, self.after = cluster, zone, after
+        self.live: dict[str, NodeRecord] = {}
+
+    def live_spot(self) -> list[LiveNode]:
+        from provisioning.catalog.model import Market
+        from provisioning.clusters.handle import RUNNING
+        from simulation.chaos import LiveNode
+
+        self.cluster.refresh()  # nodes the head bought join
+        self.live = {n.instance_id: n for n in self.cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING
+                     and (n.availability_zone or self.zone) == self.zone}  # fmt: skip
+        return [LiveNode(n.instance_id, n.instance_type, n.launched_at) for n in self.live.values()]
+
+    def reclaim(self, instance_id: str, notice: bool) -> str:
+        return _take(self.cluster, self.live[instance_id], notice, self.after)
 
 
 def register(app: typer.Typer) -> None:
