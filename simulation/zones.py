@@ -78,8 +78,8 @@ def zone_traces(given: Sequence[tuple[TraceSpec, Trace]], own_zone: str, region:
                              f"(its zones: {', '.join(region_zones)})")
         if zone in chosen:
             first = chosen[zone][0]
-            said = "the plan's own zone" if first.zone is None or spec.zone is None else "it"
-            raise InputError(f"two traces for {zone} ({said}): {first.spec} and {spec.spec}; give one per zone")
+            own = " (the plan's own zone)" if first.zone is None or spec.zone is None else ""
+            raise InputError(f"two traces for {zone}{own}: {first.spec} and {spec.spec}; give one per zone")
         chosen[zone] = (spec, trace)
     ordered = sorted(chosen.items(), key=lambda item: (item[0] != own_zone, item[0]))
     traces = _one_clock([trace for _, (_, trace) in ordered])

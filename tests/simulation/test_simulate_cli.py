@@ -126,6 +126,8 @@ def test_a_profile_changes_the_plans_and_the_simulated_throughput(tmp_path, cli)
      "us-east-1a is not a zone of the plan's region deepvm (its zones: deepvm-a)"),
     (("--trace", "aws-v100-16-us-east-2b", "--trace", "deepvm-a=aws-v100-4-us-east-1f"),
      "two traces for deepvm-a (the plan's own zone): aws-v100-16-us-east-2b and aws-v100-4-us-east-1f"),
+    (("--trace", "deepvm-a=aws-v100-16-us-east-2b", "--trace", "deepvm-a=gce"),
+     "two traces for deepvm-a: aws-v100-16-us-east-2b and gce; give one per zone"),
     (("--trace", "deepvm-a="), "--trace deepvm-a=: name a trace or a file after 'deepvm-a='"),
     (("--fallback-max-price", "5"), "--fallback-max-price is what the deadline's on-demand stand-ins bill"),
 ])
