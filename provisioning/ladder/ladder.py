@@ -17,7 +17,8 @@
 5. RETURN_TO_SPOT  the deadline allows fewer stand-ins and the plan's Spot pool is not refusing: buy Spot
                    trainers, each retiring a stand-in as it joins; with the Spot trainers whole and ready
                    already (the fallback's cap had room for both), the spare stand-ins go at once
-6. HOLD            nothing to do; ask again when the deadline's slack or the budget next calls for it
+6. HOLD            nothing to do; ask again when the deadline's slack or the budget next calls for it, or,
+                   with stand-ins held, when the plan's Spot pool stops cooling (RETURN_TO_SPOT may apply)
 
 Every buy stays within the cap in force (the plan's, or the fallback's while stand-ins are held), except
 the plan's own on-demand nodes (its holders keep the checkpoints) and a move's re-buy of them.
@@ -54,7 +55,7 @@ def decide(s: Situation) -> Decision:
         decision = rung(s, view)
         if decision is not None:
             return decision
-    return Decision(Rung.HOLD, _hold_reason(s, view), check_at_s=_wake(s, view))
+    return Decision(Rung.HOLD, _hold_reason(s, view), check_at_s=_wake(s, view, _spot_to_return_to(s)))
 
 
 # --- 1. the budget ----------------------------------------------------------------------------------------
@@ -262,6 +263,16 @@ def _return_to_spot(s: Situation, view: DeadlineView | None) -> Decision | None:
         order = Order(pool, g.role, count, retires=Retire(stand_in_pool, Role.TRAINER, spare))
         return Decision(Rung.RETURN_TO_SPOT, Reason(text, short=short, slack_s=view.slack_s), orders=(order,))
     return None
+
+
+def _spot_to_return_to(s: Situation) -> tuple[Pool, ...]:
+    """While stand-ins are held, the plan's Spot pools of the zone that are cooling: RETURN_TO_SPOT waits for
+    them, so the ladder asks again when their backoff runs out (nothing else may happen meanwhile: the
+    stand-ins train on, and Spot's return would go unseen until the job's next event)."""
+    if not any(h.held for h in s.stand_ins):
+        return ()
+    pools = (Pool(s.zone, g.instance_type, g.market) for g in s.plan if g.market is Market.SPOT)
+    return tuple(pool for pool in pools if cooling(s, pool))
 
 
 # --- 6. nothing to do -----------------------------------------------------------------------------------------

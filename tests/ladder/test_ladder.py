@@ -171,6 +171,17 @@ def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_j
     assert tight.rung is Rung.HOLD and "4 stand-ins held" in tight.reason.text
 
 
+def test_stand_ins_held_while_the_spot_pool_cools_ask_again_when_its_backoff_runs_out():
+    """Spot could replace the stand-ins but its pool refused lately: the ladder holds, and asks again when the
+    backoff runs out (not only at the job's next event: stand-ins training steadily make none)."""
+    held = (Holding(spot(), Role.TRAINER, 3), Holding(od("z-a", CPU), Role.HOLDER, 1),
+            Holding(od(), Role.TRAINER, 4, stand_in=True))
+    cool = (refused(spot(), 900.0, 990.0, in_row=3),)  # 60 s from 990 s: cooling until 1050 s
+    d = decide(situation(held, refusals=cool, remaining=TEN_HOURS, deadline_s=_deadline_at(5000.0)))
+    assert d.rung is Rung.HOLD and d.check_at_s == 1050.0
+    assert "4 stand-ins held, 13 Spot trainers short" in d.reason.text  # the fallback's cap leaves no room
+
+
 def test_with_the_spot_trainers_whole_and_training_the_spare_stand_ins_go_at_once_not_before():
     """The fallback's cap had room for Spot and stand-ins both: once the Spot trainers train again, the stand-ins
     the slack no longer needs go without an order; while a Spot trainer is only on its way, they stay."""
