@@ -16,9 +16,13 @@ from dataclasses import replace
 import pytest
 
 from provisioning.catalog.model import Market
+from provisioning.cloud.types import NodeRecord, SshEndpoint
+from provisioning.ladder.throughput import pflop_per_hour
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import T1, Rig, attempts_of
 from tests.training.scripted_cluster import Die, NoticeOn, tiering_plan
+from training.control.market import LiveMarket, job_offers
+from training.control.nodepool import NodeStatus, Slot
 from training.control.stops import BudgetReached, TrainingFailed
 from training.shared.jobstore import JobStatus
 from training.shared.limits import JobLimits
@@ -223,3 +227,38 @@ def test_a_move_whose_zone_gives_no_holder_is_called_off_and_its_trainers_retire
     assert not any(bought_there & set(a.nodes) for a in result.attempts)
     assert bought_there <= {i for ids, _ in rig.cluster.retired for i in ids}
     assert (result.steps, result.lost_steps) == (480, 0)
+
+
+def test_the_job_rate_is_fixed_over_a_whole_window_not_from_a_burst_of_first_lines():
+    """An attempt's first step lines may arrive in one burst: PFLOP per step is fixed only once a whole window of
+    steps was measured, so with no trainer left (the model's rate at the efficiency it was fixed at) the work left
+    still takes as long as the job's own steps say, not a fraction of it."""
+    plan = tiering_plan()
+    now = [0.0]
+    market = LiveMarket(plan, job_offers(plan), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
+    records, slots = {}, []
+    for k in range(3):
+        iid = f"i-t{k}"
+        records[iid] = NodeRecord(iid, "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
+                                  f"127.0.0.{k}", None, 0.2)  # fmt: skip
+        slots.append(Slot(SshEndpoint(iid, f"127.0.0.{k}", f"127.0.0.{k}", 22, "root", Role.TRAINER, Market.SPOT,
+                                      "key", "known"), NodeStatus.READY))  # fmt: skip
+    market.situation(slots, records, 600, 0.0)  # asked as the attempt starts: these trainers train
+    for step in range(1, 6):  # a burst: five steps within 5 ms
+        now[0] = 100.0 + step / 1000
+        market.stepped(step)
+    market.situation(slots, records, 600, 0.0)
+    assert market.rate.pflop_per_step is None  # not from the burst
+    asks = []
+    for step in range(6, 41):  # then a step every 0.5 s; the ladder is asked when the controller is told to
+        now[0] = 100.0 + (step - 5) * 0.5
+        if market.stepped(step):
+            asks.append(step)
+            market.situation(slots, records, 600, 0.0)
+    assert 20 in asks and market.rate.pflop_per_step is not None  # asked as the window fills: fixed then
+    seen = market.situation(slots, records, 560, 0.0)
+    assert seen.progress.remaining_pflop / seen.progress.pflop_per_hour * 3600 == pytest.approx(560 * 0.5, rel=0.1)
+    market.attempt_ended()  # no trainer trains: the model's rate of the 3 trainers, at the rate fixed
+    gone = market.situation(slots, records, 560, 0.0)
+    rate = pflop_per_hour([(gone.facts["g4dn.xlarge"], 3)])
+    assert gone.progress.remaining_pflop / rate * 3600 == pytest.approx(560 * 0.5, rel=0.25)

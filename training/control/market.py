@@ -21,9 +21,11 @@ provisioning/ladder decides, as one pure function; `deepvm simulate` asks it abo
   Cluster.add_nodes; a purchase whose nodes could not be staged counts too, or a broken setup would be
   bought again in a loop), with the first's and the newest's time; a pool that gave all drops out;
 - progress: steps left x PFLOP per step, and the rate over the running attempt's recent steps (0 between
-  attempts). PFLOP per step is the model's rate of the trainers held when a rate is first measured, over
-  that rate; fixed from then on, it lets the ladder's efficiency (measured / modelled) say how fast this job
-  runs on any other cluster;
+  attempts). PFLOP per step is the model's rate of the trainers held when a rate is first measured over a
+  whole window (_RATE_STEPS steps: an attempt's first lines may come in a burst, and two steps milliseconds
+  apart once set it at a fraction of the truth, which made a job with no trainer left look minutes ahead of
+  its deadline), over that rate; fixed from then on, it lets the ladder's efficiency (measured / modelled)
+  say how fast this job runs on any other cluster;
 - limits: the plan's price cap (the --max-price it was planned under, else its price), the job's deadline,
   budget and fallback cap (TrainRequest.limits), its cost so far;
 - timing: the replacement delay (an order to its nodes ready) and the relaunch (an attempt's end to the
@@ -194,14 +196,17 @@ class LiveMarket:
 
     def stepped(self, step: int) -> bool:
         """Trainer 0's step, now; whether the rate moved enough since the newest decision that the ladder
-        should be asked again. The first step after an attempt ended measures the relaunch."""
+        should be asked again (also when the window first fills: PFLOP per step is fixed then). The first
+        step after an attempt ended measures the relaunch."""
         now = self.clock()
         if self.ended_at is not None:
             self.relaunch_s, self.ended_at = max(now - self.ended_at, 0.0), None
         self.rate.steps.append((step, now))
-        now = self.rate.per_hour()
+        per_hour = self.rate.per_hour()
         seen = self.rate.seen_by_decision
-        return len(self.rate.steps) >= 5 and now > 0 and (seen == 0 or abs(now - seen) > _RATE_MOVED * seen)
+        if self.rate.pflop_per_step is None and len(self.rate.steps) == _RATE_STEPS and per_hour > 0:
+            return True
+        return len(self.rate.steps) >= 5 and per_hour > 0 and (seen == 0 or abs(per_hour - seen) > _RATE_MOVED * seen)
 
     def attempt_ended(self) -> None:
         """An attempt ended: nothing trains until the next one's first step (the relaunch it measures)."""
@@ -238,7 +243,7 @@ class LiveMarket:
         per_hour = self.rate.per_hour()
         self.rate.seen_by_decision = per_hour
         facts = {t.instance_type: t for t in types}
-        if self.rate.pflop_per_step is None and per_hour > 0:
+        if self.rate.pflop_per_step is None and per_hour > 0 and len(self.rate.steps) == _RATE_STEPS:
             modelled = pflop_per_hour((facts[h.pool.instance_type], h.ready) for h in holdings)
             self.rate.pflop_per_step = modelled / per_hour if modelled > 0 else None
         per_step = self.rate.pflop_per_step or 0.0
