@@ -262,3 +262,21 @@ def test_the_job_rate_is_fixed_over_a_whole_window_not_from_a_burst_of_first_lin
     gone = market.situation(slots, records, 560, 0.0)
     rate = pflop_per_hour([(gone.facts["g4dn.xlarge"], 3)])
     assert gone.progress.remaining_pflop / rate * 3600 == pytest.approx(560 * 0.5, rel=0.25)
+
+
+def test_a_wait_for_nodes_is_no_relaunch_the_deadlines_reserve_counts():
+    """With no trainer left the controller waits for nodes (minutes, for Spot to come back or stand-ins to
+    boot); the relaunch it measures for the deadline's reserve (six of them) starts when the wait ends."""
+    plan = tiering_plan()
+    now = [0.0]
+    market = LiveMarket(plan, job_offers(plan), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
+    market.attempt_ended()
+    now[0] = 111.5
+    market.waited()  # nodes came
+    now[0] = 120.0
+    market.stepped(55)  # the next attempt's first step
+    assert market.relaunch_s == pytest.approx(8.5)
+    market.attempt_ended()  # a relaunch without a wait counts whole
+    now[0] = 130.0
+    market.stepped(56)
+    assert market.relaunch_s == pytest.approx(10.0)

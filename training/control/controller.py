@@ -208,6 +208,7 @@ class Controller:
             if holders and any(s.role in TRAINING for s in usable):
                 return self._describe(usable)
             self._await_replacement(holders_lost=not holders)
+            self.market.waited()  # the relaunch the ladder measures counts from here, not the wait for nodes
 
     def _describe(self, usable: list[Slot]) -> Launch:
         types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}  # one read per launch

@@ -208,6 +208,12 @@ class LiveMarket:
             return True
         return len(self.rate.steps) >= 5 and per_hour > 0 and (seen == 0 or abs(per_hour - seen) > _RATE_MOVED * seen)
 
+    def waited(self) -> None:
+        """The controller waited for nodes (no trainer or no holder left): the relaunch it measures counts from
+        now, or the deadline's reserve (six relaunches) would count the wait six times over."""
+        if self.ended_at is not None:
+            self.ended_at = self.clock()
+
     def attempt_ended(self) -> None:
         """An attempt ended: nothing trains until the next one's first step (the relaunch it measures)."""
         self.rate.steps.clear()
