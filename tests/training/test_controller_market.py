@@ -235,7 +235,7 @@ def test_the_job_rate_is_fixed_over_a_whole_window_not_from_a_burst_of_first_lin
     still takes as long as the job's own steps say, not a fraction of it."""
     plan = tiering_plan()
     now = [0.0]
-    market = LiveMarket(plan, job_offers(plan), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
+    market = LiveMarket(plan, job_offers(plan, ()), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
     records, slots = {}, []
     for k in range(3):
         iid = f"i-t{k}"
@@ -269,7 +269,7 @@ def test_a_wait_for_nodes_is_no_relaunch_the_deadlines_reserve_counts():
     boot); the relaunch it measures for the deadline's reserve (six of them) starts when the wait ends."""
     plan = tiering_plan()
     now = [0.0]
-    market = LiveMarket(plan, job_offers(plan), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
+    market = LiveMarket(plan, job_offers(plan, ()), JobLimits(), "2026-11-25T10:00:00+00:00", clock=lambda: now[0])
     market.attempt_ended()
     now[0] = 111.5
     market.waited()  # nodes came
