@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.cloud.managed_rig import (
+    PACE_S,
     REBALANCE_STEPS,
     SANDBOX_ONLY,
     cli,
@@ -208,6 +209,87 @@ def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_stat
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
     (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
     assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
+
+
+STAND_IN_STEPS = 600  # at PACE_S a step, 300 s: room for the stand-in to come and go before the test releases it
+STARTUP_S = 15.0  # a managed job's start here: its row's start -> the first step (5-30 s on two loaded cores)
+TEN_MIN_S = 600.0  # two joins at the ladder's default join time (300 s, until a purchase of the job settles)
+FALLBACK_USD = 1.8  # the holder and 3 g4dn.xlarge on demand: the stand-ins train as fast as the plan's 3 Spot nodes
+
+
+@pytest.mark.soak  # 5 min of both cores (the slack must fall from 2 default joins of 300 s); in CI, in-process:
+@pytest.mark.timeout(600)  # test_controller_market.py's tight deadline
+def test_a_tight_deadline_buys_an_on_demand_stand_in_that_goes_when_spot_returns(cluster):
+    """Issue 24's deadline on the live job: with every Spot pool of the zone emptied (`deepvm sandbox capacity`),
+    the Spot trainers' notices leave the job no trainer, and its deadline's slack falls below two joins: the
+    head buys on-demand trainers (stand-ins, provisioning/ladder/deadline.py). Capacity comes back: the head
+    buys Spot again and lets the stand-ins go; the job completes with no step lost, and nothing runs beyond
+    the plan.
+
+    The deadline is set so that the slack while the whole cluster trains is a little over two joins (ten
+    minutes), and stays so (the fallback's cap buys as many on-demand trainers as the plan has Spot ones, so
+    the ladder's guaranteed rate is the job's rate): the job's end at its pace, the ladder's reserve (6
+    relaunches of 8.1 s and half a join), two joins and 40 s. With no trainer left it falls a second a
+    second; the test reads it before the notices."""
+    env, jobs = cluster
+    plan = make_tiering_plan()
+    reserve_s = 6 * 8.1 + 300.0 / 2
+    deadline_s = STARTUP_S + STAND_IN_STEPS * PACE_S + reserve_s + TEN_MIN_S + 40.0
+    cli(env, "sandbox", "capacity", "--zone", plan.availability_zone, "--market", "spot", "--available", "0")
+    try:
+        job = write_job(jobs, STAND_IN_STEPS, "standin", paced=True)
+        cli(env, "train", str(job), "--cluster", "mg", "--detach", "--deadline", f"{deadline_s / 3600:.6f}",
+            "--fallback-max-price", str(FALLBACK_USD), timeout=240)  # fmt: skip
+        job_id = newest_job(env)
+        wait_for(env, job_id, 30)  # the ladder has been told the job's rate (fixed over its first 20 steps)
+        _await(env, job_id, r"^ladder: hold: slack ", 60)
+        slacks = re.findall(r"^ladder: hold: slack (\d+\.\d) min against ", cli(env, "logs", job_id).stdout, re.M)
+        slack = float(slacks[-1])  # the newest: with the rate measured
+        assert slack >= TEN_MIN_S / 60, f"the slack ({slack} min) is under two joins before any notice: the " \
+                                         "deadline's arithmetic above no longer holds"
+        status = json.loads(cli(env, "status", "mg", "--json").stdout)
+        spot = [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["state"] == "running"]
+        for node in spot:
+            cli(env, "interrupt", node, "--after", "10")
+        _await(env, job_id, r"^ladder: on-demand-fallback: the deadline needs on-demand", 300)
+        stand_ins = _on_demand_trainers(env)
+        cli(env, "sandbox", "capacity", "--clear")  # Spot is back
+        _await(env, job_id, r"^ladder: return-to-spot: ", 300)
+        release_the_pace(env, "standin")
+        assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    finally:
+        cli(env, "sandbox", "capacity", "--clear")
+    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == STAND_IN_STEPS and state["lost_steps"] == 0, state
+    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    assert re.search(r"^buying \d on-demand g4dn.xlarge trainers? in \S+ \(on-demand-fallback", log, re.M), log[-3000:]
+    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+    running = {n["instance_id"]: n for n in nodes if n["state"] == "running"}
+    assert stand_ins and not set(stand_ins) & set(running), (stand_ins, running)  # bought by the head, let go
+    assert len(running) <= sum(g.count for g in plan.nodes), running  # nothing beyond the plan
+    assert not set(spot) & set(running) and sum(n["market"] == "spot" for n in running.values()) == 3, running
+
+
+def _on_demand_trainers(env: dict[str, str]) -> list[str]:
+    """The on-demand trainers the cluster runs (the head's stand-ins), once it runs any (within a minute)."""
+    deadline = time.monotonic() + 60
+    while True:
+        nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+        found = [n["instance_id"] for n in nodes
+                 if n["market"] == "on-demand" and n["role"] == "trainer" and n["state"] == "running"]  # fmt: skip
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(2)
+
+
+def _await(env: dict[str, str], job_id: str, pattern: str, timeout_s: float) -> re.Match[str]:
+    """The first line of the job's log that matches, once it is there."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := re.search(pattern, log := cli(env, "logs", job_id).stdout, re.MULTILINE)):
+        failed = re.search(r"^job failed", log, re.MULTILINE)  # the job's end, not a note on a failed attempt
+        assert time.monotonic() < deadline and not failed, f"no {pattern!r} in:\n{log[-3000:]}"
+        time.sleep(2)
+    return found
 
 
 def test_zz_down_leaves_nothing_running(cluster):
