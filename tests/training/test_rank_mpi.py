@@ -70,3 +70,13 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
     assert start["world_size"] == 1 and start["global_batch"] == 8  # per_trainer_batch keeps 2 x 4
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert (metrics["status"], metrics["first_step"], metrics["steps"]) == ("completed", flush["step"], 40)
+
+
+def test_a_holders_rank_imports_no_torch():
+    """Only trainers import torch (training.node.rank.train): a relaunch's new world waits for its slowest
+    rank, and on a small CPU holder node torch's import would be that rank's seconds."""
+    import subprocess
+    import sys
+
+    probe = "import sys, training.node.rank; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).parents[2]).returncode == 0

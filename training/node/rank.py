@@ -34,21 +34,19 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from mpi4py import MPI
 
 import deepcheck
 from provisioning.core.errors import DeepvmError, InputError
-from training.node.checkpointing import Checkpointer, DeepCheckHook
-from training.node.distenv import DistEnv
-from training.node.trainercomm import TrainerComm
-from training.node.userscript import run_script
-from training.node.watcher import Watcher
-from training.node.worker import WorkerOptions, run_training
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
 from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
 from training.shared.storage import l3_location
+
+if TYPE_CHECKING:
+    from training.node.distenv import DistEnv
+    from training.node.worker import WorkerOptions
 
 ROLES = ("trainer", "holder", "both")
 
@@ -103,6 +101,8 @@ def _s3(policy: CheckpointSpec) -> deepcheck.S3Config | None:
 
 
 def _trainer_env(trainer_index: int, trainers: int, opts: RankOptions) -> DistEnv:
+    from training.node.distenv import DistEnv
+
     env = DistEnv(
         rank=trainer_index,
         world_size=trainers,
@@ -148,6 +148,19 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         emit(Holder(rank=comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir)))
         ck.serve(timeout=None)
         return
+    train(spec, opts, ck, comm)
+
+
+def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.Comm) -> None:
+    """A trainer's part. Only trainers import torch (here, not at the module's top): a holder's rank needs
+    MPI and DeepCheck alone, and on a small CPU holder node torch's import (seconds, and hundreds of MB)
+    would be on every relaunch's path, since the new world waits for its slowest rank."""
+    from training.node.checkpointing import Checkpointer, DeepCheckHook
+    from training.node.trainercomm import TrainerComm
+    from training.node.userscript import run_script
+    from training.node.watcher import Watcher
+    from training.node.worker import run_training
+
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
     checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
@@ -173,6 +186,8 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
 
 
 def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
+    from training.node.worker import WorkerOptions
+
     return WorkerOptions(
         job=opts.job,
         out=opts.out,
