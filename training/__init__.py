@@ -16,7 +16,8 @@
   `jobrecord` chooses the job and keeps its row; `launcher` builds and runs one mpirun on the head over
   SSH; `staging` readies nodes (the client also pushes the runtime to the head with it); `replacements`
   buys lost nodes back, as `market` (the live job's side of provisioning/ladder) orders, `move`
-  relocates the job to another zone and `handover` passes its control to a head there; `recovery` and
+  relocates the job to another zone and `handover` passes its control to a head there (`head_start`
+  starts a job's supervisor on a head, for the client and for a hand-over); `recovery` and
   `stall` account for and notice trouble; `scripterror` finds a failed attempt's own cause in its output;
   `plan_facts` reads the plan's GPUs and TFLOPS; `jobclock` keeps --idle and --max-duration, `stops` ends a
   job short of completing (cancel, a limit, the budget, a decision) and names how, `winddown` terminates

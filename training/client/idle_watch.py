@@ -20,7 +20,8 @@ from provisioning.cloud.aws.buckets import ensure_bucket
 from provisioning.cloud.aws.iam import put_outputs_policy
 from provisioning.clusters.handle import Cluster, started
 from provisioning.clusters.store import Store
-from training.client.managed import detached_launch, head_exports, head_of, run_on_head
+from training.client.managed import head_of, run_on_head
+from training.control.head_start import detached_launch, head_exports
 from training.control.staging import RUNTIME_DIR, stage_runtime
 from training.shared.layout import MANAGED_HOME
 from training.shared.progress import JobReporter
