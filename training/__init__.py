@@ -27,8 +27,9 @@
   controller) running, `joblog` and `log_mirror` write and mirror its log, `query` answers the client over
   SSH; `job_end` runs once a job is over (its `summary`, the hook through `notify`, its `outputs` to S3,
   `autodown`), `resume` seeds a job continued from S3, `idle_cluster` is `up --autodown`'s watch;
-  `mpirun_guard` runs one mpirun there for a controller that may be far away (through
-  `signal_relay`, which turns the guard's death into exactly one SIGTERM for mpirun).
+  `handover_run` hands a moved cluster's control to a new head (copy, profile, start); `mpirun_guard` runs
+  one mpirun there for a controller that may be far away (through `signal_relay`, which turns the guard's
+  death into exactly one SIGTERM for mpirun).
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
   mpirun starts on every node (`worker`, or the
   job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,
