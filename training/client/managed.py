@@ -70,8 +70,14 @@ def find_head(cluster: str, python: str) -> Head:
     return head_of(Cluster.open_running(cluster), python)
 
 
-def head_of(cluster: Cluster, python: str) -> Head:
-    """The cluster's head (provisioning.clusters.head), as a host this machine can log in to."""
+def head_of(cluster: Cluster, python: str, refreshed: bool = False) -> Head:
+    """The cluster's head (provisioning.clusters.head), as a host this machine can log in to. Its nodes are read
+    from the cloud first, unless the caller just did (`refreshed`): a head may have handed control of a moved
+    cluster to a node it bought in the new zone, which this machine has not recorded yet, and terminated itself
+    (training/control/handover.py); head_node's rule names the new head once the cloud says so, even for a
+    user who was away during the move."""
+    if not refreshed:
+        cluster.refresh()
     endpoints = {e.instance_id: e for e in cluster.endpoints()}
     node = head_node(cluster.nodes())
     if node is None or node.instance_id not in endpoints:
@@ -107,7 +113,7 @@ def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded
     recovery ladder may buy from, priced here from the plan's catalog."""
     spec = load_job_spec(request.job_path)
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
-    head = head_of(cluster, request.python)
+    head = head_of(cluster, request.python, refreshed=True)
     busy = running_jobs(head)
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
