@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from provisioning.catalog.model import Market
+from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.clusters import ended
 from provisioning.clusters.handle import Cluster
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.planner.plan import Role
@@ -44,3 +48,28 @@ def test_a_user_who_was_away_finds_the_new_head_once_the_cloud_says_the_old_one_
     assert asked == []  # a caller that just read the cloud is not asked twice
     head = head_of(Cluster.open_running("c1"), "python3")
     assert asked == ["c1"] and (head.instance_id, head.host.address) == ("i-h0000001", "127.0.0.9")
+
+
+@pytest.mark.parametrize(("new_zone", "torn_down"), [("us-east-1c", False), ("us-east-1a", True)],
+                         ids=["handed-over", "died"])  # fmt: skip
+def test_a_head_that_handed_control_over_is_no_dead_head_and_its_cluster_is_not_torn_down(monkeypatch, new_zone,
+                                                                                          torn_down):  # fmt: skip
+    """A cluster whose head is to take it down, and whose recorded head no longer runs: with a running head in
+    another zone (the move's new head) it is left alone; with one of its own zone (a holder that was never
+    handed the job: the head died) it is torn down as before (provisioning/clusters/ended.py)."""
+    store = Store()
+    store.put_cluster(ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_tiering_plan(), "tok",
+                                 CloudResources("k", head_takes_down=True), "root", "2026-11-25T10:00:00+00:00"))
+    store.put_nodes("c1", [OLD_HEAD, TRAINER])
+    other = replace(NEW_HEAD, availability_zone=new_zone, launched_at="2026-11-25T10:09:00+00:00")
+
+    def cloud_now(cluster: Cluster) -> bool:
+        store.put_nodes("c1", [replace(OLD_HEAD, state="terminated"), replace(TRAINER, state="terminated"), other])
+        return True
+
+    downs = []
+    monkeypatch.setattr(Cluster, "refresh", cloud_now)
+    monkeypatch.setattr(ended, "_alive", lambda ctx, instance_id: instance_id != OLD_HEAD.instance_id)
+    monkeypatch.setattr(ended, "finish_down", lambda row, *_: downs.append(row.name) or ["the rest"])
+    found = ended._finish(object(), store, store.cluster("c1"), Reporter())
+    assert (found is not None, downs) == (torn_down, ["c1"] if torn_down else [])
