@@ -12,15 +12,17 @@ import pytest
 from provisioning.catalog.model import Market
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import CloudKind, CloudResources, HostSpec, NodeRecord
-from provisioning.clusters.store import ClusterRow, ClusterStatus
+from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.errors import CloudError
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_tiering_plan
 from training.control.handover import HandOverFailed, Successor
+from training.head import job_service
 from training.head.handover_run import HandOverHands, HandOverRun
+from training.head.joblog import JobLog
 from training.shared.jobstore import JobRow, JobStatus, JobStore
-from training.shared.layout import MANAGED_HOME
-from training.shared.records import HeadJob
+from training.shared.layout import HANDED_OVER_MARK, MANAGED_HOME
+from training.shared.records import HeadJob, LogRecord
 
 NEW = NodeRecord("i-h0000001", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1c", "running", "10.0.0.9", None,
                  0.17, launched_at="2026-11-25T10:09:00+00:00")  # fmt: skip
@@ -141,3 +143,38 @@ def test_a_copy_or_a_profile_refused_starts_nothing_there(tmp_path, fail, said, 
     with pytest.raises(HandOverFailed, match=f"^{said}$") as failed:
         _run(tmp_path, fail=fail)
     assert [what for what, _ in failed.value.hands.acts] == acts  # type: ignore[attr-defined]
+
+
+def test_the_old_head_marks_the_job_handed_over_once_the_new_controller_runs_and_not_before(tmp_path):
+    _run(tmp_path)
+    root = tmp_path / "old" / MANAGED_HOME / "jobs/job-1"
+    assert (root / HANDED_OVER_MARK).read_text() == "i-h0000000 i-h0000001"
+    with pytest.raises(HandOverFailed):
+        _run(tmp_path / "again", fail="run")
+    assert not (tmp_path / "again/old" / MANAGED_HOME / "jobs/job-1" / HANDED_OVER_MARK).exists()
+
+
+def test_a_service_restarted_after_the_hand_over_never_runs_the_job_and_terminates_its_head(tmp_path):
+    """The old head's supervisor restarts a service that crashed after handing over: it finds the mark, runs no
+    controller (the job's YAML is not even read) and ends as handed over, so nothing restarts it."""
+    home, job = _old_head(tmp_path)
+    Store().put_cluster(job.cluster)  # a sandbox's record whose cloud is gone: terminating finds nothing to do
+    root = home / "jobs/job-1"
+    (root / "job/job.yaml").unlink()
+    (root / HANDED_OVER_MARK).write_text("i-h0000000 i-h0000001")
+    assert job_service.main([str(root)]) == job_service.HANDED_OVER
+    notes = [LogRecord.from_json(line).text for line in (root / "log.jsonl").read_text().splitlines()[3:]]
+    assert notes == ["control passed to i-h0000001; this head (i-h0000000) terminates"]
+
+
+def test_a_head_that_cannot_terminate_itself_says_so_and_still_ends_as_handed_over(tmp_path):
+    class Refusing:
+        def retire(self, instance_ids: list[str], why: str) -> None:
+            raise CloudError("UnauthorizedOperation")
+
+    log = JobLog(tmp_path / "log.jsonl")
+    assert job_service.terminate_self(log, Refusing(), "i-old", "control passed to i-new") == job_service.HANDED_OVER
+    log.close()
+    texts = [LogRecord.from_json(line).text for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert texts == ["control passed to i-new; this head (i-old) terminates",
+                     "this head could not terminate itself (UnauthorizedOperation); its successor terminates it"]

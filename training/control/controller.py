@@ -93,15 +93,16 @@ from training.shared.progress import (
 _FETCH = ("model.pt", METRICS_FILE)
 
 
-def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
+def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter(),
+          handover: HeadHandOver | None = None) -> TrainResult:  # fmt: skip
     """Run the job on `cluster` (the caller's handle of the running cluster `request` names) until it
-    completes (see the module docstring)."""
+    completes (see the module docstring); `handover`: how the head hands control of a moved cluster over."""
     spec = load_job_spec(request.job_path)
     cluster.refresh()  # node states from the cloud now: a node that died meanwhile is not used
     with train_lock(cluster.name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
         runtime = stage_runtime(Path(work) / "runtime")
         buyer = cloud_buyer(cluster, request.inside_cluster)
-        return Controller(spec, request, cluster, runtime, report, buyer).run()
+        return Controller(spec, request, cluster, runtime, report, buyer, handover=handover).run()
 
 
 class Controller:

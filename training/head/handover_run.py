@@ -5,8 +5,9 @@ In order: the state is staged here (`stage_state`: a consistent copy of the head
 with its job.json naming the new head and the old one; the cluster's keys apart, written 0600), pushed to the
 new head over SSH with the cluster's internal key, the new head is given the controller's instance profile,
 and the job's supervisor is started there (training.control.head_start: the script `deepvm train` runs), which
-returns once it runs. Each act on the new head is one of `HandOverHands`, so that a test plays the sequence
-with no SSH and no cloud; `cloud_hands` are the real ones.
+returns once it runs; then the job's root here is marked (HANDED_OVER_MARK), so that a service of this head
+restarted after a crash never runs the job beside the new head's. Each act on the new head is one of
+`HandOverHands`, so that a test plays the sequence with no SSH and no cloud; `cloud_hands` are the real ones.
 
 A step that fails raises HandOverFailed after undoing what was done: the new head gets back the profile it had
 (the holders', or its launch template's); files pushed there are left (no process reads them, and a later push
@@ -30,16 +31,17 @@ from provisioning.cloud.aws.context import AwsContext
 from provisioning.cloud.aws.profiles import attach_profile, instance_profiles
 from provisioning.cloud.ssh import TransportError
 from provisioning.cloud.types import HostSpec
+from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import DeepvmError
 from training.control.handover import HandOverFailed, Successor
 from training.control.head_start import start_script
-from training.shared.layout import END_MARK, MANAGED_HOME, JobFiles
+from training.shared.layout import END_MARK, HANDED_OVER_MARK, MANAGED_HOME, JobFiles
 from training.shared.records import HeadJob
 from training.shared.transport import OutputLine, push_tree, run_command, write_files
 
 STATE_DB = "state.db"
 # what stays with the old head: its processes' pid files and output, and the mark of a job's end
-_STAYS = ("supervisor.pid", "service.pid", "service.out", "supervisor.out", END_MARK)
+_STAYS = ("supervisor.pid", "service.pid", "service.out", "supervisor.out", END_MARK, HANDED_OVER_MARK)
 _FAILS = (DeepvmError, OSError, sqlite3.Error, BotoCoreError, ClientError)
 _T = TypeVar("_T")
 
@@ -91,7 +93,27 @@ class HandOverRun:
                 with contextlib.suppress(*_FAILS):
                     self.hands.set_profile(new, had)
             raise
+        # a service of this head restarted from here on must not run the job beside the new head's
+        (self.home / "jobs" / self.job.job_id / HANDED_OVER_MARK).write_text(f"{to.old} {new}")
         note(f"control passed to {to.describe()}: the job's controller runs there from now on")
+
+
+def head_handover(home: Path, job: HeadJob, cluster: Cluster) -> HandOverRun | None:
+    """The hand-over of the job's head (`home`: its managed home), or None where it has no controller profile to
+    hand on or no cloud to ask: the head then stays the control node (training/control/move.py)."""
+    row = cluster.row
+    ctx = cluster.target.context(row.region, start=False)
+    profile = row.resources.controller.profile
+    if ctx is None or not profile:
+        return None
+
+    def host_of(instance_id: str) -> HostSpec:
+        found = next((e.host for e in cluster.endpoints() if e.instance_id == instance_id), None)
+        if found is None:
+            raise TransportError(f"{instance_id} is not a running node of cluster {cluster.name}")
+        return found
+
+    return HandOverRun(home, job, profile, host_of, cloud_hands(ctx))
 
 
 def _step(what: str, act: Callable[[], _T]) -> _T:
