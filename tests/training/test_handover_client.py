@@ -5,18 +5,24 @@ head_node's rule. The cloud's answer is played by Cluster.refresh here (its own 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.progress import Reporter
-from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
+from provisioning.cloud.ssh import TransportError
+from provisioning.cloud.types import CloudKind, CloudResources, HostSpec, NodeRecord
 from provisioning.clusters import ended
 from provisioning.clusters.handle import Cluster
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_tiering_plan
+from training.client import managed
 from training.client.managed import head_of
+from training.control.handover import HANDING_OVER
+from training.shared.jobstore import JobStatus
+from training.shared.records import LogKind, LogRecord
 
 
 def _node(instance_id: str, role: Role, market: Market, zone: str, minute: int, address: str) -> NodeRecord:
@@ -73,3 +79,48 @@ def test_a_head_that_handed_control_over_is_no_dead_head_and_its_cluster_is_not_
     monkeypatch.setattr(ended, "finish_down", lambda row, *_: downs.append(row.name) or ["the rest"])
     found = ended._finish(object(), store, store.cluster("c1"), Reporter())
     assert (found is not None, downs) == (torn_down, ["c1"] if torn_down else [])
+
+
+def _head(instance_id: str) -> managed.Head:
+    return managed.Head("c1", instance_id, HostSpec(instance_id, "127.0.0.9", Path("k"), Path("kh")), "python3")
+
+
+def _note(text: str) -> LogRecord:
+    return LogRecord(LogKind.NOTE, 1.0, text=text)
+
+
+def test_a_follower_goes_on_on_the_new_head_from_the_last_line_the_two_logs_share(monkeypatch):
+    """The old head's log: 2 lines, the hand-over's note, then its own last words; it stops answering. The
+    follower finds the new head (the cloud names it on the second look) and reads on from line 3 there."""
+    old, new = _head("i-h0000000"), _head("i-h0000001")
+    shared = [_note("attempt 2: 3 trainers"), _note("ladder: move: ..."), _note(f"{HANDING_OVER} i-h0000001 in c")]
+    logs = {old.instance_id: [*shared, _note("control passed to i-h0000001")],  # its own last words, then silence
+            new.instance_id: [*shared, _note("took control from the previous head i-h0000000")]}  # the copy, on
+    asked: list[tuple[str, int]] = []
+
+    def follow(head, job_id, on_record, start=0, tail=None, keep_following=True):
+        asked.append((head.instance_id, start))
+        for record in logs[head.instance_id][start:]:
+            on_record(record)
+        if head is old:
+            raise TransportError("i-h0000000: reading the job's log failed: exit 255")
+        return managed.FollowEnd(JobStatus.COMPLETED, "completed", start + 1)
+
+    heads = iter([old, new])
+    monkeypatch.setattr(managed, "follow", follow)
+    monkeypatch.setattr(managed, "find_head", lambda cluster, python: next(heads))
+    monkeypatch.setattr(managed, "_NEW_HEAD_POLL_S", 0.0)
+    shown: list[str] = []
+    end, head = managed.follow_across(old, "job-1", lambda r: shown.append(r.text))
+    assert asked == [("i-h0000000", 0), ("i-h0000001", 3)] and head is new and end.status is JobStatus.COMPLETED
+    assert shown[-1].startswith("took control") and len(shown) == 5  # nothing twice, nothing skipped
+
+
+def test_a_head_that_stops_answering_without_a_hand_over_is_a_failure_as_before(monkeypatch):
+    def follow(head, job_id, on_record, start=0, tail=None, keep_following=True):
+        on_record(_note("attempt 1: 3 trainers"))
+        raise TransportError("i-h0000000: reading the job's log failed: exit 255")
+
+    monkeypatch.setattr(managed, "follow", follow)
+    with pytest.raises(TransportError, match="exit 255"):
+        managed.follow_across(_head("i-h0000000"), "job-1", lambda r: None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from provisioning.clusters.on_demand import on_demand_prices
 from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.core.home import deepvm_home
+from training.control.handover import HANDING_OVER
 from training.control.head_start import HEAD_ENV, start_script
 from training.control.jobrecord import TrainRequest, new_job_id
 from training.control.market import job_offers
@@ -44,6 +46,9 @@ from training.shared.transport import (
     run_on_hosts,
     write_files,
 )
+
+_NEW_HEAD_WAIT_S = 120.0  # after a hand-over, how long a follower looks for the new head
+_NEW_HEAD_POLL_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,46 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
         why = errors[-1] if errors else f"exit {code}"
         raise TransportError(f"{head.host.where}: reading the job's log failed: {why}")
     return state
+
+
+def follow_across(head: Head, job_id: str, on_record: Callable[[LogRecord], None],
+                  wait_s: float = _NEW_HEAD_WAIT_S) -> tuple[FollowEnd, Head]:  # fmt: skip
+    """follow (from the log's first line, until the job is over), across a hand-over of control to a new head
+    (training/control/handover.py): when the head stops answering after its log said it hands control over, the
+    cluster's head is found again (find_head reads the nodes from the cloud) and its log followed on from the
+    line after that note, the last the two logs share (the old head's later lines, already shown, are its own).
+    Any other failure is raised as follow's. How the log ended, and the head it ended on (the job's outputs are
+    there)."""
+    start, reached, shared = 0, 0, None
+
+    def count(record: LogRecord) -> None:
+        nonlocal reached, shared
+        reached += 1
+        if record.kind is LogKind.NOTE and record.text.startswith(HANDING_OVER):
+            shared = reached  # the lines before this one's end are on the new head too
+        on_record(record)
+
+    while True:
+        try:
+            return follow(head, job_id, count, start=start), head
+        except TransportError:
+            if shared is None:
+                raise
+            head, start, reached, shared = _next_head(head, wait_s), shared, shared, None
+
+
+def _next_head(old: Head, wait_s: float) -> Head:
+    """The cluster's head once it is another than `old` (EC2 may say the old one runs for a moment after its
+    SSH ended); TransportError when none is found within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        head = find_head(old.cluster, old.python)
+        if head.instance_id != old.instance_id:
+            return head
+        if time.monotonic() >= deadline:
+            raise TransportError(f"{old.host.where} handed control over and stopped answering, and no new head "
+                                 f"of cluster {old.cluster} runs yet; `deepvm logs JOB -f` finds it later")
+        time.sleep(_NEW_HEAD_POLL_S)
 
 
 def _no_such_job(head: Head, job_id: str) -> NotFoundError:

@@ -227,7 +227,7 @@ class Controller:
         if to is None:
             return
         self.job.handing_over(f"control passes to the new head {to.describe()}")
-        self.report.note(f"handing control to the new head {to.describe()}")
+        self.report.note(to.announce())
         self.scalars.close()  # its TensorBoard files travel whole (a later point reopens them here)
         handover, self.handover = self.handover, None  # tried once per job
         try:

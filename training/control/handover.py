@@ -16,9 +16,11 @@ controller runs:
    head, and the user's side (`status`, `logs`, `watch`, `cancel`, `fetch`: training.client.managed.head_of)
    finds it with no record and no tag, even if it was away during the move: its next command refreshes the
    cluster from EC2 (Cluster.refresh adopts, by their tags, the nodes the head bought), sees the old head
-   terminated, and head_node names the new one. A tag would need ec2:CreateTags after launch, which the
-   head's role may not do (policies.py: TagOnlyWhileLaunching); a record in the cluster's bucket would exist
-   only for clusters that have one.
+   terminated, and head_node names the new one; a follower of the job's log (`deepvm train`, `logs -f`) that
+   loses the old head goes on on the new one from the last line both logs share (HANDING_OVER, the note
+   written before the copy: training.client.managed.follow_across). A tag would need ec2:CreateTags after
+   launch, which the head's role may not do (policies.py: TagOnlyWhileLaunching); a record in the cluster's
+   bucket would exist only for clusters that have one.
 2. the state travels by SSH from the old head with the cluster's internal key (every node authorises it, from
    its user data), not through the cluster's bucket (only clusters with outputs or autodown have one, and both
    heads would need rights on it). The controller first writes the job's row (its message: where control
@@ -63,6 +65,10 @@ from provisioning.cloud.types import NodeRecord
 from provisioning.clusters.head import head_node
 from provisioning.core.errors import DeepvmError
 
+# the controller's last note before the state is copied: the old and the new head's logs are the same up to it
+# (and a follower that lost the old head goes on from the line after it on the new one: training.client.managed)
+HANDING_OVER = "handing control to the new head"
+
 
 @dataclass(frozen=True)
 class Successor:
@@ -74,6 +80,10 @@ class Successor:
 
     def describe(self) -> str:
         return f"{self.new.instance_id} in {self.zone}"
+
+    def announce(self) -> str:
+        """The controller's note before the copy (HANDING_OVER: the logs' last shared line)."""
+        return f"{HANDING_OVER} {self.describe()}"
 
 
 class HandOverFailed(DeepvmError):
