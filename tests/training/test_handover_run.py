@@ -54,7 +54,7 @@ class Hands:
         shutil.copytree(staged, self.new_home / MANAGED_HOME, dirs_exist_ok=True)
 
     def run(self, host: HostSpec, script: str) -> None:
-        self._act("run", script)
+        self._act("watch" if "training.head.idle_cluster" in script else "run", script)
 
     def profile_of(self, instance_id: str) -> str | None:
         self._act("profile_of", instance_id)
@@ -178,3 +178,23 @@ def test_a_head_that_cannot_terminate_itself_says_so_and_still_ends_as_handed_ov
     texts = [LogRecord.from_json(line).text for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert texts == ["control passed to i-new; this head (i-old) terminates",
                      "this head could not terminate itself (UnauthorizedOperation); its successor terminates it"]
+
+
+@pytest.mark.parametrize("fail", ["", "watch"])
+def test_the_idle_watch_moves_too_after_the_job_and_one_that_does_not_start_is_said(tmp_path, fail):
+    """`up --autodown`'s watch record travels and the watch starts on the new head after the job's supervisor
+    (alone there it would count no job and take the cluster down); a refusal is said, and the job stays handed
+    over."""
+    home, job = _old_head(tmp_path)
+    (home / "cluster").mkdir()
+    (home / "cluster" / "watch.json").write_text('{"minutes": 30}')
+    hands, notes = Hands(tmp_path / "new", fail), []
+    host = HostSpec("holder-h0000001", "10.0.0.9", home / "k", home / "kh")
+    HandOverRun(home, job, "deepvm-c1-controller", lambda _: host, hands.hands())(TO, notes.append)
+    assert [what for what, _ in hands.acts] == ["push", "profile_of", "set_profile", "run", "watch"]
+    assert (tmp_path / "new" / MANAGED_HOME / "cluster/watch.json").read_text() == '{"minutes": 30}'
+    assert 'training.head.idle_cluster "$HOME/deepvm/managed/cluster"' in hands.acts[-1][1]
+    assert (home / "jobs/job-1" / HANDED_OVER_MARK).exists()  # handed over either way
+    said = [n for n in notes if "idle watch" in n]
+    assert said == ([] if not fail else ["the cluster's idle watch did not start on i-h0000001 (watch refused); "
+                                         "`deepvm up --autodown N` restarts it"])  # fmt: skip

@@ -1,7 +1,7 @@
 """Starting a managed job's supervisor on a head node: the one script `deepvm train` runs on the head it
 submits to (training.client.managed.submit), and the one a head that hands control of a moved cluster over runs
-on the new head (training/control/handover.py, step 4); `up --autodown`'s idle watch starts the same way
-(detached_launch).
+on the new head (training/control/handover.py, step 4); and the cluster's idle watch (`up --autodown`), which
+a hand-over moves too.
 
 Here, in control, because both the user's side and the head start it, and neither may import the other.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from training.control.staging import RUNTIME_DIR
-from training.shared.layout import MANAGED_HOME, JobFiles
+from training.shared.layout import MANAGED_HOME, WATCH_DIR, JobFiles
 
 _CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
 # what every deepvm program on the head runs with (shell words, expanded by the head's login shell)
@@ -81,3 +81,22 @@ def detached_launch(command: str, log: str) -> str:
     """`command` detached from the SSH session (no systemd, as on the sandbox's hosts): its own session,
     stdin closed, output appended to `log`. Nothing restarts this process; it restarts the service."""
     return f"setsid nohup {command} </dev/null >>{log} 2>&1 &"
+
+
+def idle_watch_script(python: str, service_env: dict[str, str]) -> str:
+    """The script that (re)starts the cluster's idle watch (`up --autodown`: training/head/idle_cluster.py) on a
+    head whose WATCH_DIR holds its watch.json, detached, and returns once it runs: a watch started earlier there
+    is stopped first, so that the newest record applies. `up --autodown` runs it on the head, and a head that
+    hands control over on the new head (training/control/handover.py)."""
+    root = f'"$HOME/{WATCH_DIR}"'
+    command = f"{shlex.quote(python)} -m training.head.idle_cluster {root}"
+    return "\n".join([
+        "set -e",
+        head_exports(service_env),
+        f"old=$(cat {root}/watch.pid 2>/dev/null || true)",
+        '[ -n "$old" ] && grep -q training.head.idle_cluster /proc/$old/cmdline 2>/dev/null && kill "$old" || true',
+        f"rm -f {root}/watch.pid",
+        detached_launch(command, f"{root}/watch.out"),
+        f"for _ in $(seq 100); do [ -e {root}/watch.pid ] && exit 0; sleep 0.1; done",
+        f'echo "the idle watch did not start on the head:" >&2; tail -5 {root}/watch.out >&2; exit 1',
+    ])  # fmt: skip

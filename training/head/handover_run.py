@@ -6,8 +6,11 @@ with its job.json naming the new head and the old one; the cluster's keys apart,
 new head over SSH with the cluster's internal key, the new head is given the controller's instance profile,
 and the job's supervisor is started there (training.control.head_start: the script `deepvm train` runs), which
 returns once it runs; then the job's root here is marked (HANDED_OVER_MARK), so that a service of this head
-restarted after a crash never runs the job beside the new head's. Each act on the new head is one of
-`HandOverHands`, so that a test plays the sequence with no SSH and no cloud; `cloud_hands` are the real ones.
+restarted after a crash never runs the job beside the new head's, and the cluster's idle watch (`up --autodown`),
+if it has one, is started there too: after the job's supervisor, since a watch with no job beside it would take
+the cluster down; a watch that does not start is said, not undone (this head's own ends with it). Each act on
+the new head is one of `HandOverHands`, so that a test plays the sequence with no SSH and no cloud;
+`cloud_hands` are the real ones.
 
 A step that fails raises HandOverFailed after undoing what was done: the new head gets back the profile it had
 (the holders', or its launch template's); files pushed there are left (no process reads them, and a later push
@@ -34,12 +37,14 @@ from provisioning.cloud.types import HostSpec
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import DeepvmError
 from training.control.handover import HandOverFailed, Successor
-from training.control.head_start import start_script
-from training.shared.layout import END_MARK, HANDED_OVER_MARK, MANAGED_HOME, JobFiles
+from training.control.head_start import idle_watch_script, start_script
+from training.shared.layout import END_MARK, HANDED_OVER_MARK, MANAGED_HOME, WATCH_DIR, JobFiles
 from training.shared.records import HeadJob
 from training.shared.transport import OutputLine, push_tree, run_command, write_files
 
 STATE_DB = "state.db"
+WATCH_RECORD = "watch.json"  # `up --autodown`'s idle watch's record (records.IdleWatch), in WATCH_DIR
+_WATCH = WATCH_DIR.removeprefix(f"{MANAGED_HOME}/")  # its directory in a managed home
 # what stays with the old head: its processes' pid files and output, and the mark of a job's end
 _STAYS = ("supervisor.pid", "service.pid", "service.out", "supervisor.out", END_MARK, HANDED_OVER_MARK)
 _FAILS = (DeepvmError, OSError, sqlite3.Error, BotoCoreError, ClientError)
@@ -65,6 +70,10 @@ def stage_state(home: Path, job: HeadJob, to: Successor, into: Path) -> dict[str
     root = into / "jobs" / job.job_id
     shutil.copytree(home / "jobs" / job.job_id, root, ignore=shutil.ignore_patterns(*_STAYS))
     (root / "job.json").write_text(replace(job, head=to.new.instance_id, handed_from=to.old).to_json())
+    watch = home / _WATCH / WATCH_RECORD
+    if watch.is_file():  # `up --autodown`'s idle watch moves with the head
+        (into / _WATCH).mkdir()
+        shutil.copy(watch, into / _WATCH / WATCH_RECORD)
     keys = home / "clusters" / job.cluster.name
     return {f"{MANAGED_HOME}/{path.relative_to(home).as_posix()}": path.read_bytes()
             for path in sorted(keys.rglob("*")) if path.is_file()}  # fmt: skip
@@ -96,6 +105,12 @@ class HandOverRun:
         # a service of this head restarted from here on must not run the job beside the new head's
         (self.home / "jobs" / self.job.job_id / HANDED_OVER_MARK).write_text(f"{to.old} {new}")
         note(f"control passed to {to.describe()}: the job's controller runs there from now on")
+        if (self.home / _WATCH / WATCH_RECORD).is_file():  # after the job's: alone, it would count no job there
+            watch = idle_watch_script(self.job.python, self.job.service_env)
+            try:
+                self.hands.run(host, watch)
+            except _FAILS as exc:  # the job runs there already: said, not undone
+                note(f"the cluster's idle watch did not start on {new} ({exc}); `deepvm up --autodown N` restarts it")
 
 
 def head_handover(home: Path, job: HeadJob, cluster: Cluster) -> HandOverRun | None:

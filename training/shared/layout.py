@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 MANAGED_HOME = "deepvm/managed"
 END_MARK = "end.done"
+WATCH_DIR = f"{MANAGED_HOME}/cluster"  # `up --autodown`'s idle watch: watch.json, watch.pid, watch.out
 HANDED_OVER_MARK = "handed_over"  # this head handed the job to a new head: it never runs it again
 
 
