@@ -15,7 +15,9 @@
   `deepvm profile`; `nodepool` holds each node's state and what to do about it, `nodes` does it;
   `jobrecord` chooses the job and keeps its row; `launcher` builds and runs one mpirun on the head over
   SSH; `staging` readies nodes (the client also pushes the runtime to the head with it); `replacements`
-  buys lost nodes back, as `market` (the live job's side of provisioning/ladder) orders; `recovery` and
+  buys lost nodes back, as `market` (the live job's side of provisioning/ladder) orders, `move`
+  relocates the job to another zone and `handover` passes its control to a head there (`head_start`
+  starts a job's supervisor on a head, for the client and for a hand-over); `recovery` and
   `stall` account for and notice trouble; `scripterror` finds a failed attempt's own cause in its output;
   `plan_facts` reads the plan's GPUs and TFLOPS; `jobclock` keeps --idle and --max-duration, `stops` ends a
   job short of completing (cancel, a limit, the budget, a decision) and names how, `winddown` terminates
@@ -25,8 +27,9 @@
   controller) running, `joblog` and `log_mirror` write and mirror its log, `query` answers the client over
   SSH; `job_end` runs once a job is over (its `summary`, the hook through `notify`, its `outputs` to S3,
   `autodown`), `resume` seeds a job continued from S3, `idle_cluster` is `up --autodown`'s watch;
-  `mpirun_guard` runs one mpirun there for a controller that may be far away (through
-  `signal_relay`, which turns the guard's death into exactly one SIGTERM for mpirun).
+  `handover_run` hands a moved cluster's control to a new head (copy, profile, start); `mpirun_guard` runs
+  one mpirun there for a controller that may be far away (through `signal_relay`, which turns the guard's
+  death into exactly one SIGTERM for mpirun).
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
   mpirun starts on every node (`worker`, or the
   job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,

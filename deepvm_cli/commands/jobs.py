@@ -70,7 +70,7 @@ def logs_command(
     ),
 ) -> None:
     """Show a managed job's log from its head node (from S3 once its cluster is gone); reattach with -f."""
-    from training.client.managed import find_head, follow, managed_job
+    from training.client.managed import find_head, follow, follow_across, managed_job
     from training.client.outputs import Where, job_outputs, s3_log
 
     finish_ended_clusters()
@@ -93,7 +93,10 @@ def logs_command(
     head = find_head(row.cluster, row.python)
 
     try:
-        end = follow(head, job, show, tail=tail, keep_following=follow_log)
+        if follow_log and tail is None:  # from the first line: on the new head after a hand-over
+            end, _ = follow_across(head, job, show)
+        else:
+            end = follow(head, job, show, tail=tail, keep_following=follow_log)
     except KeyboardInterrupt:
         return
     if follow_log and end.status.final:

@@ -193,7 +193,7 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
                 guarded: Guarded) -> TrainResult | Detached | None:
     """Submit the job to the cluster's head and follow it to its end (its result; None when it was
     cancelled), or until it runs (detach). Ctrl-C detaches: the job goes on."""
-    from training.client.managed import follow, submit
+    from training.client.managed import follow_across, submit
     from training.control.stops import ended_on_head
 
     job, head = (submitted := submit(cluster, request, report, guarded)).job, submitted.head
@@ -201,7 +201,7 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
         if detach:
             _wait_running(head, job.job_id, replay(report))
             return Detached(job.job_id, head.instance_id, interrupted=False)
-        end = follow(head, job.job_id, replay(report))
+        end, head = follow_across(head, job.job_id, replay(report))  # on the new head after a hand-over
     except KeyboardInterrupt:
         return Detached(job.job_id, head.instance_id, interrupted=True)
     if end.status is JobStatus.COMPLETED:

@@ -11,7 +11,9 @@ the rest, keeps the outputs bucket, and says so.
 
 A head that died without a record (its instance is gone while the cluster is recorded up) leaves a cluster
 with no controller: for a cluster whose head was to take it down, the same command tears the rest down
-and says what was lost with the head.
+and says what was lost with the head. A head that handed control of a moved cluster to a new head in the new
+zone (training/control/handover.py) is gone too, and is no death: the nodes read from the cloud name a running
+head in another zone.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from provisioning.cloud.aws.instances import describe
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.types import NodeRecord
 from provisioning.clusters.cost import NodeSpan, iso
-from provisioning.clusters.handle import target_for
+from provisioning.clusters.handle import Cluster, target_for
 from provisioning.clusters.head import head_node
 from provisioning.clusters.lifecycle import finish_down
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
@@ -123,7 +125,7 @@ def _finish(ctx: AwsContext, store: Store, row: ClusterRow, report: Reporter) ->
     end = _end_of(ctx, row)
     if end is None:
         head = head_node(store.nodes(row.name))
-        if head is None or _alive(ctx, head.instance_id):
+        if head is None or _alive(ctx, head.instance_id) or _handed_over(store, row, head):
             return None
         # Read again: a head taking its cluster down writes its record, then terminates itself, so a head
         # found gone just after the first read may have left one in between (seen in the sandbox).
@@ -144,6 +146,17 @@ def _end_of(ctx: AwsContext, row: ClusterRow) -> ClusterEnd | None:
     bucket = row.resources.outputs_bucket
     end = read_end(ctx, bucket) if bucket else None
     return end if end is not None and end.cluster_id == row.cluster_id else None
+
+
+def _handed_over(store: Store, row: ClusterRow, head: NodeRecord) -> bool:
+    """Whether the head recorded here handed control of its moved cluster to a head in another zone
+    (training/control/handover.py) rather than died: the cluster's nodes read from the cloud (those the head
+    bought adopted) give a running head, by head_node's rule, in another zone than this one's. A cloud that
+    cannot be read says so too: nothing is torn down on a guess."""
+    if not Cluster(store, row).refresh():
+        return True
+    now = head_node(store.nodes(row.name))
+    return now is not None and now.availability_zone != head.availability_zone
 
 
 def _alive(ctx: AwsContext, instance_id: str) -> bool:

@@ -102,6 +102,19 @@ def test_launching_needs_the_cluster_template_and_tags_what_it_creates():
     assert tags == {f"aws:RequestTag/{CLUSTER_ID_TAG}": "0a1b2c3d", "ec2:CreateAction": ["CreateFleet", "RunInstances"]}
 
 
+def test_the_controller_may_give_its_own_profile_to_an_instance_of_its_cluster_only():
+    """A head handing control of a moved cluster over gives the new head its profile (training/control/handover.py):
+    iam:PassRole on exactly its own role, to EC2, and the association rights only on the cluster's instances."""
+    arn = "arn:aws:iam::123456789012:role/deepvm/deepvm-c1-0a1b2c3d-us-east-1-controller"
+    statements = {s["Sid"]: s for s in _statements(controller_policy(C1, REGION, controller_role_arn=arn))}
+    assert statements["PassTheControllerRoleToEc2"]["Resource"] == arn
+    assert statements["PassTheControllerRoleToEc2"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    give = statements["GiveClusterNodesTheirProfile"]
+    assert give["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
+    assert "PassTheControllerRoleToEc2" not in {s["Sid"] for s in _statements(controller_policy(C1, REGION))}
+
+
 def test_the_nodes_role_may_be_passed_to_ec2_and_no_other():
     arn = "arn:aws:iam::123456789012:role/nodes"
     extra = [s for s in _statements(controller_policy(C1, REGION, arn)) if _actions(s) == ["iam:PassRole"]]
@@ -178,7 +191,7 @@ def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami,
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     (policy_name,) = iam.list_role_policies(RoleName=role_id)["PolicyNames"]
     document = iam.get_role_policy(RoleName=role_id, PolicyName=policy_name)["PolicyDocument"]
-    assert document == controller_policy(identity(), REGION)
+    assert document == controller_policy(identity(), REGION, controller_role_arn=role["Arn"])
     profile = iam.get_instance_profile(InstanceProfileName=role_id)["InstanceProfile"]
     assert [r["RoleName"] for r in profile["Roles"]] == [role_id]
     assert {"Key": CLUSTER_TAG, "Value": "c1"} in profile["Tags"]
@@ -222,7 +235,8 @@ def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(c
     result = _up(cli, plan, ami, "--json", "--instance-profile", "nodes")
     assert result.returncode == 0, result.stderr
     document = iam.get_role_policy(RoleName=_role(), PolicyName="deepvm-controller")["PolicyDocument"]
-    assert document == controller_policy(identity(), REGION, node_role)
+    assert document == controller_policy(identity(), REGION, node_role,
+                                         controller_role_arn=iam.get_role(RoleName=_role())["Role"]["Arn"])
     head = _head_id(json.loads(result.stdout)["nodes"])
     assert _associations(ctx)[head].endswith(f"instance-profile/deepvm/{_role()}")
     assert cli("down", "c1", "--yes").returncode == 0

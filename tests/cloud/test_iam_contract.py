@@ -30,6 +30,7 @@ from tests.conftest import REPO
 REGION = "us-east-1"
 NODE_ROLE = "arn:aws:iam::123456789012:role/nodes"
 HOLDERS_ROLE = "arn:aws:iam::123456789012:role/deepvm/deepvm-c1-0a1b2c3d-us-east-1-holders"
+CONTROLLER_ROLE = "arn:aws:iam::123456789012:role/deepvm/deepvm-c1-0a1b2c3d-us-east-1-controller"
 STORAGE = JobStorage(
     holders=(S3Area("ckpts", "run/", writes=True),),
     head=(S3Area("ckpts", "deepvm-jobs/", writes=True), S3Area("data", "", writes=False)),
@@ -43,7 +44,8 @@ def _policies() -> dict[str, dict[str, Any]]:
     """Every policy document deepvm writes, in each of its shapes."""
     return {
         "trust": trust_policy(),
-        "controller": controller_policy(ClusterIdentity("c1", "0a1b2c3d"), REGION, NODE_ROLE, HOLDERS_ROLE),
+        "controller": controller_policy(ClusterIdentity("c1", "0a1b2c3d"), REGION, NODE_ROLE, HOLDERS_ROLE,
+                                        CONTROLLER_ROLE),
         "controller, before ids": controller_policy(ClusterIdentity("c1"), REGION),
         "head storage": job_storage_policy(STORAGE.head_areas),
         "holders storage": job_storage_policy(STORAGE.holders),

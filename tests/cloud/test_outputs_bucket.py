@@ -104,6 +104,7 @@ def test_a_head_that_writes_its_record_and_ends_between_two_looks_is_taken_down_
         return False
 
     monkeypatch.setattr(ended, "_alive", ends_meanwhile)
+    monkeypatch.setattr(ended, "_handed_over", lambda store_, row_, head_: False)  # it did not move
     monkeypatch.setattr(ended, "finish_down", lambda row_, store_, why, at, report: [why])
     found = ended._finish(ctx, store, row, ended.Reporter())
     assert found is not None and found.end == end and found.deleted == ("taken down by its head: job j1 completed",)

@@ -1,4 +1,4 @@
-"""How `deepvm train` starts a managed job's supervisor on the head (training.client.managed.start_script):
+"""How `deepvm train` starts a managed job's supervisor on the head (training.control.head_start.start_script):
 one command and one environment, two launchers picked on the head (systemd-run on AWS images, setsid
 elsewhere).
 
@@ -16,7 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from training.client.managed import detached_launch, start_script, supervisor_command, systemd_launch
+from training.control.head_start import detached_launch, start_script, supervisor_command, systemd_launch
 from training.shared.layout import JobFiles
 
 FILES = JobFiles("resnet-20261123-1")

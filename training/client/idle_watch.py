@@ -11,7 +11,6 @@ so the newest N applies.
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -20,14 +19,13 @@ from provisioning.cloud.aws.buckets import ensure_bucket
 from provisioning.cloud.aws.iam import put_outputs_policy
 from provisioning.clusters.handle import Cluster, started
 from provisioning.clusters.store import Store
-from training.client.managed import detached_launch, head_exports, head_of, run_on_head
+from training.client.managed import head_of, run_on_head
+from training.control.head_start import idle_watch_script
 from training.control.staging import RUNTIME_DIR, stage_runtime
-from training.shared.layout import MANAGED_HOME
+from training.shared.layout import WATCH_DIR
 from training.shared.progress import JobReporter
 from training.shared.records import IdleWatch
 from training.shared.transport import push_tree, write_files
-
-WATCH_DIR = f"{MANAGED_HOME}/cluster"
 
 
 def start_idle_watch(cluster: Cluster, minutes: float, report: JobReporter) -> None:
@@ -42,16 +40,5 @@ def start_idle_watch(cluster: Cluster, minutes: float, report: JobReporter) -> N
         push_tree([head.host], stage_runtime(Path(work) / "runtime"), RUNTIME_DIR)
     record = IdleWatch(cluster.row, tuple(cluster.nodes()), minutes, bucket, cluster.controller_env())
     write_files(head.host, {f"{WATCH_DIR}/watch.json": record.to_json().encode()})
-    root = f'"$HOME/{WATCH_DIR}"'
-    command = f"{shlex.quote(head.python)} -m training.head.idle_cluster {root}"
-    run_on_head(head, "\n".join([
-        "set -e",
-        head_exports(cluster.controller_env()),
-        f"old=$(cat {root}/watch.pid 2>/dev/null || true)",
-        '[ -n "$old" ] && grep -q training.head.idle_cluster /proc/$old/cmdline 2>/dev/null && kill "$old" || true',
-        f"rm -f {root}/watch.pid",
-        detached_launch(command, f"{root}/watch.out"),
-        f"for _ in $(seq 100); do [ -e {root}/watch.pid ] && exit 0; sleep 0.1; done",
-        f'echo "the idle watch did not start on the head:" >&2; tail -5 {root}/watch.out >&2; exit 1',
-    ]), report.note)  # fmt: skip
+    run_on_head(head, idle_watch_script(head.python, cluster.controller_env()), report.note)
     report.note(f"cluster {cluster.name} goes down after {minutes:g} minutes without a job (its head watches)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ from provisioning.clusters.on_demand import on_demand_prices
 from provisioning.clusters.store import utc_now
 from provisioning.core.errors import InputError, NotFoundError
 from provisioning.core.home import deepvm_home
+from training.control.handover import HANDING_OVER
+from training.control.head_start import HEAD_ENV, start_script
 from training.control.jobrecord import TrainRequest, new_job_id
 from training.control.market import job_offers
 from training.control.staging import RUNTIME_DIR, authorize_lines, stage_runtime
@@ -44,23 +47,8 @@ from training.shared.transport import (
     write_files,
 )
 
-_CONTROLLER_NEEDS = ("boto3", "paramiko", "pydantic", "yaml")  # what the controller imports beyond the runtime
-# what every deepvm program on the head runs with (shell words, expanded by the head's login shell)
-_HEAD_ENV = {"DEEPVM_HOME": f'"$HOME/{MANAGED_HOME}"', "PYTHONPATH": f'"$HOME/{RUNTIME_DIR}"'}
-
-
-def head_exports(service_env: dict[str, str]) -> str:
-    """The shell line a deepvm program on the head starts after: its home, its runtime, and what its AWS
-    clients need (service_env: never keys)."""
-    return _export({**_HEAD_ENV, **{name: shlex.quote(value) for name, value in service_env.items()}})
-
-
-def _export(env: dict[str, str]) -> str:
-    """The shell line that exports `env` (its values are shell words already)."""
-    return "export " + " ".join(f"{name}={value}" for name, value in env.items())
-
-
-_ENV = _export(_HEAD_ENV)
+_NEW_HEAD_WAIT_S = 120.0  # after a hand-over, how long a follower looks for the new head
+_NEW_HEAD_POLL_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -87,8 +75,14 @@ def find_head(cluster: str, python: str) -> Head:
     return head_of(Cluster.open_running(cluster), python)
 
 
-def head_of(cluster: Cluster, python: str) -> Head:
-    """The cluster's head (provisioning.clusters.head), as a host this machine can log in to."""
+def head_of(cluster: Cluster, python: str, refreshed: bool = False) -> Head:
+    """The cluster's head (provisioning.clusters.head), as a host this machine can log in to. Its nodes are read
+    from the cloud first, unless the caller just did (`refreshed`): a head may have handed control of a moved
+    cluster to a node it bought in the new zone, which this machine has not recorded yet, and terminated itself
+    (training/control/handover.py); head_node's rule names the new head once the cloud says so, even for a
+    user who was away during the move."""
+    if not refreshed:
+        cluster.refresh()
     endpoints = {e.instance_id: e for e in cluster.endpoints()}
     node = head_node(cluster.nodes())
     if node is None or node.instance_id not in endpoints:
@@ -124,7 +118,7 @@ def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded
     recovery ladder may buy from, priced here from the plan's catalog."""
     spec = load_job_spec(request.job_path)
     cluster.refresh()  # node states from the cloud now: a node interrupted since is skipped
-    head = head_of(cluster, request.python)
+    head = head_of(cluster, request.python, refreshed=True)
     busy = running_jobs(head)
     if busy:
         raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
@@ -195,57 +189,6 @@ def _authorize_internal_key(cluster: Cluster, report: JobReporter) -> None:
         raise TransportError(f"could not authorise the cluster's internal key on {', '.join(failed)}")
 
 
-def start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> str:
-    """The script that starts the job's supervisor on the head, detached from this SSH session, and returns
-    once it runs. One command (supervisor_command), one environment (the script's exports), two launchers,
-    picked on the head: a transient systemd service that systemd restarts if it fails where the head runs
-    systemd and the login user may sudo (AWS images: systemd_launch), else setsid (the sandbox's hosts:
-    detached_launch). Only the setsid path runs in the sandbox; tests/training/test_supervisor_start.py
-    pins the argv systemd-run gets, but nothing here has run it."""
-    py = shlex.quote(python)
-    exports = {**_HEAD_ENV, **{name: shlex.quote(value) for name, value in service_env.items()}}
-    supervisor = supervisor_command(files, python)
-    root = f'"$HOME/{files.root}"'
-    needs = f"import importlib.util as u; [u.find_spec(m) or exit(m) for m in {list(_CONTROLLER_NEEDS)!r}]"
-    lacking = ("the head's Python lacks $missing, which the job's controller needs there: install it in the "
-               "image, or train with --controller local")  # fmt: skip
-    return "\n".join([
-        "set -e",
-        _export(exports),
-        f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
-        "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
-        "  " + systemd_launch(f"deepvm-job-{files.job_id}", supervisor, list(exports)),
-        "else",
-        "  " + detached_launch(supervisor, f"{root}/supervisor.out"),
-        "fi",
-        # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
-        # job whose supervisor is still starting for one that is over
-        f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
-        f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
-    ])  # fmt: skip
-
-
-def supervisor_command(files: JobFiles, python: str) -> str:
-    """The head's command line (for its login shell) that runs the job's supervisor, whichever launcher
-    starts it: built once, so that the systemd path runs exactly what the sandbox's setsid path runs."""
-    return f'{shlex.quote(python)} -m training.head.job_supervisor "$HOME/{files.root}"'
-
-
-def systemd_launch(unit: str, command: str, env_names: list[str]) -> str:
-    """`command` as a transient systemd service (AWS images): run as the login user in its home, restarted
-    2 s after a failure, collected when it ends; it gets the named variables of the launching shell (sudo
-    and systemd pass on no environment of their own accord)."""
-    setenv = " ".join(f'--setenv={name}="${name}"' for name in env_names)
-    return (f"sudo -n systemd-run --quiet --collect --unit={shlex.quote(unit)} --uid=\"$(id -u)\" "
-            f'--gid="$(id -g)" -p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" {setenv} {command}')
-
-
-def detached_launch(command: str, log: str) -> str:
-    """`command` detached from the SSH session (no systemd, as on the sandbox's hosts): its own session,
-    stdin closed, output appended to `log`. Nothing restarts this process; it restarts the service."""
-    return f"setsid nohup {command} </dev/null >>{log} 2>&1 &"
-
-
 def run_on_head(head: Head, script: str, on_text: Callable[[str], None]) -> list[str]:
     """Run a script on the head; its stdout lines (stderr goes to on_text). A failure is one error."""
     out: list[str] = []
@@ -264,7 +207,7 @@ def run_on_head(head: Head, script: str, on_text: Callable[[str], None]) -> list
 
 def query_script(head: Head, args: str) -> str:
     """The shell line that runs `python -m training.head.query ARGS` on the head, in its managed home."""
-    return f"{_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
+    return f"{HEAD_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
 
 
 def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], start: int = 0,
@@ -296,6 +239,46 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
         why = errors[-1] if errors else f"exit {code}"
         raise TransportError(f"{head.host.where}: reading the job's log failed: {why}")
     return state
+
+
+def follow_across(head: Head, job_id: str, on_record: Callable[[LogRecord], None],
+                  wait_s: float = _NEW_HEAD_WAIT_S) -> tuple[FollowEnd, Head]:  # fmt: skip
+    """follow (from the log's first line, until the job is over), across a hand-over of control to a new head
+    (training/control/handover.py): when the head stops answering after its log said it hands control over, the
+    cluster's head is found again (find_head reads the nodes from the cloud) and its log followed on from the
+    line after that note, the last the two logs share (the old head's later lines, already shown, are its own).
+    Any other failure is raised as follow's. How the log ended, and the head it ended on (the job's outputs are
+    there)."""
+    start, reached, shared = 0, 0, None
+
+    def count(record: LogRecord) -> None:
+        nonlocal reached, shared
+        reached += 1
+        if record.kind is LogKind.NOTE and record.text.startswith(HANDING_OVER):
+            shared = reached  # the lines before this one's end are on the new head too
+        on_record(record)
+
+    while True:
+        try:
+            return follow(head, job_id, count, start=start), head
+        except TransportError:
+            if shared is None:
+                raise
+            head, start, reached, shared = _next_head(head, wait_s), shared, shared, None
+
+
+def _next_head(old: Head, wait_s: float) -> Head:
+    """The cluster's head once it is another than `old` (EC2 may say the old one runs for a moment after its
+    SSH ended); TransportError when none is found within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        head = find_head(old.cluster, old.python)
+        if head.instance_id != old.instance_id:
+            return head
+        if time.monotonic() >= deadline:
+            raise TransportError(f"{old.host.where} handed control over and stopped answering, and no new head "
+                                 f"of cluster {old.cluster} runs yet; `deepvm logs JOB -f` finds it later")
+        time.sleep(_NEW_HEAD_POLL_S)
 
 
 def _no_such_job(head: Head, job_id: str) -> NotFoundError:

@@ -45,7 +45,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
-from provisioning.clusters.head import head_node
 from provisioning.core.errors import InputError
 from training.control.attempts import (
     Action,
@@ -55,6 +54,7 @@ from training.control.attempts import (
     fold_in_now,
     progressed,
 )
+from training.control.handover import HandedOver, HandOverFailed, HeadHandOver, own_head, retire_predecessor, successor
 from training.control.jobrecord import JobRecord, TrainRequest, choose_job, fresh_row, train_result
 from training.control.launcher import Launch, Node, cluster_node, split_batch
 from training.control.market import LiveMarket, job_offers
@@ -93,15 +93,16 @@ from training.shared.progress import (
 _FETCH = ("model.pt", METRICS_FILE)
 
 
-def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter()) -> TrainResult:
+def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter(),
+          handover: HeadHandOver | None = None) -> TrainResult:  # fmt: skip
     """Run the job on `cluster` (the caller's handle of the running cluster `request` names) until it
-    completes (see the module docstring)."""
+    completes (see the module docstring); `handover`: how the head hands control of a moved cluster over."""
     spec = load_job_spec(request.job_path)
     cluster.refresh()  # node states from the cloud now: a node that died meanwhile is not used
     with train_lock(cluster.name), tempfile.TemporaryDirectory(prefix="deepvm-train-") as work:
         runtime = stage_runtime(Path(work) / "runtime")
         buyer = cloud_buyer(cluster, request.inside_cluster)
-        return Controller(spec, request, cluster, runtime, report, buyer).run()
+        return Controller(spec, request, cluster, runtime, report, buyer, handover=handover).run()
 
 
 class Controller:
@@ -109,8 +110,11 @@ class Controller:
 
     def __init__(self, spec: JobSpec, request: TrainRequest, cluster: ClusterHandle, runtime_dir: Path,
                  report: JobReporter, buyer: NodeBuyer, access: NodeAccess | None = None,
-                 tick_s: float = 1.0) -> None:  # fmt: skip
+                 tick_s: float = 1.0, handover: HeadHandOver | None = None) -> None:  # fmt: skip
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
+        self.handover = handover  # hands the job to a head in a moved cluster's new zone (None: the head stays)
+        if request.handed_from and request.head:  # before the pool is read: the old head never joins a launch
+            retire_predecessor(cluster, request.handed_from, request.head, report.note)
         plan = cluster.plan
         offers = request.market or job_offers(plan, cluster.zones)
         self.facts = with_market(type_facts(plan), offers)
@@ -119,10 +123,11 @@ class Controller:
         self.pool = NodePool(planned, cluster.endpoints())
         self.recovery = RecoveryLog()
         self.job = self._begin()
-        head = head_node(cluster.nodes()) if request.inside_cluster else None  # the node this controller runs on
+        head = own_head(cluster.nodes(), request.inside_cluster, request.head)  # the node this controller runs on
         self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at,
                                  movable=can_continue_without_holders(spec.checkpoint.levels),
-                                 head=None if head is None else head.instance_id)  # fmt: skip
+                                 head=None if head is None else head.instance_id,
+                                 zone=head.availability_zone if request.head and head else None)  # fmt: skip
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
@@ -175,6 +180,8 @@ class Controller:
                 elif self.recovery.open is None:  # stopped, and not by a notice or a fold-in
                     self.recovery.trouble(RecoveryReason.RESTART, (), end.number, end.trainers, time.monotonic())
                 self.job.relaunched()
+        except HandedOver:
+            raise  # the job runs on under the new head: nothing of it ends here
         except BaseException as exc:
             if self.job.row.status is JobStatus.RUNNING:
                 stopped = isinstance(exc, KeyboardInterrupt | TrainingStopped)
@@ -203,12 +210,36 @@ class Controller:
         while True:
             self.nodes.ready_for_launch()
             self._ask(None)
+            self._hand_over()
             usable = self.nodes.launchable()
             holders = [s for s in usable if s.role in HOLDING]
             if holders and any(s.role in TRAINING for s in usable):
                 return self._describe(usable)
             self._await_replacement(holders_lost=not holders)
             self.market.waited()  # the relaunch the ladder measures counts from here, not the wait for nodes
+
+    def _hand_over(self) -> None:
+        """After a move's switch, with nothing on its way, hand the job to a head in the new zone (HandedOver), or
+        keep it, saying why, when that fails (training.control.handover)."""
+        head = self.market.head
+        if self.handover is None or head is None or self.market.on_their_way():
+            return
+        to = successor(self.cluster.nodes(), {s.instance_id for s in self.pool.usable()}, head, self.market.zone)
+        if to is None:
+            return
+        self.job.handing_over(f"control passes to the new head {to.describe()}")
+        self.report.note(to.announce())
+        self.scalars.close()  # its TensorBoard files travel whole (a later point reopens them here)
+        handover, self.handover = self.handover, None  # tried once per job
+        try:
+            handover(to, self.report.note)
+        except HandOverFailed as exc:
+            text = f"hand-over to {to.describe()} failed ({exc}): {head} stays the control node"
+            self.report.note(text)
+            self._event("handover", text)
+            return
+        self._event("handover", f"control passed from {head} to {to.describe()}")
+        raise HandedOver(to)
 
     def _describe(self, usable: list[Slot]) -> Launch:
         types = {n.instance_id: n.instance_type for n in self.cluster.nodes()}  # one read per launch

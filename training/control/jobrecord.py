@@ -58,6 +58,9 @@ class TrainRequest:
     # None: from the plan's catalog here (training.control.market.job_offers)
     market: MarketOffers | None = None
     timers: JobTimers = field(default_factory=JobTimers)  # --idle, --max-duration (training/control/jobclock.py)
+    # set by a hand-over of control to a new head (training.control.handover):
+    head: str | None = None  # the instance this controller runs on (None: head_node's rule, when inside_cluster)
+    handed_from: str | None = None  # the head that handed the job over: terminated before the pool is read
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,10 @@ class JobRecord:
     def ladder_said(self, text: str) -> None:
         """The recovery ladder's newest decision and why (`deepvm status` shows it)."""
         self._save(replace(self.row, ladder=text))
+
+    def handing_over(self, text: str) -> None:
+        """Control passes to a new head (training.control.handover): the row it takes says so."""
+        self._save(replace(self.row, message=text))
 
     def relaunched(self) -> None:
         self._save(replace(self.row, restarts=self.row.restarts + 1))

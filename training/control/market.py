@@ -113,8 +113,9 @@ class LiveMarket:
 
     def __init__(self, plan: Plan, offers: MarketOffers, limits: JobLimits, started_at: str,
                  clock: Callable[[], float] = time.time, movable: bool = False,
-                 head: str | None = None) -> None:  # fmt: skip
-        self.zone = self.plan_zone = plan.availability_zone  # where the cluster is; where the plan put it
+                 head: str | None = None, zone: str | None = None) -> None:  # fmt: skip
+        self.plan_zone = plan.availability_zone  # where the plan put the cluster
+        self.zone = zone or self.plan_zone  # where it is (`zone`: a job handed over to a head that moved with it)
         others = sorted({o.pool.zone for o in offers.offers} - {self.zone})
         self.zones = (self.zone, *others) if movable else (self.zone,)  # the zones the ladder is offered
         self.moving_to: str | None = None  # a move under way (its orders are `_Pending.moving`)

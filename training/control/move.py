@@ -25,15 +25,16 @@ Holder to holder (the old holders' RAM or disk copied to the new ones) would sav
 node-to-node copy the controller does not have; until it does, a job without l3 is offered no other zone
 (LiveMarket's `movable`) and never moves.
 
-The head stays. The managed controller runs on the head (an on-demand holder or anchor:
-provisioning.clusters.head), and a restarted controller resumes the job from its row, but handing control to
-a new head in the new zone needs the user's side to find the new head (the cluster's records and tags) while
-it may be away, and the job's log and row carried over; not done yet. So the move lets the head go from the
-job like any old node (it no longer holds checkpoints or trains), but does not terminate it: it runs the
-controller on, in the old zone, and only control traffic (SSH, mpirun's launch) crosses zones. It bills on
-as the control node: the ladder counts it in the new cluster's bill and the cap (Situation.head), and
-`deepvm status` still finds it (head_node: the earliest on-demand node running). With --controller local no
-node is the head and every old node is retired.
+The head stays, unless it hands control over. The managed controller runs on the head (an on-demand holder or
+anchor: provisioning.clusters.head), so the move lets the head go from the job like any old node (it no longer
+holds checkpoints or trains) but does not terminate it. Right after the switch, before the relaunch in the new
+zone, the controller hands the job to an on-demand node the move bought there and ends, and the old head
+terminates itself last (training.control.handover: which node, how the state and the instance profile travel,
+how the user's side finds the new head). Where no hand-over is possible (the controller was given no executor
+for it, or it failed halfway), the head runs the controller on, in the old zone, and only control traffic
+(SSH, mpirun's launch) crosses zones. It bills on as the control node: the ladder counts it in the new
+cluster's bill and the cap (Situation.head), and `deepvm status` still finds it (head_node: the earliest
+on-demand node running). With --controller local no node is the head and every old node is retired.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ machine, with three differences that make it independent of that machine:
 - it reaches the other nodes at their private addresses with the cluster-internal key.
 
 Its exit code tells the supervisor what to do: 0 the job is over (completed, cancelled, or stopped at its
-budget or time limit), FINAL the job cannot go on (it failed for good, or the request is wrong), anything
-else (a crash, a signal) restart it — a restarted service finds its job in the head's store and resumes it
-from the newest checkpoint.
+budget or time limit), FINAL the job cannot go on (it failed for good, or the request is wrong), HANDED_OVER
+the job runs on under a new head (training/control/handover.py: this head terminated itself, or tried to),
+anything else (a crash, a signal) restart it — a restarted service finds its job in the head's store and
+resumes it from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -29,20 +30,25 @@ from provisioning.clusters.handle import RUNNING, Cluster
 from provisioning.clusters.noderecords import private_only
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store
 from provisioning.core.atomicfile import write_text_atomic
-from provisioning.core.errors import InputError
+from provisioning.core.errors import DeepvmError, InputError
+from provisioning.core.home import deepvm_home
 from training.control.controller import train
+from training.control.handover import HandedOver
 from training.control.jobclock import JobLimited, JobTimers
 from training.control.jobrecord import TrainRequest
 from training.control.stops import StoppedAtLimit, TrainingCancelled, TrainingFailed
+from training.head.handover_run import head_handover
 from training.head.joblog import JobLog
 from training.head.log_mirror import LogMirror
 from training.head.notify import Notifier
 from training.head.resume import download_checkpoint, seed_row
 from training.shared.jobspec import load_job_spec
 from training.shared.jobstore import ControllerBusy, JobStatus
+from training.shared.layout import HANDED_OVER_MARK
 from training.shared.records import HeadJob
 
 FINAL = 3  # the job failed for good: the supervisor does not restart it
+HANDED_OVER = 4  # control passed to a new head: nothing ends here, nothing restarts
 
 
 def seed_cluster(cluster: ClusterRow, nodes: tuple[NodeRecord, ...]) -> Store:
@@ -73,6 +79,17 @@ def timers(job: HeadJob) -> JobTimers:
                      started_wall=datetime.fromisoformat(job.submitted_at).timestamp())  # fmt: skip
 
 
+def terminate_self(log: JobLog, cluster: Cluster, me: str, why: str) -> int:
+    """This head handed its job to a new head (training/control/handover.py, step 5): it says so in its log and
+    terminates itself, last; a failure is said, not fatal (the new head's controller terminates it too)."""
+    log.note(f"{why}; this head ({me}) terminates")
+    try:
+        cluster.retire([me], why)
+    except DeepvmError as exc:
+        log.note(f"this head could not terminate itself ({exc}); its successor terminates it")
+    return HANDED_OVER
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0]).resolve()
     job = HeadJob.from_json((root / "job.json").read_text())
@@ -81,6 +98,9 @@ def main(argv: list[str]) -> int:
     notifier = Notifier.for_job(job.guard.notify, root, job.job_id, job.cluster.name, log.note)
     mirror = None
     try:
+        if (root / HANDED_OVER_MARK).exists():  # restarted after it handed the job over: never beside the new head
+            old, new = (root / HANDED_OVER_MARK).read_text().split()
+            return terminate_self(log, Cluster.open_running(job.cluster.name), old, f"control passed to {new}")
         checkpoint = load_job_spec(root / "job" / job.job_file).checkpoint
         if "l3" in checkpoint.levels and checkpoint.s3_prefix:
             mirror = LogMirror(checkpoint.s3_prefix, job.job_id, root, log.note).start()
@@ -102,15 +122,20 @@ def main(argv: list[str]) -> int:
             market=job.market,
             timers=timers(job),
             resume=job.resume is not None,
+            head=job.head,
+            handed_from=job.handed_from,
         )
         if job.resume is not None:  # continued from its checkpoint in S3 (`train --resume` on another cluster)
             download_checkpoint(job.resume, job.job_id, Path.home())
             seed_row(job, request, load_job_spec(request.job_path).name)
         cluster = Cluster.open_running(request.cluster)  # NotFoundError (with what to run) unless it is up
-        result = train(cluster, request, replace(log.reporter(), event=notifier.controller_event))
+        reporter = replace(log.reporter(), event=notifier.controller_event)
+        result = train(cluster, request, reporter, head_handover(deepvm_home(), job, cluster))
         write_text_atomic(root / "result.json", result.to_json())
         log.state(JobStatus.COMPLETED, f"completed: step {result.steps}/{result.total_steps}")
         return 0
+    except HandedOver as exc:  # the new head runs the job now: this one terminates itself, last
+        return terminate_self(log, cluster, exc.successor.old, str(exc))
     except TrainingCancelled as exc:
         log.state(JobStatus.CANCELLED, str(exc))
         return 0

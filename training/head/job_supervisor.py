@@ -3,11 +3,11 @@
 Where the head runs systemd (AWS images), the client starts this process as a transient systemd unit
 that is itself restarted on failure; where there is none (the sandbox's hosts), it is started detached
 (setsid) and is the only supervisor. Either way this is the process that decides, from the service's
-exit code, whether the job is over (0: completed or cancelled; service.FINAL: failed for good) or the
-controller crashed and must come back. A controller that keeps crashing is given up on after
-_MAX_CRASHES within _CRASH_WINDOW_S, and the job is marked failed, rather than restarted forever while
-the cluster bills. Once the job is over, for good, the supervisor runs its end (training/head/job_end.py:
-the summary, the hook, the outputs to S3, autodown).
+exit code, whether the job is over (0: completed or cancelled; service.FINAL: failed for good), handed to a
+new head (service.HANDED_OVER: nothing ends here) or the controller crashed and must come back. A controller
+that keeps crashing is given up on after _MAX_CRASHES within _CRASH_WINDOW_S, and the job is marked failed,
+rather than restarted forever while the cluster bills. Once the job is over, for good, the supervisor runs
+its end (training/head/job_end.py: the summary, the hook, the outputs to S3, autodown).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.head import job_end
-from training.head.job_service import FINAL
+from training.head.job_service import FINAL, HANDED_OVER
 from training.head.joblog import JobLog
 from training.shared.jobstore import JobStatus, JobStore
 
@@ -62,6 +62,8 @@ def supervise(root: Path) -> int:
             code = service.wait()
             if stopping:
                 return 0 if code in (0, FINAL) else code
+            if code == HANDED_OVER:  # the job runs on under its new head: no end here, no restart
+                return 0
             if code in (0, FINAL):
                 job_end.finish(root)
                 return 0

@@ -14,6 +14,7 @@ there, and so does SFTP):
     deepvm/managed/jobs/JOB_ID/summary.json the run's summary (training/shared/summary.py), once it is over
     deepvm/managed/jobs/JOB_ID/notify.secret  what the hook's posts are signed with (0600; `train --notify`)
     deepvm/managed/jobs/JOB_ID/end.done     its end is done (training/head/job_end.py): a log's follower stops
+    deepvm/managed/jobs/JOB_ID/handed_over  control passed to a new head ("OLD NEW": training/control/handover.py)
 
 The head's programs (training/head: job_service, job_supervisor, query) run in a job's root and name these
 files directly; the client reaches them through JobFiles.
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 
 MANAGED_HOME = "deepvm/managed"
 END_MARK = "end.done"
+WATCH_DIR = f"{MANAGED_HOME}/cluster"  # `up --autodown`'s idle watch: watch.json, watch.pid, watch.out
+HANDED_OVER_MARK = "handed_over"  # this head handed the job to a new head: it never runs it again
 
 
 @dataclass(frozen=True)

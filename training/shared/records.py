@@ -55,6 +55,10 @@ class HeadJob:
     # the pools the recovery ladder may buy from, priced from the plan's catalog on the user's machine (the
     # head may not have that catalog); None: a job of an earlier client, priced from the head's snapshot
     market: MarketOffers | None = None
+    # written by a hand-over of control to a new head (training/control/handover.py): the node this record is
+    # on now, and the head that handed the job over (None: the head `deepvm train` submitted it to)
+    head: str | None = None
+    handed_from: str | None = None
 
     def to_json(self) -> str:
         return _json_with_plan(self, {"market": None if self.market is None else self.market.to_dict()})

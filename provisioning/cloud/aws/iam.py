@@ -70,11 +70,11 @@ def ensure_controller(
     try:
         node_role = _profile_role_arn(iam, node_profile) if node_profile else None
         holders_arn = _ensure_role(iam, cluster, holders, "the checkpoint holders but the head") if holders else None
-        _ensure_role(iam, cluster, name, "the controller, on its head node")
+        own_arn = _ensure_role(iam, cluster, name, "the controller, on its head node")
         iam.put_role_policy(
             RoleName=name,
             PolicyName=CONTROLLER_POLICY,
-            PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role, holders_arn)),
+            PolicyDocument=json.dumps(controller_policy(cluster, ctx.region, node_role, holders_arn, own_arn)),
         )
     except ClientError as exc:
         code = error_code(exc)

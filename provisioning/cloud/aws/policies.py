@@ -40,8 +40,9 @@ def trust_policy() -> dict[str, Any]:
 
 
 def controller_policy(
-    cluster: ClusterIdentity, region: str, node_role_arn: str | None = None, holders_role_arn: str | None = None
-) -> dict[str, Any]:
+    cluster: ClusterIdentity, region: str, node_role_arn: str | None = None, holders_role_arn: str | None = None,
+    controller_role_arn: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The controller's inline policy: what the head needs on the cluster, limited by the cluster's tag.
 
     A replacement is an instant EC2 Fleet from the cluster's launch template (tagged with the cluster), and
@@ -52,6 +53,9 @@ def controller_policy(
     in the launch template: launching with it needs iam:PassRole for exactly that role, to EC2 only.
     `holders_role_arn` is the role deepvm made for the checkpoint holders: a holder the head buys gets its
     profile (associated, as the head's own was), which needs iam:PassRole for exactly that role.
+    `controller_role_arn` is this policy's own role: a head that hands control of a moved cluster to a new
+    head in the new zone gives it the controller's profile (training/control/handover.py, step 3), which needs
+    iam:PassRole for exactly that role, to EC2 only, and the association rights on the cluster's instances.
     """
     arn = f"arn:{partition_of(region)}:ec2:{region}:*"  # GovCloud and China are partitions of their own
     key, value = cluster.scope_tag
@@ -145,14 +149,15 @@ def controller_policy(
             "Condition": owned,
         },
     ]
-    for sid, role_arn in (("PassTheNodesRoleToEc2", node_role_arn), ("PassTheHoldersRoleToEc2", holders_role_arn)):
+    for sid, role_arn in (("PassTheNodesRoleToEc2", node_role_arn), ("PassTheHoldersRoleToEc2", holders_role_arn),
+                          ("PassTheControllerRoleToEc2", controller_role_arn)):  # fmt: skip
         if role_arn:
             statements.append(_pass_role(sid, role_arn))
-    if holders_role_arn:
+    if holders_role_arn or controller_role_arn:
         statements += [
             {"Sid": "DescribeProfileAssociations", "Effect": "Allow", "Action": list(_DESCRIBE_PROFILES),
              "Resource": "*"},
-            {"Sid": "GiveClusterHoldersTheirProfile", "Effect": "Allow", "Action": list(_ASSOCIATE),
+            {"Sid": "GiveClusterNodesTheirProfile", "Effect": "Allow", "Action": list(_ASSOCIATE),
              "Resource": f"{arn}:instance/*", "Condition": owned},
         ]  # fmt: skip
     return {"Version": "2012-10-17", "Statement": statements}
