@@ -3,6 +3,7 @@ sandbox host (below its namespace init) of one DEEPVM_HOME."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -50,4 +51,8 @@ def pid_namespace(pid: int) -> str:
 def host_namespaces(instance_id: str) -> set[str]:
     """The PID namespace of a sandbox host: its init's (the unshare around it lives in ours)."""
     inits = [pid for pid, line in processes().items() if HOST_INIT in line and f"/hosts/{instance_id}" in line]
-    return {pid_namespace(pid) for pid in inits} - {pid_namespace(os.getpid())}
+    found = set()
+    for pid in inits:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it ended since it was listed
+            found.add(pid_namespace(pid))
+    return found - {pid_namespace(os.getpid())}
