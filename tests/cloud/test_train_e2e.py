@@ -3,10 +3,10 @@ real sshd hosts, real mpirun over SSH from the head node (the holder), real DDP 
 DeepCheck files.
 
 One cluster serves the module (its own DEEPVM_HOME); the last test tears it down and checks that no
-process of it is left. CI runs what only a real cluster shows: an attached run through a Spot notice (deepvm's
-worker, and a user's own script); the other recoveries (a node lost without notice, a hang, the holder lost
-with L3, Ctrl-C and resume, a controller killed) run in CI in-process against the real Controller
-(tests/training/test_controller.py), and here with `-m soak`.
+process of it is left. CI runs what only a real cluster shows: an attached run of deepvm's worker through a
+Spot notice; the other recoveries (a user's own script through a notice, a node lost without notice, a hang,
+the holder lost with L3, Ctrl-C and resume, a controller killed) run in CI in-process against the real
+Controller (tests/training/test_controller.py) or under real mpirun, and here with `-m soak`.
 
 Interruptions are the sandbox's: `deepvm interrupt` posts the notice to the node's instance metadata and
 the supervisor terminates the instance at the deadline; a node that dies without notice is terminated
@@ -363,6 +363,8 @@ env: {{OMP_NUM_THREADS: "1"}}
 """
 
 
+@pytest.mark.soak  # 75-110 s of both cores; in CI: a user's script through a notice under real mpirun
+# (tests/training/test_userscript_mpi.py), the controller's notice path in-process, the notice on real hosts above
 def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     env, job = cluster
     own = job.parent.parent / "own" / "own.yaml"  # the shipped example's script, beside a job file of ours
