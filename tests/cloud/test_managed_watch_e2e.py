@@ -111,7 +111,7 @@ def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_
     """deepvm watch in a terminal of 80 x 24 while a notice hits the job; Ctrl-C leaves nothing behind on
     either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
     env, jobs = cluster
-    steps = 300  # at PACE_S a step, it trains until the test releases it
+    steps = 200  # at PACE_S a step, 100 s at least: it trains until the test releases it
     with detached(env, write_job(jobs, steps, "watch", paced=True)) as job_id:
         watch_through_a_notice(env, job_id, steps)
 
@@ -187,7 +187,7 @@ def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_stat
     zone = make_tiering_plan().availability_zone
     cli(env, "sandbox", "capacity", "--zone", zone, "--type", "g4dn.xlarge", "--market", "spot", "--available", "0")
     try:
-        job = write_job(jobs, 300, "repair", paced=True)
+        job = write_job(jobs, 200, "repair", paced=True)  # 100 s at PACE_S at least: released once repaired
         cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
         job_id = newest_job(env)
         wait_for(env, job_id, 3)
