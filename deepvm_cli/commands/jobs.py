@@ -93,8 +93,8 @@ def logs_command(
     head = find_head(row.cluster, row.python)
 
     try:
-        if follow_log and tail is None:  # from the first line: on the new head after a hand-over
-            end, _ = follow_across(head, job, show)
+        if follow_log:  # on the new head after a hand-over
+            end, _ = follow_across(head, job, show, tail=tail)
         else:
             end = follow(head, job, show, tail=tail, keep_following=follow_log)
     except KeyboardInterrupt:

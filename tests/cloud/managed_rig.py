@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from provisioning.planner.plan import Plan
 from provisioning.sandbox.control import load_info
 from tests.cloud import procs
 from tests.cloud.plans import REGION, make_tiering_plan
@@ -75,12 +76,15 @@ env: {{OMP_NUM_THREADS: "1"}}
 
 
 @contextlib.contextmanager
-def managed_cluster(root: Path) -> Iterator[tuple[dict[str, str], Path]]:
-    """A test module's cluster "mg" under `root`: (env, job directory); deleted afterwards, and nothing of it
-    may run."""
+def managed_cluster(root: Path, plan: Plan | None = None) -> Iterator[tuple[dict[str, str], Path]]:
+    """A test module's cluster "mg" of `plan` under `root`: (env, job directory); deleted afterwards, and nothing
+    of it may run. By default the Tiering plan, planned under a cap with room for a repair of another type (the
+    ladder's)."""
     env = {"DEEPVM_HOME": str(root / "home"), "AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": CANARY}
-    plan = make_tiering_plan()  # planned under a cap with room for a repair of another type (the ladder's)
-    (root / "plan.json").write_text(json.dumps(replace(plan, price_cap=plan.price_per_hour + 1.0).to_dict()))
+    if plan is None:
+        tiering = make_tiering_plan()
+        plan = replace(tiering, price_cap=tiering.price_per_hour + 1.0)
+    (root / "plan.json").write_text(json.dumps(plan.to_dict()))
     jobs = root / "jobs"
     jobs.mkdir()
     up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--yes",

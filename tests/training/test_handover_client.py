@@ -124,3 +124,33 @@ def test_a_head_that_stops_answering_without_a_hand_over_is_a_failure_as_before(
     monkeypatch.setattr(managed, "follow", follow)
     with pytest.raises(TransportError, match="exit 255"):
         managed.follow_across(_head("i-h0000000"), "job-1", lambda r: None)
+
+
+def test_a_follower_begun_at_the_logs_tail_goes_on_on_the_new_head_after_the_shared_note(monkeypatch):
+    """`deepvm logs JOB -f --tail 1`: the old head's log is read from its last line, so the note's line number is
+    not known here; the new head's log is read from its first line and shown from the line after the same note."""
+    old, new = _head("i-h0000000"), _head("i-h0000001")
+    shared = [_note("attempt 2: 3 trainers"), _note("ladder: move: ..."), _note(f"{HANDING_OVER} i-h0000001 in c")]
+    logs = {old.instance_id: [*shared, _note("control passed to i-h0000001")],
+            new.instance_id: [*shared, _note("took control from the previous head i-h0000000")]}
+    asked: list[tuple[str, int, int | None]] = []
+
+    def follow(head, job_id, on_record, start=0, tail=None, keep_following=True):
+        asked.append((head.instance_id, start, tail))
+        lines = logs[head.instance_id]
+        for record in lines[len(lines) - tail if tail is not None else start:][:2 if head is old else None]:
+            on_record(record)
+        if head is old:  # the tail's line, the note; then it stops answering
+            raise TransportError("i-h0000000: reading the job's log failed: exit -1")
+        return managed.FollowEnd(JobStatus.COMPLETED, "completed", len(lines))
+
+    heads = iter([old, new])
+    monkeypatch.setattr(managed, "follow", follow)
+    monkeypatch.setattr(managed, "find_head", lambda cluster, python: next(heads))
+    monkeypatch.setattr(managed, "_NEW_HEAD_POLL_S", 0.0)
+    shown: list[str] = []
+    end, head = managed.follow_across(old, "job-1", lambda r: shown.append(r.text), tail=3)
+    assert asked == [("i-h0000000", 0, 3), ("i-h0000001", 0, None)]
+    assert head is new and end.status is JobStatus.COMPLETED
+    assert shown == ["ladder: move: ...", f"{HANDING_OVER} i-h0000001 in c",
+                     "took control from the previous head i-h0000000"]  # nothing twice, nothing skipped

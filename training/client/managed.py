@@ -241,30 +241,42 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
     return state
 
 
-def follow_across(head: Head, job_id: str, on_record: Callable[[LogRecord], None],
+def follow_across(head: Head, job_id: str, on_record: Callable[[LogRecord], None], tail: int | None = None,
                   wait_s: float = _NEW_HEAD_WAIT_S) -> tuple[FollowEnd, Head]:  # fmt: skip
-    """follow (from the log's first line, until the job is over), across a hand-over of control to a new head
-    (training/control/handover.py): when the head stops answering after its log said it hands control over, the
-    cluster's head is found again (find_head reads the nodes from the cloud) and its log followed on from the
-    line after that note, the last the two logs share (the old head's later lines, already shown, are its own).
-    Any other failure is raised as follow's. How the log ended, and the head it ended on (the job's outputs are
-    there)."""
-    start, reached, shared = 0, 0, None
+    """follow (from the log's first line, or its last `tail` lines, until the job is over), across a hand-over of
+    control to a new head (training/control/handover.py): when the head stops answering after its log said it
+    hands control over, the cluster's head is found again (find_head reads the nodes from the cloud) and its log
+    followed on from the line after that note, the last the two logs share (the old head's later lines, already
+    shown, are its own). Begun at the last `tail` lines, the note's line number is not known here: the new
+    head's log is then read from its first line, and shown from the line after the same note (the copy's lines
+    are the same records). Any other failure is raised as follow's. How the log ended, and the head it ended
+    on (the job's outputs are there)."""
+    start, reached = 0, 0
+    handed: tuple[LogRecord, int] | None = None  # the hand-over's note on the head followed, and its next line
+    skip_to: LogRecord | None = None  # on a new head read from its first line: what is shown already ends here
 
     def count(record: LogRecord) -> None:
-        nonlocal reached, shared
+        nonlocal reached, handed, skip_to
         reached += 1
+        if skip_to is not None:
+            skip_to = None if record == skip_to else skip_to
+            return
         if record.kind is LogKind.NOTE and record.text.startswith(HANDING_OVER):
-            shared = reached  # the lines before this one's end are on the new head too
+            handed = (record, reached)  # the lines before this one's end are on the new head too
         on_record(record)
 
     while True:
         try:
-            return follow(head, job_id, count, start=start), head
+            return follow(head, job_id, count, start=start, tail=tail), head
         except TransportError:
-            if shared is None:
+            if handed is None:
                 raise
-            head, start, reached, shared = _next_head(head, wait_s), shared, shared, None
+            note, shared = handed
+            head, handed = _next_head(head, wait_s), None
+            if tail is None:  # line numbers known: on from the line after the note
+                start = reached = shared
+            else:
+                start, reached, skip_to, tail = 0, 0, note, None
 
 
 def _next_head(old: Head, wait_s: float) -> Head:
