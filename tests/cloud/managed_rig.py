@@ -75,26 +75,32 @@ env: {{OMP_NUM_THREADS: "1"}}
 """
 
 
-@contextlib.contextmanager
-def managed_cluster(root: Path, plan: Plan | None = None) -> Iterator[tuple[dict[str, str], Path]]:
-    """A test module's cluster "mg" of `plan` under `root`: (env, job directory); deleted afterwards, and nothing
-    of it may run. By default the Tiering plan, planned under a cap with room for a repair of another type (the
-    ladder's)."""
-    env = {"DEEPVM_HOME": str(root / "home"), "AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": CANARY}
-    if plan is None:
-        tiering = make_tiering_plan()
-        plan = replace(tiering, price_cap=tiering.price_per_hour + 1.0)
-    (root / "plan.json").write_text(json.dumps(plan.to_dict()))
-    jobs = root / "jobs"
-    jobs.mkdir()
-    up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--yes",
-                 "--json", env=env, timeout=180)  # fmt: skip
-    assert up.returncode == 0, up.stderr
-    try:
-        yield env, jobs
-    finally:
-        run_cli("down", "mg", "--yes", "--cancel-jobs", env=env, timeout=300)
-        run_cli("sandbox", "stop", env=env, timeout=120)
+def module_cluster(tag: str, plan: Plan | None = None):
+    """A test module's own cluster "mg" of `plan`, as its module-scoped fixture `cluster` (assign it:
+    `cluster = module_cluster("managed-e2e")`): (env, job directory); deleted afterwards, and nothing of it may
+    run. By default the Tiering plan, planned under a cap with room for a repair of another type (the ladder's)."""
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
+        root = tmp_path_factory.mktemp(tag)
+        env = {"DEEPVM_HOME": str(root / "home"), "AWS_ACCESS_KEY_ID": "AKIACANARY", "AWS_SECRET_ACCESS_KEY": CANARY}
+        chosen = plan
+        if chosen is None:
+            tiering = make_tiering_plan()
+            chosen = replace(tiering, price_cap=tiering.price_per_hour + 1.0)
+        (root / "plan.json").write_text(json.dumps(chosen.to_dict()))
+        jobs = root / "jobs"
+        jobs.mkdir()
+        up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--yes",
+                     "--json", env=env, timeout=180)  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        try:
+            yield env, jobs
+        finally:
+            run_cli("down", "mg", "--yes", "--cancel-jobs", env=env, timeout=300)
+            run_cli("sandbox", "stop", env=env, timeout=120)
+
+    return cluster
 
 
 def write_job(jobs: Path, steps: int, tag: str, paced: bool = False) -> Path:

@@ -35,7 +35,7 @@ from tests.cloud.managed_rig import (
     job_processes,
     job_state,
     local_deepvm,
-    managed_cluster,
+    module_cluster,
     newest_job,
     node_processes,
     release_the_pace,
@@ -50,11 +50,7 @@ from tests.conftest import REPO, run_cli
 
 pytestmark = SANDBOX_ONLY
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """(env, job directory) of the module's own cluster (managed_rig.managed_cluster)."""
-    with managed_cluster(tmp_path_factory.mktemp("managed-e2e")) as made:
-        yield made
+cluster = module_cluster("managed-e2e")  # (env, job directory) of the module's own cluster
 
 
 @pytest.mark.timeout(900)  # it must train on for over two minutes after the laptop is gone

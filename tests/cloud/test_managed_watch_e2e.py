@@ -25,7 +25,7 @@ from tests.cloud.managed_rig import (
     down_leaves_nothing_running,
     job_state,
     local_deepvm,
-    managed_cluster,
+    module_cluster,
     newest_job,
     node_processes,
     release_the_pace,
@@ -38,11 +38,7 @@ from tests.conftest import REPO
 
 pytestmark = SANDBOX_ONLY
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """(env, job directory) of the module's own cluster (managed_rig.managed_cluster)."""
-    with managed_cluster(tmp_path_factory.mktemp("managed-e2e")) as made:
-        yield made
+cluster = module_cluster("managed-e2e")  # (env, job directory) of the module's own cluster
 
 
 class Terminal:

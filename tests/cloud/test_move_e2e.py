@@ -32,7 +32,7 @@ from tests.cloud.managed_rig import (
     detached,
     down_leaves_nothing_running,
     job_state,
-    managed_cluster,
+    module_cluster,
     run_on_head,
     sandbox_client,
     spot_trainer,
@@ -48,11 +48,7 @@ BUCKET = "move-e2e"
 CAP_USD = 0.52  # see the module docstring: 2 c5.xlarge ($0.17/h) + a g4dn.xlarge Spot in the new zone fit
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    plan = replace(make_tiering_plan(spot=1), price_cap=CAP_USD)
-    with managed_cluster(tmp_path_factory.mktemp("move-e2e"), plan) as made:
-        yield made
+cluster = module_cluster("move-e2e", replace(make_tiering_plan(spot=1), price_cap=CAP_USD))
 
 
 def _running(env: dict[str, str]) -> dict[str, dict]:
