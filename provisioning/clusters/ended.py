@@ -130,14 +130,14 @@ def _finish(ctx: AwsContext, store: Store, row: ClusterRow, report: Reporter) ->
         # Read again: a head taking its cluster down writes its record, then terminates itself, so a head
         # found gone just after the first read may have left one in between (seen in the sandbox).
         end = _end_of(ctx, row)
-    if end is not None:
-        store.adopt_record(row.name, list(end.nodes), list(end.spans))
-        deleted = finish_down(row, store, f"taken down by its head: {end.reason}", end.ended_at, report)
-        return Finished(row.name, end, tuple(deleted), bucket)
-    lost = (f"its head {head.instance_id} is not running, so the job's controller, its log and the outputs and "
-            "checkpoints on its disk that were not copied to S3 are lost")  # fmt: skip
-    deleted = finish_down(row, store, "its head died", None, report)
-    return Finished(row.name, None, tuple(deleted), bucket, lost)
+        if end is None:
+            lost = (f"its head {head.instance_id} is not running, so the job's controller, its log and the outputs "
+                    "and checkpoints on its disk that were not copied to S3 are lost")  # fmt: skip
+            deleted = finish_down(row, store, "its head died", None, report)
+            return Finished(row.name, None, tuple(deleted), bucket, lost)
+    store.adopt_record(row.name, list(end.nodes), list(end.spans))
+    deleted = finish_down(row, store, f"taken down by its head: {end.reason}", end.ended_at, report)
+    return Finished(row.name, end, tuple(deleted), bucket)
 
 
 def _end_of(ctx: AwsContext, row: ClusterRow) -> ClusterEnd | None:
