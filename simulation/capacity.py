@@ -24,7 +24,7 @@ import numpy as np
 from simulation.trace import CapacitySeries
 
 # A time computed as a step boundary may land a hair before it in floating point; it belongs to the new step.
-_BOUNDARY_EPS = 1e-9
+BOUNDARY_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class CapacityWindows:
         return up, down_at, up_from, back_at
 
     def _where(self, level, offset, t) -> tuple[np.ndarray, np.ndarray]:
-        absolute = np.floor((offset + t) / self.step_h + _BOUNDARY_EPS)
+        absolute = np.floor((offset + t) / self.step_h + BOUNDARY_EPS)
         return absolute, absolute.astype(np.int64) % self.steps + level * self.steps
 
 

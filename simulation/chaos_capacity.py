@@ -22,17 +22,17 @@ handed the cluster, the pool's feed and a way to wait (Protocols), so a test dri
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from simulation.capacity import BOUNDARY_EPS
 from simulation.chaos import LiveNode
 from simulation.draws import Draws
 from simulation.market import MarketCase
 from simulation.recovery import SECONDS_PER_HOUR
-
-_BOUNDARY_EPS = 1e-9  # as simulation/capacity.py: a time computed at a step boundary belongs to the new step
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,13 @@ class CapacityStep:
     nodes: int
 
 
-def run_offset_h(case: MarketCase, draws: Draws, run: int = 0) -> float:
-    """Where run `run` starts in the series (as simulation/market_run.py places it)."""
-    return float(draws.start_share[run]) * case.horizon_h
-
-
 def capacity_steps(case: MarketCase, offset_h: float, time_scale: float, until_h: float) -> tuple[CapacityStep, ...]:
     """Every sample of the plan's zone's series from `offset_h` for `until_h` trace hours, in seconds here."""
     zone = case.zones[0]
     if zone.windows is None or zone.counts is None:
         raise ValueError(f"{zone.trace.name} is not a capacity series")
     step_h, samples = zone.windows.step_h, zone.windows.steps
-    first = math.floor(offset_h / step_h + _BOUNDARY_EPS)
+    first = math.floor(offset_h / step_h + BOUNDARY_EPS)
     out = [CapacityStep(0.0, 0.0, int(zone.counts[first % samples]))]
     k = first + 1
     while (t_h := k * step_h - offset_h) < until_h:
@@ -171,5 +166,6 @@ def replay_capacity(steps: Iterable[CapacityStep], levels: Levels, draws: Draws,
             actions.append(action)
             report(action, messages)
     finally:
-        feed.clear()
+        with contextlib.suppress(OSError):  # the sandbox went away, its rules with it: the first error is said
+            feed.clear()
     return actions

@@ -88,11 +88,16 @@ def run_market(case: MarketCase, draws: Draws, run: int, *, record: bool = False
     return _Run(case, draws, run, record).result()
 
 
+def run_offset_h(case: MarketCase, draws: Draws, run: int = 0) -> float:
+    """Where run `run` starts in the traces, in hours: `deepvm chaos` replays a capacity series from there."""
+    return float(draws.start_share[run]) * case.horizon_h
+
+
 class _Run:
     def __init__(self, case: MarketCase, draws: Draws, run: int, record: bool) -> None:
         self.case, self.draws, self.run, self.record = case, draws, run, record
         self.recovery = case.workload.recovery
-        self.offset = float(draws.start_share[run]) * case.horizon_h
+        self.offset = run_offset_h(case, draws, run)
         self.t = self.done = self.checkpoint = self.pause = self.cost = 0.0
         self.interruptions = self.restarts = 0
         self.nodes: list[_Node] = []

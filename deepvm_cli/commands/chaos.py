@@ -14,6 +14,7 @@ purchases are refused as AWS refuses them when the pool is empty. That needs the
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -91,12 +92,9 @@ def chaos(
 
 
 def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, elapsed_s: float) -> ChaosAction:
-    from provisioning.catalog.model import Market
-    from provisioning.clusters.handle import RUNNING
     from simulation.chaos import ChaosAction, LiveNode
 
-    cluster.refresh()  # nodes the head bought as replacements join the map
-    live = {n.instance_id: n for n in cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING}
+    live = _running_spot(cluster)
     slots.update(LiveNode(n.instance_id, n.instance_type, n.launched_at) for n in live.values())
     instance_id = slots.take(step.slot)
     if instance_id is None:
@@ -105,6 +103,18 @@ def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, el
         message = _take(cluster, live[instance_id], step.notice, after)
     console.info(f"[{elapsed_s:7.1f} s | trace {step.trace_at_h:8.3f} h] {message}")
     return ChaosAction(step, instance_id, elapsed_s, message)
+
+
+def _running_spot(cluster: Cluster, zone: str | None = None) -> dict[str, NodeRecord]:
+    """The cluster's running Spot nodes (of `zone`, when given; a node without one is of the plan's zone), read
+    again from the cloud: nodes the head bought as replacements join."""
+    from provisioning.catalog.model import Market
+    from provisioning.clusters.handle import RUNNING
+
+    cluster.refresh()
+    home = cluster.row.plan.availability_zone
+    return {n.instance_id: n for n in cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING
+            and (zone is None or (n.availability_zone or home) == zone)}  # fmt: skip
 
 
 def _take(cluster: Cluster, node: NodeRecord, notice: bool, after: int) -> str:
@@ -122,8 +132,8 @@ def _replay_capacity(question: ChaosQuestion, cluster: Cluster, after: int) -> l
     from provisioning.sandbox.control import running_sandbox
     from provisioning.sandbox.realism import RealismControl
     from simulation.chaos import LOOKAHEAD
-    from simulation.chaos_capacity import Levels, capacity_steps, replay_capacity, run_offset_h
-    from simulation.market_run import run_market
+    from simulation.chaos_capacity import Levels, capacity_steps, replay_capacity
+    from simulation.market_run import run_market, run_offset_h
 
     info = running_sandbox()
     if cluster.row.cloud is not CloudKind.SANDBOX or info is None:
@@ -150,8 +160,14 @@ def _replay_capacity(question: ChaosQuestion, cluster: Cluster, after: int) -> l
         console.info(f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] capacity "
                      f"{action.step.nodes}: {action.held} held, {action.free} free in {zone}")
 
-    return replay_capacity(steps, Levels(case.levels), draws, _LiveSpot(cluster, zone, after),
-                           TraceCapacity(RealismControl(info.endpoint), zone), wait_until, report)
+    # `kill` (SIGTERM) ends chaos as Ctrl-C does, so replay_capacity's `finally` takes its capacity rule away:
+    # by Python's default a SIGTERM ends the process at once, and the sandbox would go on refusing Spot there
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return replay_capacity(steps, Levels(case.levels), draws, _LiveSpot(cluster, zone, after),
+                               TraceCapacity(RealismControl(info.endpoint), zone), wait_until, report)
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 class _LiveSpot:
@@ -162,13 +178,9 @@ class _LiveSpot:
         self.live: dict[str, NodeRecord] = {}
 
     def live_spot(self) -> list[LiveNode]:
-        from provisioning.catalog.model import Market
-        from provisioning.clusters.handle import RUNNING
         from simulation.chaos import LiveNode
 
-        self.cluster.refresh()  # nodes the head bought join
-        self.live = {n.instance_id: n for n in self.cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING
-                     and (n.availability_zone or self.zone) == self.zone}  # fmt: skip
+        self.live = _running_spot(self.cluster, self.zone)
         return [LiveNode(n.instance_id, n.instance_type, n.launched_at) for n in self.live.values()]
 
     def reclaim(self, instance_id: str, notice: bool) -> str:

@@ -26,7 +26,8 @@ class TraceCapacity:
         self._put(CapacityRule(zone=self.zone, instance_type="*", market="spot", available=nodes))
 
     def clear(self) -> None:
-        self._put(None)
+        if self.rule is not None:  # nothing of ours is set: the user's rules stay untouched (their counts too)
+            self._put(None)
 
     def _put(self, rule: CapacityRule | None) -> None:
         settings = self.control.settings()

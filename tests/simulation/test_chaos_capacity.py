@@ -10,8 +10,8 @@ import pytest
 
 from provisioning.clusters.plan_choice import catalog_of
 from simulation.chaos import ChaosQuestion, LiveNode, recovery_here
-from simulation.chaos_capacity import Levels, capacity_steps, run_offset_h
-from simulation.market_run import run_market
+from simulation.chaos_capacity import Levels, capacity_steps
+from simulation.market_run import run_market, run_offset_h
 from simulation.recovery import SECONDS_PER_HOUR
 from simulation.traces import resolve_trace
 from tests.cloud.plans import make_tiering_plan
