@@ -96,7 +96,7 @@ def logs_command(
         if follow_log:  # on the new head after a hand-over
             end, _ = follow_across(head, job, show, tail=tail)
         else:
-            end = follow(head, job, show, tail=tail, keep_following=follow_log)
+            end = follow(head, job, show, tail=tail, keep_following=False)
     except KeyboardInterrupt:
         return
     if follow_log and end.status.final:

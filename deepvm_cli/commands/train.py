@@ -196,7 +196,8 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
     from training.client.managed import follow_across, submit
     from training.control.stops import ended_on_head
 
-    job, head = (submitted := submit(cluster, request, report, guarded)).job, submitted.head
+    submitted = submit(cluster, request, report, guarded)
+    job, head = submitted.job, submitted.head
     try:
         if detach:
             _wait_running(head, job.job_id, replay(report))

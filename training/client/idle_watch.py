@@ -22,7 +22,7 @@ from provisioning.clusters.store import Store
 from training.client.managed import head_of, run_on_head
 from training.control.head_start import idle_watch_script
 from training.control.staging import RUNTIME_DIR, stage_runtime
-from training.shared.layout import WATCH_DIR
+from training.shared.layout import WATCH_DIR, WATCH_RECORD
 from training.shared.progress import JobReporter
 from training.shared.records import IdleWatch
 from training.shared.transport import push_tree, write_files
@@ -39,6 +39,6 @@ def start_idle_watch(cluster: Cluster, minutes: float, report: JobReporter) -> N
     with tempfile.TemporaryDirectory(prefix="deepvm-watch-") as work:
         push_tree([head.host], stage_runtime(Path(work) / "runtime"), RUNTIME_DIR)
     record = IdleWatch(cluster.row, tuple(cluster.nodes()), minutes, bucket, cluster.controller_env())
-    write_files(head.host, {f"{WATCH_DIR}/watch.json": record.to_json().encode()})
+    write_files(head.host, {f"{WATCH_DIR}/{WATCH_RECORD}": record.to_json().encode()})
     run_on_head(head, idle_watch_script(head.python, cluster.controller_env()), report.note)
     report.note(f"cluster {cluster.name} goes down after {minutes:g} minutes without a job (its head watches)")

@@ -146,11 +146,12 @@ def profile_target(request: ProfileRequest, cluster: Cluster) -> ProfileTarget:
 
 
 def _no_running_job(cluster: Cluster, python: str) -> None:
-    """A managed job on the cluster would share its trainers with the profile and skew both."""
+    """A managed job on the cluster would share its trainers with the profile and skew both (the caller has
+    just read the cluster's nodes from the cloud)."""
     from training.client.managed import head_of, running_jobs
 
     try:
-        head = head_of(cluster, python)
+        head = head_of(cluster, python, refreshed=True)
     except InputError:  # no on-demand head: no managed job either
         return
     busy = running_jobs(head)

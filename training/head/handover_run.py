@@ -38,12 +38,11 @@ from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import DeepvmError
 from training.control.handover import HandOverFailed, Successor
 from training.control.head_start import idle_watch_script, start_script
-from training.shared.layout import END_MARK, HANDED_OVER_MARK, MANAGED_HOME, WATCH_DIR, JobFiles
+from training.shared.layout import END_MARK, HANDED_OVER_MARK, MANAGED_HOME, WATCH_DIR, WATCH_RECORD, JobFiles
 from training.shared.records import HeadJob
 from training.shared.transport import OutputLine, push_tree, run_command, write_files
 
 STATE_DB = "state.db"
-WATCH_RECORD = "watch.json"  # `up --autodown`'s idle watch's record (records.IdleWatch), in WATCH_DIR
 _WATCH = WATCH_DIR.removeprefix(f"{MANAGED_HOME}/")  # its directory in a managed home
 # what stays with the old head: its processes' pid files and output, and the mark of a job's end
 _STAYS = ("supervisor.pid", "service.pid", "service.out", "supervisor.out", END_MARK, HANDED_OVER_MARK)

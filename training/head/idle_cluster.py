@@ -30,6 +30,7 @@ from training.head.joblog import JobLog
 from training.head.notify import Notifier
 from training.head.query import supervisor_alive
 from training.shared.guard import NotifyTarget
+from training.shared.layout import WATCH_RECORD
 from training.shared.records import IdleWatch
 
 POLL_S = 15.0
@@ -44,7 +45,7 @@ def watch(root: Path, poll_s: float = POLL_S, clock: Callable[[], float] = time.
           down: Callable[..., None] = take_down, sleep: Callable[[float], None] = time.sleep) -> int:  # fmt: skip
     """Watch until the cluster has had no job for the watch's minutes, then take it down (see the module
     docstring). `clock`, `down` and `sleep` are a test's to replace."""
-    record = IdleWatch.from_json((root / "watch.json").read_text())
+    record = IdleWatch.from_json((root / WATCH_RECORD).read_text())
     (root / "watch.pid").write_text(str(os.getpid()))
     seed_cluster(record.cluster, record.nodes)
     log = JobLog(root / "watch.log")

@@ -60,10 +60,10 @@ def supervise(root: Path) -> int:
                 stderr=output,
             )
             code = service.wait()
-            if stopping:
-                return 0 if code in (0, FINAL) else code
             if code == HANDED_OVER:  # the job runs on under its new head: no end here, no restart
                 return 0
+            if stopping:
+                return 0 if code in (0, FINAL) else code
             if code in (0, FINAL):
                 job_end.finish(root)
                 return 0

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 MANAGED_HOME = "deepvm/managed"
 END_MARK = "end.done"
-WATCH_DIR = f"{MANAGED_HOME}/cluster"  # `up --autodown`'s idle watch: watch.json, watch.pid, watch.out
+WATCH_DIR = f"{MANAGED_HOME}/cluster"  # `up --autodown`'s idle watch: WATCH_RECORD, watch.pid, watch.out
+WATCH_RECORD = "watch.json"  # the idle watch's record (records.IdleWatch), in WATCH_DIR
 HANDED_OVER_MARK = "handed_over"  # this head handed the job to a new head: it never runs it again
 
 
