@@ -95,7 +95,10 @@ class Chain:
             found: list[int] = []
 
             def writing() -> bool:
-                found[:] = [int(p.name.split(".")[-3]) for p in self.ckdir.glob("*/.*.tmp")]
+                try:
+                    found[:] = [int(p.name.split(".")[-3]) for p in self.ckdir.glob("*/.*.tmp")]
+                except FileNotFoundError:  # a checkpoint directory pruned while the glob walked it
+                    return False
                 return bool(found)
 
             if _wait_for(writing, 5, proc):
