@@ -2,12 +2,13 @@
 
 Parts (trainer, holder, lead) register handlers for control messages and a `poll()` that makes progress
 on their transfers; the loop receives messages, runs callbacks posted by other threads, polls every part
-and sleeps briefly when nothing moved: up to 2 ms when idle, 0.2 ms while some part expects the message
-that ends a transfer (a digest trailer, acks, Complete, L1 reports: each hop of the L1 handshake costs well
-under a millisecond, while long waits cost little CPU), and a callback posted by another thread (a save
-job, a finished disk write) wakes it at once. All protocol state is owned by this thread; the training
-thread only hands over save jobs and waits on conditions. An exception here is kept and re-raised to the
-user on the next API call instead of dying silently.
+and sleeps briefly when nothing moved: up to 2 ms when idle (20 ms once idle for half a second: between
+checkpoints), 0.2 ms while some part expects the message that ends a transfer (a digest trailer, acks,
+Complete, L1 reports: each hop of the L1 handshake costs well under a millisecond, while long waits cost
+little CPU), and a callback posted by another thread (a save job, a finished disk write) wakes it at once.
+All protocol state is owned by this thread; the training thread only hands over save jobs and waits on
+conditions. An exception here is kept and re-raised to the user on the next API call instead of dying
+silently.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class Service:
         return moved
 
     def _loop(self) -> None:
-        backoff = Backoff(self.bell)
+        backoff = Backoff(self.bell, rest=True)
         while True:
             moved = self._dispatch(self.comm, TAG_CTRL, self.handlers)
             if self.requests:
