@@ -38,8 +38,9 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
 
 How it is switched on: `realism_moto.install()` patches moto's EC2, IAM and SSM classes in the process that
 runs the moto server (the sandbox's control plane, `provisioning.sandbox.controlplane`, or a test's
-ThreadedMotoServer) and adds a small control endpoint to it, `/deepvm-realism` (GET and PUT the settings as JSON) and
-`/deepvm-realism/reclaim` (POST). `RealismControl(endpoint)` is its client: tests, the supervisor and the
+ThreadedMotoServer) and adds a small control endpoint to it, `/deepvm-realism` (GET and PUT the settings as JSON),
+`/deepvm-realism/reclaim` (POST) and `/deepvm-realism/inventory` (GET: the instances as the server holds them,
+for the sandbox's supervisor). `RealismControl(endpoint)` is its client: tests, the supervisor and the
 CLI change the behaviour of a running server with it, over HTTP, without importing moto. The sandbox
 starts with `SANDBOX` (everything on, delays of a few seconds at most); a test's moto starts with
 `Realism()` (what costs no time on) and a test that needs a lag sets it.
@@ -48,6 +49,7 @@ starts with `SANDBOX` (everything on, delays of a few seconds at most); a test's
 from __future__ import annotations
 
 import json
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -176,6 +178,23 @@ def _check_keys(data: dict[str, Any], cls: type, where: str) -> None:
         raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
 
 
+@dataclass(frozen=True)
+class InventoryRow:
+    """One instance as the control plane itself holds it (GET CONTROL_PATH/inventory): what the sandbox's
+    supervisor boots and ends hosts by. EC2's own machines follow its inventory, not its API's listing, which
+    lags (`listing_lag_s`); and a DescribeInstances per pass, four a second, cost the control plane and the
+    supervisor about 50 ms of CPU each time (XML made, signed, parsed) for the whole life of a sandbox."""
+
+    instance_id: str
+    region: str
+    state: str  # pending | running | shutting-down | terminated | stopping | stopped
+    private_ip: str | None
+    instance_type: str
+    availability_zone: str
+    spot: bool
+    image_id: str
+
+
 class RealismControl:
     """The client of a moto server's realism endpoint (no moto import: the CLI and tests use it)."""
 
@@ -194,6 +213,12 @@ class RealismControl:
         new = replace(self.settings(), **changes)
         self.set(new)
         return new
+
+    def inventory(self, regions: tuple[str, ...]) -> tuple[InventoryRow, ...]:
+        """Every instance in `regions`, as the control plane holds them: no listing lag, no XML, no paging."""
+        query = urllib.parse.urlencode({"regions": ",".join(regions)})
+        with urllib.request.urlopen(f"{self.url}/inventory?{query}", timeout=10) as reply:
+            return tuple(InventoryRow(**row) for row in json.loads(reply.read().decode()))
 
     def reclaim(self, region: str, instance_id: str, state_reason: str = SPOT_TERMINATION) -> None:
         """Terminate the instance as EC2 itself does, with `state_reason` as its StateReason code."""

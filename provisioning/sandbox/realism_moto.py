@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs
 
 from moto.core.utils import utcnow
 from moto.ec2.exceptions import EC2ClientError
@@ -280,7 +281,8 @@ def _fleet_errors_answered(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _control_endpoint(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
-    """GET/PUT CONTROL_PATH: the settings; POST CONTROL_PATH/reclaim: end an instance as EC2 does. Every
+    """GET/PUT CONTROL_PATH: the settings; POST CONTROL_PATH/reclaim: end an instance as EC2 does; GET
+    CONTROL_PATH/inventory?regions=A,B: the instances there (realism.InventoryRow). Every
     other request gets IAM's say first (realism_iam: DryRun, refused actions)."""
 
     def call(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
@@ -299,6 +301,8 @@ def _control_endpoint(original: Callable[..., Any], state: ServerState) -> Calla
                 answer = state.realism.to_json()
             elif path == f"{CONTROL_PATH}/reclaim" and method == "POST":
                 answer = _reclaim(json.loads(body))
+            elif path == f"{CONTROL_PATH}/inventory" and method == "GET":
+                answer = _inventory(parse_qs(environ.get("QUERY_STRING", "")).get("regions", [""])[0].split(","))
             else:
                 return _reply(start_response, "404 Not Found", f"no {method} {path}")
         except (ValueError, TypeError, KeyError) as exc:
@@ -321,6 +325,26 @@ def _reclaim(request: dict[str, Any]) -> str:
         instance._reason = ""
         return json.dumps({"instance_id": instance.id, "state_reason": code})
     raise KeyError(f"no instance {request['instance_id']} in {request['region']}")
+
+
+def _inventory(regions: list[str]) -> str:
+    """Every instance of every account in `regions` (realism.InventoryRow's fields), straight from moto's
+    backends."""
+    rows = []
+    for account_id in list(ec2_backends.keys()):
+        for region in filter(None, regions):
+            for instance in ec2_backends[account_id][region].all_instances():
+                rows.append({
+                    "instance_id": instance.id,
+                    "region": region,
+                    "state": instance._state.name,
+                    "private_ip": instance.private_ip,
+                    "instance_type": instance.instance_type,
+                    "availability_zone": instance.placement.zone or "",
+                    "spot": instance.lifecycle == "spot",
+                    "image_id": instance.image_id or "",
+                })  # fmt: skip
+    return json.dumps(rows)
 
 
 def _reply(start_response: Any, status: str, text: str) -> list[bytes]:

@@ -49,26 +49,21 @@ def _ec2(info: SandboxInfo, region: str) -> Any:
 
 
 def running_instances(info: SandboxInfo) -> dict[str, HostFacts]:
-    """Running instances with sandbox addresses, in every region the sandbox has a network in."""
+    """Running instances with sandbox addresses, in every region the sandbox has a network in, from the
+    control plane's inventory (realism.InventoryRow: what EC2's machines follow, read for a fraction of a
+    DescribeInstances' cost)."""
     found = {}
-    for region in info.networks:
-        ec2 = _ec2(info, region)
-        for page in ec2.get_paginator("describe_instances").paginate():
-            for reservation in page["Reservations"]:
-                for raw in reservation["Instances"]:
-                    ip = raw.get("PrivateIpAddress")
-                    if raw["State"]["Name"] == "running" and in_sandbox_network(info, ip):
-                        found[raw["InstanceId"]] = HostFacts(
-                            instance_id=raw["InstanceId"],
-                            instance_type=raw["InstanceType"],
-                            local_ipv4=ip,
-                            availability_zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
-                            region=region,
-                            instance_life_cycle="spot"
-                            if raw.get("InstanceLifecycle") == "spot"
-                            else "on-demand",
-                            ami_id=raw.get("ImageId", ""),
-                        )
+    for row in RealismControl(info.endpoint).inventory(tuple(info.networks)):
+        if row.state == "running" and in_sandbox_network(info, row.private_ip):
+            found[row.instance_id] = HostFacts(
+                instance_id=row.instance_id,
+                instance_type=row.instance_type,
+                local_ipv4=row.private_ip or "",
+                availability_zone=row.availability_zone,
+                region=row.region,
+                instance_life_cycle="spot" if row.spot else "on-demand",
+                ami_id=row.image_id,
+            )
     return found
 
 

@@ -51,6 +51,20 @@ def test_new_instances_are_listed_only_after_the_lag_but_found_by_id_at_once(ctx
     assert instance in _listed(ctx)
 
 
+def test_the_inventory_has_a_new_instance_at_once_and_follows_its_end(ctx, ami, realism):
+    """What the supervisor boots hosts by: the server's own instances, whatever the listing's lag."""
+    realism.change(listing_lag_s=5.0)
+    (instance,) = _launch(ctx, ami)
+    assert instance not in _listed(ctx)
+    rows = {row.instance_id: row for row in realism.inventory((ctx.region,))}
+    row = rows[instance]
+    assert (row.region, row.state, row.spot, row.image_id) == (ctx.region, "running", False, ami)
+    assert row.private_ip and row.availability_zone.startswith(ctx.region) and row.instance_type
+    ctx.client("ec2").terminate_instances(InstanceIds=[instance])
+    assert {r.instance_id: r.state for r in realism.inventory((ctx.region,))}[instance] == "terminated"
+    assert realism.inventory(("eu-west-3",)) == ()  # another region's instances are not listed
+
+
 def test_the_capacity_schedule_holds_in_its_window_and_is_used_up(ctx, realism):
     now = time.time()
     rules = (CapacityRule(instance_type="g5.xlarge", market="spot", available=0, ends_at=now - 1),  # over
