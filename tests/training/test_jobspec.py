@@ -62,7 +62,7 @@ def test_good_spec_values_and_defaults(tmp_path):
 
 def test_unknown_nested_field_names_field_and_line(tmp_path):
     path = write(tmp_path, GOOD.replace("  num_classes: 10\n", "  num_classes: 10\n  depth: 18\n"))
-    assert error_of(path) == f"{path}:6: model.depth: unknown field"
+    assert error_of(path) == f"{path}:6: model.depth: unknown field; did you mean width?"
 
 
 def test_unknown_top_level_field(tmp_path):
@@ -356,3 +356,12 @@ def test_top_level_must_be_mapping(tmp_path):
 def test_empty_file(tmp_path):
     path = write(tmp_path, "")
     assert error_of(path) == f"{path}:1: expected a mapping of job fields at the top level"
+
+
+def test_a_models_width_is_read_and_a_width_of_zero_is_refused_with_its_line(tmp_path):
+    assert load_job_spec(write(tmp_path, GOOD)).model.width == 64  # ResNet's own when not given
+    narrow = GOOD.replace("model:\n", "model:\n  width: 16\n", 1)
+    assert load_job_spec(write(tmp_path, narrow)).model.width == 16
+    path = write(tmp_path, GOOD.replace("model:\n", "model:\n  width: 0\n", 1))
+    assert error_of(path).startswith(f"{path}:")
+    assert "width" in error_of(path)

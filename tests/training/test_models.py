@@ -58,3 +58,11 @@ def test_same_seed_same_weights():
 def test_unknown_name_is_input_error():
     with pytest.raises(InputError, match="unknown model 'resnet99'"):
         build_model("resnet99")
+
+
+def test_width_sets_the_first_stage_and_parameters_grow_with_its_square():
+    narrow, paper = build_model("resnet18", 10, width=16), build_model("resnet18", 10)
+    assert narrow.stem[0].out_channels == 16 and narrow.fc.in_features == 8 * 16
+    count = [sum(p.numel() for p in m.parameters()) for m in (narrow, paper)]
+    assert count[1] == 11_173_962 and 14 < count[1] / count[0] < 17
+    assert narrow(torch.randn(2, 3, 16, 16)).shape == (2, 10)

@@ -159,7 +159,7 @@ class Run:
         )
         self.dataset: ImageDataset = build_dataset(spec.dataset, train=True)
         torch.manual_seed(spec.seed)
-        model = build_model(spec.model.name, spec.model.num_classes).to(self.device)
+        model = build_model(spec.model.name, spec.model.num_classes, spec.model.width).to(self.device)
         self.ddp = DistributedDataParallel(
             model, device_ids=[self.device] if self.device.type == "cuda" else None
         )

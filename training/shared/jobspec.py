@@ -95,6 +95,7 @@ class ModelSpec(_Strict):
 
     name: Literal["resnet18", "resnet34", "resnet50"] = "resnet18"
     num_classes: Classes = 10
+    width: Annotated[int, Field(ge=1, le=512)] = 64  # first stage's channels (He et al.'s 64); later stages double
 
 
 _Side = Annotated[int, Field(gt=0, le=MAX_SIDE)]

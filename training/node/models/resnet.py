@@ -66,18 +66,20 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """Stem, four stages of residual blocks (widths 64..512), global average pool, linear classifier."""
+    """Stem, four stages of residual blocks (widths w, 2w, 4w, 8w; the paper's w is 64), global average pool,
+    linear classifier."""
 
-    def __init__(self, block: type[BasicBlock | Bottleneck], depths: tuple[int, ...], num_classes: int):
+    def __init__(self, block: type[BasicBlock | Bottleneck], depths: tuple[int, ...], num_classes: int,
+                 width: int = 64):  # fmt: skip
         super().__init__()
-        self.stem = nn.Sequential(*_conv_bn(3, 64, 3), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(*_conv_bn(3, width, 3), nn.ReLU(inplace=True))
         stages: list[nn.Module] = []
-        c_in = 64
-        for i, (width, depth) in enumerate(zip((64, 128, 256, 512), depths, strict=True)):
+        c_in = width
+        for i, (stage_width, depth) in enumerate(zip((width, 2 * width, 4 * width, 8 * width), depths, strict=True)):
             blocks: list[nn.Module] = []
             for j in range(depth):
-                blocks.append(block(c_in, width, stride=2 if i > 0 and j == 0 else 1))
-                c_in = width * block.expansion
+                blocks.append(block(c_in, stage_width, stride=2 if i > 0 and j == 0 else 1))
+                c_in = stage_width * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -97,9 +99,11 @@ ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], tuple[int, ...]]] 
 }
 
 
-def build_model(name: str, num_classes: int = 10) -> ResNet:
-    """A freshly initialised ResNet (weights from torch's current RNG: seed it first for reproducibility)."""
+def build_model(name: str, num_classes: int = 10, width: int = 64) -> ResNet:
+    """A freshly initialised ResNet (weights from torch's current RNG: seed it first for reproducibility).
+    `width` is the first stage's channels: parameters and compute grow with its square, so 16 is a sixteenth
+    of ResNet-18's 11.2 M parameters, for small images, rehearsals and tests."""
     if name not in ARCHITECTURES:
         raise InputError(f"unknown model {name!r}; choose one of {', '.join(ARCHITECTURES)}")
     block, depths = ARCHITECTURES[name]
-    return ResNet(block, depths, num_classes)
+    return ResNet(block, depths, num_classes, width)
