@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -98,27 +99,29 @@ class CliResult:
 Cli = Callable[..., CliResult]
 
 
-@pytest.fixture
-def cli(monkeypatch, capsys) -> Cli:
-    """`cli(*args, env=...)`: `deepvm ARGS` in this process (deepvm_cli.main.main), as run_cli runs it in a
-    child: from the repository, stdin not a terminal, `env` on top of the test's own for that line only, a
-    console made for that environment. A line costs milliseconds instead of a Python start and deepvm's
-    imports (0.6-0.85 CPU-s). run_cli stays for what only a process shows: what it imports, how it exits."""
+def main_in_process(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`deepvm ARGS` in this process (deepvm_cli.main.main), as run_cli runs it in a child: from the repository,
+    stdin not a terminal, `env` on top of the test's own for that line only, a console made for that
+    environment, stdout and stderr kept. A line costs what the command does instead of a Python start and
+    deepvm's imports (0.6-0.85 CPU-s; 2 CPU-s for a command that opens a cluster and logs in to its head).
+    run_cli stays for what only a process shows: what it imports, how it exits, a terminal or its absence."""
     from deepvm_cli.main import main
     from deepvm_cli.ui import console
 
-    def run(*args: str, env: dict[str, str] | None = None) -> CliResult:
-        with monkeypatch.context() as line:
-            for key, value in (env or {}).items():
-                line.setenv(key, value)
-            line.chdir(REPO)
-            line.setattr(sys, "stdin", io.StringIO())
-            out, err = console.new_consoles()
-            line.setattr(console, "out", out)
-            line.setattr(console, "err", err)
-            capsys.readouterr()
-            code = main(list(args))
-            captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as line, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        for key, value in (env or {}).items():
+            line.setenv(key, value)
+        line.chdir(REPO)
+        line.setattr(sys, "stdin", io.StringIO())
+        out, err = console.new_consoles()  # rich writes to sys.stdout / sys.stderr as they are when it prints
+        line.setattr(console, "out", out)
+        line.setattr(console, "err", err)
+        code = main(list(args))
+    return CliResult(code, stdout.getvalue(), stderr.getvalue())
 
-    return run
+
+@pytest.fixture
+def cli() -> Cli:
+    """`cli(*args, env=...)`: main_in_process, for a test that runs command lines."""
+    return main_in_process

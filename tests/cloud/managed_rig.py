@@ -30,7 +30,7 @@ from provisioning.planner.plan import Plan
 from provisioning.sandbox.control import load_info
 from tests.cloud import procs
 from tests.cloud.plans import REGION, make_tiering_plan
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, CliResult, main_in_process, run_cli
 
 SANDBOX_ONLY = [  # each managed module's pytestmark
     pytest.mark.sandbox,
@@ -115,8 +115,11 @@ def write_job(jobs: Path, steps: int, tag: str, paced: bool = False) -> Path:
     return path
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    result = run_cli(*args, env=env, timeout=timeout)
+def cli(env: dict[str, str], *args: str, timeout: float | None = None) -> CliResult:
+    """`deepvm ARGS` on the module's cluster, asserting it succeeded. In this process (main_in_process), since
+    the scenarios poll `jobs` and `status` every few seconds and a process per line cost 2 CPU-s of imports
+    each; a line given a `timeout` (one that follows a job, minutes) runs as a process that can be cut off."""
+    result = main_in_process(*args, env=env) if timeout is None else run_cli(*args, env=env, timeout=timeout)
     assert result.returncode == 0, f"deepvm {' '.join(args)}: {result.stderr[-3000:]}"
     return result
 
@@ -210,8 +213,11 @@ def node_processes(env: dict[str, str]) -> dict[int, str]:
 
 
 def job_processes(env: dict[str, str]) -> dict[int, str]:
+    """A job's processes on the nodes; a node's warm server is the node's, not a job's (training.node.warm:
+    each rank forked from it names itself `python -m training.node.rank ...`, and is counted)."""
     return {pid: line for pid, line in node_processes(env).items()
-            if "training." in line or "mpirun" in line or "orted" in line or "prted" in line}  # fmt: skip
+            if ("training." in line and "training.node.warm --serve" not in line)
+            or "mpirun" in line or "orted" in line or "prted" in line}  # fmt: skip
 
 
 def local_deepvm(env: dict[str, str]) -> list[str]:
