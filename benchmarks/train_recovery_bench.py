@@ -20,7 +20,9 @@ relaunch's time went (the recovery's RelaunchPhases: checkpoint, teardown of the
 of the next, imports, restore, first step) and the notice -> training again of the managed run against
 its target (8 s); then the ratios of the notice run to the baseline, and of the managed notice run to
 the attached one. Run as root: `python benchmarks/train_recovery_bench.py [--json] [--scenarios ...]`
-(`--scenarios notice-head` measures the managed notice alone, a third of the time).
+(`--scenarios notice-head` measures the managed notice alone, a third of the time; `notice-head-cold` is the same
+with every rank started cold, DEEPVM_COLD_START=1: the baseline of training.node.warm's warm starts, and the
+ratio is printed when both run).
 """
 
 from __future__ import annotations
@@ -51,10 +53,15 @@ log_every: 1
 optimizer: {{name: sgd, lr: 0.02, momentum: 0.9}}
 schedule: {{name: cosine, warmup_steps: 5}}
 checkpoint: {{every_steps: {every}}}
-env: {{OMP_NUM_THREADS: "1"}}
+env: {{OMP_NUM_THREADS: "1"{cold}}}
 """
 _STEP = re.compile(r"^step (\d+)/")
-SCENARIOS = {"notice-head": (True, "head"), "notice-local": (True, "local"), "no-notice-local": (False, "local")}
+SCENARIOS = {  # name: (a notice?, where the controller runs, ranks started cold?)
+    "notice-head": (True, "head", False),
+    "notice-head-cold": (True, "head", True),  # the baseline of warm starts (training.node.warm)
+    "notice-local": (True, "local", False),
+    "no-notice-local": (False, "local", False),
+}
 TARGET_S = 8.0  # issue 22: notice -> training again on the sandbox, managed
 
 
@@ -74,7 +81,7 @@ def trainer_in_job(env: dict[str, str], attempt_line: str) -> str:
     return next(n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names)
 
 
-def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controller: str) -> dict:
+def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controller: str, cold: bool) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "bench", "--json",
          "--controller", controller],
@@ -105,7 +112,7 @@ def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controll
     first = next(r for r in result["recoveries"] if r["reason"] == reason)
     relaunch = next(a for a in result["attempts"] if a["first_step"] == first["resumed_step"] and a["number"] > 1)
     return {
-        "scenario": f"{'notice' if notice else 'no notice'} ({controller})",
+        "scenario": f"{'notice' if notice else 'no notice'} ({controller}{', cold' if cold else ''})",
         "event_to_detect_s": round(first["detected_wall"] - posted, 3),
         "phases": first.get("phases"),  # None from a deepvm that did not keep them
         "detect_to_checkpoint_s": first["detect_to_checkpoint_s"],
@@ -134,19 +141,20 @@ def main() -> int:
         env = {**os.environ, "DEEPVM_HOME": str(root / "home"), "NO_COLOR": "1"}
         os.environ["DEEPVM_HOME"] = env["DEEPVM_HOME"]
         (root / "plan.json").write_text(json.dumps(make_tiering_plan().to_dict()))
-        job = root / "job" / "bench.yaml"
-        job.parent.mkdir()
-        job.write_text(JOB.format(steps=args.steps, every=args.every))
+        jobs = {cold: root / "job" / f"bench{'-cold' if cold else ''}.yaml" for cold in (False, True)}
+        jobs[False].parent.mkdir()
+        for cold, job in jobs.items():
+            job.write_text(JOB.format(steps=args.steps, every=args.every, cold=', DEEPVM_COLD_START: "1"' * cold))
         try:
             deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
-            rows = [run_scenario(env, job, args.at, *SCENARIOS[name]) for name in args.scenarios]
+            rows = [run_scenario(env, jobs[SCENARIOS[name][2]], args.at, *SCENARIOS[name]) for name in args.scenarios]
         finally:
             subprocess.run([sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env,
                            capture_output=True)  # fmt: skip
             subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env,
                            capture_output=True)  # fmt: skip
     named = dict(zip(args.scenarios, rows))
-    managed, notice, baseline = (named.get(name) for name in SCENARIOS)
+    managed, cold, notice, baseline = (named.get(name) for name in SCENARIOS)
     ratios = None if not (notice and baseline) else {
         "steps_lost": f"{notice['steps_lost']} vs {baseline['steps_lost']}",
         "detect_to_resumed": round(notice["detect_to_resumed_s"] / baseline["detect_to_resumed_s"], 2),
@@ -154,8 +162,12 @@ def main() -> int:
     head_vs_local = None
     if managed and notice:
         head_vs_local = round(managed["detect_to_resumed_s"] / notice["detect_to_resumed_s"], 2)
+    warm_vs_cold = None
+    if managed and cold:
+        warm_vs_cold = round(notice_to_training(managed) / notice_to_training(cold), 2)
     if args.json:
-        document = {"rows": rows, "notice_vs_no_notice": ratios, "head_vs_local_detect_to_resumed": head_vs_local}
+        document = {"rows": rows, "notice_vs_no_notice": ratios, "head_vs_local_detect_to_resumed": head_vs_local,
+                    "warm_vs_cold_notice_to_training": warm_vs_cold}
         print(json.dumps(document, indent=1))
         return 0
     print(f"job: {args.steps} steps, checkpoint every {args.every}, interrupted at step {args.at}")
@@ -170,14 +182,21 @@ def main() -> int:
         print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     print_phases(rows)
     if managed:
-        again = managed["event_to_detect_s"] + managed["detect_to_resumed_s"]
+        again = notice_to_training(managed)
         print(f"managed: notice -> training again {again:.1f} s ({managed['event_to_detect_s']:.1f} s to detect, "
               f"{managed['detect_to_resumed_s']:.1f} s to resumed); target <= {TARGET_S:g} s")  # fmt: skip
     if ratios:
         print(f"notice vs no notice: steps lost {ratios['steps_lost']}, time to resume x{ratios['detect_to_resumed']}")
     if head_vs_local is not None:
         print(f"controller on the head vs attached: time to resume x{head_vs_local}")
+    if warm_vs_cold is not None:
+        print(f"warm vs cold starts (managed): notice -> training again {notice_to_training(managed):.1f} s vs "
+              f"{notice_to_training(cold):.1f} s, x{warm_vs_cold}")
     return 0
+
+
+def notice_to_training(row: dict) -> float:
+    return row["event_to_detect_s"] + row["detect_to_resumed_s"]
 
 
 def print_phases(rows: list[dict]) -> None:

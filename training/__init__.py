@@ -33,7 +33,8 @@
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
   mpirun starts on every node (`worker`, or the
   job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,
-  `sampler`, `batchplan`, `schedule`, `data/`, `models/`); `watcher` polls instance metadata for Spot
+  `sampler`, `batchplan`, `schedule`, `data/`, `models/`), through `warm`, which makes each rank after a
+  node's first a fork of an interpreter with torch imported; `watcher` polls instance metadata for Spot
   notices, in a rank and once per node before a launch.
 - `shared/`: read or written on both sides, so both import it: the job spec (`jobspec`, `yamlmarks`:
   validated on the user's machine, re-read by the controller and every rank), the events ranks send the

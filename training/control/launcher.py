@@ -45,7 +45,7 @@ from provisioning.cloud.types import HostSpec, SshEndpoint
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from training.control.plan_facts import TypeFacts
-from training.control.staging import JobPaths
+from training.control.staging import WARM_DIR, JobPaths
 from training.shared.transport import OutputLine, RemoteCommand
 
 ROLE_ORDER = {"both": 0, "trainer": 1, "holder": 2}
@@ -219,7 +219,8 @@ def mpirun_command(launch: Launch) -> list[str]:
     argv += [
         # torch warns on import when numpy is missing; nothing here needs numpy, so that one line per
         # rank and launch would only bury the job's own output
-        launch.python, "-W", f"ignore:{_NUMPY_WARNING}", "-m", "training.node.rank", f"{paths.job}/{launch.job_file}",
+        launch.python, "-W", f"ignore:{_NUMPY_WARNING}", "-m", "training.node.warm", f"{paths.home}/{WARM_DIR}",
+        "training.node.rank", f"{paths.job}/{launch.job_file}",
         "--out", paths.out,
         "--checkpoint-dir", paths.checkpoints,
         "--roles", roles,

@@ -4,6 +4,7 @@ Layout on every node, relative to the login user's home (where SFTP starts):
 
     deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
     deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
+    deepvm/warm/KEY.sock          the node's warm server, once a launch started one (training.node.warm)
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
     deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
@@ -50,6 +51,7 @@ from training.shared.transport import (
 )
 
 RUNTIME_DIR = "deepvm/runtime"
+WARM_DIR = "deepvm/warm"  # the node's warm server's socket (training.node.warm): ranks start as its forks
 INTERNAL_KEY = "deepvm/ssh/id_ed25519"
 # ranks import training and deepcheck; the managed controller on the head also runs provisioning (its
 # state store, the cloud provider), so the runtime carries all three
@@ -145,7 +147,7 @@ def _notice_lines(python: str) -> list[str]:
 
 def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool, authorize: str) -> str:
     """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
-    run setup once, check the Python, report home (and notice)."""
+    run setup once, check the Python, start the warm server, report home (and notice)."""
     root = f"deepvm/jobs/{job_id}"
     lines = [
         "set -e",
@@ -160,9 +162,18 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
     # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
     check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
     lines.append(f'{shlex.quote(python)} -c "{check}"')
+    lines.append(warm_server_line(python))
     if check_notice:
         lines += _notice_lines(python)
     return "\n".join(lines)
+
+
+def warm_server_line(python: str) -> str:
+    """Start the node's warm server in the background (training.node.warm: it imports torch once for every
+    rank the node starts from now on; one already running for this Python and torch stays, the new one
+    leaves). From this SSH session, not from a rank: mpirun's guard ends all an attempt started."""
+    serve = f'PYTHONPATH="$HOME/{RUNTIME_DIR}" {shlex.quote(python)} -m training.node.warm --serve "$HOME/{WARM_DIR}"'
+    return f"({serve} </dev/null >/dev/null 2>&1 &)"
 
 
 def authorize_lines(public_key: str) -> list[str]:

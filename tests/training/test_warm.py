@@ -1,0 +1,149 @@
+"""Warm starts (training.node.warm): the first start is cold and leaves a server; later ones are its forks,
+with the starter's argv, environment, directory and streams, its signals and its exit status; a killed
+starter takes its rank with it; ranks under a real mpirun initialise MPI as forks and finish cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from training.control.staging import warm_server_line
+from training.node.warm import server_key
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """\
+import json, os, signal, sys, time
+preloaded = "torch" in sys.modules
+mode = sys.argv[1]
+if mode == "report":
+    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(), "ppid": os.getppid(),
+                      "probe": os.environ.get("PROBE"), "preloaded": preloaded}), flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    sys.exit(int(sys.argv[2]))
+if mode == "wait":
+    signal.signal(signal.SIGUSR1, lambda *_: sys.exit(7))
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    time.sleep(120)
+if mode == "signal":
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+MPI_PROBE = """\
+import os, sys
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1)
+print(f"rank {comm.Get_rank()} of {comm.Get_size()} total {total} warm {os.getppid() == int(sys.argv[1])}", flush=True)
+"""
+
+
+@pytest.fixture
+def node(tmp_path):
+    """(warm directory, environment, servers started here): every server the test's starts left is ended."""
+    (tmp_path / "warm_probe.py").write_text(PROBE)
+    (tmp_path / "warm_mpi_probe.py").write_text(MPI_PROBE)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}", "PROBE": "through"}
+    env.pop("DEEPVM_COLD_START", None)
+    servers: list[int] = []
+    yield tmp_path / "warm", env, servers
+    for pid in servers:
+        os.kill(pid, signal.SIGTERM)
+
+
+def starter(node, *args: str, **popen) -> subprocess.Popen:
+    directory, env, _ = node
+    return subprocess.Popen([sys.executable, "-m", "training.node.warm", str(directory), *args],
+                            cwd=directory.parent, env=env, text=True, **popen)  # fmt: skip
+
+
+def report(node, code: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = starter(node, "warm_probe", "report", str(code), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), json.loads(out.splitlines()[0])
+
+
+def warm_server(node) -> int:
+    """Start the node's server as preparing a node does (training.control.staging.warm_server_line); its pid
+    once it answers (recorded, to be ended after the test)."""
+    directory, env, servers = node
+    line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(REPO))
+    subprocess.run(["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))], env=env, check=True,
+                   timeout=30)  # fmt: skip
+    socket_path = directory / f"{server_key(sys.executable)}.sock"
+    deadline = time.monotonic() + 120
+    while not socket_path.exists():
+        assert time.monotonic() < deadline, "no warm server came up"
+        time.sleep(0.2)
+    _, seen = report(node)
+    assert seen["preloaded"], seen
+    if seen["ppid"] not in servers:
+        servers.append(seen["ppid"])
+    return seen["ppid"]
+
+
+def test_without_a_server_a_start_is_cold_with_one_a_fork_with_the_starters_argv_env_cwd_streams_and_exit(node):
+    result, cold = report(node, code=3)
+    assert result.returncode == 3 and not cold["preloaded"] and "to stderr" in result.stderr
+    assert not node[0].exists()  # a starter never starts a server (preparing the node does)
+    server = warm_server(node)
+    assert warm_server(node) == server  # a second start for the same Python and torch leaves at once
+    result, warm = report(node, code=5)
+    assert result.returncode == 5 and warm["preloaded"] and warm["ppid"] == server
+    assert (warm["argv"], warm["probe"], warm["cwd"]) == (["report", "5"], "through", str(node[0].parent))
+    assert "to stderr" in result.stderr  # the rank writes to the starter's own streams
+    proc = starter(node, "warm_probe", "wait", stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    rank = json.loads(proc.stdout.readline())["pid"]
+    title = Path(f"/proc/{rank}/cmdline").read_bytes().decode()
+    assert "-m warm_probe wait" in title and "--serve" not in title  # named as the cold rank would be
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def test_signals_reach_the_rank_and_a_rank_ended_by_a_signal_ends_its_starter_so(node):
+    warm_server(node)
+    proc = starter(node, "warm_probe", "wait", stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    json.loads(proc.stdout.readline())
+    proc.send_signal(signal.SIGUSR1)  # as mpirun forwards it: the clean stop
+    assert proc.wait(timeout=60) == 7
+    signalled = starter(node, "warm_probe", "signal")
+    assert signalled.wait(timeout=60) == -signal.SIGTERM
+
+
+def test_a_starter_killed_takes_its_rank_with_it(node):
+    warm_server(node)
+    proc = starter(node, "warm_probe", "wait", stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    rank = json.loads(proc.stdout.readline())["pid"]
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{rank}").exists() and "Z" not in Path(f"/proc/{rank}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the rank outlived its starter"
+        time.sleep(0.1)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_ranks_started_warm_under_mpirun_initialise_mpi_and_finish_cleanly(node):
+    directory, env, _ = node
+    server = warm_server(node)
+    env = {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    result = subprocess.run(
+        ["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl_tcp_if_include", "lo",
+         "-x", "PYTHONPATH", sys.executable, "-m", "training.node.warm", str(directory), "warm_mpi_probe", str(server)],
+        cwd=directory.parent, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert lines == [f"rank {r} of 3 total 6 warm True" for r in range(3)], result.stdout + result.stderr

@@ -1,0 +1,312 @@
+"""Warm starts: a rank whose Python has torch imported before mpirun asks for it.
+
+Why: after a Spot notice the relaunch waits for its slowest rank, and every trainer rank began by importing
+torch: 1.9 CPU-s each, 4.3-4.6 s of the 7-8 s from notice to training again on the sandbox's two cores (a
+GPU node adds CUDA's libraries to it). A node keeps one warm interpreter that has imported torch and the
+libraries ranks use, and each rank of every launch after the first is a fork of it.
+
+How, on one node:
+1. Preparing the node for a job (training.control.staging) starts its warm server, `python -m
+   training.node.warm --serve DIR`, from the SSH session, detached: not below mpirun's guard, which ends all it
+   started when an attempt ends. The server imports torch and what ranks import besides (never mpi4py.MPI),
+   listens at DIR/KEY.sock (KEY names the interpreter and the torch install: a new torch, a new server) and
+   ends after IDLE_S without a rank; a second one for the same KEY leaves at once.
+2. The launcher's command runs `python -m training.node.warm DIR MODULE ARGS...`: the starter (this module's
+   main, the standard library only) connects to the server. When none answers (not started, still
+   importing, gone), it becomes the rank itself, cold: os.execv of `python -m MODULE ARGS`.
+3. When one answers, the starter hands it its argv, environment, working directory and its stdin, stdout and
+   stderr (SCM_RIGHTS); the server forks, and the child takes all of them, names itself as the cold rank
+   would be named (setproctitle, where installed: `ps` and whoever looks for a job's ranks by their command
+   line see `python -m MODULE ARGS`) and runs MODULE as `python -m` would. MPI is initialised in the child,
+   as in a cold rank: Open MPI's daemon accepts a rank that is a descendant of another process than the one
+   it started, given that process's environment (tests/training/test_warm.py runs ranks so under mpirun).
+4. The starter stays as the rank's stand-in for mpirun: it forwards the signals mpirun sends (SIGTERM, SIGINT,
+   SIGUSR1, SIGUSR2, SIGHUP) to the child and exits with the child's status, by the same signal if a signal
+   ended it. If the starter is killed (SIGKILL from mpirun or its guard), its connection closes and the server
+   kills the child; if the server dies, so does the child (PR_SET_PDEATHSIG), and its starter after it: no
+   rank outlives its attempt or runs without a stand-in.
+
+OpenMP reads OMP_NUM_THREADS when torch loads it, in the server: a child applies the rank's value itself. Set
+DEEPVM_COLD_START=1 in a job's env to start every rank cold.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+IDLE_S = 900.0  # a server with no rank for this long ends (the next launch on the node is cold again)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor.parallel.ddp: what
+    # DistributedDataParallel.__init__ imports (1.6 s of CPU on its own, a second after torch)
+    "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.tensor.parallel.ddp",
+    "torch.optim", "yaml", "pydantic", "setproctitle",
+)
+_PID = struct.Struct("!q")  # the server's replies: the child's pid, then its exit status (-N: signal N)
+_MAX_REQUEST = 1 << 22
+
+
+def server_key(python: str) -> str:
+    """The server that fits this interpreter and its torch install (no import: find_spec only)."""
+    spec = importlib.util.find_spec("torch")
+    torch_file = spec.origin if spec is not None and spec.origin else ""
+    stamp = os.stat(torch_file).st_mtime_ns if torch_file else 0
+    return hashlib.sha256(f"{os.path.realpath(python)}\0{torch_file}\0{stamp}".encode()).hexdigest()[:16]
+
+
+# the starter: what mpirun starts
+
+
+def socket_path(directory: Path) -> Path:
+    return directory / f"{server_key(sys.executable)}.sock"
+
+
+def start(directory: Path, module: str, args: Sequence[str]) -> int:
+    """Run `python -m module args` warm through the node's server, or cold (see the module docstring)."""
+    argv = [module, *args]
+    if os.environ.get("DEEPVM_COLD_START") != "1":
+        conn = _connect(socket_path(directory))
+        if conn is not None:
+            with conn:
+                return _run_warm(conn, argv)
+    os.execv(sys.executable, [sys.executable, *(f"-W{w}" for w in sys.warnoptions), "-m", *argv])
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError:  # no server, or a stale socket of one that ended
+        conn.close()
+        return None
+    return conn
+
+
+def _run_warm(conn: socket.socket, argv: list[str]) -> int:
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    conn.sendmsg([struct.pack("!I", len(request)), request],
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])  # fmt: skip
+    pid = _read_number(conn)
+    for sig in FORWARDED:
+        signal.signal(sig, lambda number, _frame: _forward(pid, number))
+    status = _read_number(conn)
+    if status < 0:  # ended by a signal: end the same way, so mpirun sees what it would see of a cold rank
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    return status
+
+
+def _forward(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, number)
+
+
+def _read_number(conn: socket.socket) -> int:
+    data = b""
+    while len(data) < _PID.size:
+        chunk = conn.recv(_PID.size - len(data))
+        if not chunk:
+            raise SystemExit("deepvm warm start: the node's warm server went away")
+        data += chunk
+    return _PID.unpack(data)[0]
+
+
+# the server
+
+
+def serve(directory: Path) -> int:
+    """The node's warm server in `directory` (one per key: a second one leaves at once)."""
+    with contextlib.suppress(OSError):
+        os.setsid()  # a session of its own: whatever ends the session that started it does not end it
+    directory.mkdir(parents=True, exist_ok=True)
+    path = socket_path(directory)
+    lock = open(path.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the server's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(64)
+    listener.settimeout(IDLE_S)
+    server = _Server(listener)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if server.running:
+                continue
+            path.unlink(missing_ok=True)
+            return 0
+        server.start_rank(conn)
+
+
+class _Server:
+    """Forks ranks; one thread per rank waits for its end, one for its starter's."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.lock = threading.Lock()
+        self.children: set[int] = set()
+
+    @property
+    def running(self) -> bool:
+        with self.lock:
+            return bool(self.children)
+
+    def start_rank(self, conn: socket.socket) -> None:
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError):
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self.listener.close()
+            conn.close()
+            _become_rank(request, fds)
+        for fd in fds:
+            os.close(fd)
+        with self.lock:
+            self.children.add(pid)
+        try:
+            conn.sendall(_PID.pack(pid))
+        except OSError:
+            _forward(pid, signal.SIGKILL)
+        threading.Thread(target=self._reap, args=(conn, pid), daemon=True).start()
+        threading.Thread(target=self._watch_starter, args=(conn, pid), daemon=True).start()
+
+    def _reap(self, conn: socket.socket, pid: int) -> None:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: its pid is not reused yet
+        with self.lock:
+            self.children.discard(pid)
+        _, status = os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            conn.sendall(_PID.pack(os.waitstatus_to_exitcode(status)))
+        conn.close()
+
+    def _watch_starter(self, conn: socket.socket, pid: int) -> None:
+        """The starter never writes after its request: a read that returns is its end (or the rank's)."""
+        with contextlib.suppress(OSError):
+            conn.recv(1)
+        with self.lock:
+            if pid in self.children:  # not reaped yet (see _reap): the pid is still the rank's
+                _forward(pid, signal.SIGKILL)
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    if len(header) != 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("not a warm-start request")
+    size = struct.unpack("!I", header)[0]
+    if size > _MAX_REQUEST:
+        raise ValueError("request too large")
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ValueError("request cut short")
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+def _become_rank(request: dict, fds: list[int]) -> None:
+    """In the forked child: take the starter's streams, environment, directory and argv, and run its module
+    as `python -m` does; never returns."""
+    import atexit
+    import runpy
+    import traceback
+
+    code = 1
+    try:
+        _die_with_parent()
+        with contextlib.suppress(ImportError):  # before the environment changes: it finds argv's memory by it
+            import setproctitle
+
+            setproctitle.setproctitle(" ".join([sys.executable, "-m", *request["argv"]]))
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the rank's streams, for its life
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        extra = [request["cwd"], *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep))]
+        sys.path[:0] = [p for p in extra if p not in sys.path]
+        threads = request["env"].get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+        for sig in (*FORWARDED, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        module, *args = request["argv"]
+        sys.argv = [module, *args]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, int) and exc.code is not None:
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()  # what the interpreter's exit would run
+        sys.stdout.flush()
+        sys.stderr.flush()
+        mpi = sys.modules.get("mpi4py.MPI")  # mpi4py finalizes in Py_AtExit, which os._exit skips
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.Finalize()
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this rank if the server ends (prctl PR_SET_PDEATHSIG): its starter then ends too, and mpirun
+    with it, rather than a rank running on with no stand-in for mpirun to stop."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 2 and args[0] == "--serve":
+        return serve(Path(args[1]))
+    if args and args[0] == "--serve":
+        print("usage: python -m training.node.warm --serve DIR", file=sys.stderr)
+        return 2
+    if len(args) < 2:
+        print("usage: python -m training.node.warm DIR MODULE [ARGS...]", file=sys.stderr)
+        return 2
+    return start(Path(args[0]), args[1], args[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
