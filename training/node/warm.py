@@ -46,6 +46,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 IDLE_S = 900.0  # a server with no rank for this long ends (the next launch on the node is cold again)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
@@ -146,7 +147,7 @@ def serve(directory: Path) -> int:
     listener.bind(str(path))
     listener.listen(64)
     listener.settimeout(IDLE_S)
-    server = _Server(listener)
+    server = _Server(listener, lock)
     while True:
         try:
             conn, _ = listener.accept()
@@ -161,10 +162,11 @@ def serve(directory: Path) -> int:
 class _Server:
     """Forks ranks; one thread per rank waits for its end, one for its starter's."""
 
-    def __init__(self, listener: socket.socket) -> None:
-        self.listener = listener
+    def __init__(self, listener: socket.socket, lock_file: IO[str]) -> None:
+        self.listener, self.lock_file = listener, lock_file
         self.lock = threading.Lock()
         self.children: set[int] = set()
+        self.starters: set[socket.socket] = set()  # the open connections, which a forked rank must not keep
 
     @property
     def running(self) -> bool:
@@ -177,11 +179,15 @@ class _Server:
         except (OSError, ValueError):
             conn.close()
             return
-        pid = os.fork()
+        with self.lock:
+            inherited = [self.listener, self.lock_file, conn, *self.starters]
+            pid = os.fork()
         if pid == 0:
-            self.listener.close()
-            conn.close()
+            for held in inherited:  # the server's lock and sockets are the server's alone
+                held.close()
             _become_rank(request, fds)
+        with self.lock:
+            self.starters.add(conn)
         for fd in fds:
             os.close(fd)
         with self.lock:
@@ -200,7 +206,9 @@ class _Server:
         _, status = os.waitpid(pid, 0)
         with contextlib.suppress(OSError):
             conn.sendall(_PID.pack(os.waitstatus_to_exitcode(status)))
-        conn.close()
+        with self.lock:
+            self.starters.discard(conn)
+            conn.close()
 
     def _watch_starter(self, conn: socket.socket, pid: int) -> None:
         """The starter never writes after its request: a read that returns is its end (or the rank's)."""
