@@ -9,8 +9,8 @@ How, on one node:
 1. Preparing the node for a job (training.control.staging) starts its warm server, `python -m
    training.node.warm --serve DIR`, from the SSH session, detached: not below mpirun's guard, which ends all it
    started when an attempt ends. The server imports torch and what ranks import besides (never mpi4py.MPI),
-   listens at DIR/KEY.sock (KEY names the interpreter and the torch install: a new torch, a new server) and
-   ends after IDLE_S without a rank; a second one for the same KEY leaves at once.
+   listens at DIR/KEY.sock (KEY names the interpreter, the torch install and this module: a new torch or
+   deepvm, a new server) and ends after IDLE_S without a rank; a second one for the same KEY leaves at once.
 2. The launcher's command runs `python -m training.node.warm DIR MODULE ARGS...`: the starter (this module's
    main, the standard library only) connects to the server. When none answers (not started, still
    importing, gone), it becomes the rank itself, cold: os.execv of `python -m MODULE ARGS`.
@@ -60,11 +60,14 @@ _MAX_REQUEST = 1 << 22
 
 
 def server_key(python: str) -> str:
-    """The server that fits this interpreter and its torch install (no import: find_spec only)."""
+    """The server that fits this interpreter, its torch install (no import: find_spec only) and this very
+    module: a starter of a newer deepvm never talks to a server of an older one's protocol."""
     spec = importlib.util.find_spec("torch")
     torch_file = spec.origin if spec is not None and spec.origin else ""
     stamp = os.stat(torch_file).st_mtime_ns if torch_file else 0
-    return hashlib.sha256(f"{os.path.realpath(python)}\0{torch_file}\0{stamp}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{os.path.realpath(python)}\0{torch_file}\0{stamp}\0".encode())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 # the starter: what mpirun starts
