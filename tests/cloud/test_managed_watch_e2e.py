@@ -57,6 +57,11 @@ class Terminal:
             import termios
 
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            # as a person's shell starts it: no signal blocked or ignored (both survive fork and exec, and this
+            # test process's threads may have either; CI twice saw Ctrl-C not reach the watch)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
             os.chdir(REPO)
             os.execve(sys.executable, [sys.executable, "-m", "deepvm_cli", *args], child_env)
         self.screen = ""
