@@ -96,8 +96,17 @@ class Terminal:
                 os.close(self._fd)
                 return os.waitstatus_to_exitcode(status)
             time.sleep(0.1)
+        why = self._signal_state()
         os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"deepvm watch did not leave on Ctrl-C; the screen ends:\n{self.screen[-2000:]}")
+        raise AssertionError(f"deepvm watch did not leave on Ctrl-C ({why}); the screen ends:\n{self.screen[-2000:]}")
+
+    def _signal_state(self) -> str:
+        """What could keep Ctrl-C from it: its signal masks, and whether the terminal turns ^C into SIGINT."""
+        import termios
+
+        status = Path(f"/proc/{self.pid}/status").read_text().splitlines()
+        masks = " ".join(line.replace("\t", " ") for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+        return f"{masks}; terminal ISIG {bool(termios.tcgetattr(self._fd)[3] & termios.ISIG)}"
 
 
 def tensorboard_scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
