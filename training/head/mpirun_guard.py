@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import queue
 import signal
@@ -39,7 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-_PR_SET_CHILD_SUBREAPER = 36
+from training.shared.prctl import become_subreaper
+
 _REAP_S = 5.0  # killed processes are gone within milliseconds; this bounds a pathological wait
 _DRAIN_S = 5.0  # after mpirun exits, how long its output may still take (something it left may hold the pipe)
 
@@ -51,7 +51,7 @@ class Mpirun:
         env = dict(os.environ)
         if os.geteuid() == 0:  # Open MPI refuses root unless told; the sandbox runs as root
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        become_subreaper()
         self.proc = subprocess.Popen(  # through the signal_relay: see training/head/signal_relay.py for why
             [sys.executable, "-m", "training.head.signal_relay", "--", *command],
             stdin=subprocess.DEVNULL,
@@ -84,10 +84,6 @@ class Mpirun:
             time.sleep(0.02)
             _reap()
         return code
-
-
-def _prctl(option: int, value: int) -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(option, value)
 
 
 def _descendants() -> list[int]:

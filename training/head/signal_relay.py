@@ -20,18 +20,15 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-_PR_SET_PDEATHSIG = 1
+from training.shared.prctl import die_with_parent
+
 _SIG_IGN = 1  # the C library's value of SIG_IGN
-
-
-def _prctl_death_signal() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _mpirun_setup() -> None:
     """In mpirun before exec: SIGTERM when this signal_relay dies (once: it has one thread). SIGPIPE ignored:
     once nobody reads mpirun's output, a write must not kill it halfway through stopping its ranks."""
-    _prctl_death_signal()
+    die_with_parent(signal.SIGTERM)
     ctypes.CDLL(None, use_errno=True).signal(signal.SIGPIPE, _SIG_IGN)
 
 
@@ -59,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, on_terminate)
     signal.signal(signal.SIGUSR1, on_stop)
     parent = os.getppid()
-    _prctl_death_signal()
+    die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # mpirun_guard died before the death signal was armed
         return 128 + signal.SIGTERM
     try:
