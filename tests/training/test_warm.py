@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from worker_jobs import end_warm_servers
 
 from training.control.staging import warm_server_line
 from training.node.warm import server_key
@@ -48,19 +49,17 @@ print(f"rank {comm.Get_rank()} of {comm.Get_size()} total {total} warm {os.getpp
 
 @pytest.fixture
 def node(tmp_path):
-    """(warm directory, environment, servers started here): every server the test's starts left is ended."""
+    """(warm directory, environment): every server the test started there is ended afterwards."""
     (tmp_path / "warm_probe.py").write_text(PROBE)
     (tmp_path / "warm_mpi_probe.py").write_text(MPI_PROBE)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}", "PROBE": "through"}
     env.pop("DEEPVM_COLD_START", None)
-    servers: list[int] = []
-    yield tmp_path / "warm", env, servers
-    for pid in servers:
-        os.kill(pid, signal.SIGTERM)
+    yield tmp_path / "warm", env
+    end_warm_servers(tmp_path / "warm")
 
 
 def starter(node, *args: str, **popen) -> subprocess.Popen:
-    directory, env, _ = node
+    directory, env = node
     return subprocess.Popen([sys.executable, "-m", "training.node.warm", str(directory), *args],
                             cwd=directory.parent, env=env, text=True, **popen)  # fmt: skip
 
@@ -74,7 +73,7 @@ def report(node, code: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
 def warm_server(node) -> int:
     """Start the node's server as preparing a node does (training.control.staging.warm_server_line); its pid
     once it answers (recorded, to be ended after the test)."""
-    directory, env, servers = node
+    directory, env = node
     line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(REPO))
     subprocess.run(["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))], env=env, check=True,
                    timeout=30)  # fmt: skip
@@ -85,8 +84,7 @@ def warm_server(node) -> int:
         time.sleep(0.2)
     _, seen = report(node)
     assert seen["preloaded"], seen
-    if seen["ppid"] not in servers:
-        servers.append(seen["ppid"])
+    assert (directory / socket_path.with_suffix(".lock").name).read_text().strip() == str(seen["ppid"])
     return seen["ppid"]
 
 
@@ -136,7 +134,7 @@ def test_a_starter_killed_takes_its_rank_with_it(node):
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
 def test_ranks_started_warm_under_mpirun_initialise_mpi_and_finish_cleanly(node):
-    directory, env, _ = node
+    directory, env = node
     server = warm_server(node)
     env = {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     result = subprocess.run(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from imds import imds_endpoint, loopback_ip, post_notice, post_rebalance_only
+from worker_jobs import end_warm_servers
 
 from provisioning.sandbox.metadata import endpoint_url
 from training.control.staging import prepare_command, setup_marker, stage_runtime
@@ -118,10 +119,13 @@ def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_pa
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    first = run()
+    try:
+        first = run()
+        post_notice(host_dir)
+        second = run()
+    finally:
+        end_warm_servers(home / "deepvm" / "warm")  # the node's warm server, which preparing it starts
     assert f"@@deepvm home {home}" in first and "@@deepvm notice null" in first and "setting up" in first
-    post_notice(host_dir)
-    second = run()
     assert "setting up" not in second and '"kind": "instance-action"' in second
     assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup)).exists()
     assert (home / "deepvm/jobs/job-1/out").is_dir() and (home / "deepvm/jobs/job-1/checkpoints").is_dir()

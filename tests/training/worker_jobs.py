@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -56,3 +57,18 @@ def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2
         "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def end_warm_servers(directory: Path, wait_s: float = 60.0) -> None:
+    """End the warm servers (training.node.warm) a test started in `directory`, each by the pid its lock file
+    holds; one still starting (its lock file there but empty) is waited for, up to `wait_s`."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + wait_s
+    for lock in directory.glob("*.lock"):
+        while not (text := lock.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if text:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(text), signal.SIGTERM)

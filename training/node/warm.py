@@ -45,6 +45,7 @@ import struct
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
@@ -56,7 +57,26 @@ PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor
     "torch.optim", "yaml", "pydantic", "setproctitle",
 )
 _PID = struct.Struct("!q")  # the server's replies: the child's pid, then its exit status (-N: signal N)
+_SIZE = struct.Struct("!I")  # a request's length, before it
 _MAX_REQUEST = 1 << 22
+
+
+@dataclass(frozen=True)
+class RankRequest:
+    """What a starter hands the server, beside its stdin, stdout and stderr (SCM_RIGHTS): the rank to become."""
+
+    argv: tuple[str, ...]  # MODULE ARGS..., as `python -m` takes them
+    env: dict[str, str]  # the starter's environment, which mpirun gave the rank (OMPI_*, PMIX_*, the job's)
+    cwd: str
+
+    def encode(self) -> bytes:
+        body = json.dumps(asdict(self)).encode()
+        return _SIZE.pack(len(body)) + body
+
+    @classmethod
+    def decode(cls, body: bytes) -> RankRequest:
+        raw = json.loads(body)
+        return cls(tuple(raw["argv"]), dict(raw["env"]), str(raw["cwd"]))
 
 
 def server_key(python: str) -> str:
@@ -99,9 +119,8 @@ def _connect(path: Path) -> socket.socket | None:
 
 
 def _run_warm(conn: socket.socket, argv: list[str]) -> int:
-    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-    conn.sendmsg([struct.pack("!I", len(request)), request],
-                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])  # fmt: skip
+    request = RankRequest(tuple(argv), dict(os.environ), os.getcwd())
+    conn.sendmsg([request.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
     pid = _read_number(conn)
     for sig in FORWARDED:
         signal.signal(sig, lambda number, _frame: _forward(pid, number))
@@ -118,13 +137,20 @@ def _forward(pid: int, number: int) -> None:
 
 
 def _read_number(conn: socket.socket) -> int:
+    try:
+        return _PID.unpack(_read_exactly(conn, _PID.size))[0]
+    except EOFError:
+        raise SystemExit("deepvm warm start: the node's warm server went away") from None
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
     data = b""
-    while len(data) < _PID.size:
-        chunk = conn.recv(_PID.size - len(data))
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
         if not chunk:
-            raise SystemExit("deepvm warm start: the node's warm server went away")
+            raise EOFError(f"the connection ended {size - len(data)} bytes short")
         data += chunk
-    return _PID.unpack(data)[0]
+    return data
 
 
 # the server
@@ -136,11 +162,14 @@ def serve(directory: Path) -> int:
         os.setsid()  # a session of its own: whatever ends the session that started it does not end it
     directory.mkdir(parents=True, exist_ok=True)
     path = socket_path(directory)
-    lock = open(path.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the server's life
+    lock = open(path.with_suffix(".lock"), "a+")  # noqa: SIM115 - held for the server's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")  # which process the server is, for whoever must end it
+    lock.flush()
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             __import__(name)
@@ -179,22 +208,21 @@ class _Server:
     def start_rank(self, conn: socket.socket) -> None:
         try:
             request, fds = _receive(conn)
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError):
             conn.close()
             return
+        server = os.getpid()
         with self.lock:
             inherited = [self.listener, self.lock_file, conn, *self.starters]
             pid = os.fork()
-        if pid == 0:
-            for held in inherited:  # the server's lock and sockets are the server's alone
-                held.close()
-            _become_rank(request, fds)
-        with self.lock:
+            if pid == 0:
+                for held in inherited:  # the server's lock and sockets are the server's alone
+                    held.close()
+                _become_rank(request, fds, server)
             self.starters.add(conn)
+            self.children.add(pid)
         for fd in fds:
             os.close(fd)
-        with self.lock:
-            self.children.add(pid)
         try:
             conn.sendall(_PID.pack(pid))
         except OSError:
@@ -222,67 +250,66 @@ class _Server:
                 _forward(pid, signal.SIGKILL)
 
 
-def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+def _receive(conn: socket.socket) -> tuple[RankRequest, list[int]]:
     fds = array.array("i")
-    header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_LEN(3 * fds.itemsize))
+    header, ancillary, _, _ = conn.recvmsg(_SIZE.size, socket.CMSG_LEN(3 * fds.itemsize))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    if len(header) != 4 or len(fds) != 3:
+    if len(header) != _SIZE.size or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         raise ValueError("not a warm-start request")
-    size = struct.unpack("!I", header)[0]
+    size = _SIZE.unpack(header)[0]
     if size > _MAX_REQUEST:
         raise ValueError("request too large")
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise ValueError("request cut short")
-        body += chunk
-    return json.loads(body), list(fds)
+    return RankRequest.decode(_read_exactly(conn, size)), list(fds)
 
 
-def _become_rank(request: dict, fds: list[int]) -> None:
+def _become_rank(request: RankRequest, fds: list[int], server: int) -> None:
     """In the forked child: take the starter's streams, environment, directory and argv, and run its module
     as `python -m` does; never returns."""
     import atexit
     import runpy
     import traceback
 
+    from training.shared.prctl import die_with_parent
+
     code = 1
     try:
-        _die_with_parent()
+        # SIGKILL if the server ends: the starter then ends too, and mpirun with it, rather than a rank running
+        # on with no stand-in for mpirun to stop; a server gone already never sends it
+        die_with_parent(signal.SIGKILL)
+        if os.getppid() != server:
+            return
         with contextlib.suppress(ImportError):  # before the environment changes: it finds argv's memory by it
             import setproctitle
 
-            setproctitle.setproctitle(" ".join([sys.executable, "-m", *request["argv"]]))
+            setproctitle.setproctitle(" ".join([sys.executable, "-m", *request.argv]))
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the rank's streams, for its life
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(request["env"])
-        extra = [request["cwd"], *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ.update(request.env)
+        extra = [request.cwd, *filter(None, request.env.get("PYTHONPATH", "").split(os.pathsep))]
         sys.path[:0] = [p for p in extra if p not in sys.path]
-        threads = request["env"].get("OMP_NUM_THREADS", "")
+        threads = request.env.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
         for sig in (*FORWARDED, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        module, *args = request["argv"]
-        sys.argv = [module, *args]
+        sys.argv = list(request.argv)
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            runpy.run_module(request.argv[0], run_name="__main__", alter_sys=True)
             code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if not isinstance(exc.code, int) and exc.code is not None:
+        except SystemExit as exc:  # as the interpreter treats it: a number is the code, anything else is said
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            if exc.code is not None and not isinstance(exc.code, int):
                 print(exc.code, file=sys.stderr)
         except BaseException:
             traceback.print_exc()
@@ -295,15 +322,6 @@ def _become_rank(request: dict, fds: list[int]) -> None:
             mpi.Finalize()
     finally:
         os._exit(code)
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this rank if the server ends (prctl PR_SET_PDEATHSIG): its starter then ends too, and mpirun
-    with it, rather than a rank running on with no stand-in for mpirun to stop."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
