@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,7 +32,7 @@ from moto.moto_api._internal.models import MotoAPIBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.ssm.models import Parameter, SimpleSystemManagerBackend
 
-from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, CapacityRule, Realism
+from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, CapacityRule, InventoryRow, Realism
 from provisioning.sandbox.realism_iam import answer as iam_answer
 
 
@@ -328,22 +328,16 @@ def _reclaim(request: dict[str, Any]) -> str:
 
 
 def _inventory(regions: list[str]) -> str:
-    """Every instance of every account in `regions` (realism.InventoryRow's fields), straight from moto's
-    backends."""
+    """Every instance of every account in `regions`, straight from moto's backends."""
     rows = []
     for account_id in list(ec2_backends.keys()):
         for region in filter(None, regions):
             for instance in ec2_backends[account_id][region].all_instances():
-                rows.append({
-                    "instance_id": instance.id,
-                    "region": region,
-                    "state": instance._state.name,
-                    "private_ip": instance.private_ip,
-                    "instance_type": instance.instance_type,
-                    "availability_zone": instance.placement.zone or "",
-                    "spot": instance.lifecycle == "spot",
-                    "image_id": instance.image_id or "",
-                })  # fmt: skip
+                row = InventoryRow(instance_id=instance.id, region=region, state=instance._state.name,
+                                   private_ip=instance.private_ip, instance_type=instance.instance_type,
+                                   availability_zone=instance.placement.zone or "", spot=instance.lifecycle == "spot",
+                                   image_id=instance.image_id or "")  # fmt: skip
+                rows.append(asdict(row))
     return json.dumps(rows)
 
 
