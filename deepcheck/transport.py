@@ -97,13 +97,16 @@ class Backoff:
             self.quiet_since = None
             time.sleep(0)  # let other threads have the GIL
             return
-        if self.rest:
+        if self.rest and cap < IDLE_CAP:  # a transfer's end is due: not a quiet spell
+            self.quiet_since = None
+        elif self.rest:
             now = time.monotonic()
-            if cap < IDLE_CAP or self.quiet_since is None:  # a transfer's end is due: not quiet
-                self.quiet_since = None if cap < IDLE_CAP else now
+            if self.quiet_since is None:
+                self.quiet_since = now
             elif now - self.quiet_since >= REST_AFTER_S:
-                cap = REST_CAP
-        self.sleep(min(cap, 1e-6 * (1 << self.idle)) if cap <= IDLE_CAP else cap)
+                self.sleep(REST_CAP)
+                return
+        self.sleep(min(cap, 1e-6 * (1 << self.idle)))
 
 
 def _deadline(timeout: float | None) -> float:
