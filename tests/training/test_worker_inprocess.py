@@ -157,32 +157,3 @@ def test_worker_cli_rank_batches(tmp_path, monkeypatch):
     monkeypatch.setenv("DEEPVM_RANK_BATCHES", "3,x")
     with pytest.raises(InputError, match="expected comma-separated integers"):
         parse_args([str(job), "--out", "o"])
-
-
-def _fingerprint_rank(rank: int, seeds: tuple[int, int], store: str, answers) -> None:
-    import torch.distributed as dist
-
-    from training.node.worker import _same_everywhere
-
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    torch.manual_seed(seeds[rank])
-    answers.put((rank, _same_everywhere(torch.nn.Linear(8, 4), torch.device("cpu"))))
-    dist.destroy_process_group()
-
-
-@pytest.mark.parametrize(("seeds", "same"), [((5, 5), True), ((5, 6), False)])
-def test_ddp_skips_its_start_up_broadcast_only_when_every_rank_built_the_same_weights(tmp_path, seeds, same):
-    """Two ranks (forks of this process, gloo over a file store): same seed, same weights, no broadcast
-    needed; a different seed on one rank, and DDP must sync as it always did."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    answers = context.Queue()
-    ranks = [context.Process(target=_fingerprint_rank, args=(r, seeds, str(tmp_path / "store"), answers))
-             for r in range(2)]  # fmt: skip
-    for process in ranks:
-        process.start()
-    got = dict(answers.get(timeout=60) for _ in ranks)
-    for process in ranks:
-        process.join(timeout=60)
-    assert got == {0: same, 1: same}

@@ -132,23 +132,6 @@ def _total_steps(spec: JobSpec, sampler: GlobalBatchSampler) -> int:
     return spec.steps if spec.steps is not None else int(spec.epochs or 0) * sampler.steps_per_epoch
 
 
-def _same_everywhere(model: nn.Module, device: torch.device) -> bool:
-    """Whether every rank built bit-identical weights and buffers (each seeds its RNG with the job's seed
-    before building), told by two all-reduces of one float64 fingerprint (its min and its max).
-
-    DDP's own start-up sync broadcasts every parameter from rank 0 and checks their shapes: for ResNet-18 on
-    the sandbox's 3 CPU trainers that took 3 s of each relaunch's 4.6 s from mpirun to the first step. The
-    fingerprint costs one pass over the weights; when it differs anywhere, DDP syncs as it always did."""
-    with torch.no_grad():
-        state = list(model.state_dict().values())
-        fingerprint = sum((t.double().sum() + t.double().square().sum()).item() for t in state)
-    low = torch.tensor([fingerprint, float(len(state))], dtype=torch.float64, device=device)
-    high = low.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    return bool(torch.equal(low, high))
-
-
 def _mean_over_ranks(value: float, device: torch.device) -> float:
     tensor = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
@@ -178,9 +161,7 @@ class Run:
         torch.manual_seed(spec.seed)
         model = build_model(spec.model.name, spec.model.num_classes, spec.model.width).to(self.device)
         self.ddp = DistributedDataParallel(
-            model,
-            device_ids=[self.device] if self.device.type == "cuda" else None,
-            init_sync=not _same_everywhere(model, self.device),
+            model, device_ids=[self.device] if self.device.type == "cuda" else None
         )
         self.base_lr = spec.optimizer.lr * self.plan.lr_scale
         optimizer = build_optimizer(spec.optimizer, model.parameters(), self.base_lr)
