@@ -4,7 +4,7 @@ Layout on every node, relative to the login user's home (where SFTP starts):
 
     deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
     deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
-    deepvm/warm/KEY.sock          the node's warm server, once a launch started one (training.node.warm)
+    deepvm/warm/KEY.sock, .lock   the node's warm server (training.node.warm), which preparing it starts; .lock: its pid
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
     deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
