@@ -3,7 +3,7 @@
 The defaults are the ones `deepvm plan --interruptions` uses (provisioning/planner/interruptions.py), so
 that both commands count a reclaim alike, and they are deepvm's own figures where deepvm measures them:
 
-- notice -> training again on the survivors: 8.1 s, measured with the controller on the head
+- notice -> training again on the survivors: 6.3 s, measured with the controller on the head
   (benchmarks/train_recovery_bench.py, README "Benchmarks"; MEASURED_RELAUNCH_S says when and how). It
   includes DeepCheck's flush to L1 (benchmarks/deepcheck_bench.py: ~0.5 s for a 1 GiB state: 118 ms stall
   + 347 ms L1 stage), so the flush is not counted again. Folding a replacement in is the same planned

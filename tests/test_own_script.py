@@ -114,7 +114,7 @@ def test_simulate_refuses_nodes_that_live_a_second_and_shows_the_parse(tmp_path,
     lines = err.splitlines()
     assert lines[0] == f"reading trace {trace}: 60,001 lines"
     assert one_error(code, "\n".join(lines[1:])) == (
-        f"{trace}: its Spot nodes live 1 s on average, less than the 8.1 s a relaunch takes (--relaunch-time): "
+        f"{trace}: its Spot nodes live 1 s on average, less than the 6.3 s a relaunch takes (--relaunch-time): "
         "no node would train before it is lost; check the trace's time unit (an events CSV's times are "
         "milliseconds)")
 

@@ -51,7 +51,7 @@ def plan(
     ),
     relaunch_time: float = typer.Option(
         None, "--relaunch-time", callback=at_least(0, DAY_S),
-        help="With --interruptions: seconds a relaunch stops the cluster (8.1, measured).",
+        help="With --interruptions: seconds a relaunch stops the cluster (6.3, measured).",
     ),
     replacement_delay: float = typer.Option(
         None, "--replacement-delay", callback=at_least(0, DAY_S),

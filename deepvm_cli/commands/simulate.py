@@ -68,7 +68,7 @@ def simulate(
         1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."),
     relaunch_time: float = typer.Option(
         None, "--relaunch-time", callback=at_least(0, DAY_S),
-        help="Seconds from a notice to training again, flush included (8.1, measured)."),
+        help="Seconds from a notice to training again, flush included (6.3, measured)."),
     restart_time: float = typer.Option(
         None, "--restart-time", callback=at_least(0, DAY_S),
         help="Seconds from a loss without notice to training again (7, measured)."),

@@ -25,9 +25,9 @@ binds the full price (every slot filled). A node alone keeps f = a (1 - a lambda
 all of them: 17 spot nodes are reclaimed 17 times as often as one. On-demand nodes are never reclaimed.
 
 Defaults (flags override them):
-- relaunch: 8.1 s, measured by benchmarks/train_recovery_bench.py (README, Benchmarks: a Spot notice to
+- relaunch: 6.3 s, measured by benchmarks/train_recovery_bench.py (README, Benchmarks: a Spot notice to
   training again on the survivors, controller on the head, 2 cores; 0 steps lost with the notice), since
-  issue 22's relaunch without waste (12.1 s before it).
+  issue 22's warm starts (8.1 s with every rank importing torch, 12.1 s before issue 22).
 - replacement delay: 300 s, NOT measured: deepvm measures no AWS launch (the sandbox's hosts boot in
   seconds). It is our estimate of AWS's Spot launch plus a GPU image's boot plus deepvm's push and setup.
 AWS gives a two-minute notice before a reclaim, so no work is lost beyond the stops; a reclaim without
@@ -44,10 +44,11 @@ from provisioning.catalog.model import Market
 from provisioning.planner.candidates import Candidate
 from provisioning.planner.plan import Architecture, Plan, Role
 
-# README, Benchmarks: `train_recovery_bench.py --scenarios notice-head`, detection -> training again (managed),
-# 2026-11-25 on the sandbox's 2 shared cores (load ~4), in a pair with the code before issue 22's relaunch work,
-# which measured 12.5 s there (its 12.1 s of 2026-11-23); six such pairs at load 2-15 gave x0.65-1.07, median x0.72
-MEASURED_RELAUNCH_S = 8.1
+# README, Benchmarks: `train_recovery_bench.py --scenarios notice-head notice-head-cold`, notice -> training again
+# (managed), the sandbox's 2 shared cores at load ~3.5: with warm starts (training.node.warm) 6.1, 6.3, 6.4 and
+# 6.9 s in four runs (2026-11-28), each in a pair with every rank started cold (13.3-14.4 s, x0.44-0.75); the
+# median. 8.1 s before warm starts (2026-11-25), 12.1 s before issue 22's relaunch work (2026-11-23)
+MEASURED_RELAUNCH_S = 6.3
 REPLACEMENT_DELAY_S = 300.0  # our estimate for AWS (not measured), see the module docstring
 RELAUNCHES_PER_RECLAIM = 2  # continue on the survivors, then fold the replacement in
 

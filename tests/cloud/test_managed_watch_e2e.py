@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioning.planner.interruptions import MEASURED_RELAUNCH_S, REPLACEMENT_DELAY_S
 from tests.cloud.managed_rig import (
     PACE_S,
     REBALANCE_STEPS,
@@ -240,11 +241,11 @@ def test_a_tight_deadline_buys_an_on_demand_stand_in_that_goes_when_spot_returns
     The deadline is set so that the slack while the whole cluster trains is a little over two joins (ten
     minutes), and stays so (the fallback's cap buys as many on-demand trainers as the plan has Spot ones, so
     the ladder's guaranteed rate is the job's rate): the job's end at its pace, the ladder's reserve (6
-    relaunches of 8.1 s and half a join), two joins and 40 s. With no trainer left it falls a second a
+    measured relaunches and half a join), two joins and 40 s. With no trainer left it falls a second a
     second; the test reads it before the notices."""
     env, jobs = cluster
     plan = make_tiering_plan()
-    reserve_s = 6 * 8.1 + 300.0 / 2
+    reserve_s = 6 * MEASURED_RELAUNCH_S + REPLACEMENT_DELAY_S / 2
     deadline_s = STARTUP_S + STAND_IN_STEPS * PACE_S + reserve_s + TEN_MIN_S + 40.0
     cli(env, "sandbox", "capacity", "--zone", plan.availability_zone, "--market", "spot", "--available", "0")
     try:

@@ -107,7 +107,7 @@ def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env, cli):
     info = doc["interruptions"]
     assert set(info) >= {"spec", "label", "relaunch_s", "replacement_delay_s", "stop_per_interruption_s",
                          "types", "plans", "without_interruptions", "decision_changed", "summary"}
-    assert info["spec"] == "auto" and info["relaunch_s"] == 8.1 and info["replacement_delay_s"] == 300
+    assert info["spec"] == "auto" and info["relaunch_s"] == 6.3 and info["replacement_delay_s"] == 300
     assert len(info["plans"]) == len(doc["plans"])
     for row in info["plans"]:
         assert set(row) == {"goodput_factor", "expected_goodput_tflops", "expected_usd_per_hour", "spot_trainers"}
