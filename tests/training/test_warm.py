@@ -70,10 +70,9 @@ def report(node, code: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), json.loads(out.splitlines()[0])
 
 
-def warm_server(node) -> int:
-    """Start the node's server as preparing a node does (training.control.staging.warm_server_line); its pid
-    once it answers (recorded, to be ended after the test)."""
-    directory, env = node
+def start_server(directory: Path, env: dict[str, str]) -> Path:
+    """Start the node's server as preparing a node does (training.control.staging.warm_server_line); its
+    socket, once there."""
     line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(REPO))
     subprocess.run(["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))], env=env, check=True,
                    timeout=30)  # fmt: skip
@@ -81,7 +80,14 @@ def warm_server(node) -> int:
     deadline = time.monotonic() + 120
     while not socket_path.exists():
         assert time.monotonic() < deadline, "no warm server came up"
-        time.sleep(0.2)
+        time.sleep(0.05)
+    return socket_path
+
+
+def warm_server(node) -> int:
+    """Start the node's server; its pid once it answers (recorded, to be ended after the test)."""
+    directory, env = node
+    socket_path = start_server(directory, env)
     _, seen = report(node)
     assert seen["preloaded"], seen
     assert (directory / socket_path.with_suffix(".lock").name).read_text().strip() == str(seen["ppid"])
@@ -105,6 +111,48 @@ def test_without_a_server_a_start_is_cold_with_one_a_fork_with_the_starters_argv
     assert "-m warm_probe wait" in title and "--serve" not in title  # named as the cold rank would be
     proc.kill()
     proc.wait(timeout=30)
+
+
+GATED = """\
+import os, pathlib, time
+while not pathlib.Path(os.environ["IMPORT_GATE"]).exists():  # the server's imports last until the test opens it
+    time.sleep(0.05)
+def setproctitle(title):
+    pass
+"""
+
+
+def test_a_start_while_the_server_still_imports_waits_for_it_and_one_whose_server_dies_meanwhile_runs_cold(
+        node, tmp_path):  # fmt: skip
+    """The first launch after preparing a node finds its server importing: its ranks wait for that import (one
+    for the node) instead of importing torch each. A server that dies before it forked the rank leaves it cold."""
+    directory, env = node
+    gated = tmp_path / "gated"
+    gated.mkdir()
+    (gated / "setproctitle.py").write_text(GATED)  # the server's last import, held until the gate opens
+    gate = tmp_path / "gate"
+    server_env = {**env, "PYTHONPATH": f"{gated}{os.pathsep}{env['PYTHONPATH']}", "IMPORT_GATE": str(gate)}
+    socket_path = start_server(directory, server_env)
+    server = int(socket_path.with_suffix(".lock").read_text())
+    waiting = starter(node, "warm_probe", "report", "4", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with pytest.raises(subprocess.TimeoutExpired):
+        waiting.wait(timeout=1.0)  # no cold start beside the importing server: it waits
+    gate.touch()
+    out, _ = waiting.communicate(timeout=120)
+    warm = json.loads(out.splitlines()[0])
+    assert waiting.returncode == 4 and warm["preloaded"] and warm["ppid"] == server, warm
+
+    gate.unlink()
+    other = tmp_path / "warm-other"  # a node of its own: no server there but the one this test kills
+    socket_path = start_server(other, server_env)
+    server = int(socket_path.with_suffix(".lock").read_text())
+    orphan = starter((other, env), "warm_probe", "report", "6", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with pytest.raises(subprocess.TimeoutExpired):
+        orphan.wait(timeout=1.0)
+    os.kill(server, signal.SIGKILL)  # before it forked any rank
+    out, _ = orphan.communicate(timeout=120)
+    cold = json.loads(out.splitlines()[0])
+    assert orphan.returncode == 6 and not cold["preloaded"] and cold["pid"] == orphan.pid, cold  # itself, exec'd
 
 
 def test_signals_reach_the_rank_and_a_rank_ended_by_a_signal_ends_its_starter_so(node):

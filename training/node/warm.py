@@ -12,8 +12,10 @@ How, on one node:
    listens at DIR/KEY.sock (KEY names the interpreter, the torch install and this module: a new torch or
    deepvm, a new server) and ends after IDLE_S without a rank; a second one for the same KEY leaves at once.
 2. The launcher's command runs `python -m training.node.warm DIR MODULE ARGS...`: the starter (this module's
-   main, the standard library only) connects to the server. When none answers (not started, still
-   importing, gone), it becomes the rank itself, cold: os.execv of `python -m MODULE ARGS`.
+   main, the standard library only) connects to the server. The server listens before it imports, so the
+   first launch after preparing the node waits for that one import instead of every rank importing torch
+   again beside it, on the same cores. When none answers (not started, gone, or not done importing in
+   PID_WAIT_S), the starter becomes the rank itself, cold: os.execv of `python -m MODULE ARGS`.
 3. When one answers, the starter hands it its argv, environment, working directory and its stdin, stdout and
    stderr (SCM_RIGHTS); the server forks, and the child takes all of them, names itself as the cold rank
    would be named (setproctitle, where installed: `ps` and whoever looks for a job's ranks by their command
@@ -39,6 +41,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import IO
 
 IDLE_S = 900.0  # a server with no rank for this long ends (the next launch on the node is cold again)
+PID_WAIT_S = 120.0  # a starter waits this long for a server still importing (a GPU node's torch: 10-20 s)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor.parallel.ddp: what
     # DistributedDataParallel.__init__ imports (1.6 s of CPU on its own, a second after torch)
@@ -104,7 +108,9 @@ def start(directory: Path, module: str, args: Sequence[str]) -> int:
         conn = _connect(socket_path(directory))
         if conn is not None:
             with conn:
-                return _run_warm(conn, argv)
+                status = _run_warm(conn, argv)
+            if status is not None:
+                return status
     os.execv(sys.executable, [sys.executable, *(f"-W{w}" for w in sys.warnoptions), "-m", *argv])
 
 
@@ -118,10 +124,17 @@ def _connect(path: Path) -> socket.socket | None:
     return conn
 
 
-def _run_warm(conn: socket.socket, argv: list[str]) -> int:
+def _run_warm(conn: socket.socket, argv: list[str]) -> int | None:
+    """The rank's exit status once the server's fork of it ended; None when the server started none (it went
+    away, or did not finish its imports in PID_WAIT_S): nothing runs, and the caller starts the rank cold."""
     request = RankRequest(tuple(argv), dict(os.environ), os.getcwd())
-    conn.sendmsg([request.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-    pid = _read_number(conn)
+    conn.settimeout(PID_WAIT_S)
+    try:
+        conn.sendmsg([request.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        pid = _PID.unpack(_read_exactly(conn, _PID.size))[0]
+    except (OSError, EOFError):  # TimeoutError is an OSError; a server that reads the request later sees it closed
+        return None
+    conn.settimeout(None)
     for sig in FORWARDED:
         signal.signal(sig, lambda number, _frame: _forward(pid, number))
     status = _read_number(conn)
@@ -170,14 +183,14 @@ def serve(directory: Path) -> int:
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")  # which process the server is, for whoever must end it
     lock.flush()
-    for name in PRELOAD:
-        with contextlib.suppress(ImportError):
-            __import__(name)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
-    listener.listen(64)
+    listener.listen(64)  # before the imports: the first launch's starters wait in the backlog (see start())
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            __import__(name)
     listener.settimeout(IDLE_S)
     server = _Server(listener, lock)
     while True:
@@ -209,6 +222,11 @@ class _Server:
         try:
             request, fds = _receive(conn)
         except (OSError, ValueError, EOFError):
+            conn.close()
+            return
+        if _gone(conn):  # it gave up waiting while this server imported, and started its rank cold
+            for fd in fds:
+                os.close(fd)
             conn.close()
             return
         server = os.getpid()
@@ -248,6 +266,12 @@ class _Server:
         with self.lock:
             if pid in self.children:  # not reaped yet (see _reap): the pid is still the rank's
                 _forward(pid, signal.SIGKILL)
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the starter closed its end: it never writes after its request, so readable means ended."""
+    ready, _, _ = select.select([conn], [], [], 0)
+    return bool(ready)
 
 
 def _receive(conn: socket.socket) -> tuple[RankRequest, list[int]]:
