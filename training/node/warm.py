@@ -131,13 +131,16 @@ def _run_warm(conn: socket.socket, argv: list[str]) -> int | None:
     conn.settimeout(PID_WAIT_S)
     try:
         conn.sendmsg([request.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-        pid = _PID.unpack(_read_exactly(conn, _PID.size))[0]
+        pid = _read_number(conn)
     except (OSError, EOFError):  # TimeoutError is an OSError; a server that reads the request later sees it closed
         return None
     conn.settimeout(None)
     for sig in FORWARDED:
         signal.signal(sig, lambda number, _frame: _forward(pid, number))
-    status = _read_number(conn)
+    try:
+        status = _read_number(conn)
+    except EOFError:
+        raise SystemExit("deepvm warm start: the node's warm server went away") from None
     if status < 0:  # ended by a signal: end the same way, so mpirun sees what it would see of a cold rank
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
@@ -150,10 +153,7 @@ def _forward(pid: int, number: int) -> None:
 
 
 def _read_number(conn: socket.socket) -> int:
-    try:
-        return _PID.unpack(_read_exactly(conn, _PID.size))[0]
-    except EOFError:
-        raise SystemExit("deepvm warm start: the node's warm server went away") from None
+    return _PID.unpack(_read_exactly(conn, _PID.size))[0]
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:
