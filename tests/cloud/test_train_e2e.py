@@ -135,7 +135,7 @@ def trainers_in_job(env: dict[str, str], seen: list[str]) -> list[str]:
     """Spot trainers of the running attempt (its note names them trainer-<instance id prefix>)."""
     attempt = next(line for line in reversed(seen) if line.startswith("attempt "))
     names = re.findall(r"trainer-([0-9a-f]{8})", attempt)
-    status = json.loads(main_in_process("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     return [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["instance_id"][2:10] in names]
 
 
@@ -218,7 +218,7 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
         # same seed, same global batch and sample order: the curves end in the same place
         assert abs(last_losses(run) - last_losses(reference)) < 0.25
 
-        status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+        status = cluster_status(env)
         job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
         assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", STEPS, 0)
         assert job_row["restarts"] == run["restarts"] and job_row["cost_usd"] > 0
@@ -301,7 +301,7 @@ def test_node_that_hangs_is_noticed_terminated_and_replaced(cluster, monkeypatch
     ec2 = load_info().context(AZ[:-1]).client("ec2")
     (instance,) = ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"]
     assert instance["State"]["Name"] in ("shutting-down", "terminated")
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     assert next(n for n in status["nodes"] if n["instance_id"] == victim)["state"] != "running"
 
 
@@ -322,7 +322,7 @@ def test_losing_the_holder_continues_from_s3_on_a_replacement_holder(cluster, mo
     seen: list[str] = []
     proc = start_train(env, l3_job)
     read_until_step(proc, 12, seen)
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     (holder,) = [n["instance_id"] for n in status["nodes"] if n["role"] == "holder" and n["state"] == "running"]
     clients.client("ec2").terminate_instances(InstanceIds=[holder])
     run = finish(proc, seen)
@@ -331,8 +331,7 @@ def test_losing_the_holder_continues_from_s3_on_a_replacement_holder(cluster, mo
     lost = next(r for r in run["recoveries"] if holder in r["nodes"])
     assert lost["resumed_step"] >= EVERY and lost["resumed_step"] % EVERY == 0  # from S3, not from scratch
     assert any(line.startswith("restored step") and " from L3 in " in line for line in seen)  # S3 only
-    holders = [n for n in json.loads(run_cli("status", "e2e", "--json", env=env).stdout)["nodes"]
-               if n["role"] == "holder" and n["state"] == "running"]  # fmt: skip
+    holders = [n for n in cluster_status(env)["nodes"] if n["role"] == "holder" and n["state"] == "running"]
     assert len(holders) == 1 and holders[0]["instance_id"] != holder
     listed = clients.client("s3").list_objects_v2(Bucket="e2e-checkpoints", Prefix="run/")
     assert any(o["Key"].endswith("manifest.json") for o in listed.get("Contents", []))
@@ -402,7 +401,7 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     assert torch.load(out / "model.pt")["head.weight"].shape == (10, 32)
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["status"], metrics["steps"], metrics["script"]) == ("completed", OWN_STEPS, "paced_train.py")
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
 
@@ -448,11 +447,19 @@ def test_controller_killed_then_resumed(cluster):
     ):
         time.sleep(0.5)
     assert not jobs  # mpirun died with its controller, and the ranks with it
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     assert status["jobs"][0]["state"].startswith("interrupted")
     resumed = finish(start_train(env, job, "--resume"), seen)
     (restart,) = [r for r in resumed["recoveries"] if r["reason"] == "controller-restart"]
     assert resumed["steps"] == STEPS and restart["lost_steps"] <= EVERY
+
+
+def cluster_status(env: dict[str, str]) -> dict:
+    """`deepvm status e2e --json`, in this process (tests/conftest.py main_in_process): the scenarios ask it
+    every second while they wait, and a process each would import deepvm every time."""
+    result = main_in_process("status", "e2e", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def _our_processes(env: dict[str, str]) -> dict[int, str]:
@@ -461,12 +468,12 @@ def _our_processes(env: dict[str, str]) -> dict[int, str]:
 
 
 def running_nodes(env: dict[str, str]) -> list[str]:
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     return [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
 
 
 def on_demand_node(env: dict[str, str]) -> str:
-    status = json.loads(run_cli("status", "e2e", "--json", env=env).stdout)
+    status = cluster_status(env)
     (holder,) = [n["instance_id"] for n in status["nodes"] if n["market"] == "on-demand"]
     return holder
 
