@@ -39,7 +39,6 @@ SANDBOX_ONLY = [  # each managed module's pytestmark
 EVERY = 5  # checkpoint interval, steps
 LAPTOP_STEPS = 520  # held at PACE_S a step, 260 s: past its 125 s away and the fold-in; the rest at full speed
 PACE_S = 0.5
-REBALANCE_STEPS = 200  # held at PACE_S a step, 100 s: the test releases it once the recommendation is handled
 CANARY = f"canary-secret-{uuid.uuid4().hex}"  # the user's AWS secret, as far as deepvm can tell
 NAME = f"mg-{uuid.uuid4().hex[:8]}"
 

@@ -26,7 +26,7 @@ from provisioning.clusters.store import Store
 from tests.cloud import procs
 from tests.cloud.managed_rig import SANDBOX_ONLY, job_yaml, release_the_pace, sandbox_client, write_job
 from tests.cloud.plans import make_tiering_plan
-from tests.conftest import run_cli
+from tests.conftest import main_in_process, run_cli
 from tests.training.notify_receiver import Receiver
 
 pytestmark = SANDBOX_ONLY
@@ -49,8 +49,12 @@ class Home:
         (root / "plan.json").write_text(json.dumps(make_tiering_plan(spot=1).to_dict()))
         self.said: list[str] = []  # every command's stderr, words joined (the console wraps its lines)
 
-    def run(self, *args: str, code: int = 0, timeout: float = 300) -> str:
-        result = run_cli(*args, env=self.env, timeout=timeout)
+    def run(self, *args: str, code: int = 0, timeout: float | None = None) -> str:
+        """`deepvm ARGS`, its stdout. In this process (main_in_process: `status`, `jobs`, `fetch` each cost 2 CPU-s
+        of imports and a head's login as a process, and `taken_down` polls), or, given a `timeout` (`up`,
+        `train`: minutes, and what they start outlives them), as a process that can be cut off."""
+        in_process = timeout is None
+        result = main_in_process(*args, env=self.env) if in_process else run_cli(*args, env=self.env, timeout=timeout)
         self.said.append(" ".join(result.stderr.split()))
         assert result.returncode == code, f"deepvm {' '.join(args)}: exit {result.returncode}\n{result.stderr[-3000:]}"
         return result.stdout
@@ -77,7 +81,7 @@ class Home:
         while not (found := [s for s in self.said if f"cluster {name} was taken down by its head" in s]):
             assert time.monotonic() < deadline, self.said[-1][-2000:]
             time.sleep(3)
-            self.run("status", timeout=120)
+            self.run("status")
         assert len(found) == 1, found  # said once, by the command that finished the teardown
         return found[0]
 

@@ -4,8 +4,10 @@ job outlives the laptop, a controller crash and a notice; a detached job is canc
 next command, which tears the rest of the cluster down.
 
 The laptop test's job is the shipped example script held to a slow pace until the test has seen what it
-waits for (paced_train.py): it outlasts the two minutes it must on any machine, and no more; the cancel
-test's job is ResNet-18.
+waits for (paced_train.py): it outlasts the two minutes it must on any machine, and no more. So is the cancel
+test's: a job the test stops needs no compute of its own, and a job training flat out would take both cores from
+the scenarios beside it until its cancel (ResNet-18's built-in trainer under a managed job runs in
+test_autodown_e2e.py).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
 
 def test_detached_job_cancelled_after_a_checkpoint_and_down_guards_it(cluster):
     env, jobs = cluster
-    job = write_job(jobs, 400, "cancel")
+    job = write_job(jobs, 400, "cancel", paced=True)  # 200 s at its pace: it is cancelled long before
     started = time.monotonic()
     detached = cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
     assert time.monotonic() - started < 120  # returns once the job runs, not when it ends

@@ -1,6 +1,6 @@
 """Managed training end to end in the sandbox, on a cluster of this module's own (tests/cloud/managed_rig.py),
-so that pytest-xdist runs it beside test_managed_e2e.py: `deepvm watch` in a terminal through a notice, a
-rebalance recommendation alone, and an empty Spot pool repaired with another type.
+so that pytest-xdist runs it beside test_managed_e2e.py: one watched job through a rebalance recommendation alone,
+then a notice in an empty Spot pool, repaired with another type.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from provisioning.planner.interruptions import MEASURED_RELAUNCH_S, REPLACEMENT_DELAY_S
 from tests.cloud.managed_rig import (
     PACE_S,
-    REBALANCE_STEPS,
     SANDBOX_ONLY,
     cli,
     detached,
@@ -118,23 +117,90 @@ def tensorboard_scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in accumulator.Scalars(tag)]
 
 
-@pytest.mark.timeout(600)
-def test_watch_shows_a_notice_on_the_timeline_and_the_run_stays_one_tensorboard_run(cluster):
-    """deepvm watch in a terminal of 80 x 24 while a notice hits the job; Ctrl-C leaves nothing behind on
-    either side; the job's TensorBoard files (written on the head) come with `fetch`, each step once."""
+WATCHED_STEPS = 300  # at PACE_S a step, 150 s at least: it trains until the test has seen the repair
+
+
+@pytest.mark.timeout(900)
+def test_a_watched_job_through_a_rebalance_then_a_notice_in_an_empty_spot_pool_repaired_with_another_type(cluster):
+    """What a Spot node says before it goes, to one paced job, in the order AWS says it, the plan's pool (g4dn.xlarge
+    Spot in its zone) emptied with `deepvm sandbox capacity` beforehand (one job instead of three: each costs a
+    launch on every node of the cluster):
+
+    - a rebalance recommendation alone (issue 21 item 3: it used to exclude its node, buy a replacement and leave
+      the excluded node billing until `down`): the node trains on, its trainers checkpoint early
+      (training/control/attempts.py says why), nothing is relaunched or bought;
+    - then the same node's interruption notice, with `deepvm watch` in a terminal of 80 x 24: the notice is on
+      its timeline, and Ctrl-C leaves nothing behind on either side;
+    - the head's ladder buys like the plan, meets EC2's InsufficientInstanceCapacity, and repairs with another
+      Spot type within the plan's cap; that node trains, the job completes with no step lost, the user's side
+      knows the node as the trainer it was bought for (its tags) though the plan has no group of its type, and
+      the cluster runs no more than its plan;
+    - the job's TensorBoard files (written on the head) come with `fetch`, each step once across the relaunch."""
     env, jobs = cluster
-    steps = 200  # at PACE_S a step, 100 s at least: it trains until the test releases it
-    with detached(env, write_job(jobs, steps, "watch", paced=True)) as job_id:
-        watch_through_a_notice(env, job_id, steps)
+    zone = make_tiering_plan().availability_zone
+    cli(env, "sandbox", "capacity", "--zone", zone, "--type", "g4dn.xlarge", "--market", "spot", "--available", "0")
+    try:
+        with detached(env, write_job(jobs, WATCHED_STEPS, "watched", paced=True)) as job_id:
+            node = recommend_a_rebalance(env, job_id)
+            watch_through_a_notice(env, job_id, node)
+            deadline = time.monotonic() + 300
+            while not re.search(r"^replacement i-[0-9a-f]+ ready", log := cli(env, "logs", job_id).stdout, re.M):
+                assert time.monotonic() < deadline and "job failed" not in log, log[-3000:]
+                time.sleep(2)
+            release_the_pace(env, "watched")
+            assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+    finally:
+        cli(env, "sandbox", "capacity", "--clear")
+    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == WATCHED_STEPS and state["lost_steps"] == 0, state
+    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    repair = re.search(r"^ladder: repair: .* repairing with 1 (\S+) at ", log, re.MULTILINE)
+    assert repair and repair[1] != "g4dn.xlarge", log[-3000:]
+    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
+    (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
+    assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
+    running = [n["instance_id"] for n in nodes if n["state"] == "running"]
+    assert node not in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), nodes
+
+    plain = cli(env, "watch", job_id).stdout  # not a terminal: plain lines, the job over
+    assert "Spot interruption notice on" in plain
+    assert f"{job_id} · completed: step {WATCHED_STEPS}/{WATCHED_STEPS}" in plain
+    out = Path(env["DEEPVM_HOME"]) / "fetched-watch"
+    fetched = cli(env, "fetch", job_id, "--out", str(out))
+    assert "tensorboard --logdir" in fetched.stderr and (out / "log.jsonl").is_file()
+    loss = tensorboard_scalars(out / "tensorboard", "loss")
+    assert [step for step, _ in loss] == list(range(1, WATCHED_STEPS + 1))  # across the relaunch: each step once
+    assert len(tensorboard_scalars(out / "tensorboard", "accuracy")) == WATCHED_STEPS
 
 
-def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None:
-    wait_for(env, job_id, 3)
+def recommend_a_rebalance(env: dict[str, str], job_id: str) -> str:
+    """A rebalance recommendation alone on a Spot trainer: its early checkpoint, then ten more steps with nothing
+    relaunched, bought or dropped, and the node still running; the node."""
+    assert wait_for(env, job_id, 2)["status"] == "running"
+    node = spot_trainer(env)
+    cli(env, "interrupt", node, "--rebalance-only")
+    deadline = time.monotonic() + 120
+    while "(rebalance)" not in (log := cli(env, "logs", job_id).stdout):  # the early checkpoint, then on
+        assert time.monotonic() < deadline, log[-2000:]
+        time.sleep(2)
+    assert wait_for(env, job_id, job_state(env, job_id)["step"] + 10)["status"] == "running"
+    log = cli(env, "logs", job_id).stdout
+    assert "rebalance recommendation on " in log and "attempt 2" not in log  # one launch: nothing stopped it
+    assert "buying " not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
+    status = json.loads(cli(env, "status", "mg", "--json").stdout)
+    assert node in [n["instance_id"] for n in status["nodes"] if n["state"] == "running"], status
+    assert job_state(env, job_id)["lost_steps"] == 0
+    return node
+
+
+def watch_through_a_notice(env: dict[str, str], job_id: str, node: str) -> None:
+    """`deepvm watch` in a terminal while `node` gets its notice: on the timeline; Ctrl-C leaves nothing behind,
+    and the last frame drawn fits 80 x 24."""
     terminal = Terminal(env, "watch", job_id, "--every", "1")
     terminal.wait_for("loss ", 60)
     terminal.wait_for("$/h now", 60)
     terminal.wait_for("trainer  spot", 60)  # the nodes, by role and market
-    cli(env, "interrupt", spot_trainer(env), "--after", "10")
+    cli(env, "interrupt", node, "--after", "10")
     terminal.wait_for("Spot interruption notice on", 120)  # on the timeline
     assert terminal.ctrl_c() == 0
     assert local_deepvm(env) == []  # nothing of the watch on this side...
@@ -153,79 +219,6 @@ def watch_through_a_notice(env: dict[str, str], job_id: str, steps: int) -> None
     drawn = lines[starts[-1]:]
     assert len(drawn) <= 24, "\n".join(drawn)
     assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
-
-    release_the_pace(env, "watch")
-    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
-    plain = cli(env, "watch", job_id).stdout  # not a terminal: plain lines, the job over
-    assert "Spot interruption notice on" in plain and f"{job_id} · completed: step {steps}/{steps}" in plain
-    out = Path(env["DEEPVM_HOME"]) / "fetched-watch"
-    fetched = cli(env, "fetch", job_id, "--out", str(out))
-    assert "tensorboard --logdir" in fetched.stderr and (out / "log.jsonl").is_file()
-    loss = tensorboard_scalars(out / "tensorboard", "loss")
-    assert [step for step, _ in loss] == list(range(1, steps + 1))  # across the notice's relaunch: each step once
-    assert len(tensorboard_scalars(out / "tensorboard", "accuracy")) == steps
-
-
-def test_a_rebalance_recommendation_alone_keeps_its_node_training_and_buys_nothing(cluster):
-    """Issue 21 item 3: a recommendation used to exclude its node, buy a replacement and leave the excluded
-    node running (billing) until `down`. Now the node trains on and its trainers checkpoint early
-    (training/control/attempts.py says why), nothing is lost, and the cluster runs no more than its plan."""
-    env, jobs = cluster
-    with detached(env, write_job(jobs, REBALANCE_STEPS, "rebalance", paced=True)) as job_id:
-        recommend_a_rebalance(env, job_id)
-
-
-def recommend_a_rebalance(env: dict[str, str], job_id: str) -> None:
-    assert wait_for(env, job_id, 2)["status"] == "running"
-    node = spot_trainer(env)
-    cli(env, "interrupt", node, "--rebalance-only")
-    deadline = time.monotonic() + 120
-    while "(rebalance)" not in (log := cli(env, "logs", job_id).stdout):  # the early checkpoint, then on
-        assert time.monotonic() < deadline, log[-2000:]
-        time.sleep(2)
-    release_the_pace(env, "rebalance")
-    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "5", timeout=300).stdout
-    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
-    assert state["status"] == "completed" and state["step"] == REBALANCE_STEPS and state["lost_steps"] == 0, state
-    assert "rebalance recommendation on " in log and "attempt 2" not in log  # one launch: nothing stopped it
-    assert "buying " not in log and "not using it" not in log, log[-3000:]  # nothing bought, nothing dropped
-    status = json.loads(cli(env, "status", "mg", "--json").stdout)
-    running = [n["instance_id"] for n in status["nodes"] if n["state"] == "running"]
-    assert node in running and len(running) <= sum(g.count for g in make_tiering_plan().nodes), status
-
-
-@pytest.mark.timeout(600)
-def test_an_empty_spot_pool_is_repaired_with_another_type_the_head_buys_and_status_adopts(cluster):
-    """The plan's pool (g4dn.xlarge Spot in its zone) emptied with `deepvm sandbox capacity`: after a notice the
-    head's ladder buys like the plan, meets EC2's InsufficientInstanceCapacity, and repairs with another Spot
-    type within the plan's cap; that node trains, the job completes with no step lost, and the user's side
-    knows the node as the trainer it was bought for (its tags), though the plan has no group of its type."""
-    env, jobs = cluster
-    zone = make_tiering_plan().availability_zone
-    cli(env, "sandbox", "capacity", "--zone", zone, "--type", "g4dn.xlarge", "--market", "spot", "--available", "0")
-    try:
-        job = write_job(jobs, 200, "repair", paced=True)  # 100 s at PACE_S at least: released once repaired
-        cli(env, "train", str(job), "--cluster", "mg", "--detach", timeout=240)
-        job_id = newest_job(env)
-        wait_for(env, job_id, 3)
-        cli(env, "interrupt", spot_trainer(env), "--after", "10")
-        deadline = time.monotonic() + 300
-        while not re.search(r"^replacement i-[0-9a-f]+ ready", log := cli(env, "logs", job_id).stdout, re.MULTILINE):
-            assert time.monotonic() < deadline and "job failed" not in log, log[-3000:]
-            time.sleep(2)
-        release_the_pace(env, "repair")
-        assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
-    finally:
-        cli(env, "sandbox", "capacity", "--clear")
-    log = cli(env, "logs", job_id).stdout
-    assert "InsufficientInstanceCapacity" in log, log[-3000:]
-    repair = re.search(r"^ladder: repair: .* repairing with 1 (\S+) at ", log, re.MULTILINE)
-    assert repair and repair[1] != "g4dn.xlarge", log[-3000:]
-    state = job_state(env, job_id)
-    assert state["status"] == "completed" and state["lost_steps"] == 0, state
-    nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
-    (bought,) = [n for n in nodes if n["instance_type"] == repair[1] and n["state"] == "running"]
-    assert bought["role"] == "trainer" and bought["market"] == "spot" and bought["availability_zone"] == zone
 
 
 STAND_IN_STEPS = 600  # at PACE_S a step, 300 s: room for the stand-in to come and go before the test releases it
