@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from provisioning.cloud.types import CloudKind, CloudResources, NodeRecord
 from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.ladder.offers import MarketOffers
-from provisioning.planner.plan_document import plan_from_dict
 from training.shared.guard import JobGuard, ResumeFrom
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.limits import JobLimits
@@ -105,6 +104,11 @@ def _json_with_plan(record: HeadJob | IdleWatch, written: dict[str, Any] | None 
 
 def _cluster_from(data: dict[str, Any]) -> tuple[ClusterRow, tuple[NodeRecord, ...]]:
     """The cluster and its nodes of a record written by asdict (HeadJob, IdleWatch)."""
+    # here, not at the top: the plan's document is pydantic's (0.3 CPU-s of imports), and the head's queries
+    # (`deepvm jobs`, `logs`, `watch`: a process each, every second or two) import this module for its log
+    # records, never a cluster's
+    from provisioning.planner.plan_document import plan_from_dict
+
     c = data["cluster"]
     cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
                             "plan": plan_from_dict(c["plan"]),
