@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from worker_jobs import end_warm_servers
 
-from training.control.staging import warm_server_line
+from training.control.staging import stage_runtime, warm_server_line
 from training.node.warm import server_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,12 +70,13 @@ def report(node, code: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), json.loads(out.splitlines()[0])
 
 
-def start_server(directory: Path, env: dict[str, str]) -> Path:
-    """Start the node's server as preparing a node does (training.control.staging.warm_server_line); its
-    socket, once there."""
-    line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(REPO))
+def start_server(directory: Path, env: dict[str, str], runtime: Path = REPO) -> Path:
+    """Start the node's server as preparing a node does (training.control.staging.warm_server_line), deepvm's
+    code for the nodes in `runtime`; its socket, once there."""
+    line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(runtime))
+    # from the node's home, as its SSH session starts it: no deepvm in the directory the server starts in
     subprocess.run(["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))], env=env, check=True,
-                   timeout=30)  # fmt: skip
+                   cwd=directory.parent, timeout=30)  # fmt: skip
     socket_path = directory / f"{server_key(sys.executable)}.sock"
     deadline = time.monotonic() + 120
     while not socket_path.exists():
@@ -111,6 +112,34 @@ def test_without_a_server_a_start_is_cold_with_one_a_fork_with_the_starters_argv
     assert "-m warm_probe wait" in title and "--serve" not in title  # named as the cold rank would be
     proc.kill()
     proc.wait(timeout=30)
+
+
+OURS_PROBE = """\
+import json, os, sys
+preloaded = "training.shared.jobspec" in sys.modules
+from training.shared import events
+print(json.dumps({"preloaded": preloaded, "mark": getattr(events, "MARK", None), "ppid": os.getppid()}), flush=True)
+"""
+
+
+def test_a_rank_runs_the_deepvm_on_the_node_though_its_server_imported_an_older_one(node, tmp_path):
+    """The server imports deepvm's modules every rank imports (training.node.warm.PRELOAD_OURS) and lives across
+    jobs, whose pushes change deepvm's code on the node: a rank forked after such a change imports it anew."""
+    directory, env = node
+    runtime = stage_runtime(tmp_path / "runtime")  # deepvm's code on the node, as preparing it pushes it
+    (tmp_path / "ours_probe.py").write_text(OURS_PROBE)
+    env = {**env, "PYTHONPATH": f"{runtime}{os.pathsep}{tmp_path}"}
+    server = int(start_server(directory, env, runtime).with_suffix(".lock").read_text())
+
+    def probe() -> dict:
+        out = subprocess.run([sys.executable, "-m", "training.node.warm", str(directory), "ours_probe"], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+        return json.loads(out.splitlines()[0])
+
+    assert probe() == {"preloaded": True, "mark": None, "ppid": server}
+    with (runtime / "training" / "shared" / "events.py").open("a") as changed:  # the next job's deepvm
+        changed.write("\nMARK = 2\n")
+    assert probe() == {"preloaded": False, "mark": 2, "ppid": server}  # still a fork: torch stays imported
 
 
 GATED = """\

@@ -9,8 +9,10 @@ How, on one node:
 1. Preparing the node for a job (training.control.staging) starts its warm server, `python -m
    training.node.warm --serve DIR`, from the SSH session, detached: not below mpirun's guard, which ends all it
    started when an attempt ends. The server imports torch and what ranks import besides (never mpi4py.MPI),
-   listens at DIR/KEY.sock (KEY names the interpreter, the torch install and this module: a new torch or
-   deepvm, a new server) and ends after IDLE_S without a rank; a second one for the same KEY leaves at once.
+   deepvm's own job spec and rank records among them (a rank forked after a push that changed deepvm's code
+   imports deepvm anew: _drop_stale), listens at DIR/KEY.sock (KEY names the interpreter, the torch install
+   and this module: a new torch or warm-start protocol, a new server) and ends after IDLE_S without a rank; a
+   second one for the same KEY leaves at once.
 2. The launcher's command runs `python -m training.node.warm DIR MODULE ARGS...`: the starter (this module's
    main, the standard library only) connects to the server. The server listens before it imports, so the
    first launch after preparing the node waits for that one import instead of every rank importing torch
@@ -60,6 +62,11 @@ PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor
     "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.tensor.parallel.ddp",
     "torch.optim", "yaml", "pydantic", "setproctitle",
 )
+PRELOAD_OURS = (  # deepvm's own modules every rank imports, mpi4py.MPI aside: 0.4-0.7 s of pydantic models a
+    # rank; a rank forked after a push that changed any module the server imported of deepvm imports them anew
+    "training.shared.jobspec", "training.shared.events", "training.shared.storage",
+)
+_OUR_PACKAGES = ("training", "provisioning", "deepcheck")
 _PID = struct.Struct("!q")  # the server's replies: the child's pid, then its exit status (-N: signal N)
 _SIZE = struct.Struct("!I")  # a request's length, before it
 _MAX_REQUEST = 1 << 22
@@ -188,11 +195,11 @@ def serve(directory: Path) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(64)  # before the imports: the first launch's starters wait in the backlog (see start())
-    for name in PRELOAD:
+    for name in (*PRELOAD, *PRELOAD_OURS):
         with contextlib.suppress(ImportError):
             __import__(name)
     listener.settimeout(IDLE_S)
-    server = _Server(listener, lock)
+    server = _Server(listener, lock, _our_sources())
     while True:
         try:
             conn, _ = listener.accept()
@@ -207,8 +214,9 @@ def serve(directory: Path) -> int:
 class _Server:
     """Forks ranks; one thread per rank waits for its end, one for its starter's."""
 
-    def __init__(self, listener: socket.socket, lock_file: IO[str]) -> None:
+    def __init__(self, listener: socket.socket, lock_file: IO[str], ours: dict[str, tuple[str, bytes]]) -> None:
         self.listener, self.lock_file = listener, lock_file
+        self.ours = ours  # deepvm's modules this server imported: (file, digest) by name
         self.lock = threading.Lock()
         self.children: set[int] = set()
         self.starters: set[socket.socket] = set()  # the open connections, which a forked rank must not keep
@@ -236,7 +244,7 @@ class _Server:
             if pid == 0:
                 for held in inherited:  # the server's lock and sockets are the server's alone
                     held.close()
-                _become_rank(request, fds, server)
+                _become_rank(request, fds, server, self.ours)
             self.starters.add(conn)
             self.children.add(pid)
         for fd in fds:
@@ -290,7 +298,34 @@ def _receive(conn: socket.socket) -> tuple[RankRequest, list[int]]:
     return RankRequest.decode(_read_exactly(conn, size)), list(fds)
 
 
-def _become_rank(request: RankRequest, fds: list[int], server: int) -> None:
+def _our_sources() -> dict[str, tuple[str, bytes]]:
+    """deepvm's modules imported in this process, each with its file and the digest of that file's bytes."""
+    found = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name.split(".")[0] in _OUR_PACKAGES and path:
+            found[name] = (path, _digest(path))
+    return found
+
+
+def _digest(path: str) -> bytes:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).digest()
+    except OSError:  # gone: no digest matches it
+        return b""
+
+
+def _drop_stale(ours: dict[str, tuple[str, bytes]]) -> None:
+    """After a push that changed deepvm's code on the node (the server lives across jobs, the pushes are
+    incremental: training.control.staging), a rank must run the code pushed, as a cold one would: if any file
+    the server imported of deepvm differs now, the rank imports all of deepvm anew (its modules import each
+    other: none is kept beside a newer one)."""
+    if any(_digest(path) != digest for path, digest in ours.values()):
+        for name in ours:
+            sys.modules.pop(name, None)
+
+
+def _become_rank(request: RankRequest, fds: list[int], server: int, ours: dict[str, tuple[str, bytes]]) -> None:
     """In the forked child: take the starter's streams, environment, directory and argv, and run its module
     as `python -m` does; never returns."""
     import atexit
@@ -321,6 +356,7 @@ def _become_rank(request: RankRequest, fds: list[int], server: int) -> None:
         os.environ.update(request.env)
         extra = [request.cwd, *filter(None, request.env.get("PYTHONPATH", "").split(os.pathsep))]
         sys.path[:0] = [p for p in extra if p not in sys.path]
+        _drop_stale(ours)
         threads = request.env.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
