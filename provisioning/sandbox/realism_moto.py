@@ -32,6 +32,7 @@ from moto.moto_api._internal.models import MotoAPIBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.ssm.models import Parameter, SimpleSystemManagerBackend
 
+from provisioning.sandbox import moto_speed
 from provisioning.sandbox.realism import CONTROL_PATH, STATE_MESSAGES, CapacityRule, InventoryRow, Realism
 from provisioning.sandbox.realism_iam import answer as iam_answer
 
@@ -87,12 +88,14 @@ _installed = False
 
 
 def install(realism: Realism = Realism()) -> None:
-    """Patch moto in this process (once) and put `realism` in force, also after every reset of moto."""
+    """Patch moto in this process (once: the realism patches and moto_speed's two caches) and put `realism` in
+    force, also after every reset of moto."""
     global _installed
     STATE.default = realism
     STATE.configure(realism)
     if not _installed:
         patch(STATE)
+        moto_speed.install()
         _installed = True
 
 
