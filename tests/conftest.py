@@ -32,22 +32,6 @@ def examples(ci: int) -> int:
     return max(1, ci * settings.default.max_examples // _CI_EXAMPLES)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest modules first: those with sandbox scenarios (minutes each), then those with mpirun jobs, then
-    the rest, each module's tests in their order. `make test` runs a file to a worker on two pytest-xdist workers
-    and hands the next file to whichever is free first, so the minutes-long files start first and the short
-    ones fill in after them. (xdist's own order, by count of tests, put the few long scenarios last: one worker
-    ran them alone for minutes while the other had finished; the Makefile turns it off, --no-loadscope-reorder.)"""
-
-    def weight(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("sandbox") else 1 if item.get_closest_marker("mpi") else 2
-
-    module_weight: dict[Path, int] = {}
-    for item in items:
-        module_weight[item.path] = min(module_weight.get(item.path, 2), weight(item))
-    items.sort(key=lambda item: module_weight[item.path])  # stable: a module's tests stay together, in order
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """torch computes on one thread in this process, as the MPI ranks and the sandbox jobs of the tests do: on
     two shared cores a second intra-op thread spins beside the first and doubled the CPU time of the same work
