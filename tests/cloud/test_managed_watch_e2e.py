@@ -143,17 +143,11 @@ def test_a_watched_job_through_a_rebalance_then_a_notice_in_an_empty_spot_pool_r
         with detached(env, write_job(jobs, WATCHED_STEPS, "watched", paced=True)) as job_id:
             node = recommend_a_rebalance(env, job_id)
             watch_through_a_notice(env, job_id, node)
-            deadline = time.monotonic() + 300
-            while not re.search(r"^replacement i-[0-9a-f]+ ready", log := cli(env, "logs", job_id).stdout, re.M):
-                assert time.monotonic() < deadline and "job failed" not in log, log[-3000:]
-                time.sleep(2)
-            release_the_pace(env, "watched")
-            assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+            _await(env, job_id, r"^replacement i-[0-9a-f]+ ready", 300)
+            _released_to_its_end(env, job_id, "watched")
     finally:
         cli(env, "sandbox", "capacity", "--clear")
-    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
-    assert state["status"] == "completed" and state["step"] == WATCHED_STEPS and state["lost_steps"] == 0, state
-    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    log = _completed_in_full_through_a_shortage(env, job_id, WATCHED_STEPS)
     repair = re.search(r"^ladder: repair: .* repairing with 1 (\S+) at ", log, re.MULTILINE)
     assert repair and repair[1] != "g4dn.xlarge", log[-3000:]
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
@@ -265,19 +259,31 @@ def test_a_tight_deadline_buys_an_on_demand_stand_in_that_goes_when_spot_returns
         stand_ins = _on_demand_trainers(env)
         cli(env, "sandbox", "capacity", "--clear")  # Spot is back
         _await(env, job_id, r"^ladder: return-to-spot: ", 300)
-        release_the_pace(env, "standin")
-        assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+        _released_to_its_end(env, job_id, "standin")
     finally:
         cli(env, "sandbox", "capacity", "--clear")
-    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
-    assert state["status"] == "completed" and state["step"] == STAND_IN_STEPS and state["lost_steps"] == 0, state
-    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    log = _completed_in_full_through_a_shortage(env, job_id, STAND_IN_STEPS)
     assert re.search(r"^buying \d on-demand g4dn.xlarge trainers? in \S+ \(on-demand-fallback", log, re.M), log[-3000:]
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
     running = {n["instance_id"]: n for n in nodes if n["state"] == "running"}
     assert stand_ins and not set(stand_ins) & set(running), (stand_ins, running)  # bought by the head, let go
     assert len(running) <= sum(g.count for g in plan.nodes), running  # nothing beyond the plan
     assert not set(spot) & set(running) and sum(n["market"] == "spot" for n in running.values()) == 3, running
+
+
+def _released_to_its_end(env: dict[str, str], job_id: str, tag: str) -> None:
+    """Release the paced job `tag` (paced_train.py) and follow its log until it completed."""
+    release_the_pace(env, tag)
+    assert "job completed" in cli(env, "logs", job_id, "-f", "--tail", "1", timeout=300).stdout
+
+
+def _completed_in_full_through_a_shortage(env: dict[str, str], job_id: str, steps: int) -> str:
+    """The job's log, once it is over: it completed its `steps` with no step lost, and its head met EC2's
+    InsufficientInstanceCapacity on the way."""
+    log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
+    assert state["status"] == "completed" and state["step"] == steps and state["lost_steps"] == 0, state
+    assert "InsufficientInstanceCapacity" in log, log[-3000:]
+    return log
 
 
 def _on_demand_trainers(env: dict[str, str]) -> list[str]:
