@@ -121,6 +121,15 @@ def main_in_process(*args: str, env: dict[str, str] | None = None) -> CliResult:
     return CliResult(code, stdout.getvalue(), stderr.getvalue())
 
 
+def deepvm_line(*args: str, env: dict[str, str], timeout: float | None = None) -> CliResult:
+    """`deepvm ARGS` in this process (main_in_process), or, given a `timeout`, as a process that can be cut off
+    (run_cli): for a line that follows a job for minutes, or starts what outlives it (`up`, `train`)."""
+    if timeout is None:
+        return main_in_process(*args, env=env)
+    done = run_cli(*args, env=env, timeout=timeout)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
 @pytest.fixture
 def cli() -> Cli:
     """`cli(*args, env=...)`: main_in_process, for a test that runs command lines."""

@@ -30,7 +30,7 @@ from provisioning.planner.plan import Plan
 from provisioning.sandbox.control import load_info
 from tests.cloud import procs
 from tests.cloud.plans import REGION, make_tiering_plan
-from tests.conftest import REPO, CliResult, main_in_process, run_cli
+from tests.conftest import REPO, CliResult, deepvm_line, run_cli
 
 SANDBOX_ONLY = [  # each managed module's pytestmark
     pytest.mark.sandbox,
@@ -118,7 +118,7 @@ def cli(env: dict[str, str], *args: str, timeout: float | None = None) -> CliRes
     """`deepvm ARGS` on the module's cluster, asserting it succeeded. In this process (main_in_process), since
     the scenarios poll `jobs` and `status` every few seconds and a process per line cost 2 CPU-s of imports
     each; a line given a `timeout` (one that follows a job, minutes) runs as a process that can be cut off."""
-    result = main_in_process(*args, env=env) if timeout is None else run_cli(*args, env=env, timeout=timeout)
+    result = deepvm_line(*args, env=env, timeout=timeout)
     assert result.returncode == 0, f"deepvm {' '.join(args)}: {result.stderr[-3000:]}"
     return result
 

@@ -26,7 +26,7 @@ from provisioning.clusters.store import Store
 from tests.cloud import procs
 from tests.cloud.managed_rig import SANDBOX_ONLY, job_yaml, release_the_pace, sandbox_client, write_job
 from tests.cloud.plans import make_tiering_plan
-from tests.conftest import main_in_process, run_cli
+from tests.conftest import deepvm_line, run_cli
 from tests.training.notify_receiver import Receiver
 
 pytestmark = SANDBOX_ONLY
@@ -53,8 +53,7 @@ class Home:
         """`deepvm ARGS`, its stdout. In this process (main_in_process: `status`, `jobs`, `fetch` each cost 2 CPU-s
         of imports and a head's login as a process, and `taken_down` polls), or, given a `timeout` (`up`,
         `train`: minutes, and what they start outlives them), as a process that can be cut off."""
-        in_process = timeout is None
-        result = main_in_process(*args, env=self.env) if in_process else run_cli(*args, env=self.env, timeout=timeout)
+        result = deepvm_line(*args, env=self.env, timeout=timeout)
         self.said.append(" ".join(result.stderr.split()))
         assert result.returncode == code, f"deepvm {' '.join(args)}: exit {result.returncode}\n{result.stderr[-3000:]}"
         return result.stdout
