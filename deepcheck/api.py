@@ -13,6 +13,7 @@ import os
 import random
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from .snapshot import BufferPool, capture_rng, copy_range, needs_pinned, restore
 from .storage_disk import DiskStore
 from .storage_s3 import S3Config, S3Store
 from .trainer import SaveJob, TrainerPart
-from .transport import DEFAULT_CHUNK, MAX_CHUNK
+from .transport import DEFAULT_CHUNK, MAX_CHUNK, allreduce
 from .world import ROLES, World, discover
 
 log = logging.getLogger("deepcheck")
@@ -255,7 +256,7 @@ class DeepCheck:
     def should_flush(self) -> bool:
         """Collective over trainers, once per step: True on all of them if any trainer got request_flush()."""
         self._need_trainer("should_flush")
-        return bool(self.tcomm.allreduce(self.flush_flag.is_set(), op=MPI.LOR))
+        return bool(allreduce(self.tcomm, array("q", [self.flush_flag.is_set()]), MPI.BOR)[0])
 
     def flush_now(
         self,

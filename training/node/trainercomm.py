@@ -3,14 +3,18 @@
 Why MPI and not torch.distributed: a user's own script (the job spec's `run:`) owns its process group,
 backend and device, and may not have created one when deepvm needs to agree; the trainers of a job
 always share an MPI world with the checkpoint holders. The group holds only the trainers, in DeepCheck's
-trainer order, so its rank is the torch rank; holders never take part.
+trainer order, so its rank is the torch rank; holders never take part. Every call waits without spinning
+(deepcheck.transport.allreduce: why).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 from mpi4py import MPI
+
+from deepcheck.transport import allreduce
 
 
 class TrainerComm:
@@ -22,16 +26,16 @@ class TrainerComm:
 
     def any(self, flag: bool) -> bool:
         """True on every trainer when `flag` is True on at least one."""
-        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+        return self.any_each(flag)[0]
 
     def any_each(self, *flags: bool) -> tuple[bool, ...]:
         """`any` of each flag, in one collective (one bit per flag): a step's checks cost one round trip."""
         bits = sum(1 << i for i, flag in enumerate(flags) if flag)
-        agreed = int(self.comm.allreduce(bits, op=MPI.BOR))
+        agreed = allreduce(self.comm, array("q", [bits]), MPI.BOR)[0]
         return tuple(bool(agreed >> i & 1) for i in range(len(flags)))
 
     def mean(self, value: float) -> float:
-        return float(self.comm.allreduce(float(value), op=MPI.SUM)) / self.size
+        return allreduce(self.comm, array("d", [value]), MPI.SUM)[0] / self.size
 
     def free(self) -> None:
         self.comm.Free()
