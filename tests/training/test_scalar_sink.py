@@ -87,15 +87,16 @@ def test_a_restarted_controller_continues_the_run_of_the_one_that_died(tmp_path)
     assert scalars(board, "loss") == [(s, 1.0) for s in range(1, 6)] + [(s, 2.0) for s in range(6, 13)]
 
 
-def test_without_tensorboardx_the_controller_says_so_once_and_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # what an import finds when it is not installed
+def test_without_tensorboard_the_controller_says_so_once_and_writes_nothing(tmp_path, monkeypatch):
+    for name in ("tensorboard", "tensorboard.compat.proto.event_pb2", "tensorboard.summary.writer.event_file_writer"):
+        monkeypatch.setitem(sys.modules, name, None)  # what an import finds when it is not installed
     notes: list[str] = []
     sink = ScalarSink(tmp_path / TENSORBOARD_DIR, notes.append)
     sink.launched(0)
     for step in (1, 2, 3):
         sink.add(MetricPoint(step, {"loss": 1.0}), 1.0)
     sink.close()
-    assert len(notes) == 1 and "lacks tensorboardX" in notes[0] and "pip install tensorboardX" in notes[0]
+    assert len(notes) == 1 and "lacks tensorboard" in notes[0] and "pip install tensorboard`" in notes[0]
     assert not (tmp_path / TENSORBOARD_DIR).exists()
 
 
@@ -104,11 +105,19 @@ def test_a_metrics_record_round_trips_through_the_log():
     assert LogRecord.from_json(record.to_json()) == record
 
 
-def test_no_rank_needs_tensorboardx():
+def test_no_rank_needs_tensorboard_and_the_controller_imports_no_torch(tmp_path):
     """What the nodes run (a rank, deepvm's worker, a user's script through training.job) imports none of the
-    writer's libraries: the runtime pushed to every node must not need them."""
+    writer's libraries: the runtime pushed to every node must not need them. And the controller, which trains
+    nothing, writes its TensorBoard files without importing torch (seconds and hundreds of MB on the head)."""
     code = ("import sys; import training.node.rank, training.node.worker, training.job, training.node.metrics_log; "
             "print(sorted(m for m in ('tensorboardX', 'tensorboard', 'mlflow') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          timeout=120)  # fmt: skip
     assert out.stdout.strip() == "[]"
+    code = ("import sys; from pathlib import Path; import training.head.job_service\n"
+            "from training.control.scalar_sink import ScalarSink; from training.shared.scalars import MetricPoint\n"
+            f"sink = ScalarSink(Path({str(tmp_path)!r}), print); sink.launched(0)\n"
+            "sink.add(MetricPoint(1, {'loss': 0.5}), 1.0); sink.close(); print('torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         timeout=120)  # fmt: skip
+    assert out.stdout.strip() == "False" and scalars(tmp_path, "loss") == [(1, 0.5)]

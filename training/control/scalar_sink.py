@@ -8,20 +8,24 @@ TensorBoard's files are written where the job's controller runs.
 For a managed job that is the head: trainer 0 is a Spot node and changes across relaunches, so its own
 disk would scatter the run; the head outlives every attempt. With `--controller local` it is the user's
 machine. Either way the files are OUT/tensorboard/ beside the job's outputs (`deepvm fetch` brings them;
-`tensorboard --logdir OUT/tensorboard` shows them). They are written by tensorboardX's SummaryWriter, a
-maintained library with few dependencies (numpy, protobuf): the controller's side needs it, no rank
-does. A controller whose Python lacks it says so once in the job's log and writes none (the scalars stay
-in the log, for `deepvm watch`).
+`tensorboard --logdir OUT/tensorboard` shows them). They are written by TensorBoard's own event file writer
+(tensorboard.summary.writer: what torch.utils.tensorboard writes with), from the package the user views
+them with, which AWS's PyTorch images carry: the controller's side needs it, no rank does. Why not
+tensorboardX's SummaryWriter: importing it imports torch wherever torch is installed, 3.2 CPU-s and
+hundreds of MB at every controller start on the head, which trains nothing; this writer imports numpy and
+protobuf (0.7 CPU-s). A controller whose Python lacks tensorboard says so once in the job's log and writes
+none (the scalars stay in the log, for `deepvm watch`).
 
 One run across relaunches and controller restarts: TensorBoard's run is the directory, and every writer
 of the job writes there. A launch that resumes at step F while points past F may have been written (a
-relaunch from an older checkpoint, a restarted controller) opens its file with purge_step F+1: TensorBoard
-then hides the earlier points from F+1 on, its documented rule for a resumed run
-(https://tensorboardx.readthedocs.io/en/latest/tensorboard.html, SummaryWriter's purge_step), so a redone
-step shows once, with the value the run went on from. After a notice the trainers flush at the step they
+relaunch from an older checkpoint, a restarted controller) opens its file with a SessionLog START event at step F+1
+(what torch's and tensorboardX's SummaryWriter write for purge_step F+1): TensorBoard then hides the earlier
+points from F+1 on, its documented rule for a resumed run
+(https://pytorch.org/docs/stable/tensorboard.html, SummaryWriter's purge_step), so a redone step shows
+once, with the value the run went on from. After a notice the trainers flush at the step they
 stop at and the relaunch resumes there: nothing is hidden.
 
-Calls come on the controller's thread; add_scalar only queues the event for tensorboardX's own writer thread.
+Calls come on the controller's thread; add_event only queues the event for the writer's own thread.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from training.shared.tracking import EXPERIMENT, TRACKING_URI
 
 TENSORBOARD_DIR = "tensorboard"  # under the job's out directory
 _EVENT_FILES = "events.out.tfevents.*"
-_FLUSH_S = 10  # tensorboardX's writer thread writes its queue to disk at least this often
-_QUEUE = 1000  # events tensorboardX holds before add_scalar waits for its writer thread
+_FLUSH_S = 10  # the writer's thread writes its queue to disk at least this often
+_QUEUE = 1000  # events the writer holds before add_event waits for its thread
 
 
 class MetricSink(Protocol):
@@ -61,10 +65,10 @@ class ScalarSink:
     def __init__(self, directory: Path, note: Callable[[str], None]) -> None:
         self.directory = directory
         self._note = note
-        self._writer: Any = None  # tensorboardX.SummaryWriter of the current launch, opened at its first point
+        self._writer: Any = None  # the EventFileWriter of the current launch, opened at its first point
         self._resumed_at: int | None = None  # the current launch's first step (None: no launch yet)
         self._highest = -1  # the newest step this controller wrote
-        self._lacking = False  # tensorboardX is not installed here: said once, then nothing is written
+        self._lacking = False  # tensorboard is not installed here: said once, then nothing is written
 
     def launched(self, first_step: int) -> None:
         """Trainer 0 started a launch at `first_step` (steps done before it): points past it are redone."""
@@ -78,8 +82,11 @@ class ScalarSink:
         writer = self._writer or self._open()
         if writer is None:
             return
-        for name, value in point.values.items():
-            writer.add_scalar(name, value, point.step, walltime=wall)
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=name, simple_value=value) for name, value in point.values.items()]
+        writer.add_event(Event(wall_time=wall, step=point.step, summary=Summary(value=values)))
         self._highest = max(self._highest, point.step)
 
     def close(self) -> None:
@@ -91,24 +98,26 @@ class ScalarSink:
     def _open(self) -> Any:
         if self._lacking:
             return None
-        try:
-            from tensorboardX import SummaryWriter  # imports numpy and, when installed, torch: seconds, once
+        try:  # numpy and protobuf: 0.7 CPU-s, once
+            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError:
             self._lacking = True
-            self._note("no TensorBoard files: this controller's Python lacks tensorboardX (`pip install "
-                       "tensorboardX`); the scalars stay in the job's log and `deepvm watch`")  # fmt: skip
+            self._note("no TensorBoard files: this controller's Python lacks tensorboard (`pip install "
+                       "tensorboard`); the scalars stay in the job's log and `deepvm watch`")  # fmt: skip
             return None
         files = len(list(self.directory.glob(_EVENT_FILES))) if self.directory.is_dir() else 0
         resumed = self._resumed_at if self._resumed_at is not None else max(self._highest, 0)
-        self._writer = SummaryWriter(
+        self._writer = EventFileWriter(
             str(self.directory),
-            purge_step=resumed + 1 if files else None,
-            max_queue=_QUEUE,
+            max_queue_size=_QUEUE,
             flush_secs=_FLUSH_S,
             # a file's name starts with the second it was opened in: two of one second (a controller that
             # restarted at once) must neither share a name nor sort out of order
             filename_suffix=f".{files + 1:05d}",
         )
+        if files:  # earlier files may hold steps past `resumed`: TensorBoard hides them from here on
+            self._writer.add_event(Event(step=resumed + 1, session_log=SessionLog(status=SessionLog.START)))
         return self._writer
 
 
