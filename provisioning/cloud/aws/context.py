@@ -7,6 +7,7 @@ the clients to register botocore event hooks or Stubbers.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -93,10 +94,13 @@ def default_region() -> str | None:
     return boto3.session.Session().region_name
 
 
+@functools.cache
 def partition_of(region: str) -> str:
     """The AWS partition of a region, with which every ARN in it begins: aws, aws-us-gov (GovCloud), aws-cn
     (China), ... from botocore's endpoint data. A region botocore does not know yet is taken for `aws`: an
-    ARN of the wrong partition matches nothing, so a policy written with it grants nothing."""
+    ARN of the wrong partition matches nothing, so a policy written with it grants nothing. Kept per region:
+    the data is the installed botocore's, and reading it (a session of its own, its endpoint rules parsed)
+    took 0.07 CPU-s a call, made by every policy deepvm writes."""
     try:
         return str(boto3.session.Session().get_partition_for_region(region))
     except BotoCoreError:
