@@ -66,7 +66,7 @@ def test_hooks_see_every_step_and_state_is_complete(tmp_path, capsys):
     assert metrics.status == "completed" and metrics.steps == 4 and metrics.synthetic is True
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["final_loss"] == metrics.final_loss and math.isfinite(saved["final_loss"])
-    model = build_model("resnet18", 4)
+    model = build_model("resnet18", 4, width=8)
     model.load_state_dict(torch.load(out / "model.pt"))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in lines if e["event"] != "metrics"] == ["start", "step", "step", "end"]
