@@ -22,7 +22,7 @@ from provisioning.sandbox.hosts import hosts_root
 from provisioning.sandbox.metadata import METADATA_PORT
 from provisioning.sandbox.procs import pid_alive
 from tests.cloud.plans import make_plan, write_plans
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, main_in_process, run_cli
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -99,7 +99,7 @@ def _pinned(endpoints: dict) -> dict[str, str]:
 
 
 def _status(name: str) -> dict:
-    result = run_cli("status", name, "--json")
+    result = main_in_process("status", name, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -166,18 +166,18 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert _imds(clients[spot], "latest/meta-data/spot/instance-action")[0] == "404"
 
     on_demand = next(n["instance_id"] for n in nodes if n["market"] == "on-demand")
-    refused = run_cli("interrupt", on_demand)
+    refused = main_in_process("interrupt", on_demand)
     assert refused.returncode == 2 and "only spot nodes get interruption notices" in refused.stderr
 
     # a rebalance recommendation alone (sandbox only): the document appears, and nothing else happens
     calm = next(n["instance_id"] for n in nodes if n["market"] == "spot" and n["instance_id"] != spot)
-    result = run_cli("interrupt", calm, "--rebalance-only")
+    result = main_in_process("interrupt", calm, "--rebalance-only")
     assert result.returncode == 0 and "rebalance recommendation alone" in result.stdout + result.stderr
     code, body = _imds(clients[calm], "latest/meta-data/events/recommendations/rebalance")
     assert code == "200" and json.loads(body).keys() == {"noticeTime"}
     assert _imds(clients[calm], "latest/meta-data/spot/instance-action")[0] == "404"
 
-    result = run_cli("interrupt", spot, "--after", "4")
+    result = main_in_process("interrupt", spot, "--after", "4")
     assert result.returncode == 0, result.stderr
     code, body = _imds(clients[spot], "latest/meta-data/spot/instance-action")
     assert code == "200" and json.loads(body)["action"] == "terminate"
@@ -217,7 +217,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 
     # down: no instance, no sshd, no namespace, no metadata endpoint left
-    report = json.loads(run_cli("sandbox", "status", "--json").stdout)
+    report = json.loads(main_in_process("sandbox", "status", "--json").stdout)
     host_pids = [pid for h in report["hosts"] for pid in h["pids"]]
     assert len(report["hosts"]) == 4 and len(host_pids) == 8  # unshare + namespace init per host
     result = run_cli("down", "e2e", "--yes")
