@@ -64,7 +64,10 @@ def _imds(client, path: str, token: bool = True) -> tuple[str, str]:
 
 def _boto3_on(client, endpoint: str) -> list[str]:
     """What boto3 finds on the node with no credentials in its environment (how the head's controller
-    runs): the credentials' method, and whether DescribeInstances works with them."""
+    runs): the credentials' method, and whether DescribeInstances works with them. botocore asks instance
+    metadata once with a 1 s timeout: EC2's IMDS is the hypervisor's and answers at once, the sandbox's is a
+    process on this machine's shared cores that mints the role's credentials through moto, and under the
+    suite's load it once answered later (this check found 'none'): here it gets 5 s and 3 tries."""
     code = (
         "import boto3; c = boto3.Session().get_credentials(); print(c.method if c else 'none'); "
         "print('described' if c and boto3.client('ec2').describe_instances()['Reservations'] else '-')"
@@ -72,6 +75,7 @@ def _boto3_on(client, endpoint: str) -> list[str]:
     status, out = _run(
         client,
         f"env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN AWS_ENDPOINT_URL={endpoint} "
+        f"AWS_METADATA_SERVICE_TIMEOUT=5 AWS_METADATA_SERVICE_NUM_ATTEMPTS=3 "
         f'AWS_DEFAULT_REGION=us-east-1 {sys.executable} -c "{code}"',
         timeout=60,
     )
