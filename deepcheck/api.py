@@ -13,7 +13,6 @@ import os
 import random
 import threading
 import time
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from .snapshot import BufferPool, capture_rng, copy_range, needs_pinned, restore
 from .storage_disk import DiskStore
 from .storage_s3 import S3Config, S3Store
 from .trainer import SaveJob, TrainerPart
-from .transport import DEFAULT_CHUNK, MAX_CHUNK, allreduce
+from .transport import DEFAULT_CHUNK, MAX_CHUNK, any_each
 from .world import ROLES, World, discover
 
 log = logging.getLogger("deepcheck")
@@ -256,7 +255,7 @@ class DeepCheck:
     def should_flush(self) -> bool:
         """Collective over trainers, once per step: True on all of them if any trainer got request_flush()."""
         self._need_trainer("should_flush")
-        return bool(allreduce(self.tcomm, array("q", [self.flush_flag.is_set()]), MPI.BOR)[0])
+        return any_each(self.tcomm, self.flush_flag.is_set())[0]
 
     def flush_now(
         self,

@@ -136,6 +136,14 @@ def allreduce(comm: MPI.Comm, values: array, op: MPI.Op) -> array:
     return out
 
 
+def any_each(comm: MPI.Comm, *flags: bool) -> tuple[bool, ...]:
+    """Collective: each flag True on every rank of `comm` when it is True on any, all in one allreduce (a bit per
+    flag), so that a step's checks cost one round trip."""
+    bits = sum(1 << i for i, flag in enumerate(flags) if flag)
+    agreed = allreduce(comm, array("q", [bits]), MPI.BOR)[0]
+    return tuple(bool(agreed >> i & 1) for i in range(len(flags)))
+
+
 def wait_message(comm: MPI.Comm, source: int, tag: int, timeout: float | None, what: str) -> Any:
     deadline, backoff = _deadline(timeout), Backoff()
     while (got := poll_message(comm, tag, source)) is None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from mpi4py import MPI
 
-from deepcheck.transport import allreduce
+from deepcheck.transport import allreduce, any_each
 
 
 class TrainerComm:
@@ -30,9 +30,7 @@ class TrainerComm:
 
     def any_each(self, *flags: bool) -> tuple[bool, ...]:
         """`any` of each flag, in one collective (one bit per flag): a step's checks cost one round trip."""
-        bits = sum(1 << i for i, flag in enumerate(flags) if flag)
-        agreed = allreduce(self.comm, array("q", [bits]), MPI.BOR)[0]
-        return tuple(bool(agreed >> i & 1) for i in range(len(flags)))
+        return any_each(self.comm, *flags)
 
     def mean(self, value: float) -> float:
         return allreduce(self.comm, array("d", [value]), MPI.SUM)[0] / self.size
