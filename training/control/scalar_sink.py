@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from training.control.mlflow_sink import RUN_FILE, MlflowSink, MlflowTarget
@@ -82,11 +83,9 @@ class ScalarSink:
         writer = self._writer or self._open()
         if writer is None:
             return
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        values = [Summary.Value(tag=name, simple_value=value) for name, value in point.values.items()]
-        writer.add_event(Event(wall_time=wall, step=point.step, summary=Summary(value=values)))
+        tb = _tensorboard()
+        values = [tb.Summary.Value(tag=name, simple_value=value) for name, value in point.values.items()]
+        writer.add_event(tb.Event(wall_time=wall, step=point.step, summary=tb.Summary(value=values)))
         self._highest = max(self._highest, point.step)
 
     def close(self) -> None:
@@ -98,9 +97,8 @@ class ScalarSink:
     def _open(self) -> Any:
         if self._lacking:
             return None
-        try:  # numpy and protobuf: 0.7 CPU-s, once
-            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        try:
+            tb = _tensorboard()
         except ImportError:
             self._lacking = True
             self._note("no TensorBoard files: this controller's Python lacks tensorboard (`pip install "
@@ -108,7 +106,7 @@ class ScalarSink:
             return None
         files = len(list(self.directory.glob(_EVENT_FILES))) if self.directory.is_dir() else 0
         resumed = self._resumed_at if self._resumed_at is not None else max(self._highest, 0)
-        self._writer = EventFileWriter(
+        self._writer = tb.EventFileWriter(
             str(self.directory),
             max_queue_size=_QUEUE,
             flush_secs=_FLUSH_S,
@@ -117,8 +115,19 @@ class ScalarSink:
             filename_suffix=f".{files + 1:05d}",
         )
         if files:  # earlier files may hold steps past `resumed`: TensorBoard hides them from here on
-            self._writer.add_event(Event(step=resumed + 1, session_log=SessionLog(status=SessionLog.START)))
+            self._writer.add_event(tb.Event(step=resumed + 1, session_log=tb.SessionLog(status=tb.SessionLog.START)))
         return self._writer
+
+
+def _tensorboard() -> SimpleNamespace:
+    """tensorboard's event file writer and the protos it writes, imported at the first point (numpy and
+    protobuf: 0.7 CPU-s, once; Python keeps the modules); ImportError where the controller's Python lacks
+    tensorboard."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    return SimpleNamespace(Event=Event, SessionLog=SessionLog, Summary=Summary, EventFileWriter=EventFileWriter)
 
 
 @dataclass(frozen=True)
