@@ -9,12 +9,34 @@
 See deepcheck/README.md for levels, guarantees and the example.
 """
 
-from .api import DeepCheck, FlushReport, Restored, SaveHandle, init
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import CheckpointTimeout, ConfigError, CorruptCheckpointError, DeepCheckError, StateError
 from .manifest import CheckpointId
 from .protocol import Level
-from .restore import CheckpointInfo
 from .storage_s3 import S3Config
+
+if TYPE_CHECKING:
+    from .api import DeepCheck, FlushReport, Restored, SaveHandle, init
+    from .restore import CheckpointInfo
+
+# Names whose modules import mpi4py.MPI, which initialises MPI in the importing process: loaded on first use, so
+# that a process reading checkpoints' files (deepcheck.manifest, deepcheck.storage_disk: the head's controller,
+# `deepvm fetch`) neither loads libmpi nor becomes an MPI singleton.
+_NEEDS_MPI = {
+    "DeepCheck": "api", "FlushReport": "api", "Restored": "api", "SaveHandle": "api", "init": "api",
+    "CheckpointInfo": "restore",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NEEDS_MPI:
+        raise AttributeError(f"module 'deepcheck' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_NEEDS_MPI[name]}", __name__), name)
+
 
 __all__ = [
     "CheckpointId",

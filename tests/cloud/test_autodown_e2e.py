@@ -31,8 +31,8 @@ from tests.training.notify_receiver import Receiver
 
 pytestmark = SANDBOX_ONLY
 SECRET = "autodown-e2e-notify-secret"
-STEPS = 120  # the paced job: at 0.5 s a step it outlasts its time limit, and trains at full speed once released
-MAX_HOURS = 0.01  # 36 s from the job's start
+STEPS = 160  # the paced job: at 0.5 s a step it outlasts its time limit, and trains at full speed once released
+MAX_HOURS = 0.015  # 54 s from the job's start: under a loaded suite its ranks once took 36 s to their first checkpoint
 AUTODOWN_MIN = 0.75  # time for `train --resume` to submit its job; a tenth of it is the idle watch's poll
 
 
