@@ -31,14 +31,15 @@ pytestmark = [
 ]
 
 
-def test_notice_flushes_stops_and_a_smaller_world_resumes_there(tmp_path):
+def test_notice_flushes_stops_and_a_smaller_world_resumes_there(tmp_path, warm):
     with imds_endpoint(tmp_path) as url:
-        run_and_resume(tmp_path, url, tmp_path)
+        run_and_resume(tmp_path, url, tmp_path, warm)
 
 
-def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
+def run_and_resume(tmp_path: Path, url: str, host_dir: Path, warm: Path) -> None:
+    """Both launches' ranks start as on a node, from its warm server (`warm`)."""
     (tmp_path / "job.yaml").write_text(JOB)
-    proc = launch_ranks(tmp_path / "job.yaml", "trainer,trainer,holder", url)
+    proc = launch_ranks(tmp_path / "job.yaml", "trainer,trainer,holder", url, warm=warm)
     events = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -60,7 +61,7 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path) -> None:
 
     # the checkpoint stays on the holder's disk: one trainer picks it up at exactly that step
     clear_notices(host_dir)
-    proc = launch_ranks(tmp_path / "job.yaml", "trainer,holder", url)
+    proc = launch_ranks(tmp_path / "job.yaml", "trainer,holder", url, warm=warm)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]

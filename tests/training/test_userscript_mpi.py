@@ -32,8 +32,8 @@ pytestmark = [
 ]
 
 
-def run(job: Path, roles: str, url: str) -> list[dict]:
-    proc = launch_ranks(job, roles, url)
+def run(job: Path, roles: str, url: str, warm: Path) -> list[dict]:
+    proc = launch_ranks(job, roles, url, warm=warm)
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
@@ -43,13 +43,13 @@ def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["event"] == kind]
 
 
-def test_own_script_flushes_on_a_notice_and_a_smaller_world_finishes_it(tmp_path):
+def test_own_script_flushes_on_a_notice_and_a_smaller_world_finishes_it(tmp_path, warm):
     shutil.copy(REPO / "configs" / "own_train.py", tmp_path)
     job = tmp_path / "job.yaml"
     job.write_text(JOB)
     with imds_endpoint(tmp_path) as url:
         post_notice(tmp_path)  # up before the launch: the watchers see it at once, whatever the machine's speed
-        first = run(job, "trainer,trainer,holder", url)
+        first = run(job, "trainer,trainer,holder", url, warm)
         assert len(of(first, "notice")) >= 1 and len(of(first, "start")) == 2
         (flush,) = of(first, "flush")
         assert flush["reason"] == "notice" and flush["level"] in ("L1", "L2") and 0 < flush["step"] < STEPS
@@ -57,7 +57,7 @@ def test_own_script_flushes_on_a_notice_and_a_smaller_world_finishes_it(tmp_path
         assert not (tmp_path / "out" / "model.pt").exists()  # the script returned at once when told to
 
         clear_notices(tmp_path)
-        second = run(job, "trainer,holder", url)
+        second = run(job, "trainer,holder", url, warm)
 
     (restored,) = of(second, "restored")
     (start,) = of(second, "start")
@@ -81,7 +81,7 @@ def test_an_exception_in_the_script_ends_every_rank_with_its_traceback(tmp_path)
         "import torch.distributed as dist\nfrom training import job\n"
         "ctx = job.attach()\ndist.init_process_group(ctx.backend)\nctx.restore()\n"
         "if ctx.rank == 1:\n    raise ValueError('my script broke')\nctx.step(1, dict, loss=0.0)\n"
-    )  # trainer 0 and the holder wait in collectives for trainer 1: the abort must end them too
+    )  # trainer 0 and the holder wait in collectives for trainer 1: the abort must end them too (cold ranks)
     job = tmp_path / "job.yaml"
     job.write_text("steps: 5\nrun: {script: broken.py}\n")
     with imds_endpoint(tmp_path) as url:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from worker_jobs import free_port, tiny_job
+from worker_jobs import free_port, through, tiny_job
 
 from training.node.models import build_model
 
@@ -27,14 +27,15 @@ pytestmark = [
 ]
 
 
-def mpirun(job: Path, out: Path, *worker_args: str, np: int = 2) -> subprocess.Popen:
+def mpirun(job: Path, out: Path, *worker_args: str, np: int = 2, warm: Path | None = None) -> subprocess.Popen:
     env = dict(
         os.environ, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"
     )
     command = [
         "mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none",
         "-x", "PYTHONPATH", "-x", f"MASTER_PORT={free_port()}",
-        sys.executable, "-m", "training.node.worker", str(job), "--out", str(out), "--threads", "1", *worker_args,
+        sys.executable, "-m", *through(warm), "training.node.worker", str(job), "--out", str(out), "--threads", "1",
+        *worker_args,
     ]  # fmt: skip
     return subprocess.Popen(
         command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -67,12 +68,13 @@ def stop_after_first_step(proc: subprocess.Popen) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, warm):
     """Three launches of one seeded job at once (start-up dominates, so they overlap): two run to
-    the end, the third is stopped by SIGTERM after its first progress line."""
+    the end, the third is stopped by SIGTERM after its first progress line. "b"'s ranks start cold, the
+    others' as on a node, forks of its warm server: the same seed gives the same curve either way."""
     root = tmp_path_factory.mktemp("mpi")
     job = tiny_job(root, steps=6)
-    procs = [mpirun(job, root / name) for name in ("a", "b", "stopped")]
+    procs = [mpirun(job, root / name, warm=None if name == "b" else warm) for name in ("a", "b", "stopped")]
     head = stop_after_first_step(procs[2])
     lines = [finish(p)[0] for p in procs]
     lines[2] = head + lines[2]

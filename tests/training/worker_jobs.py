@@ -10,6 +10,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,10 +42,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2) -> subprocess.Popen:
+def launch_ranks(
+    job: Path, roles: str, imds_url: str, planned_trainers: int = 2, warm: Path | None = None
+) -> subprocess.Popen:
     """`python -m training.node.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file.
 
-    The ranks watch the IMDSv2 endpoint at imds_url for Spot notices.
+    The ranks watch the IMDSv2 endpoint at imds_url for Spot notices. Given `warm` (warm_server's directory),
+    each rank starts as a node's ranks do, a fork of its warm server; else cold, `python -m` of its own.
     """
     env = dict(
         os.environ,
@@ -55,11 +60,37 @@ def launch_ranks(job: Path, roles: str, imds_url: str, planned_trainers: int = 2
     command = [
         "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
         "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
-        sys.executable, "-W", "ignore", "-m", "training.node.rank", str(job),
+        sys.executable, "-W", "ignore", "-m", *through(warm), "training.node.rank", str(job),
         "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", roles,
         "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def through(warm: Path | None) -> list[str]:
+    """What comes between `python -m` and a rank's module: its node's warm starter, or nothing (cold)."""
+    return [] if warm is None else ["training.node.warm", str(warm)]
+
+
+@contextlib.contextmanager
+def warm_server(directory: Path) -> Iterator[Path]:
+    """This machine as one node of the ranks the tests start: its warm server (training.node.warm), which
+    preparing a node starts, serving from `directory` until the block ends. The ranks the tests start through it
+    (launch_ranks(warm=...)) are forks of one interpreter that imported torch once, as on a node after its first
+    launch, instead of each importing torch (4-5 CPU-s a rank on the shared cores)."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "training.node.warm", "--serve", str(directory)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(directory.glob("*.sock")):  # it listens before it imports: a starter then waits for it
+            assert server.poll() is None and time.monotonic() < deadline, "the warm server did not start"
+            time.sleep(0.05)
+        yield directory
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 def end_warm_servers(directory: Path, wait_s: float = 60.0) -> None:
