@@ -13,7 +13,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -32,19 +32,6 @@ def examples(ci: int) -> int:
     return max(1, ci * settings.default.max_examples // _CI_EXAMPLES)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules that boot sandbox clusters first, then those that start local mpirun jobs, then the rest, each
-    module's tests in their own order. `make test` hands modules to its xdist workers in this order
-    (--no-loadscope-reorder; xdist's own order is by test count, which put the few-test, longest modules last):
-    the sandbox scenarios wait for minutes (a job's time limit, a laptop two minutes away, paced steps), and
-    started first those waits overlap the CPU-bound modules instead of ending the run on an idle machine."""
-    rank: dict[Path, int] = {}
-    for item in items:
-        kind = 0 if item.get_closest_marker("sandbox") else 1 if item.get_closest_marker("mpi") else 2
-        rank[item.path] = min(kind, rank.get(item.path, kind))
-    items.sort(key=lambda item: rank[item.path])
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """torch computes on one thread in this process, as the MPI ranks and the sandbox jobs of the tests do: on
     two shared cores a second intra-op thread spins beside the first and doubled the CPU time of the same work
