@@ -42,6 +42,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session")
+def warm(tmp_path_factory):
+    """This machine as one node of the ranks a test starts under a local mpirun: the directory of its warm server
+    (tests/training/worker_jobs.py's warm_server), one per test process, started by the first test that asks."""
+    from tests.training.worker_jobs import warm_server
+
+    with warm_server(tmp_path_factory.mktemp("warm")) as directory:
+        yield directory
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     home = tmp_path / "deepvm-home"
