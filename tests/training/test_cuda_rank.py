@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 from imds import clear_notices, imds_endpoint, post_notice
-from worker_jobs import launch_ranks
+from worker_jobs import events_with_a_notice_at, launch_ranks
 
 STEPS = 3000
 JOB = f"""\
@@ -42,15 +42,7 @@ def test_a_gpu_trainer_flushes_on_a_notice_and_resumes_on_the_gpu_there(tmp_path
     (tmp_path / "job.yaml").write_text(JOB)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(tmp_path / "job.yaml", "trainer,holder", url, planned_trainers=1)
-        events = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("{"):
-                events.append(json.loads(line))
-                if events[-1]["event"] == "step" and events[-1]["step"] == 200:
-                    post_notice(tmp_path)
-        _, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr[-3000:]
+        events = events_with_a_notice_at(proc, 200, lambda: post_notice(tmp_path), timeout=300)
         (start,) = [e for e in events if e["event"] == "start"]
         assert start["device"].startswith("cuda"), start
         (flush,) = [e for e in events if e["event"] == "flush"]

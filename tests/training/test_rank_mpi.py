@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from imds import clear_notices, imds_endpoint, post_notice
-from worker_jobs import launch_ranks
+from worker_jobs import events_with_a_notice_at, launch_ranks
 
 JOB = """\
 name: rank-test
@@ -40,15 +40,7 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path, warm: Path) -> None
     """Both launches' ranks start as on a node, from its warm server (`warm`)."""
     (tmp_path / "job.yaml").write_text(JOB)
     proc = launch_ranks(tmp_path / "job.yaml", "trainer,trainer,holder", url, warm=warm)
-    events = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("{"):
-            events.append(json.loads(line))
-            if events[-1]["event"] == "step" and events[-1]["step"] == 5:
-                post_notice(host_dir)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
+    events = events_with_a_notice_at(proc, 5, lambda: post_notice(host_dir), timeout=120)
     kinds = [e["event"] for e in events]
     assert "holder" in kinds and kinds.count("notice") >= 1
     saved = [e["step"] for e in events if e["event"] == "saved"]

@@ -6,12 +6,13 @@ hang on the network's size, and its 45 MB of weights at width 64 cost every step
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,22 @@ def launch_ranks(
         "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def events_with_a_notice_at(proc: subprocess.Popen, step: int, post_notice: Callable[[], None],
+                            timeout: float) -> list[dict]:  # fmt: skip
+    """The rank events of a launch (launch_ranks) to its end, calling `post_notice` once its step `step` is
+    seen; asserts the launch exited 0."""
+    events: list[dict] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            events.append(json.loads(line))
+            if events[-1]["event"] == "step" and events[-1]["step"] == step:
+                post_notice()
+    _, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stderr[-3000:]
+    return events
 
 
 def through(warm: Path | None) -> list[str]:
