@@ -429,6 +429,7 @@ class Controller:
                            else None)  # fmt: skip
         metrics = RunMetrics.read(out)
         self.nodes.replacements.wait(timeout_s=300)
+        self.nodes.call_off_move()  # a move's nodes, bought for a relaunch that will not come
         self.nodes.release_stand_ins()  # they go with the job, and nothing it drained or lost is left billing
         self.job.completed(metrics, out)
         self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}")

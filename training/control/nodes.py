@@ -243,6 +243,22 @@ class ClusterNodes:
                 self.pool.let_go(instance_id, "the job's deadline no longer needs it")
         self.act()
 
+    def call_off_move(self) -> None:
+        """The job is over while a move is under way: there is nothing left to move (training.control.move), so
+        the move is called off and the nodes it bought in its zone are retired, whether or not they reached the
+        pool: none of them bills on past the job. Call it once the replacement threads have ended."""
+        to = self.market.moving_to
+        if to is None:
+            return
+        self.market.move_ended(False)
+        alive = ("pending", "running")
+        bought = [r.instance_id for r in self.cluster.nodes() if r.availability_zone == to and r.state in alive]
+        text = f"move to {to} called off: the job is over; its {len(bought)} nodes go"
+        self.report.note(f"ladder: {text}")
+        self._event("ladder", text)
+        if bought:
+            self._retire(bought, text)
+
     def _let_go(self, retire: Retire, records: dict[str, NodeRecord], decision: Decision) -> list[str]:
         """Give up the nodes a Retire names (the spare stand-ins; Spot trainers making room under the
         fallback's cap): the next launch leaves them out and they are retired."""
