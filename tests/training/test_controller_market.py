@@ -229,6 +229,25 @@ def test_a_move_whose_zone_gives_no_holder_is_called_off_and_its_trainers_retire
     assert (result.steps, result.lost_steps) == (480, 0)
 
 
+def test_a_move_under_way_when_the_job_ends_is_called_off_and_what_it_bought_is_retired(tmp_path):
+    """The job completes while a move's last try is still buying (the race the test above met under load): the
+    nodes bought in the move's zone, in the pool or not yet, must not bill on past the job."""
+    rig = Rig(tmp_path, plan=replace(tiering_plan(), price_cap=1.0)).with_l3()
+    rig.cluster.zones = ("us-east-1a", "us-east-1c")
+    controller = rig.build()
+    rig.cluster.endpoints()  # the plan's nodes, in us-east-1a
+    arrived = [replace(r, instance_id=f"i-m{n:07d}", availability_zone="us-east-1c")
+               for n, r in enumerate(rig.cluster.records[:2])]  # fmt: skip
+    rig.cluster.records += arrived
+    controller.market.moving_to = "us-east-1c"
+    controller.nodes.call_off_move()
+    assert controller.market.moving_to is None
+    assert {i for ids, _ in rig.cluster.retired for i in ids} == {r.instance_id for r in arrived}
+    assert "ladder: move to us-east-1c called off: the job is over; its 2 nodes go" in rig.notes
+    controller.nodes.call_off_move()  # no move under way: nothing more
+    assert len(rig.cluster.retired) == 1
+
+
 def test_the_job_rate_is_fixed_over_a_whole_window_not_from_a_burst_of_first_lines():
     """An attempt's first step lines may arrive in one burst: PFLOP per step is fixed only once a whole window of
     steps was measured, so with no trainer left (the model's rate at the efficiency it was fixed at) the work left
