@@ -36,6 +36,7 @@ class Rig:
     tmp: Path
     world: World = field(default_factory=World)
     notes: list[str] = field(default_factory=list)
+    logs: list[tuple[str, str]] = field(default_factory=list)  # (prefix, text): the ranks' own output lines
     steps: list[int] = field(default_factory=list)
     plan: Plan = field(default_factory=tiering_plan)
     # the job's own clock ("steps"): a step is this many seconds of one trainer's work, so it takes that over
@@ -73,7 +74,8 @@ class Rig:
             self.steps.append(p.step)
             self.elapsed_s += self.work_s_per_step / max(p.world_size, 1)
 
-        return JobReporter(note=self._note, progress=progress)
+        return JobReporter(note=self._note, progress=progress,
+                           log=lambda prefix, text: self.logs.append((prefix, text)))
 
     def _note(self, text: str) -> None:
         self.notes.append(text)

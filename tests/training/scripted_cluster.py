@@ -397,6 +397,13 @@ class ScriptedMpirun:
     def request_stop(self) -> None:
         self.stop_asked.set()
 
+    def dump_stacks(self) -> None:
+        """As faulthandler does on each rank: its threads' stacks on stderr (unless the attempt was killed)."""
+        if not self.killed.is_set():
+            for rank in range(self.launch.trainer_ranks):
+                self.say_error(f"Thread 0x00007f{rank:02d} (most recent call first):", rank)
+                self.say_error('  File "worker.py", line 1 in _one_step', rank)
+
     def kill(self, grace_s: float = 10.0) -> None:
         self.killed.set()
         self._exited.wait(timeout=5)

@@ -173,6 +173,8 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
     assert rig.cluster.retired == [((T2,), "unreachable over SSH after the job failed")]
     assert any(n.startswith("no progress for 0s (limit 0s): a node hangs") for n in rig.notes)
     assert ("stall", next(m for k, m in rig.cluster.events if k == "stall")) in rig.cluster.events
+    stacks = [(prefix, text) for prefix, text in rig.logs if "(most recent call first)" in text]
+    assert [prefix.split()[-1] for prefix, _ in stacks] == ["r0", "r1", "r2"]  # every trainer's, before the kill
 
 
 def test_a_hang_alike_after_a_frozen_node_was_replaced_is_retried_not_taken_for_the_scripts(rig):

@@ -29,6 +29,9 @@ if mode == "fail":  # leaving a child of its own behind
     sys.exit(3 if os.environ["OMPI_COMM_WORLD_RANK"] == "1" else 0)
 if mode == "clean":
     signal.signal(signal.SIGUSR1, lambda *_: (say("flushed"), sys.exit(0)))
+if mode == "stacks":  # as every rank of a job: training.node.rank's main arms it first
+    from training.node.rank import show_stacks_on_signal
+    show_stacks_on_signal()
 if mode == "stubborn":  # as a holder: deaf to the clean stop and to SIGTERM, with a child of its own
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
@@ -110,6 +113,32 @@ def test_stop_reaches_every_rank_and_the_job_ends_cleanly(tmp_path):
     flushed = [m[2] for m in map(_TAG.match, stdout.splitlines()) if m and m[4] == "flushed"]
     assert sorted(flushed) == ["0", "1"]  # SIGUSR1 went through mpirun to both ranks
     assert not any(alive(p) for p in pids)
+    proc.stdin.close()
+
+
+def test_stacks_reach_every_rank_which_prints_its_threads_and_trains_on(tmp_path):
+    """What the controller asks for before it kills an attempt it found hung: where each rank waits."""
+    proc = mpirun_guard(tmp_path, "stacks", "--lease", "30")
+    pids = ready(proc)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    send(proc, "stacks")
+
+    def headers() -> set[str]:
+        tagged = [m for m in map(_TAG.match, [line.rstrip("\n") for line in lines]) if m and m[3] == "stderr"]
+        return {m[2] for m in tagged if m[4].startswith(("Current thread 0x", "Thread 0x"))}
+
+    deadline = time.monotonic() + 30
+    while headers() != {"0", "1"} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert headers() == {"0", "1"}, "".join(lines[-40:])
+    assert any('File "' in line and "rank.py" in line for line in lines)  # the script's own frame
+    assert all(alive(p) for p in pids)  # a rank goes on after its stacks
+    send(proc, "kill 0.5")
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
     proc.stdin.close()
 
 

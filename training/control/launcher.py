@@ -18,7 +18,7 @@ When every node address is a loopback address (the sandbox) MPI's TCP traffic is
 interface.
 
 An Attempt owns one mpirun: it runs under training.head.mpirun_guard, started over SSH, whose stdin carries the
-controller's commands (stop, kill, and a ping every few seconds) and whose output is mpirun's, handed
+controller's commands (stop, stacks, kill, and a ping every few seconds) and whose output is mpirun's, handed
 to a sink line by line with the MPI rank that wrote it. Open MPI forwards SIGUSR1 to every rank: that
 is the clean stop (trainers flush a checkpoint and leave); SIGTERM to mpirun and then SIGKILL to all it
 started on the head are the hard one. A controller that dies, or whose connection drops, leaves nothing
@@ -56,6 +56,9 @@ _PING_S = 10.0  # how often an Attempt tells mpirun_guard that the controller is
 _LEASE_S = 60.0  # mpirun_guard stops the job after this long without a word from the controller
 _LOST = 255  # an Attempt's exit code when the connection to the head ended without one (as ssh's)
 _EXIT_MARGIN_S = 15.0  # after a hard stop's grace: mpirun_guard's SIGKILL, its last output and its exit
+# how long the ranks' stacks may take to come back (a signal through mpirun and its daemons, then their output's
+# way back) before a hung attempt is killed: the kill would end the ranks, and drop their last output, first
+_STACKS_S = 3.0
 # torch.distributed's rendezvous port on trainer 0: below Linux's ephemeral range (32768-60999), where the
 # outgoing connections of SSH, MPI and the cloud clients take their ports; one taken there fails an attempt
 _MASTER_PORTS = (20000, 32767)
@@ -328,6 +331,13 @@ class Attempt:
         """Clean stop: every trainer flushes a checkpoint at its next step and the job exits."""
         if self.running:
             self._remote.send_line("stop")
+
+    def dump_stacks(self) -> None:
+        """Every rank prints its threads' stacks on stderr (lines the sink gets as any other); returns once they
+        had time to come back, or mpirun has exited."""
+        if self.running:
+            self._remote.send_line("stacks")
+            self._exited.wait(_STACKS_S)
 
     def kill(self, grace_s: float = 10.0) -> None:
         """Hard stop: SIGTERM to mpirun (it takes its daemons and ranks down), then SIGKILL to all it

@@ -12,8 +12,9 @@ How a job is (re)launched is here, once; when, and on which nodes, is the caller
    it: every line of every rank is parsed (training.shared.events) and handed to `listener.on_event`, or
    shown as the rank's output; anything else posted on the session's queue goes to `listener.on_post`;
    `listener.on_tick` runs at least every `tick_s` (cancel requests, saving progress); silence longer
-   than the stall watch allows (judged once what had arrived is handled) calls `listener.on_stall` and
-   kills mpirun; Ctrl-C asks the trainers to
+   than the stall watch allows (judged once what had arrived is handled) calls `listener.on_stall`, asks
+   every rank for its threads' stacks (they reach the report as the ranks' output: where each one waited)
+   and kills mpirun; Ctrl-C asks the trainers to
    checkpoint and leave, a second Ctrl-C kills (or, for a profile, kills and propagates). It returns once
    mpirun has exited, as an AttemptEnd;
 3) between attempts, `drain(handle)` hands over what was posted meanwhile, and `wait_for_post()` blocks
@@ -67,6 +68,8 @@ class Mpirun(Protocol):
 
     def request_stop(self) -> None: ...
 
+    def dump_stacks(self) -> None: ...
+
     def kill(self, grace_s: float = 10.0) -> None: ...
 
 
@@ -99,6 +102,12 @@ class NodeAccess(Protocol):
     def fetch(self, host: HostSpec, remote_dir: str, local_dir: Path, names: Sequence[str] | None) -> None:
         """Copy `names` from `remote_dir` on `host` into `local_dir` (None: every file under it)."""
         ...
+
+
+def _kill_hung(mpirun: Mpirun) -> None:
+    """A hung attempt's end: the ranks' stacks first (what a user needs to find the hang), then the kill."""
+    mpirun.dump_stacks()
+    mpirun.kill()
 
 
 class SshNodes:
@@ -330,7 +339,7 @@ class AttemptSession:
             return
         run.hung = stall
         listener.on_stall(run, stall)
-        threading.Thread(target=run.mpirun.kill, name="kill-hung", daemon=True).start()
+        threading.Thread(target=_kill_hung, args=(run.mpirun,), name="kill-hung", daemon=True).start()
 
     def _handle(self, item: object, run: AttemptRun, listener: AttemptListener) -> None:
         if isinstance(item, RankLine):

@@ -10,7 +10,9 @@ laptop behind NAT or a firewall. The controller then needs a way to drive it fro
 - stdin takes one command per line: `stop` sends SIGUSR1 to mpirun, which forwards it to every rank
   (the clean stop: trainers flush a checkpoint and leave); `kill [S]` is the hard stop: SIGTERM to
   mpirun (it takes its daemons and ranks down), then SIGKILL to everything it started on this node
-  after S seconds (default --grace); `ping` only says that the controller is alive;
+  after S seconds (default --grace); `stacks` sends SIGUSR2 to mpirun, which forwards it to every rank
+  (each prints its threads' stacks on stderr: training.node.rank); `ping` only says that the controller is
+  alive;
 - the end of stdin (the controller died, or its connection closed), no line for --lease seconds (a
   connection that died without closing), and SIGTERM or SIGHUP to this process are the hard stop too:
   a job never runs on without its controller (`deepvm train --resume` continues it).
@@ -65,6 +67,9 @@ class Mpirun:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGUSR1)
+
+    def ask_for_stacks(self) -> None:
+        self.proc.send_signal(signal.SIGUSR2)
 
     def hard_stop(self, grace_s: float) -> None:
         if self.hard_stopping.is_set():
@@ -151,6 +156,8 @@ def _obey(commands: queue.Queue[str], mpirun: Mpirun, grace_s: float, lease_s: f
         word, _, argument = line.partition(" ")
         if word == "stop":
             mpirun.stop()
+        elif word == "stacks":
+            mpirun.ask_for_stacks()
         elif word == "kill":
             try:
                 seconds = float(argument) if argument else grace_s
@@ -159,7 +166,7 @@ def _obey(commands: queue.Queue[str], mpirun: Mpirun, grace_s: float, lease_s: f
             mpirun.hard_stop(seconds)
             return
         elif word != "ping":
-            _say(f"unknown command {line!r} ignored (stop, kill [SECONDS] or ping)")
+            _say(f"unknown command {line!r} ignored (stop, stacks, kill [SECONDS] or ping)")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

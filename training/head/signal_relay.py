@@ -6,7 +6,8 @@ threads, and when it is killed the kernel hands its children from one dying thre
 the death signal at every hand-over. Open MPI's mpirun takes a second SIGTERM as "abort at once" and exits
 without stopping its ranks, which then run on with no parent (seen in about one kill in three). This
 process has a single thread, so mpirun, its child, gets the death signal once; its own repeated death
-signals are folded into one. It forwards SIGUSR1 (the clean stop) and exits with mpirun's exit status.
+signals are folded into one. It forwards SIGUSR1 (the clean stop) and SIGUSR2 (the ranks' stacks) and exits
+with mpirun's exit status.
 
 Usage (by mpirun_guard): `python -m training.head.signal_relay -- mpirun ARGS...`
 """
@@ -48,13 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             child.send_signal(signal.SIGTERM)
         terminating = True
 
-    def on_stop(signum: int, frame: object) -> None:
+    def forward(signum: int, frame: object) -> None:
         if child is not None:
-            child.send_signal(signal.SIGUSR1)
+            child.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_terminate)
-    signal.signal(signal.SIGUSR1, on_stop)
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
     parent = os.getppid()
     die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # mpirun_guard died before the death signal was armed

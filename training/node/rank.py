@@ -17,6 +17,10 @@ the run then ends cleanly, after a rebalance recommendation alone it trains on. 
 and SIGTERM (which mpirun forwards to every rank when the controller asks the job to stop): they must stay
 to receive the trainers' last flush, and leave when every trainer has closed.
 
+SIGUSR2 makes a rank print every thread's Python stack on stderr and go on (faulthandler): before the
+controller kills an attempt it found hung, it asks every rank for them through mpirun, so the job's log says
+where each rank waited (STACKS_SIGNAL; training.control.launcher's Attempt.dump_stacks).
+
 Any error ends the whole job at once (MPI_Abort), so no rank waits forever in a collective for a peer
 that is gone; the controller then restarts from the newest complete checkpoint. A rank of deepvm's worker
 that ended cleanly leaves without the interpreter's teardown (leave_now), which with torch loaded costs
@@ -26,10 +30,12 @@ more than a second of CPU per rank on the way from a clean stop to the relaunch.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
     from training.node.worker import WorkerOptions
 
 ROLES = ("trainer", "holder", "both")
+STACKS_SIGNAL = signal.SIGUSR2  # Open MPI forwards it to every rank, as it does SIGUSR1 (the clean stop)
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,29 @@ def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
     )
 
 
+def show_stacks_on_signal() -> None:
+    """STACKS_SIGNAL prints every thread's Python stack on stderr, and the rank goes on. faulthandler writes them
+    from the signal handler itself, so a rank stuck in C (a collective waiting for a peer) answers too; it writes
+    a line in several pieces, which mpirun's --tag-output would tag as several lines, interleaved with the other
+    ranks', so it writes into a pipe, and a thread passes each line on whole. The pipe does not block: a rank
+    whose stuck thread holds the GIL loses what does not fit (64 KiB, dozens of threads' stacks), never hangs in
+    the handler."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    faulthandler.register(STACKS_SIGNAL, file=write_end, all_threads=True)
+    threading.Thread(target=_pass_whole_lines, args=(read_end, sys.stderr.fileno()), name="stacks", daemon=True).start()
+
+
+def _pass_whole_lines(source: int, target: int) -> None:
+    pending = b""
+    while chunk := os.read(source, 1 << 16):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            os.write(target, line + b"\n")  # one write a line: mpirun tags it once
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    show_stacks_on_signal()  # first: a rank may hang at its start
     try:
         opts = parse_args(argv)
         spec = load_job_spec(opts.job)
