@@ -255,6 +255,20 @@ class Hang(Fault):
 
 
 @dataclass
+class HangOnExit(Fault):
+    """Every trainer says its run ended at this step (put it at the last step); then the job never exits (a rank
+    stuck on its way out, every node answering) until mpirun is killed."""
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        for rank in range(mpirun.launch.trainer_ranks):
+            mpirun.emit(rank, End(rank=rank, status=EndStatus.COMPLETED, steps=self.step, final_loss=0.5))
+        while not mpirun.killed.wait(timeout=0.005):
+            pass
+        mpirun.exit(137)
+        return True
+
+
+@dataclass
 class Stuck(Fault):
     """The job's script blocks before its first step (a data loader, a peer it waits for): every trainer has
     started, no step comes, every node answers; mpirun is killed by the stall watch."""

@@ -6,6 +6,7 @@ real torch; these show the controller's decisions, exactly, and fast."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import H0, T0, T1, T2, Rig, attempts_of
-from tests.training.scripted_cluster import Call, Crash, Die, Hang, NoticeOn, RebalanceOn, Stuck
+from tests.training.scripted_cluster import Call, Crash, Die, Hang, HangOnExit, NoticeOn, RebalanceOn, Stuck
 from training.control.stops import TrainingCancelled, TrainingFailed, TrainingStopped
 from training.shared.jobstore import JobStatus, JobStore
 from training.shared.progress import Outcome, Progress, RecoveryReason
@@ -176,6 +177,24 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
     stacks = [(prefix, text) for prefix, text in rig.logs if "(most recent call first)" in text]
     assert [prefix.split()[-1] for prefix, _ in stacks] == ["r0", "r1", "r2"]  # every trainer's, before the kill
 
+
+
+def test_a_job_stuck_on_its_way_out_is_stopped_after_the_leave_grace_not_its_steps_limit_and_completes_again(rig):
+    """After trainer 0's End no step comes: the steps' limit (here 0.3 s) must not kill a job whose last checkpoint
+    is still settling; one that does not exit within the leave grace hangs, and a relaunch from its checkpoint
+    completes it."""
+    rig.world.faults = [HangOnExit(1, 40)]
+    controller = rig.build(stall_timeout_s=0.3)
+    controller.session.stall.ending_s = 0.6
+    started = time.monotonic()
+    result = controller.run()
+    assert (result.status, result.steps, result.lost_steps) == (JobStatus.COMPLETED, 40, 0)
+    assert time.monotonic() - started >= 0.6  # not killed at the steps' 0.3 s
+    assert [(a.first_step, a.last_step, a.status) for a in result.attempts] == [
+        (0, 40, Outcome.FAILED), (40, 40, Outcome.COMPLETED)]  # fmt: skip
+    assert any(n.startswith("no exit 1s after trainer 0 ended its run (limit 1s): a node hangs on the way out")
+               for n in rig.notes), rig.notes  # fmt: skip
+    assert [p.split()[-1] for p, text in rig.logs if "(most recent call first)" in text] == ["r0", "r1", "r2"]
 
 def test_a_hang_alike_after_a_frozen_node_was_replaced_is_retried_not_taken_for_the_scripts(rig):
     """Two hangs before the first step read the same; when the first one's probe found a node frozen, the

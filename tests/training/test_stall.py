@@ -77,3 +77,25 @@ def test_a_stall_says_whether_the_job_never_stepped():
     # its cause names the limit, not the seconds it was found at: two hangs alike are the same failure
     assert Stall(301.4, 300.0, True).cause == Stall(302.9, 300.0, True).cause == (
         "no first step within the start-up grace of 300s")
+
+
+def test_once_trainer_0_ended_its_run_the_job_has_the_leave_grace_to_exit_whatever_its_steps_took():
+    """CI once killed a completed run 60 s after its last step (10 x its gaps, at the floor): after End no step
+    comes, and the last checkpoint's L2 and L3 settle before the ranks leave, which the steps' pace says nothing of."""
+    watch = StallWatch(floor_s=60.0, factor=10.0, ending_s=120.0)
+    watch.started(0.0)
+    for step in range(1, 11):
+        watch.progressed(float(step), step)  # 1 s a step: the limit is 60 s
+    watch.ended(12.0)
+    watch.ended(50.0)  # a second End (another trainer's, a repeat) moves nothing
+    assert watch.limit_s() == 120.0 and watch.stalled(12.0 + 119.0) is None
+    assert watch.stalled(12.0 + 121.0) == Stall(121.0, 120.0, before_first_step=False, after_end=True)
+    watch.started(200.0)  # a relaunch trains again: the steps' limits again
+    assert watch.ended_at is None and watch.limit_s() == watch.startup_s
+
+
+def test_a_stall_on_the_way_out_says_so():
+    stall = Stall(121.0, 120.0, False, after_end=True)
+    assert stall.text() == ("no exit 121s after trainer 0 ended its run (limit 120s): a node hangs on the way out; "
+                            "stopping the job")  # fmt: skip
+    assert stall.cause == Stall(130.0, 120.0, False, after_end=True).cause == "no exit within 120s of the run's end"

@@ -44,12 +44,11 @@ from training.control.attempts import classify
 from training.control.launcher import Attempt, AttemptExit, Launch, Node, RankLine, head_files
 from training.control.scripterror import ScriptError, script_error
 from training.control.staging import JobToStage, NodeState, prepare_head, prepare_nodes, read_notices
-from training.control.stall import Stall, StallWatch
+from training.control.stall import LEAVE_GRACE_S, Stall, StallWatch
 from training.shared.events import End, EndStatus, Event, Flush, Notice, Saved, Start, Step, parse
 from training.shared.progress import LAUNCHER, JobReporter, Outcome
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 
-STOP_GRACE_S = 120.0  # a clean stop (flush + exit) normally takes seconds; then mpirun is killed
 OUTPUT_KEPT = 400  # the attempt's last lines of stderr and of mpirun: a traceback, the banner, the others' errors
 
 
@@ -237,7 +236,7 @@ class AttemptSession:
 
     def __init__(self, nodes: NodeAccess, job: JobToStage, internal_key: Path, report: JobReporter,
                  stall: StallWatch, *, ctrl_c_stops: bool = True, tick_s: float = 1.0,
-                 stop_grace_s: float = STOP_GRACE_S) -> None:  # fmt: skip
+                 stop_grace_s: float = LEAVE_GRACE_S) -> None:  # fmt: skip
         self.nodes, self.job, self.internal_key, self.report, self.stall = nodes, job, internal_key, report, stall
         self.ctrl_c_stops = ctrl_c_stops  # False: Ctrl-C kills the attempt and propagates (a profile)
         self.tick_s, self.stop_grace_s = tick_s, stop_grace_s
@@ -376,6 +375,7 @@ class AttemptSession:
                 self.stall.progressed(at, event.step)
             case End(rank=0):
                 run.status = event.status
+                self.stall.ended(at)
 
     def _end(self, run: AttemptRun, done: AttemptExit) -> AttemptEnd:
         return AttemptEnd(

@@ -22,6 +22,11 @@ between progress recently seen, never below `floor_s`, or the user's fixed one (
 `--stall-timeout`). The two are independent: a short stall timeout for a job that steps every second says
 nothing of how long it takes to start.
 
+Once trainer 0 has said its run ended (End: completed, or stopped for a notice or a stop), no step comes any
+more: its last checkpoint settles on the holders (L2, L3) and the ranks leave, which takes seconds. From then
+the limit is `ending_s` from that End, whatever the steps took (a job of 0.1 s steps may take longer to
+leave than 10 steps), and a job that does not exit in it hangs on its way out.
+
 Pure logic over timestamps (time.monotonic()), so it is tested without a cluster.
 """
 
@@ -32,6 +37,8 @@ from dataclasses import dataclass, field
 
 from training.shared.stallspec import DEFAULT_STARTUP_GRACE_S, StallSpec
 
+LEAVE_GRACE_S = 120.0  # from trainer 0's End (or a clean stop's request) to mpirun's exit: seconds, normally
+
 
 @dataclass(frozen=True)
 class Stall:
@@ -40,9 +47,13 @@ class Stall:
     silent_s: float
     limit_s: float
     before_first_step: bool  # the start-up grace ran out: the attempt never trained a step
+    after_end: bool = False  # trainer 0 said its run ended, and the job did not exit in time
 
     def text(self) -> str:
         """One line for the job's report."""
+        if self.after_end:
+            return (f"no exit {self.silent_s:.0f}s after trainer 0 ended its run (limit {self.limit_s:.0f}s): a node "
+                    "hangs on the way out; stopping the job")  # fmt: skip
         if self.before_first_step:
             return (f"no first step {self.silent_s:.0f}s after the launch (start-up grace {self.limit_s:.0f}s): the "
                     "job hangs before training; stopping it (stall.startup_grace or --startup-grace allows a slower "
@@ -52,6 +63,8 @@ class Stall:
     @property
     def cause(self) -> str:
         """What hung, the same words for the same limit (two hangs alike are the same failure: attempts.decide)."""
+        if self.after_end:
+            return f"no exit within {self.limit_s:.0f}s of the run's end"
         if self.before_first_step:
             return f"no first step within the start-up grace of {self.limit_s:.0f}s"
         return f"no progress within {self.limit_s:.0f}s"
@@ -66,9 +79,11 @@ class StallWatch:
     factor: float = 10.0
     startup_s: float = DEFAULT_STARTUP_GRACE_S  # the limit before the first step
     window: int = 20  # recent gaps the adaptive limit looks at
+    ending_s: float = LEAVE_GRACE_S  # the limit from trainer 0's End to the job's exit
     last_at: float = 0.0  # when the attempt was launched, or last progressed
     from_step: int = -1  # the step the attempt resumes from (trainer 0's Start; -1: not said yet)
     newest_step: int = -1  # the newest step seen trained in this attempt
+    ended_at: float | None = None  # when trainer 0 said its run ended (None: it has not)
     gaps: deque[float] = field(default_factory=deque)
 
     @classmethod
@@ -84,7 +99,12 @@ class StallWatch:
 
     def started(self, at: float) -> None:
         """A new attempt was launched at `at`: forget the old one's steps, keep its gaps."""
-        self.last_at, self.from_step, self.newest_step = at, -1, -1
+        self.last_at, self.from_step, self.newest_step, self.ended_at = at, -1, -1, None
+
+    def ended(self, at: float) -> None:
+        """Trainer 0 said at `at` that its run ended: no step comes now; the job has ending_s to exit."""
+        if self.ended_at is None:
+            self.ended_at = at
 
     def resumes_at(self, step: int) -> None:
         """Trainer 0 starts from `step` (a restored checkpoint's, 0 for a fresh start): no progress yet."""
@@ -103,6 +123,8 @@ class StallWatch:
 
     def limit_s(self) -> float:
         """How long silence may last now before the attempt counts as hung."""
+        if self.ended_at is not None:
+            return self.ending_s
         if not self.stepping:
             return self.startup_s
         if self.fixed_s is not None:
@@ -111,5 +133,7 @@ class StallWatch:
 
     def stalled(self, now: float) -> Stall | None:
         """The stall, when the silence until `now` exceeds the limit; else None."""
-        silent, limit = now - self.last_at, self.limit_s()
-        return Stall(silent, limit, not self.stepping) if silent > limit else None
+        silent, limit = now - (self.last_at if self.ended_at is None else self.ended_at), self.limit_s()
+        if silent <= limit:
+            return None
+        return Stall(silent, limit, not self.stepping, after_end=self.ended_at is not None)
