@@ -35,14 +35,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import BinaryIO
 
+from training.head.sweep import descendants, kill, sweep
 from training.shared.prctl import become_subreaper
 
-_REAP_S = 5.0  # killed processes are gone within milliseconds; this bounds a pathological wait
 _DRAIN_S = 5.0  # after mpirun exits, how long its output may still take (something it left may hold the pipe)
 
 
@@ -77,53 +75,14 @@ class Mpirun:
         self.hard_stopping.set()
         self.proc.send_signal(signal.SIGTERM)
         if not self.exited.wait(grace_s):
-            _kill(_descendants())  # mpirun and all it started; wait() reaps them
+            kill(descendants())  # mpirun and all it started; wait() reaps them
 
     def wait(self) -> int:
         """mpirun's exit code, once it and everything it left behind on this node are gone."""
         code = self.proc.wait()
         self.exited.set()
-        deadline = time.monotonic() + _REAP_S
-        while (left := _descendants()) and time.monotonic() < deadline:
-            _kill(left)
-            time.sleep(0.02)
-            _reap()
+        sweep()
         return code
-
-
-def _descendants() -> list[int]:
-    """The live (not zombie) processes below this one, from /proc."""
-    children: dict[int, list[int]] = {}
-    zombies = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        if fields[0] == "Z":
-            zombies.add(int(entry))
-    found, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return [pid for pid in found if pid not in zombies]
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _reap() -> None:
-    """Collect the exit status of every child that has ended (orphans included: this is their subreaper)."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
 
 
 def _pass_lines(source: BinaryIO, target: BinaryIO) -> None:

@@ -6,8 +6,9 @@ threads, and when it is killed the kernel hands its children from one dying thre
 the death signal at every hand-over. Open MPI's mpirun takes a second SIGTERM as "abort at once" and exits
 without stopping its ranks, which then run on with no parent (seen in about one kill in three). This
 process has a single thread, so mpirun, its child, gets the death signal once; its own repeated death
-signals are folded into one. It forwards SIGUSR1 (the clean stop) and SIGUSR2 (the ranks' stacks) and exits
-with mpirun's exit status.
+signals are folded into one. It forwards SIGUSR1 (the clean stop) and SIGUSR2 (the ranks' stacks), and once
+mpirun has exited it ends whatever mpirun left below it (it is their subreaper: training.head.sweep says when
+that matters) and exits with mpirun's exit status.
 
 Usage (by mpirun_guard): `python -m training.head.signal_relay -- mpirun ARGS...`
 """
@@ -21,7 +22,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from training.shared.prctl import die_with_parent
+from training.head.sweep import sweep
+from training.shared.prctl import become_subreaper, die_with_parent
 
 _SIG_IGN = 1  # the C library's value of SIG_IGN
 
@@ -61,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # mpirun_guard died before the death signal was armed
         return 128 + signal.SIGTERM
+    become_subreaper()
     try:
         child = subprocess.Popen(args, preexec_fn=_mpirun_setup)  # single-threaded: safe
     except OSError as exc:
@@ -69,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if terminating:  # a death signal came while mpirun was starting
         child.send_signal(signal.SIGTERM)
     code = child.wait()
+    sweep()
     return code if code >= 0 else 128 - code
 
 
