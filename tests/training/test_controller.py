@@ -6,7 +6,6 @@ real torch; these show the controller's decisions, exactly, and fast."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -180,21 +179,20 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
 
 
 def test_a_job_stuck_on_its_way_out_is_stopped_after_the_leave_grace_not_its_steps_limit_and_completes_again(rig):
-    """After trainer 0's End no step comes: the steps' limit (here 0.3 s) must not kill a job whose last checkpoint
-    is still settling; one that does not exit within the leave grace hangs, and a relaunch from its checkpoint
-    completes it."""
+    """After trainer 0's End no step comes: the limit is then the leave grace (here 0.4 s, below the steps' 2 s so
+    that the note tells which fired), not the steps' (CI's reference run was killed 60 s after its last step by
+    the steps' limit); a job that does not exit within it hangs, and a relaunch from its checkpoint completes it."""
     rig.world.faults = [HangOnExit(1, 40)]
-    controller = rig.build(stall_timeout_s=0.3)
-    controller.session.stall.ending_s = 0.6
-    started = time.monotonic()
+    controller = rig.build(stall_timeout_s=2.0)
+    controller.session.stall.ending_s = 0.4
     result = controller.run()
     assert (result.status, result.steps, result.lost_steps) == (JobStatus.COMPLETED, 40, 0)
-    assert time.monotonic() - started >= 0.6  # not killed at the steps' 0.3 s
     assert [(a.first_step, a.last_step, a.status) for a in result.attempts] == [
         (0, 40, Outcome.FAILED), (40, 40, Outcome.COMPLETED)]  # fmt: skip
-    assert any(n.startswith("no exit 1s after trainer 0 ended its run (limit 1s): a node hangs on the way out")
+    assert any(n.startswith("no exit 0s after trainer 0 ended its run (limit 0s): a node hangs on the way out")
                for n in rig.notes), rig.notes  # fmt: skip
     assert [p.split()[-1] for p, text in rig.logs if "(most recent call first)" in text] == ["r0", "r1", "r2"]
+
 
 def test_a_hang_alike_after_a_frozen_node_was_replaced_is_retried_not_taken_for_the_scripts(rig):
     """Two hangs before the first step read the same; when the first one's probe found a node frozen, the
