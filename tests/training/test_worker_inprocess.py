@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 
 import pytest
 import torch
 from worker_jobs import free_port, tiny_job
 
 from provisioning.core.errors import InputError
+from training.node import worker
 from training.node.distenv import DistEnv
 from training.node.hooks import TrainState
 from training.node.models import build_model
@@ -87,6 +89,38 @@ def test_trainer_0_logs_its_scalars_at_its_progress_steps_and_none_when_told_not
         assert values["samples_per_s"] == pytest.approx(4 / values["step_time_s"], rel=1e-6)  # a global batch of 4
     run(tmp_path, "off", log_metrics=False)
     assert '"metrics"' not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_ddp_is_gone_before_its_process_group_is_destroyed(tmp_path, monkeypatch, fails):
+    """DDP's Reducer freed after the group held its last reference: ~ProcessGroupGloo then joined gloo's threads
+    under the GIL, a rank that never exited after its End (run_training's `finally` says why). So the run's DDP
+    must be dead when the group is destroyed, after a run and after one that raised (the traceback's frames hold
+    the run)."""
+    made: list[weakref.ref] = []
+    alive_at_destroy: list[bool] = []
+    real_ddp, real_destroy = worker.DistributedDataParallel, torch.distributed.destroy_process_group
+
+    def ddp(*args, **kwargs):
+        made.append(weakref.ref(model := real_ddp(*args, **kwargs)))
+        return model
+
+    def destroy(*args, **kwargs):
+        alive_at_destroy.extend(ref() is not None for ref in made)
+        return real_destroy(*args, **kwargs)
+
+    class Failing(Recorder):
+        def on_step(self, state: TrainState, step: int) -> None:
+            raise RuntimeError("a hook fails")
+
+    monkeypatch.setattr(worker, "DistributedDataParallel", ddp)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", destroy)
+    if fails:
+        with pytest.raises(RuntimeError, match="a hook fails"):
+            run(tmp_path, "failing", steps=3, hooks=[Failing()])
+    else:
+        run(tmp_path, "stopped", steps=5, stop_at_step=3)
+    assert alive_at_destroy == [False]
 
 
 def test_stop_then_resume_matches_an_uninterrupted_run(tmp_path):

@@ -16,11 +16,13 @@ relaunch restores, and writing the model and state there (hundreds of MB) would 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import pickle
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +328,7 @@ def run_training(
     torch.set_num_threads(opts.threads or max(1, local_cores // env.local_size))
     device = pick_device(opts.device, env)
     init_process_group(env, device)
+    run: Run | None = None
     try:
         with StopRequest() as stop:
             run = Run(spec, env, opts, device, hooks)
@@ -333,7 +336,19 @@ def run_training(
             run.save(metrics)
             dist.barrier()
         return metrics
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)  # their locals hold the run, and with it DDP: see below
+        raise
     finally:
+        # DDP's Reducer goes before the group, or the ranks may never exit. The Reducer holds the process
+        # group, and pybind11 frees it with the GIL held (pytorch/pytorch#56297): when it holds the group's last
+        # reference, ~ProcessGroupGloo joins gloo's worker threads under the GIL while one of them, releasing a
+        # finished work, waits for the GIL to drop its tensor's Python object (py-spy of a rank that never left
+        # after its End: std::thread::join under ~Reducer against gil_scoped_acquire under ~AsyncBarrierWork,
+        # about 1 in 8 stopped runs beside the test suite). The group's own binding releases the GIL before it
+        # destructs, so the threads finish and the join returns.
+        del run
+        gc.collect()  # a module's reference cycles keep DDP alive past `del`
         dist.destroy_process_group()
 
 
