@@ -71,12 +71,12 @@ def test_a_zone_out_of_spot_moves_the_job_and_its_head_to_another_zone_through_s
         with detached(env, job) as job_id:
             wait_for(env, job_id, 3)
             cli(env, "interrupt", spot_trainer(env), "--after", "10")
-            followed = cli(env, "logs", job_id, "-f", "--tail", "1", timeout=720).stdout  # across the hand-over
+            followed = cli(env, "logs", job_id, "-f", "--tail", "1", timeout=720).stderr  # across the hand-over
     finally:
         cli(env, "sandbox", "capacity", "--clear")
     took_s = time.monotonic() - started
     log, state = cli(env, "logs", job_id).stdout, job_state(env, job_id)
-    assert "job completed" in followed, (followed[-2000:], log[-4000:])
+    assert f"job {job_id} completed" in followed, (followed[-2000:], log[-4000:])
     assert state["status"] == "completed" and state["step"] == STEPS and state["lost_steps"] == 0, state
     assert "InsufficientInstanceCapacity" in log, log[-4000:]
     move = re.search(r"^ladder: move: (\S+) instead of " + re.escape(old_zone), log, re.MULTILINE)
