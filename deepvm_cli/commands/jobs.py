@@ -70,7 +70,7 @@ def logs_command(
     ),
 ) -> None:
     """Show a managed job's log from its head node (from S3 once its cluster is gone); reattach with -f."""
-    from training.client.managed import find_head, follow, follow_across, managed_job
+    from training.client.managed import find_head, follow, follow_across, job_on, managed_job
     from training.client.outputs import Where, job_outputs, s3_log
 
     finish_ended_clusters()
@@ -94,13 +94,19 @@ def logs_command(
 
     try:
         if follow_log:  # on the new head after a hand-over
-            end, _ = follow_across(head, job, show, tail=tail)
+            end, head = follow_across(head, job, show, tail=tail)
         else:
             end = follow(head, job, show, tail=tail, keep_following=False)
     except KeyboardInterrupt:
         return
-    if follow_log and end.status.final:
-        console.info(f"job {job} {end.status}")
+    if not follow_log:
+        return
+    status = end.status
+    if not status.final:  # the lines shown began after the job's end (--tail): they say nothing of it
+        final = job_on(head, job)
+        status = final.status if final is not None else status
+    if status.final:
+        console.info(f"job {job} {status}")
 
 
 def cancel_command(
@@ -108,14 +114,14 @@ def cancel_command(
     now: bool = typer.Option(False, "--now", help="Stop at once, without a last checkpoint."),
 ) -> None:
     """Stop a managed job after a checkpoint (or at once with --now), and wait until it has stopped."""
-    from training.client.managed import cancel, find_head, follow, jobs_on, managed_job
+    from training.client.managed import cancel, find_head, follow, job_on, managed_job
 
     row = managed_job(job)
     head = find_head(row.cluster, row.python)
     cancel(head, job, now)
     console.info(f"cancelling {job}: " + ("stopping it now" if now else "it stops after a checkpoint"))
     follow(head, job, lambda record: None, tail=0)  # until the job is over
-    final = next((s for s in jobs_on(head) if s.job_id == job), None)
+    final = job_on(head, job)
     status = final.status if final else "unknown"
     console.info(f"job {job} {status}" + (f" at step {final.step}" if final else ""))
 
@@ -128,7 +134,7 @@ def fetch_command(
     log and TensorBoard files whatever its state, or from S3 once its cluster is gone; of a cancelled or failed
     job, what it left on the nodes (metrics, its newest checkpoint, how to go on)."""
     from provisioning.clusters.handle import Cluster
-    from training.client.managed import fetch_outputs, fetch_run_record, head_of, jobs_on, managed_job
+    from training.client.managed import fetch_outputs, fetch_run_record, head_of, job_on, managed_job
     from training.client.outputs import Where, job_outputs
     from training.control.leftovers import collect
 
@@ -149,7 +155,7 @@ def fetch_command(
     if fetch_outputs(head, job, where) is not None:
         console.info(f"outputs of {job} in {where}")
         return
-    summary = next((s for s in jobs_on(head) if s.job_id == job), None)
+    summary = job_on(head, job)
     if summary is not None and summary.status is JobStatus.RUNNING:
         console.info(f"job {job} is still running (step {summary.step}/{summary.total_steps}): `deepvm logs {job} "
                      f"-f` follows it, and `deepvm fetch {job}` brings its outputs once it completes")

@@ -213,9 +213,9 @@ def query_script(head: Head, args: str) -> str:
 def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], start: int = 0,
            tail: int | None = None, keep_following: bool = True) -> FollowEnd:  # fmt: skip
     """Hand each record of the job's log to on_record, from line `start` (or the last `tail` lines), until
-    the job is over (or the log's current end, without keep_following). Followed to the job's end, how it ended
-    even when the lines shown begin after it (`logs -f --tail 1` of a job that completed: its last line is the
-    note of what still bills): the head's job row says it then."""
+    the job is over (or the log's current end, without keep_following). The end's status is the last state
+    record read: lines that begin after the job's end (`--tail 1` of a job that completed: its last line is the
+    note of what still bills) say none, and job_on(head, job_id) has it."""
     flags = f"--from {start}" + (f" --tail {tail}" if tail is not None else "") + (" --follow" * keep_following)
     state = FollowEnd(JobStatus.RUNNING, "", start)
     errors: list[str] = []
@@ -240,10 +240,6 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
     if code != 0:
         why = errors[-1] if errors else f"exit {code}"
         raise TransportError(f"{head.host.where}: reading the job's log failed: {why}")
-    if keep_following and not state.status.final:  # the job is over, its end before the lines asked for (`tail`)
-        final = next((s for s in jobs_on(head) if s.job_id == job_id), None)
-        if final is not None:
-            state = replace(state, status=final.status, text=final.message)
     return state
 
 
@@ -310,6 +306,11 @@ def jobs_on(head: Head) -> list[JobSummary]:
     summaries = [JobSummary.from_json(text) for text in run_on_head(head, script, lambda _: None) if text]
     _remember(summaries)
     return summaries
+
+
+def job_on(head: Head, job_id: str) -> JobSummary | None:
+    """The job as the head knows it now (None: the head has no such job)."""
+    return next((s for s in jobs_on(head) if s.job_id == job_id), None)
 
 
 def summary_on(head: Head, job_id: str) -> RunSummary:
