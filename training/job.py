@@ -47,9 +47,10 @@ What deepvm relies on:
   `step()` after every optimizer step with the same step numbers: steps completed, counting from 1.
 - When `step()` returns True the script returns (calling `step()` again is an error). Returning before
   `total_steps` otherwise ends the job as completed at that step; returning before the first step (no
-  `ctx.step()` at all while steps were left) fails the job, unless its spec says `run.calls_step: false`
-  (a script that takes no steps: an evaluation, a data preparation; it gives no `steps` and never calls
-  `step()`).
+  `ctx.step()` at all while steps were left) fails the job. A script that never calls `step()` (one
+  written for torchrun, or for a framework's trainer) says `run.calls_step: false` and gives no `steps`:
+  deepvm then starts it as torchrun would, in a process of its own, and keeps its own checkpoint files
+  (training.node.launched); it does not attach.
 - The state tree (from the callable, asked only when a checkpoint is taken) has the same layout on every
   trainer: the replicated state of DDP, made of tensors, numbers, strings and lists, tuples and dicts
   of them. Restored tensors are CPU tensors; `load_state_dict` copies them onto the device. Each rank's

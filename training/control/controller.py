@@ -46,6 +46,7 @@ from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import InputError
+from provisioning.core.inputfile import size_text
 from training.control.attempts import (
     Action,
     Failures,
@@ -75,7 +76,20 @@ from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
 from training.control.stops import JobStops, TrainingFailed, TrainingStopped
 from training.control.winddown import drop_replacements
-from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
+from training.shared.events import (
+    Event,
+    Flush,
+    Kept,
+    KeptHow,
+    Metrics,
+    Notice,
+    NoticeSeen,
+    Restored,
+    Saved,
+    Start,
+    Step,
+    WatcherOff,
+)
 from training.shared.job_events import job_message
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -253,7 +267,8 @@ class Controller:
             per = self.spec.shrink.keep_global_batch_by == "per_trainer_batch"
             batches = split_batch(self.spec.batch_size * (self.planned_trainers if per else len(speeds)), speeds)
         return Launch.on(nodes, JobPaths(str(homes.pop()), self.job.job_id), self.request.job_path.name,
-                         self.request.python, self.planned_trainers, self.env, batches)  # fmt: skip
+                         self.request.python, self.planned_trainers, self.env, batches,
+                         restart_count=len(self.attempts), max_restarts=self.request.max_failures)  # fmt: skip
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's timer
@@ -308,6 +323,8 @@ class Controller:
                                      f"in {event.seconds:.2f}s ({event.reason})")  # fmt: skip
                     if event.ends_run:  # a recommendation's is no recovery's
                         self.recovery.checkpointed(at)
+            case Kept(rank=0):
+                self._on_kept(event, at, run)
             case NoticeSeen() if node is not None:
                 self._on_notice(node, event.notice, at, run)
             case Metrics(rank=0):
@@ -315,6 +332,23 @@ class Controller:
                 self.report.metrics(event.point)
             case WatcherOff(rank=0) if run.number == 1:
                 self.report.note(f"not watching for Spot notices: {event.reason}")
+
+    def _on_kept(self, event: Kept, at: float, run: AttemptRun) -> None:
+        """A launched script's own files (training.node.launched): kept, they are what a relaunch resumes from
+        (the job's checkpoint, at the steps the script reported: none of its own); flushed, the recovery's
+        checkpoint; put back, its restore, and the work since they were written is what the relaunch redoes."""
+        if event.how is KeptHow.RESTORED:
+            self.recovery.restored(at, event.seconds)
+            age = max(0.0, time.time() - event.written_at)
+            what = f"{_count(event.files, 'kept file')} ({size_text(event.bytes)})"
+            self.report.note(f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, "
+                             f"written {age:.0f}s ago")  # fmt: skip
+            return
+        self.job.checkpointed(max(run.last_step, 0))
+        if event.how is KeptHow.FLUSHED:
+            self.report.note(f"{_count(event.files, 'kept file')} ({size_text(event.bytes)}) safe at {event.level} in "
+                             f"{event.seconds:.2f}s")  # fmt: skip
+            self.recovery.checkpointed(at)
 
     def on_post(self, item: object, run: AttemptRun | None) -> None:
         if isinstance(item, ReplacementNote):

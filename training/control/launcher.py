@@ -106,6 +106,8 @@ class Launch:
     env: dict[str, str]  # exported on every rank (the job's env)
     rank_batches: tuple[int, ...] | None = None  # per trainer, when nodes differ in speed
     open_mpi_home: str | None = None  # where Open MPI is installed when it is not on the head's PATH
+    restart_count: int = 0  # launches of the job before this one (a launched script's TORCHELASTIC_RESTART_COUNT)
+    max_restarts: int = 0  # relaunches the controller tries after failures (TORCHELASTIC_MAX_RESTARTS)
 
     @property
     def trainers(self) -> tuple[Node, ...]:
@@ -128,9 +130,11 @@ class Launch:
 
     @classmethod
     def on(cls, nodes: Sequence[Node], paths: JobPaths, job_file: str, python: str, planned_trainers: int,
-           env: dict[str, str], rank_batches: tuple[int, ...] | None = None) -> Launch:  # fmt: skip
+           env: dict[str, str], rank_batches: tuple[int, ...] | None = None, *, restart_count: int = 0,
+           max_restarts: int = 0) -> Launch:  # fmt: skip
         """A launch on `nodes` (put in rank order), on a rendezvous port of its own."""
-        return cls(arrange(nodes), paths, job_file, python, planned_trainers, rendezvous_port(), env, rank_batches)
+        return cls(arrange(nodes), paths, job_file, python, planned_trainers, rendezvous_port(), env, rank_batches,
+                   restart_count=restart_count, max_restarts=max_restarts)  # fmt: skip
 
 
 def cluster_node(e: SshEndpoint, facts: TypeFacts) -> Node:
@@ -230,6 +234,9 @@ def mpirun_command(launch: Launch) -> list[str]:
         "--planned-trainers", str(launch.planned_trainers),
         "--master-addr", launch.trainers[0].private_address,
         "--master-port", str(launch.master_port),
+        "--run-id", paths.job_id,
+        "--restart-count", str(launch.restart_count),
+        "--max-restarts", str(launch.max_restarts),
     ]  # fmt: skip
     if launch.rank_batches is not None:
         argv += ["--rank-batches", ",".join(str(b) for b in launch.rank_batches)]

@@ -7,9 +7,11 @@ group among themselves (holders never train): torch rank = trainer index, world 
 trainers, rendezvous at trainer 0's node. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
 exported for code that reads them.
 
-Trainers then run deepvm's worker, or the job's own script (`run:`, training.node.userscript); either way
-the job's checkpoint policy is applied by one Checkpointer (training.node.checkpointing), which agrees
-among trainers over their own MPI group (training.node.trainercomm).
+Trainers then run deepvm's worker, or the job's own script (`run:`): in-process when it calls ctx.step()
+(training.node.userscript), where one Checkpointer (training.node.checkpointing) applies the job's checkpoint
+policy, as for the worker, agreeing among trainers over their own MPI group (training.node.trainercomm); as a
+child process with torchrun's environment when it does not (run.calls_step: false, training.node.launched),
+its own checkpoint files kept through DeepCheck.
 
 A trainer on a node with instance metadata runs the Spot watcher: a notice prints a NoticeSeen event and
 goes to the Checkpointer, which flushes at the next step on every trainer; after an interruption notice
@@ -52,9 +54,11 @@ from training.shared.storage import l3_location
 
 if TYPE_CHECKING:
     from training.node.distenv import DistEnv
+    from training.node.launched import LaunchFacts
     from training.node.worker import WorkerOptions
 
 ROLES = ("trainer", "holder", "both")
+KEPT_DIR = "kept"  # beside the job's out/ on a node: a launched script's DEEPVM_CHECKPOINT_DIR
 STACKS_SIGNAL = signal.SIGUSR2  # Open MPI forwards it to every rank, as it does SIGUSR1 (the clean stop)
 
 
@@ -70,6 +74,9 @@ class RankOptions:
     rank_batches: tuple[int, ...] | None = None  # per trainer, for mixed plans
     device: str = "auto"
     watch: bool = True
+    run_id: str = ""  # the job's id (TORCHELASTIC_RUN_ID of a launched script); "": the job spec's name
+    restart_count: int = 0  # launches of this job before this one
+    max_restarts: int = 0  # relaunches the controller would try after failures
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
@@ -84,6 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
     p.add_argument("--rank-batches", help="comma-separated batch size per trainer")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--no-watch", dest="watch", action="store_false", help="do not poll instance metadata")
+    p.add_argument("--run-id", default="", help="the job's id, the same at every launch")
+    p.add_argument("--restart-count", type=int, default=0, help="launches of this job before this one")
+    p.add_argument("--max-restarts", type=int, default=0, help="relaunches tried after failures")
     a = p.parse_args(argv)
     roles = tuple(a.roles.split(","))
     if any(r not in ROLES for r in roles):
@@ -99,6 +109,9 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
         tuple(int(b) for b in a.rank_batches.split(",")) if a.rank_batches else None,
         a.device,
         a.watch,
+        a.run_id,
+        a.restart_count,
+        a.max_restarts,
     )
 
 
@@ -163,6 +176,7 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
     MPI and DeepCheck alone, and on a small CPU holder node torch's import (seconds, and hundreds of MB)
     would be on every relaunch's path, since the new world waits for its slowest rank."""
     from training.node.checkpointing import Checkpointer, DeepCheckHook
+    from training.node.launched import LaunchedScript
     from training.node.trainercomm import TrainerComm
     from training.node.userscript import run_script
     from training.node.watcher import Watcher
@@ -171,17 +185,21 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
     checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
+    launched = LaunchedScript(spec, _launch_facts(spec, opts), env, ck, trainers) if _launches(spec) else None
+    noticed = checkpointer.noticed if launched is None else launched.noticed
     watcher = None
     if opts.watch:
 
         def on_notice(notice: Notice) -> None:
-            checkpointer.noticed(notice)
+            noticed(notice)
             emit(NoticeSeen(rank=env.rank, notice=notice))
 
         watcher = Watcher(on_notice, lambda why: emit(WatcherOff(rank=env.rank, reason=why)))
         watcher.start()
     try:
-        if spec.run is not None:
+        if launched is not None:
+            launched.run()
+        elif spec.run is not None:
             run_script(spec, opts.job, env, opts.device, opts.planned_trainers, opts.out, checkpointer, trainers)
         else:
             run_training(spec, env, _worker_options(env, opts), [DeepCheckHook(checkpointer)])
@@ -190,6 +208,20 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
             watcher.stop()
     ck.close()
     trainers.free()
+
+
+def _launches(spec: JobSpec) -> bool:
+    """Whether the trainers start the job's script as a child process (training.node.launched): a script that
+    does not call ctx.step() is one written for torchrun or a framework, not for deepvm."""
+    return spec.run is not None and not spec.run.calls_step
+
+
+def _launch_facts(spec: JobSpec, opts: RankOptions) -> LaunchFacts:
+    from training.node.launched import LaunchFacts
+
+    return LaunchFacts(job_file=opts.job, out=opts.out, kept_dir=opts.out.parent / KEPT_DIR,
+                       run_id=opts.run_id or spec.name, restart_count=opts.restart_count,
+                       max_restarts=opts.max_restarts, planned_world_size=opts.planned_trainers)  # fmt: skip
 
 
 def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:
@@ -247,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(getattr(exc, "exit_code", 1))
     holder = opts.roles[MPI.COMM_WORLD.Get_rank()] == "holder"
-    if spec.run is None or holder:  # a job's own script (trainers only) may leave files for the exit to flush
+    if spec.run is None or _launches(spec) or holder:  # a ctx.step() script may leave files for the exit to flush
         leave_now()
     return 0
 

@@ -35,5 +35,11 @@ class TrainerComm:
     def mean(self, value: float) -> float:
         return allreduce(self.comm, array("d", [value]), MPI.SUM)[0] / self.size
 
+    def each(self, value: int) -> list[int]:
+        """Every trainer's `value`, in trainer order (one small all-reduce, each trainer filling its slot)."""
+        slots = array("d", [0.0] * self.size)
+        slots[self.rank] = value
+        return [int(v) for v in allreduce(self.comm, slots, MPI.SUM)]
+
     def free(self) -> None:
         self.comm.Free()

@@ -184,6 +184,37 @@ class Flush(Event):
         return self.reason is not FlushReason.REBALANCE
 
 
+class KeptHow(str, Enum):
+    """What happened to a launched script's kept files (Kept's how)."""
+
+    KEPT = "kept"  # complete files that changed went to the holders while the script ran
+    FLUSHED = "flushed"  # the last changes were flushed as the script stopped (a notice, a clean stop)
+    RESTORED = "restored"  # the newest complete copies were put back on every trainer before the launch
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kept(Event):
+    """Trainer 0: a launched script's own checkpoint files (run.calls_step: false) were kept through DeepCheck,
+    or put back (training.node.launched); the script takes no steps, so its files are its progress."""
+
+    EVENT: ClassVar[str] = "kept"
+
+    how: KeptHow  # a str on the wire
+    version: int  # the DeepCheck checkpoint of the files (their step there), growing by one each time kept
+    files: int  # files in it
+    bytes: int  # their size together
+    newest: str  # the newest file's path (job/REL or checkpoint_dir/REL), "" when none
+    written_at: float  # when the newest file was written (time.time() on its node), 0 when none
+    level: str | None = None  # the DeepCheck level it is safe at when flushed, e.g. "L1"
+    seconds: float  # how long keeping (or putting back) took
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "how", KeptHow(self.how))  # a line's "how" arrives as a str
+
+
 @dataclass(frozen=True, kw_only=True)
 class NoticeSeen(Event):
     """A trainer's watcher saw a notice on its node: an interruption notice (the trainers flush, then stop),
@@ -270,7 +301,7 @@ class Holder(Event):
 
 
 _KINDS: dict[str, type[Event]] = {
-    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, NoticeSeen, Metrics, End, WatcherOff, Holder)
+    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, Kept, NoticeSeen, Metrics, End, WatcherOff, Holder)
 }
 
 

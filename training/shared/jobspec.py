@@ -156,6 +156,16 @@ class ScheduleSpec(_Strict):
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0  # `cosine`: final lr as a fraction of lr
 
 
+def _kept_path(value: str) -> str:
+    """A kept path stays inside the script's working directory: nothing else is put back on a node."""
+    if not value or value.startswith(("/", "~")) or ".." in Path(value).parts:
+        raise ValueError(f"give a path relative to the job directory, inside it, got {value!r}")
+    return value
+
+
+KeptPath = Annotated[str, AfterValidator(_text), AfterValidator(_kept_path)]
+
+
 class CheckpointSpec(_Strict):
     """When and where DeepCheck saves; levels as in DESIGN.md (l1 RAM ring, l2 disk, l3 S3).
 
@@ -167,6 +177,10 @@ class CheckpointSpec(_Strict):
     levels: list[Literal["l1", "l2", "l3"]] = Field(default_factory=lambda: ["l1", "l2"])
     buffer_slots: Annotated[int, Field(gt=0, le=64)] = 2  # checkpoints the remote tier's ring buffer holds
     s3_prefix: Text | None = None  # where l3 writes; required when l3 is listed
+    # a launched script's own checkpoint files (run.calls_step: false): paths, directories or globs relative to
+    # its working directory, kept through DeepCheck as they are closed and put back on every trainer before
+    # every launch (training.node.keptfiles); $DEEPVM_CHECKPOINT_DIR is always kept besides
+    files: list[KeptPath] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> CheckpointSpec:
@@ -191,6 +205,9 @@ class ShrinkPolicy(_Strict):
     keep_global_batch_by: Literal["per_trainer_batch", "lr_scaling"] = "per_trainer_batch"
 
 
+StopSignal = Literal["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT"]
+
+
 class RunOverride(_Strict):
     """The user's own script replaces deepvm's worker on every trainer; deepvm still pushes, launches,
     checkpoints and recovers (the script's side of it: training/job.py)."""
@@ -200,6 +217,11 @@ class RunOverride(_Strict):
     # false: the script takes no steps (an evaluation, a data preparation): it gives no `steps`, and ends
     # completed without calling ctx.step(); true (the default): ending before its first step is a failure
     calls_step: bool = True
+    # a launched script (calls_step: false) is told to stop (a Spot notice, a cancel, a limit) by this signal,
+    # as torchelastic and SageMaker tell theirs, and killed after stop_grace seconds (None: what the notice
+    # leaves after the kept files' flush; training.node.launched)
+    stop_signal: StopSignal = "SIGTERM"
+    stop_grace: Annotated[float, Field(gt=0, le=3600)] | None = None
 
     @field_validator("args", mode="before")
     @classmethod
@@ -274,9 +296,14 @@ class JobSpec(_Strict):
                                           "them), or run.calls_step: false for a script that takes none")
             if self.steps is not None and not self.run.calls_step:
                 raise _field_error("steps", "a script with run.calls_step: false takes no steps; remove steps")
+            if self.run.calls_step:
+                _only_launched(self)
             return self
         if self.dataset is None:
             raise _field_error("dataset", None)
+        if self.checkpoint.files:
+            raise _field_error("checkpoint", "files: kept for your own script (run: with calls_step: false); "
+                                             "deepvm's worker checkpoints its model and optimizer itself")
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of steps or epochs")
         classes = self.dataset.classes if isinstance(self.dataset, SyntheticData) else 10
@@ -290,6 +317,19 @@ class JobSpec(_Strict):
     def is_synthetic(self) -> bool:
         """True when the run trains on generated data; every report says so."""
         return isinstance(self.dataset, SyntheticData)
+
+
+def _only_launched(spec: JobSpec) -> None:
+    """What only a launched script (run.calls_step: false) uses is refused beside a ctx.step() script, which
+    checkpoints its state tree and stops at ctx.step(): a setting that silently does nothing misleads."""
+    assert spec.run is not None
+    if spec.checkpoint.files:
+        raise _field_error("checkpoint", "files: kept for a script with run.calls_step: false; a script that calls "
+                                         "ctx.step() checkpoints the tree it gives ctx.step()")
+    fields = spec.run.model_fields_set & {"stop_signal", "stop_grace"}
+    if fields:
+        raise _field_error("run", f"{min(fields)}: for a script with run.calls_step: false; a script that calls "
+                                  "ctx.step() stops when ctx.step() returns True")
 
 
 def _field_error(field: str, problem: str | None) -> ValidationError:

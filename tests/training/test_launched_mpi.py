@@ -1,0 +1,131 @@
+"""Issue 36, a user's own torchrun script, unchanged, through training.node.rank under a real mpirun: it sees the
+environment torchrun gives its workers and none of MPI's; rank 0's `snapshot.pt` is kept through DeepCheck, a
+Spot notice stops the script with SIGTERM (which kills it: it has no handler) and flushes the snapshot; a
+relaunch puts it back on every trainer, also where no rank had it, and every rank resumes at the same epoch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from imds import clear_notices, imds_endpoint, post_notice
+from worker_jobs import launch_ranks
+
+from training.node.elastic_env import ScriptPlace, worker_environment
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun"),
+]
+
+EPOCHS = 40
+# written as pytorch/examples' ddp-tutorial-series/multinode.py is: the environment gives the place, rank 0
+# saves a snapshot after every epoch, every rank loads it at the start when it exists
+TORCHRUN_SCRIPT = f"""\
+import json, os, sys, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+         "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
+mpi = sorted(k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_")))
+print("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi}}), flush=True)
+first = 0
+if os.path.exists("snapshot.pt"):
+    first = torch.load("snapshot.pt")["epoch"] + 1
+print(f"RESUMED {{rank}} {{first}}", flush=True)
+w = torch.zeros(4)
+for epoch in range(first, {EPOCHS}):
+    g = torch.ones(4)
+    dist.all_reduce(g)
+    w += g
+    time.sleep(0.1)
+    if rank == 0:
+        torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
+    print(f"EPOCH {{rank}} {{epoch}}", flush=True)
+dist.destroy_process_group()
+"""
+
+JOB = """\
+name: torchrun-style
+run: {script: multinode.py, calls_step: false}
+checkpoint: {files: [snapshot.pt], levels: [l1, l2]}
+env: {OMP_NUM_THREADS: "1"}
+"""
+
+
+def _tagged(stdout: str, tag: str) -> list[str]:
+    return [line.split(" ", 1)[1] for line in stdout.splitlines() if line.startswith(tag + " ")]
+
+
+def _events(stdout: str) -> list[dict]:
+    return [e for e in (json.loads(line) for line in stdout.splitlines() if line.startswith("{")) if "event" in e]
+
+
+def test_the_script_gets_torchruns_environment_and_none_of_mpis():
+    place = ScriptPlace(rank=3, world_size=4, local_rank=1, local_world_size=2, group_rank=1, group_world_size=2,
+                        master_addr="10.0.0.5", master_port=29400, run_id="job-7", restart_count=2, max_restarts=3)
+    env = worker_environment({"OMPI_COMM_WORLD_RANK": "3", "PMIX_RANK": "3", "PMI_SIZE": "4", "HOME": "/h",
+                              "OMP_NUM_THREADS": "2"}, place, {"DEEPVM_CHECKPOINT_DIR": "/k"})  # fmt: skip
+    assert not [k for k in env if k.startswith(("OMPI_", "PMIX_", "PMI_"))]
+    assert (env["HOME"], env["OMP_NUM_THREADS"], env["DEEPVM_CHECKPOINT_DIR"]) == ("/h", "2", "/k")
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+                                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE")} == {
+        "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default",
+        "MASTER_ADDR": "10.0.0.5", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+
+
+def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from_rank_0s_snapshot(tmp_path, warm):
+    (tmp_path / "multinode.py").write_text(TORCHRUN_SCRIPT)
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    with imds_endpoint(tmp_path) as url:
+        proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
+        lines: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("EPOCH 0 8"):
+                post_notice(tmp_path)
+        _, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, stderr[-3000:]
+        first = "".join(lines)
+        seen = [json.loads(e) for e in _tagged(first, "ENV")]
+        assert sorted(s["env"]["RANK"] for s in seen) == ["0", "1"] and not any(s["mpi"] for s in seen)
+        assert {(s["env"]["WORLD_SIZE"], s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
+                for s in seen} == {("2", "0", "127.0.0.1")}  # fmt: skip
+        events = _events(first)
+        assert [(e["status"]) for e in events if e["event"] == "end"] == ["stopped"]
+        (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]
+        assert flushed["files"] == 1 and flushed["newest"] == "job/snapshot.pt" and flushed["level"] in ("L1", "L2")
+        last_epoch = max(int(line.split()[1]) for line in _tagged(first, "EPOCH") if line.startswith("0 "))
+        assert 8 <= last_epoch < EPOCHS - 1  # stopped by the notice, not at its end
+
+        clear_notices(tmp_path)
+        (tmp_path / "snapshot.pt").unlink()  # a new node has none: only the holders do
+        time.sleep(0.1)
+        second = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
+        out, stderr = second.communicate(timeout=180)
+    assert second.returncode == 0, stderr[-3000:]
+    resumed = {line.split()[0]: int(line.split()[1]) for line in _tagged(out, "RESUMED")}
+    assert set(resumed.values()) == {resumed["0"]} and len(resumed) == 2  # every rank at the same epoch
+    assert last_epoch - 2 <= resumed["0"] - 1 <= last_epoch  # at most the epochs of the last tick or two
+    events = _events(out)
+    assert [e["how"] for e in events if e["event"] == "kept"][:1] == ["restored"]
+    assert [e["status"] for e in events if e["event"] == "end"] == ["completed"]
+    assert f"0 {EPOCHS - 1}" in _tagged(out, "EPOCH")
+
+
+def test_a_script_that_fails_ends_the_launch(tmp_path, warm):
+    (tmp_path / "multinode.py").write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    with imds_endpoint(tmp_path) as url:
+        proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "multinode.py exited with 3" in stderr

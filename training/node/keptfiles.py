@@ -1,0 +1,182 @@
+"""A launched script's own checkpoint files on one node: which are kept, which are complete, and putting them back.
+
+torchrun users rely on a shared filesystem: rank 0 writes `snapshot.pt`, and after a restart every rank loads
+it. A Spot cluster has none, and the node that wrote the file may be the one taken away. So the trainer rank
+that launched the script (training.node.launched) keeps the files the job names (`checkpoint.files`: paths,
+directories or globs relative to the script's working directory) and everything under $DEEPVM_CHECKPOINT_DIR
+through DeepCheck, and before every launch writes the newest complete copy of each back on every trainer.
+
+A file is taken only once it is complete: no process of the script holds it open for writing (Linux's
+/proc/PID/fdinfo says how each descriptor was opened: torch.save, like most writers, opens, writes and closes),
+and it did not change while it was read (its size and modification time before and after; a writer that
+opened it meanwhile truncated it or wrote to it). A file the script was still writing when it was stopped is
+left out, so the version kept before it is what comes back: never a torn one. Files are put back as a writer
+that must not tear them writes: a temporary file beside it, fsync, rename, fsync of the directory, with the original's
+modification time (the age a user sees, and lost work counts from).
+
+Keys are the file's path under its root, `job/REL` (the working directory) or `checkpoint_dir/REL`, so a
+relaunch on another node, whose job directory sits elsewhere, puts each file at the same place.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_ROOT, CHECKPOINT_ROOT = "job", "checkpoint_dir"
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What says a file changed: its size and modification time."""
+
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class FileCopy:
+    """One complete version of a kept file."""
+
+    key: str  # ROOT/REL
+    stamp: Stamp
+    data: bytes
+
+
+class KeptFiles:
+    """The kept files of one node's script: what changed since the last look, and putting copies back."""
+
+    def __init__(self, workdir: Path, patterns: Iterable[str], checkpoint_dir: Path) -> None:
+        self.roots = {JOB_ROOT: workdir, CHECKPOINT_ROOT: checkpoint_dir}
+        self.patterns = tuple(patterns)
+        self.kept: dict[str, Stamp] = {}  # the version of each file this node last kept or put back
+        self._seen: dict[str, Stamp] = {}  # what the last look saw
+
+    def path(self, key: str) -> Path:
+        root, _, rel = key.partition("/")
+        return self.roots[root] / rel
+
+    def present(self) -> dict[str, Stamp]:
+        """Every kept file there now, by key."""
+        found: dict[str, Stamp] = {}
+        for root, base in self.roots.items():
+            candidates = [base] if root == CHECKPOINT_ROOT else [p for pat in self.patterns for p in base.glob(pat)]
+            for path in candidates:
+                for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+                    if file.is_symlink():
+                        continue  # a link is not the script's data; following one could leave the directory
+                    st = file.stat()
+                    found[f"{root}/{file.relative_to(base)}"] = Stamp(st.st_size, st.st_mtime_ns)
+        return found
+
+    def changed(self, writing: set[Path]) -> list[FileCopy]:
+        """Complete files that differ from the version kept last (see the module docstring); `writing`: the
+        paths some process of the script holds open for writing (open_for_writing)."""
+        self._seen = self.present()
+        copies = []
+        for key, stamp in sorted(self._seen.items()):
+            path = self.path(key)
+            if self.kept.get(key) == stamp or path in writing:
+                continue
+            copy = _read_whole(key, path, stamp)
+            if copy is not None:
+                copies.append(copy)
+        return copies
+
+    def gone(self) -> list[str]:
+        """Keys kept once and no longer there (the script removed an old checkpoint)."""
+        return sorted(set(self.kept) - set(self._seen))
+
+    def took(self, copies: Iterable[FileCopy], gone: Iterable[str] = ()) -> None:
+        """These versions are kept now (or were put back): only a newer one is a change."""
+        for copy in copies:
+            self.kept[copy.key] = copy.stamp
+        for key in gone:
+            self.kept.pop(key, None)
+
+    def put_back(self, copies: Iterable[FileCopy]) -> None:
+        """Write each copy at its place, whole or not at all, with its own modification time."""
+        done = []
+        for copy in copies:
+            _write_whole(self.path(copy.key), copy)
+            done.append(copy)
+        self.took(done)
+        self._seen = {c.key: c.stamp for c in done}
+
+
+def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:
+    """The file's bytes when it did not change while read (None when it did, or it went away)."""
+    try:
+        data = path.read_bytes()
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    if Stamp(st.st_size, st.st_mtime_ns) != stamp or len(data) != stamp.size:
+        return None
+    return FileCopy(key, stamp, data)
+
+
+def _write_whole(path: Path, copy: FileCopy) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".deepvm-tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(copy.data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.utime(tmp, ns=(copy.stamp.mtime_ns, copy.stamp.mtime_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def open_for_writing(session: int) -> set[Path]:
+    """The files some process of session `session` (the launched script and its children) holds open for
+    writing, from /proc: a descriptor's fdinfo `flags` carry its access mode (O_WRONLY 1, O_RDWR 2)."""
+    paths: set[Path] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(proc.name)) != session:
+                continue
+            for fd in (proc / "fd").iterdir():
+                flags = _fd_flags(proc / "fdinfo" / fd.name)
+                if flags is not None and flags & 0o3:
+                    target = os.readlink(fd)
+                    if target.startswith("/"):
+                        paths.add(Path(target))
+        except (OSError, ValueError):  # the process or descriptor went away meanwhile
+            continue
+    return paths
+
+
+def _fd_flags(fdinfo: Path) -> int | None:
+    for line in fdinfo.read_text().splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8)
+    return None
+
+
+def as_tree(copies: Mapping[str, FileCopy]) -> dict[str, dict[str, object]]:
+    """The state tree DeepCheck checkpoints: every kept file's bytes and stamp, by key."""
+    return {key: {"size": c.stamp.size, "mtime_ns": c.stamp.mtime_ns, "data": c.data} for key, c in copies.items()}
+
+
+def from_tree(tree: Mapping[str, Mapping[str, object]]) -> dict[str, FileCopy]:
+    """The copies of a restored tree (as_tree's; DeepCheck gives a bytes leaf back as bytes)."""
+    copies = {}
+    for key, entry in tree.items():
+        size, mtime_ns, data = entry["size"], entry["mtime_ns"], entry["data"]
+        assert isinstance(size, int) and isinstance(mtime_ns, int) and isinstance(data, bytes)
+        copies[key] = FileCopy(key, Stamp(size, mtime_ns), data)
+    return copies

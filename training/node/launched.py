@@ -1,0 +1,292 @@
+"""A user's own unchanged script (run.calls_step: false) on a trainer rank: started as torchrun starts its
+workers, its own checkpoint files kept, and stopped by a signal at a Spot notice.
+
+Why a child process and not the rank itself: the rank is an MPI rank (DeepCheck's trainer side shares the MPI
+world with the holders), and a script written for torchrun must see torchrun's environment and none of MPI's
+(training.node.elastic_env), or Lightning takes it for an MPI job and mpi4py in it joins deepvm's world. So the
+trainer rank becomes what torch's elastic agent is to its workers: it restores, starts, watches and stops
+the script, and it keeps the script's files (training.node.keptfiles) through DeepCheck.
+
+The rank's loop, once a tick on every trainer, agrees in one collective (TrainerComm.any_each) on: a notice on
+any trainer's node, a clean stop asked of any rank (SIGUSR1/SIGTERM from the controller through mpirun), a script
+that failed, a script still running, kept files that changed. Then, in that order:
+
+- a failed script (a non-zero exit no one asked for) ends the job: every rank kills its script and raises, as
+  any rank error does (MPI_Abort; the controller relaunches from the newest kept files);
+- a notice or a stop: every rank reads its complete changed files, sends its script `run.stop_signal`, gives
+  it `run.stop_grace` seconds (by default what the notice leaves after the flush), then SIGKILL; a script that
+  exited by itself may have saved more, which is read too; the files are then flushed (safe on the holders
+  before the rank leaves) and the run ends "stopped", whatever the script's exit status was;
+- kept files that changed: kept (DeepCheck's asynchronous save), at most every `checkpoint.every_seconds`;
+- no script running on any trainer: the run is complete.
+
+Before the script starts, every trainer takes the newest complete kept files from the holders
+(DeepCheck's restore) and writes them at their places, whichever trainer wrote them: what a shared
+filesystem gives torchrun's users. The script runs in a session of its own (so the signals mpirun forwards
+to the rank do not reach it: the rank decides), dies with the rank that started it (setpriv --pdeathsig), and
+prints on the rank's own stdout and stderr, which mpirun tags with the rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from mpi4py import MPI
+
+import deepcheck
+from provisioning.core.errors import DeepvmError
+from training.node.distenv import DistEnv
+from training.node.elastic_env import ScriptPlace, worker_environment
+from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, open_for_writing
+from training.node.trainercomm import TrainerComm
+from training.node.worker import StopRequest
+from training.shared.events import End, EndStatus, Kept, KeptHow, Notice, Start, emit
+from training.shared.jobspec import JobSpec
+from training.shared.metrics import RunMetrics
+
+TICK_S = 1.0  # between two looks at the script and its files
+STOP_GRACE_S = 30.0  # a clean stop's grace, and a notice's when its time cannot be read
+FLUSH_RESERVE_S = 30.0  # of a notice's two minutes, what the last flush keeps for itself
+MIN_GRACE_S = 5.0
+_BCAST_CHUNK = 1 << 28  # bytes per MPI_Bcast: MPI counts in int
+_DEVICE = "the script's"  # Start's device: the script chooses its own
+
+
+class ScriptExited(DeepvmError):
+    """The launched script exited with a failure status that no stop asked for."""
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What the rank knows of this launch beyond its place in MPI (training.node.rank's options)."""
+
+    job_file: Path
+    out: Path  # rank 0's outputs, fetched when the job completes (DEEPVM_OUT)
+    kept_dir: Path  # DEEPVM_CHECKPOINT_DIR: always kept
+    run_id: str
+    restart_count: int
+    max_restarts: int
+    planned_world_size: int
+
+
+class LaunchedScript:
+    """One trainer rank's side of a launched script; see the module docstring."""
+
+    def __init__(self, spec: JobSpec, facts: LaunchFacts, env: DistEnv, ck: deepcheck.DeepCheck,
+                 trainers: TrainerComm) -> None:  # fmt: skip
+        assert spec.run is not None
+        self.spec, self.how, self.facts, self.env, self.ck, self.trainers = spec, spec.run, facts, env, ck, trainers
+        self.files = KeptFiles(facts.job_file.parent, spec.checkpoint.files, facts.kept_dir)
+        self.table: dict[str, FileCopy] = {}  # the kept files every trainer agreed on, by key
+        self.version = 0  # DeepCheck's step of the newest kept files
+        self.notice: Notice | None = None
+        self.last_keep = time.monotonic()
+
+    def noticed(self, notice: Notice) -> None:
+        """A Spot notice on this node (the watcher's thread): an interruption stops the script; a rebalance
+        recommendation changes nothing, the files are kept as they are written."""
+        if notice.is_interruption:
+            self.notice = notice
+            self.ck.request_flush()
+
+    def run(self) -> None:
+        """Restore, start, watch and stop the script (collective over trainers); End and metrics.json from
+        trainer 0."""
+        started = time.perf_counter()
+        self.facts.kept_dir.mkdir(parents=True, exist_ok=True)
+        self._restore()
+        place = self._place()
+        status = self._watch(place)
+        if self.env.rank == 0:
+            emit(End(rank=0, status=status, steps=0, final_loss=float("nan")))
+            RunMetrics(job=self.spec.name, status=status, script=self.how.script, synthetic=False,
+                       world_size=self.env.world_size, first_step=0, steps=0, total_steps=0,
+                       final_loss=float("nan"), loss_curve=(),
+                       wall_s=round(time.perf_counter() - started, 3)).write(self.facts.out)  # fmt: skip
+
+    # --- before the launch ------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        t0 = time.perf_counter()
+        restored = self.ck.restore()
+        if restored is None:
+            return
+        self.table = from_tree(restored.state)
+        self.version = restored.info.step
+        self.files.put_back(self.table.values())
+        self._report(KeptHow.RESTORED, time.perf_counter() - t0, restored.info.levels[0].name)
+
+    def _place(self) -> ScriptPlace:
+        """torchrun's place of this rank: nodes are the groups, found from which trainers are first on theirs."""
+        firsts = self.trainers.each(int(self.env.local_rank == 0))
+        group_rank = sum(firsts[: self.env.rank + 1]) - 1
+        return ScriptPlace(rank=self.env.rank, world_size=self.env.world_size, local_rank=self.env.local_rank,
+                           local_world_size=self.env.local_size, group_rank=group_rank,
+                           group_world_size=sum(firsts), master_addr=self.env.master_addr,
+                           master_port=self.env.master_port, run_id=self.facts.run_id,
+                           restart_count=self.facts.restart_count,
+                           max_restarts=self.facts.max_restarts)  # fmt: skip
+
+    # --- the script running -----------------------------------------------------------------------------
+    def _watch(self, place: ScriptPlace) -> EndStatus:
+        extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
+                 "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
+                 "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        script = (self.facts.job_file.parent / self.how.script).resolve()
+        python = os.environ.get("DEEPVM_PYTHON") or sys.executable
+        with StopRequest() as stop, ScriptProcess([python, str(script), *self.how.args],
+                                                  worker_environment(os.environ, place, extra),
+                                                  self.facts.job_file.parent) as child:  # fmt: skip
+            if self.env.rank == 0:
+                emit(Start(rank=0, job=self.spec.name, script=self.how.script, synthetic=False,
+                           world_size=self.env.world_size, planned_world_size=self.facts.planned_world_size,
+                           total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
+            while True:
+                code = child.wait(TICK_S)
+                changes = self.files.changed(open_for_writing(child.pid)) if code is None else []
+                due = bool(changes) and self._due()
+                stopping, failed, running, keep = self.trainers.any_each(
+                    self.ck.flush_requested or stop.asked, code not in (None, 0), code is None, due)
+                if failed:
+                    child.kill()
+                    raise ScriptExited(f"{self.how.script} exited with {code}" if code not in (None, 0)
+                                       else f"another trainer's {self.how.script} failed")  # fmt: skip
+                if stopping:
+                    self._stop(child, changes)
+                    return EndStatus.STOPPED
+                if keep:
+                    self._keep(changes if due else [])
+                if not running:
+                    return EndStatus.COMPLETED
+
+    def _due(self) -> bool:
+        every = self.spec.checkpoint.every_seconds
+        return every is None or time.monotonic() - self.last_keep >= every
+
+    def _stop(self, child: ScriptProcess, before: list[FileCopy]) -> None:
+        """Tell the script to stop, give it its grace, flush what it left complete (see the module docstring)."""
+        grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace()
+        code = child.stop(getattr(signal, self.how.stop_signal), grace)
+        after = self.files.changed(set()) if code >= 0 else []
+        newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
+        t0 = time.perf_counter()
+        self._agree(list(newest.values()))
+        if self.table:
+            report = self.ck.flush_now(as_tree(self.table), self.version)
+            self._report(KeptHow.FLUSHED, time.perf_counter() - t0, report.level.name)
+
+    def _notice_grace(self) -> float:
+        """What an interruption notice leaves the script: until its time, less the flush's reserve."""
+        if self.notice is None:
+            return STOP_GRACE_S
+        try:
+            when = datetime.fromisoformat(_notice_time(self.notice).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return STOP_GRACE_S
+        return max(MIN_GRACE_S, when - time.time() - FLUSH_RESERVE_S)
+
+    def _keep(self, changes: list[FileCopy]) -> None:
+        t0 = time.perf_counter()
+        self._agree(changes)
+        self.ck.save(as_tree(self.table), self.version)
+        self.last_keep = time.monotonic()
+        self._report(KeptHow.KEPT, time.perf_counter() - t0, None)
+
+    def _agree(self, changes: list[FileCopy]) -> None:
+        """Collective: every trainer's changed and removed files into one table, the same on every trainer; each
+        file's newest version wins (the lowest trainer on a tie), its bytes sent from the trainer that has it."""
+        gone = self.files.gone()
+        offers = self.trainers.comm.allgather(([(c.key, c.stamp) for c in changes], gone))
+        winners: dict[str, tuple[int, int]] = {}  # key -> (mtime_ns, trainer)
+        for trainer, (offered, _) in enumerate(offers):
+            for key, stamp in offered:
+                best = winners.get(key)
+                if best is None or stamp.mtime_ns > best[0]:
+                    winners[key] = (stamp.mtime_ns, trainer)
+        mine = {c.key: c for c in changes}
+        for key in sorted(winners):
+            owner = winners[key][1]
+            stamp = dict(offers[owner][0])[key]
+            data = _bcast(self.trainers.comm, mine[key].data if owner == self.trainers.rank else None,
+                          stamp.size, owner)  # fmt: skip
+            self.table[key] = FileCopy(key, stamp, data)
+        removed = {key for _, keys in offers for key in keys} - set(winners)
+        for key in removed:
+            self.table.pop(key, None)
+            self.files.path(key).unlink(missing_ok=True)  # as on a shared filesystem: gone for every trainer
+        self.files.took(self.table.values(), removed)
+        self.version += 1
+
+    def _report(self, how: KeptHow, seconds: float, level: str | None) -> None:
+        if self.env.rank != 0:
+            return
+        newest = max(self.table.values(), key=lambda c: c.stamp.mtime_ns, default=None)
+        emit(Kept(rank=0, how=how, version=self.version, files=len(self.table),
+                  bytes=sum(c.stamp.size for c in self.table.values()),
+                  newest="" if newest is None else newest.key,
+                  written_at=0.0 if newest is None else newest.stamp.mtime_ns / 1e9,
+                  level=level, seconds=round(seconds, 3)))  # fmt: skip
+
+
+def _notice_time(notice: Notice) -> str:
+    import json
+
+    body = json.loads(notice.body)
+    return str(body["time"]) if isinstance(body, dict) and "time" in body else ""
+
+
+def _bcast(comm: MPI.Comm, data: bytes | None, size: int, root: int) -> bytes:
+    """`size` bytes from trainer `root` to every trainer, in chunks MPI can count, without pickling them."""
+    buf = bytearray(data) if data is not None else bytearray(size)
+    view = memoryview(buf)
+    for lo in range(0, size, _BCAST_CHUNK):
+        comm.Bcast([view[lo : lo + _BCAST_CHUNK], MPI.BYTE], root=root)
+    return bytes(buf)
+
+
+class ScriptProcess:
+    """The script as a child process in a session of its own; see the module docstring."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: Path) -> None:
+        death = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+        self.proc = subprocess.Popen([*death, *argv], env=env, cwd=cwd, start_new_session=True,
+                                     stdin=subprocess.DEVNULL)  # fmt: skip
+        self.pid = self.proc.pid
+
+    def __enter__(self) -> ScriptProcess:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.kill()
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit status once it exited within `timeout` (negative: the signal that ended it), else None."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, sig: int, grace: float) -> int:
+        """`sig` to the script, SIGKILL to its whole session after `grace` seconds; its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.wait(grace)
+        if code is None:
+            self.kill()
+            code = self.proc.wait()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL to every process of its session (its data loaders too), then reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.proc.wait()
