@@ -80,7 +80,7 @@ def logs_command(
 
     def show(record: LogRecord) -> None:
         if rank is None or (record.kind is LogKind.LOG and record.rank == rank):
-            console.out.print(record_line(record, width), markup=False, highlight=False)
+            console.verbatim(record_line(record, width))
 
     if place.where is not Where.HEAD:
         if place.where is Where.NOWHERE:

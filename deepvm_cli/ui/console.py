@@ -33,6 +33,18 @@ def info(message: str) -> None:
     err.print(message)
 
 
+def verbatim(line: str) -> None:
+    """One line of data on stdout that is someone else's text (a script's output in `deepvm logs`), never markup:
+    on a terminal as rich prints it, wrapped at the screen's width; into a pipe or a file exactly as given, so
+    `deepvm logs JOB | grep ...` finds what the script printed (rich wrapped it at 80 columns there, expanded its
+    tabs and made `:thumbs_up:` an emoji)."""
+    if out.is_terminal:
+        out.print(line, markup=False, highlight=False)
+        return
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()  # `logs -f | grep --line-buffered` sees each line as it comes
+
+
 def plain(message: str) -> None:
     """One unstyled, unwrapped line on stderr: streamed logs and progress when stderr is not a terminal."""
     sys.stderr.write(message + "\n")

@@ -1,5 +1,6 @@
-"""`deepvm logs JOB -f` from this machine (deepvm_cli.commands.jobs), run in-process, the head's side played by
-the records its log holds and the job row it reports (training.client.managed's follow_across and job_on)."""
+"""`deepvm logs JOB` and `deepvm logs JOB -f` from this machine (deepvm_cli.commands.jobs), run in-process, the
+head's side played by the records its log holds and the job row it reports (training.client.managed's follow,
+follow_across and job_on)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def head_log(monkeypatch):
     monkeypatch.setattr(outputs, "job_outputs", lambda row: outputs.OutputsPlace(outputs.Where.HEAD, row))
     monkeypatch.setattr(managed, "find_head", lambda cluster, python: "head")
     monkeypatch.setattr(managed, "follow_across", follow_across)
+    monkeypatch.setattr(managed, "follow", lambda head, job_id, on_record, tail=None, keep_following=True:
+                        follow_across(head, job_id, on_record, tail)[0])  # fmt: skip
     monkeypatch.setattr(managed, "job_on", job_on)
     return side
 
@@ -55,3 +58,26 @@ def test_a_log_followed_to_the_jobs_end_says_how_it_ended_even_from_after_its_en
     result = cli("logs", "job-1", "-f", *(["--tail", tail] if tail else []))
     assert result.returncode == 0 and "job job-1 completed" in result.stderr, result
     assert "still bills" in result.stdout and head_log["asked"] == asked
+
+
+# what a script may print: longer than any terminal, tabs, what rich reads as markup and emoji, trailing blanks
+SCRIPT_LINE = "epoch 3\t[bold]loss[/bold] 0.25 :thumbs_up: " + "x" * 150 + "  "
+
+
+@pytest.mark.parametrize("follow", [[], ["-f"]], ids=["log", "follow"])
+def test_a_log_into_a_pipe_has_each_line_as_the_script_printed_it(cli, head_log, follow):
+    """`deepvm logs JOB | grep ...` found nothing: rich wrapped the script's lines at the width (80 columns
+    without a terminal), expanded its tabs and turned `:thumbs_up:` into an emoji. Into a pipe or a file each
+    line is the script's, after the rank's prefix."""
+    head_log["records"] = [LogRecord(kind=LogKind.LOG, at=1.0, source="node-1 r0", rank=0, text=SCRIPT_LINE),
+                           COMPLETED]  # fmt: skip
+    result = cli("logs", "job-1", *follow, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result
+    assert result.stdout.splitlines() == [f"[node-1 r0] {SCRIPT_LINE}", "job completed: done"]
+
+
+def test_a_log_on_a_terminal_is_as_rich_shows_it(cli, head_log):
+    """On a screen a line still wraps at its width (rich's, as before): only a pipe or a file gets it verbatim."""
+    head_log["records"] = [LogRecord(kind=LogKind.LOG, at=1.0, source="node-1 r0", rank=0, text=SCRIPT_LINE)]
+    result = cli("logs", "job-1", env={"COLUMNS": "80", "TTY_COMPATIBLE": "1"})
+    assert result.returncode == 0 and max(len(line) for line in result.stdout.splitlines()) <= 80, result

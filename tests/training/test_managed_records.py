@@ -4,6 +4,7 @@ statuses as enums: each is written once and read back equal."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -14,8 +15,9 @@ from provisioning.clusters.store import ClusterRow, ClusterStatus
 from provisioning.planner.plan import Role
 from tests.cloud.plans import make_plan
 from training.shared.jobstore import JobStatus
-from training.shared.progress import Outcome, RecoveryReason, RelaunchPhases, TrainResult
+from training.shared.progress import Outcome, Progress, RecoveryReason, RelaunchPhases, TrainResult
 from training.shared.records import HeadJob, JobSummary, LogKind, LogRecord
+from training.shared.scalars import MetricPoint
 
 
 def test_a_state_record_carries_the_status_string_and_reads_back_as_the_enum():
@@ -97,3 +99,24 @@ def test_a_log_line_of_a_kind_none_of_ours_is_not_a_record():
     with pytest.raises(ValueError, match="'chat' is not a valid LogKind"):
         LogRecord.from_json('{"kind": "chat", "at": 1.0, "text": "hi"}')
     assert LogRecord.from_json('{"kind": "note", "at": 1.0, "text": "hi"}').kind is LogKind.NOTE
+
+
+def _refuse(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_a_diverged_runs_result_and_log_lines_are_strict_json_and_read_back_as_nan():
+    """result.json and log.jsonl hold a run's losses and rates: NaN and the infinities are null there (strict
+    JSON, which jq and JSON.parse read), and the records read them back as NaN."""
+    result = replace(TrainResult.from_json(OLD_RESULT), final_loss=math.nan)
+    assert json.loads(result.to_json(), parse_constant=_refuse)["final_loss"] is None
+    assert math.isnan(TrainResult.from_json(result.to_json()).final_loss)
+    progress = Progress(step=3, total_steps=9, epoch=None, loss=math.nan, samples_per_s=math.inf, world_size=2,
+                        cost_usd=0.01, synthetic=False)  # fmt: skip
+    point = MetricPoint(3, {"loss": math.nan, "grad_norm": -math.inf})
+    for record in (LogRecord("progress", 1.0, progress=progress), LogRecord("metrics", 1.0, metrics=point)):
+        line = record.to_json()
+        json.loads(line, parse_constant=_refuse)
+        back = LogRecord.from_json(line)
+        numbers = [back.progress.loss, back.progress.samples_per_s] if back.progress else back.metrics.values.values()
+        assert all(math.isnan(n) for n in numbers), back

@@ -7,7 +7,8 @@ the user's machine with the model. Its own module, light on imports: every train
 The file's format is what it has always been (tests/training/test_metrics.py reads files written before
 this record): one JSON object, indented, the fields in this record's order; a fact only one writer knows
 is left out when the other writes (deepvm's worker knows the model and the batch, a script's runner only
-the script's name).
+the script's name). It is strict JSON (training.shared.strict_json): a loss or a rate that was NaN or
+infinite is null there, where files of before had `NaN`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from training.shared.events import EndStatus
+from training.shared.strict_json import dumps, number
 
 METRICS_FILE = "metrics.json"
 
@@ -41,23 +43,25 @@ class RunMetrics:
     steps: int  # steps done when it ended
     total_steps: int  # the step the job completes at
     epoch: int | None = None  # deepvm's worker: the epoch it ended in
-    final_loss: float  # the last global loss (NaN when none was reported)
+    final_loss: float  # the last global loss (NaN when none was reported, or it was not finite)
     loss_curve: tuple[tuple[int, float], ...]  # (step, global loss) of the whole job, resumed runs included
     samples_per_s: float | None = None  # deepvm's worker: samples trained per second in this run
     wall_s: float  # seconds this run trained
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v is not None}
-        return json.dumps(data, indent=1) + "\n"
+        return dumps(data, indent=1) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> RunMetrics:
-        """The record of a metrics.json; a key this record does not know (a newer writer's) is left aside."""
+        """The record of a metrics.json; a key this record does not know (a newer writer's) is left aside, and a
+        loss written as null (not finite) is NaN."""
         data = json.loads(text)
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
         values["status"] = EndStatus(values["status"])
-        values["loss_curve"] = tuple((int(step), loss) for step, loss in values["loss_curve"])
+        values["final_loss"] = number(values["final_loss"])
+        values["loss_curve"] = tuple((int(step), number(loss)) for step, loss in values["loss_curve"])
         if values.get("rank_batches") is not None:
             values["rank_batches"] = tuple(values["rank_batches"])
         return cls(**values)

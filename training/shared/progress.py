@@ -4,7 +4,8 @@ The controller never prints. It hands the CLI a JobReporter (callbacks, called f
 own thread) and returns a TrainResult; both are built from the dataclasses here, so a test can read
 exactly what a user sees, and `deepvm train --json` prints the result as is. A managed job's head writes
 the same TrainResult as result.json and the user's machine reads it back (TrainResult.from_json), so
-the CLI renders one record whichever side ran the controller.
+the CLI renders one record whichever side ran the controller. result.json, like the log's progress records,
+is strict JSON (training.shared.strict_json): a NaN loss is null there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from training.shared.jobstore import JobStatus
+from training.shared.strict_json import dumps, number
 
 if TYPE_CHECKING:  # a type only: `deepvm plan` imports this module, and nothing of the metrics
     from training.shared.scalars import MetricPoint
@@ -33,6 +35,11 @@ class Progress:
     world_size: int  # trainers
     cost_usd: float  # what the cluster cost since the job started
     synthetic: bool
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Progress:
+        """The progress of a log record, whose numbers are strict JSON: a NaN loss or an infinite rate is null."""
+        return cls(**{**data, **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")}})
 
 
 class RecoveryReason(str, Enum):
@@ -133,7 +140,7 @@ class TrainResult:
     status: JobStatus  # COMPLETED (a stopped or failed run raises instead)
     steps: int
     total_steps: int
-    final_loss: float | None
+    final_loss: float  # NaN: no step reported one, or it was not finite
     synthetic: bool
     restarts: int
     lost_steps: int
@@ -147,13 +154,13 @@ class TrainResult:
         return asdict(self)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict())
+        return dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> TrainResult:
-        """The result as to_json wrote it, or as an earlier deepvm did (no relaunch phases then)."""
+        """The result as to_json wrote it, or as an earlier deepvm did (no relaunch phases then, NaN for null)."""
         data = json.loads(text)
-        return cls(**{**data, "status": JobStatus(data["status"]),
+        return cls(**{**data, "status": JobStatus(data["status"]), "final_loss": number(data["final_loss"]),
                       "attempts": [AttemptRecord.from_dict(a) for a in data["attempts"]],
                       "recoveries": [Recovery.from_dict(r) for r in data["recoveries"]]})  # fmt: skip
 

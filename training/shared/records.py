@@ -4,7 +4,7 @@ and one way to read it back (JSON), so that neither side indexes free-form dicts
 - HeadJob: what the client hands the head to run one job (written once, as job.json).
 - LogRecord: one line of a job's log (log.jsonl), written by the head's service and supervisor and read
   by `deepvm train` / `deepvm logs`. A log line stays a LogRecord from the head to the renderer, its
-  kind a LogKind.
+  kind a LogKind. Strict JSON (training.shared.strict_json): a NaN loss or scalar is null there.
 - JobSummary: a job as `deepvm jobs` lists it.
 
 A completed job's result (training.shared.progress.TrainResult, result.json on the head) and a run's
@@ -25,6 +25,7 @@ from training.shared.guard import JobGuard, ResumeFrom
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.limits import JobLimits
 from training.shared.progress import Progress
+from training.shared.strict_json import dumps
 
 if TYPE_CHECKING:  # read in from_json: `deepvm plan` imports this module, and nothing of the metrics
     from training.shared.scalars import MetricPoint
@@ -151,7 +152,7 @@ class LogRecord:
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v not in ("", None, 0) or k in ("kind", "at")}
         data["kind"] = self.kind.value
-        return json.dumps(data, separators=(",", ":"))
+        return dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, line: str) -> LogRecord:
@@ -163,7 +164,7 @@ class LogRecord:
         metrics = data.pop("metrics", None)
         from training.shared.scalars import MetricPoint
 
-        return cls(**data, progress=Progress(**progress) if progress else None,
+        return cls(**data, progress=Progress.from_dict(progress) if progress else None,
                    status=JobStatus(status) if status else None,
                    metrics=MetricPoint.from_dict(metrics) if metrics else None)  # fmt: skip
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from training.shared.strict_json import number
+
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,127}")  # TensorBoard tags: `train/loss` groups under `train`
 MAX_SCALARS = 64  # per point: a line on the wire stays small, and a chart stays readable
 
@@ -26,7 +28,7 @@ class MetricPoint:
     """Scalars of one step, as trainer 0 logged them."""
 
     step: int  # the step they belong to (steps done, counting from 1)
-    values: dict[str, float]  # name -> value; the names are the job's own (NAME), NaN and inf kept as logged
+    values: dict[str, float]  # name -> value; the names are the job's own (NAME), NaN and inf kept (a log's: NaN)
 
     def __post_init__(self) -> None:
         problem = point_problem(self.step, self.values)
@@ -38,7 +40,8 @@ class MetricPoint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricPoint:
-        return cls(step=data["step"], values=dict(data["values"]))
+        """The point as a log record holds it: strict JSON, where a NaN or infinite value is null (NaN here)."""
+        return cls(step=data["step"], values={name: number(value) for name, value in dict(data["values"]).items()})
 
 
 def point_problem(step: object, values: object) -> str | None:
