@@ -73,14 +73,14 @@ def train_command(
         callback=at_least(1, DAY_S),
         help="Seconds without a step, once the job has trained one, after which it counts as hung and is "
         "restarted without the node that hangs (default: the job file's stall.timeout, else 10x the longest "
-        "recent gap between progress reports, at least 60 s).",
+        "recent gap between progress reports, at least 60 s; none for a run.calls_step: false script).",
     ),
     startup_grace: float | None = typer.Option(
         None,
         "--startup-grace",
         callback=at_least(1, DAY_S),
         help="Seconds from a launch to its first step after which the job counts as hung before training "
-        "(default: the job file's stall.startup_grace, else 300).",
+        "(default: the job file's stall.startup_grace, else 300; none for a run.calls_step: false script).",
     ),
     controller: str = typer.Option(
         "head",

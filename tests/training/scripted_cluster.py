@@ -283,6 +283,30 @@ class Stuck(Fault):
         return True
 
 
+@dataclass
+class Prints(Fault):
+    """A script without ctx.step (`run.calls_step: false`, put it at step 0): no Start, no step; every trainer
+    prints `lines` lines of its own, `every_s` apart; then, with `hangs`, it waits without a word (every node
+    answering) until mpirun is killed, else its run ends completed."""
+
+    lines: int = 0
+    every_s: float = 0.0
+    hangs: bool = False
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        for n in range(self.lines):
+            time.sleep(self.every_s)
+            for rank in range(mpirun.launch.trainer_ranks):
+                mpirun.say(f"epoch {n}", rank)
+        if not self.hangs:
+            mpirun.end(EndStatus.COMPLETED, 0)
+            return True
+        while not mpirun.killed.wait(timeout=0.005):
+            pass
+        mpirun.exit(137)
+        return True
+
+
 ABORT_BANNER = ("-" * 74, "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD", "with errorcode 3.", "",
                 "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.", "-" * 74)  # fmt: skip
 
@@ -425,6 +449,10 @@ class ScriptedMpirun:
     # what the ranks and mpirun say
     def emit(self, rank: int, event: Event) -> None:
         self._sink(RankLine(self.number, rank, "stdout", line(event), time.monotonic()))
+
+    def say(self, text: str, rank: int) -> None:
+        """A line of the script's own on `rank`'s stdout."""
+        self._sink(RankLine(self.number, rank, "stdout", text, time.monotonic()))
 
     def say_error(self, text: str, rank: int | None = 0) -> None:
         """A line on stderr from `rank` (None: mpirun's own)."""

@@ -14,7 +14,7 @@ import pytest
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import H0, T0, T1, T2, Rig, attempts_of
-from tests.training.scripted_cluster import Call, Crash, Die, Hang, HangOnExit, NoticeOn, RebalanceOn, Stuck
+from tests.training.scripted_cluster import Call, Crash, Die, Hang, HangOnExit, NoticeOn, Prints, RebalanceOn, Stuck
 from training.control.stops import TrainingCancelled, TrainingFailed, TrainingStopped
 from training.shared.jobstore import JobStatus, JobStore
 from training.shared.progress import Outcome, Progress, RecoveryReason
@@ -310,6 +310,28 @@ def test_a_job_that_hangs_before_its_first_step_is_stopped_after_its_startup_gra
     failed = rig.notes.index("attempt 1: killed as hung (mpirun exit 137):")
     assert rig.notes[failed + 1] == "  no first step within the start-up grace of 0s" and rig.cluster.retired == []
     assert rig.row().status is JobStatus.FAILED
+
+
+def test_a_script_without_ctx_step_is_held_only_to_the_output_silence_its_job_file_asks_for(rig):
+    """Issue 36 finding 1: an unchanged torchrun script (`run.calls_step: false`) died at the start-up grace, 300 s,
+    of a first step it never takes. It meets no step limit; `stall.silence` (the file's 1800 s, here 0.4 s) is
+    reset by every line a rank prints (12 lines over 0.6 s keep it alive) and stops the attempt once they stop."""
+    rig.job.write_text("name: fake\nrun: {script: train.py, calls_step: false}\nstall: {silence: 1800}\n")
+    (rig.job.parent / "train.py").write_text("print('training')\n")
+    rig.world.faults = [Prints(1, 0, lines=12, every_s=0.05, hangs=True), Prints(2, 0, lines=3)]
+    controller = rig.build()
+    stall = controller.session.stall
+    assert (stall.startup_s, stall.limit_s(), stall.silence_s) == (None, None, 1800)
+    stall.silence_s = 0.4
+    result = controller.run()
+    assert result.status is JobStatus.COMPLETED and [a.status for a in result.attempts] == [
+        Outcome.FAILED, Outcome.COMPLETED]  # fmt: skip
+    said = [n for n in rig.notes if n.startswith("no output line from any rank for ")]
+    assert len(said) == 1 and "(stall.silence 0s): the script or a node hangs; stopping the job" in said[0], rig.notes
+    assert rig.notes[rig.notes.index("attempt 1: killed as hung (mpirun exit 137):") + 1] == (
+        "  no output line within stall.silence of 0s")
+    assert [text for _, text in rig.logs].count("epoch 11") == 3  # every trainer's 12th line came before the kill
+    assert rig.cluster.retired == []  # every node answered: the script hung, no node
 
 
 def test_no_trainer_left_waits_for_the_replacement_spot_nodes(rig):

@@ -172,6 +172,12 @@ def test_run_override_needs_no_model_or_data(tmp_path):
     assert spec.dataset is None and spec.steps == 40 and not spec.is_synthetic
 
 
+def test_a_script_without_ctx_step_may_ask_for_an_output_silence_limit(tmp_path):
+    spec = load_job_spec(own_job(tmp_path, "run: {script: train.py, calls_step: false}\nstall: {silence: 1800}\n"))
+    assert not spec.calls_step and spec.stall.silence == 1800 and spec.stall.startup_grace is None
+    assert load_job_spec(own_job(tmp_path)).calls_step and load_job_spec(write(tmp_path, GOOD)).calls_step
+
+
 def test_run_script_in_a_subdirectory(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.py").write_text("")
@@ -261,6 +267,12 @@ def test_several_errors_are_all_reported_each_with_its_line_and_a_suggestion(tmp
         ("batch_size: 9", "11: batch_size: duplicate key (first given at line 10)"),
         ("env: {A: x, A: y}", "11: env.A: duplicate key (first given at line 11)"),
         ('"new\\nline": 1', "11: 'new\\nline': unknown field"),
+        ("stall: {silence: 0}", "11: stall.silence: must be at least 1, got 0"),
+        ("stall: {silence: 86401}", "11: stall.silence: must be at most 86400, got 86401"),
+        ("stall: {silence: .inf}", "11: stall.silence: must be a finite number, got inf"),
+        ("stall: {silence: true}", "11: stall.silence: expected a number, got True"),  # not a limit of 1 s
+        ("stall: {silence: '30'}", "11: stall.silence: expected a number, got '30'"),
+        ("stall: {quiet: 30}", "11: stall.quiet: unknown field"),
     ],
 )
 def test_one_bad_value_is_one_line(tmp_path, line, expected):

@@ -199,7 +199,8 @@ def test_a_size_runs_through_the_attempt_session_and_every_trainer_is_measured(t
 def test_a_size_that_hangs_fails_the_profile_and_stops_its_launch(tmp_path):
     session, launch, size, nodes = _size_launch(tmp_path, StallWatch(fixed_s=0.1))
     nodes.world.faults = [Hang(2, 3, node="i-t0000001")]
-    with pytest.raises(ProfileFailed, match="no progress for 0s on 2 trainer nodes: a node hangs; nothing was written"):
+    with pytest.raises(ProfileFailed, match=r"^no progress for 0s \(limit 0s\) on 2 trainer nodes: a node hangs; "
+                                            r"nothing was written$"):
         session.run(2, launch, size)
     assert nodes.attempts[0].returncode == 137
 

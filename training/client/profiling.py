@@ -250,10 +250,11 @@ class _Profiler:
         self.started = time.monotonic()
 
     def _session(self) -> AttemptSession:
-        """A session for one launch (its own stall watch, as each size's pace is its own); Ctrl-C ends the
-        profile: nothing is written."""
-        return AttemptSession(self.access, self.job, self.cluster.keys.internal_key_path, self.report, StallWatch(),
-                              ctrl_c_stops=False)  # fmt: skip
+        """A session for one launch (its own stall watch, as each size's pace is its own; the job file's limits,
+        as `deepvm train` has them); Ctrl-C ends the profile: nothing is written."""
+        spec = self.target.spec
+        return AttemptSession(self.access, self.job, self.cluster.keys.internal_key_path, self.report,
+                              StallWatch.of(spec.stall, None, None, spec.calls_step), ctrl_c_stops=False)  # fmt: skip
 
     def run(self, on_estimate: Callable[[float], None]) -> list[Measured]:
         endpoints = {e.instance_id: e for e in self.cluster.endpoints()}
@@ -375,5 +376,4 @@ class _SizeRun:
         pass
 
     def on_stall(self, run: AttemptRun, stall: Stall) -> None:
-        raise ProfileFailed(f"no progress for {stall.silent_s:.0f}s on {self.nodes} trainer nodes: a node hangs; "
-                            "nothing was written")  # fmt: skip
+        raise ProfileFailed(f"{stall.found} on {self.nodes} trainer nodes: {stall.meaning}; nothing was written")

@@ -147,7 +147,8 @@ class Controller:
         job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
                          self.env, request.python, cluster.keys.internal_public)  # fmt: skip
         self.session = AttemptSession(access or SshNodes(), job, cluster.keys.internal_key_path, report,
-                                      StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s),
+                                      StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s,
+                                                    spec.calls_step),
                                       tick_s=tick_s)  # fmt: skip
         self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event, self.market,
                                   self.job.state, self.job.ladder_said, request.replace_nodes)  # fmt: skip

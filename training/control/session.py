@@ -11,12 +11,12 @@ How a job is (re)launched is here, once; when, and on which nodes, is the caller
    where Open MPI is, asked once per head), starts mpirun there (an Attempt, see launcher) and watches
    it: every line of every rank is parsed (training.shared.events) and handed to `listener.on_event`, or
    shown as the rank's output; anything else posted on the session's queue goes to `listener.on_post`;
-   `listener.on_tick` runs at least every `tick_s` (cancel requests, saving progress); silence longer
-   than the stall watch allows (judged once what had arrived is handled) calls `listener.on_stall`, asks
-   every rank for its threads' stacks (they reach the report as the ranks' output: where each one waited)
-   and kills mpirun; Ctrl-C asks the trainers to
-   checkpoint and leave, a second Ctrl-C kills (or, for a profile, kills and propagates). It returns once
-   mpirun has exited, as an AttemptEnd;
+   `listener.on_tick` runs at least every `tick_s` (cancel requests, saving progress); silence (of
+   progress, or of every rank's output) longer than the stall watch allows (judged once what had arrived is
+   handled) calls `listener.on_stall`, asks every rank for its threads' stacks (they reach the report as the
+   ranks' output: where each one waited) and kills mpirun; Ctrl-C asks the trainers to checkpoint and leave,
+   a second Ctrl-C kills (or, for a profile, kills and propagates). It returns once mpirun has exited, as an
+   AttemptEnd;
 3) between attempts, `drain(handle)` hands over what was posted meanwhile, and `wait_for_post()` blocks
    for the next post (a replacement the next launch waits for).
 
@@ -348,6 +348,8 @@ class AttemptSession:
             listener.on_post(item, run)
 
     def _on_line(self, line: RankLine, run: AttemptRun, listener: AttemptListener) -> None:
+        if line.rank is not None:  # a rank's line, not mpirun's own: the script is not silent
+            self.stall.heard(line.at)
         node = run.mpirun.node_of(line.rank)
         event = parse(line.text) if line.stream == "stdout" else None
         if event is None:

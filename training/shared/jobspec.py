@@ -314,6 +314,12 @@ class JobSpec(_Strict):
         return self
 
     @property
+    def calls_step(self) -> bool:
+        """Whether the job promises its steps through ctx.step (deepvm's worker does): the stall watch holds
+        only such a job to step limits it did not ask for (training/control/stall.py)."""
+        return self.run is None or self.run.calls_step
+
+    @property
     def is_synthetic(self) -> bool:
         """True when the run trains on generated data; every report says so."""
         return isinstance(self.dataset, SyntheticData)
