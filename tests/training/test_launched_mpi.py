@@ -96,8 +96,9 @@ def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from
         first = "".join(lines)
         seen = [json.loads(e) for e in _tagged(first, "ENV")]
         assert sorted(s["env"]["RANK"] for s in seen) == ["0", "1"] and not any(s["mpi"] for s in seen)
-        assert {(s["env"]["WORLD_SIZE"], s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
-                for s in seen} == {("2", "0", "127.0.0.1")}  # fmt: skip
+        assert {(s["env"]["WORLD_SIZE"], s["env"]["LOCAL_WORLD_SIZE"], s["env"]["GROUP_WORLD_SIZE"],
+                 s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
+                for s in seen} == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)
         events = _events(first)
         assert [(e["status"]) for e in events if e["event"] == "end"] == ["stopped"]
         (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]

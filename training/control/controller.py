@@ -85,6 +85,7 @@ from training.shared.events import (
     Notice,
     NoticeSeen,
     Restored,
+    Resumed,
     Saved,
     Start,
     Step,
@@ -315,6 +316,11 @@ class Controller:
             case Restored():
                 self.recovery.restored(at, event.seconds)
                 self.report.note(f"restored step {event.step} from {'/'.join(event.levels)} in {event.seconds:.2f}s")
+            case Resumed(rank=0):
+                self.job.total_steps(event.total_steps)
+                self.scalars.launched(event.step)
+                if event.step:
+                    self.report.note(f"the script's framework resumed at step {event.step}")
             case Step(rank=0):
                 self._on_step(event, at, run)
             case Saved() | Flush():

@@ -45,7 +45,7 @@ from training.control.launcher import Attempt, AttemptExit, Launch, Node, RankLi
 from training.control.scripterror import ScriptError, script_error
 from training.control.staging import JobToStage, NodeState, prepare_head, prepare_nodes, read_notices
 from training.control.stall import LEAVE_GRACE_S, Stall, StallWatch
-from training.shared.events import End, EndStatus, Event, Flush, Notice, Saved, Start, Step, parse
+from training.shared.events import End, EndStatus, Event, Flush, Notice, Resumed, Saved, Start, Step, parse
 from training.shared.progress import LAUNCHER, JobReporter, Outcome
 from training.shared.transport import OutputLine, PushProgress, fetch_files, fetch_tree
 
@@ -368,6 +368,9 @@ class AttemptSession:
                 if event.rank == 0:
                     run.first_step = run.last_step = event.first_step
                     self.stall.resumes_at(event.first_step)
+            case Resumed(rank=0):  # a framework's own resume, past the launched script's Start at 0
+                run.first_step = run.last_step = event.step
+                self.stall.resumes_at(event.step)
             case Step(rank=0):
                 self.stall.progressed(at, event.step)
                 run.last_step = event.step

@@ -24,7 +24,9 @@ Before the script starts, every trainer takes the newest complete kept files fro
 (DeepCheck's restore) and writes them at their places, whichever trainer wrote them: what a shared
 filesystem gives torchrun's users. The script runs in a session of its own (so the signals mpirun forwards
 to the rank do not reach it: the rank decides), dies with the rank that started it (setpriv --pdeathsig), and
-prints on the rank's own stdout and stderr, which mpirun tags with the rank.
+prints through the rank's stdout and stderr, which mpirun tags with the rank, a line a write
+(training.node.whole_lines): an unbuffered script writes a line in pieces, and a rank's event line must not
+land between them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from training.node.distenv import DistEnv
 from training.node.elastic_env import ScriptPlace, worker_environment
 from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, open_for_writing
 from training.node.trainercomm import TrainerComm
+from training.node.whole_lines import whole_lines_into
 from training.node.worker import StopRequest
 from training.shared.events import End, EndStatus, Kept, KeptHow, Notice, Start, emit
 from training.shared.jobspec import JobSpec
@@ -128,9 +131,11 @@ class LaunchedScript:
     def _place(self) -> ScriptPlace:
         """torchrun's place of this rank: nodes are the groups, found from which trainers are first on theirs."""
         firsts = self.trainers.each(int(self.env.local_rank == 0))
-        group_rank = sum(firsts[: self.env.rank + 1]) - 1
-        return ScriptPlace(rank=self.env.rank, world_size=self.env.world_size, local_rank=self.env.local_rank,
-                           local_world_size=self.env.local_size, group_rank=group_rank,
+        groups = [sum(firsts[: i + 1]) - 1 for i in range(len(firsts))]  # each trainer's node, in trainer order
+        group_rank = groups[self.env.rank]
+        return ScriptPlace(rank=self.env.rank, world_size=self.env.world_size,
+                           local_rank=groups[: self.env.rank].count(group_rank),
+                           local_world_size=groups.count(group_rank), group_rank=group_rank,
                            group_world_size=sum(firsts), master_addr=self.env.master_addr,
                            master_port=self.env.master_port, run_id=self.facts.run_id,
                            restart_count=self.facts.restart_count,
@@ -140,16 +145,16 @@ class LaunchedScript:
     def _watch(self, place: ScriptPlace) -> EndStatus:
         extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
                  "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
+                 "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
                  "PYTHONUNBUFFERED": "1"}  # fmt: skip
         script = (self.facts.job_file.parent / self.how.script).resolve()
         python = os.environ.get("DEEPVM_PYTHON") or sys.executable
         with StopRequest() as stop, ScriptProcess([python, str(script), *self.how.args],
                                                   worker_environment(os.environ, place, extra),
                                                   self.facts.job_file.parent) as child:  # fmt: skip
-            if self.env.rank == 0:
-                emit(Start(rank=0, job=self.spec.name, script=self.how.script, synthetic=False,
-                           world_size=self.env.world_size, planned_world_size=self.facts.planned_world_size,
-                           total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
+            emit(Start(rank=self.env.rank, job=self.spec.name, script=self.how.script, synthetic=False,
+                       world_size=self.env.world_size, planned_world_size=self.facts.planned_world_size,
+                       total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
             while True:
                 code = child.wait(TICK_S)
                 changes = self.files.changed(open_for_writing(child.pid)) if code is None else []
@@ -258,8 +263,14 @@ class ScriptProcess:
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: Path) -> None:
         death = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-        self.proc = subprocess.Popen([*death, *argv], env=env, cwd=cwd, start_new_session=True,
-                                     stdin=subprocess.DEVNULL)  # fmt: skip
+        out, self._out = whole_lines_into(sys.stdout.fileno(), "script-stdout")
+        err, self._err = whole_lines_into(sys.stderr.fileno(), "script-stderr")
+        try:
+            self.proc = subprocess.Popen([*death, *argv], env=env, cwd=cwd, start_new_session=True,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err)  # fmt: skip
+        finally:
+            os.close(out)
+            os.close(err)
         self.pid = self.proc.pid
 
     def __enter__(self) -> ScriptProcess:
@@ -286,7 +297,9 @@ class ScriptProcess:
         return code
 
     def kill(self) -> None:
-        """SIGKILL to every process of its session (its data loaders too), then reap it."""
+        """SIGKILL to every process of its session (its data loaders too), reap it, and pass on its last lines."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         self.proc.wait()
+        for pump in (self._out, self._err):
+            pump.join(timeout=5)  # a grandchild that left the session may hold the pipe: never wait for it

@@ -37,7 +37,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from mpi4py import MPI
 
 import deepcheck
 from provisioning.core.errors import DeepvmError, InputError
+from training.node.whole_lines import whole_lines_into
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
 from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
 from training.shared.storage import l3_location
@@ -247,18 +247,9 @@ def show_stacks_on_signal() -> None:
     ranks', so it writes into a pipe, and a thread passes each line on whole. The pipe does not block: a rank
     whose stuck thread holds the GIL loses what does not fit (64 KiB, dozens of threads' stacks), never hangs in
     the handler."""
-    read_end, write_end = os.pipe()
+    write_end, _ = whole_lines_into(sys.stderr.fileno(), "stacks")
     os.set_blocking(write_end, False)
     faulthandler.register(STACKS_SIGNAL, file=write_end, all_threads=True)
-    threading.Thread(target=_pass_whole_lines, args=(read_end, sys.stderr.fileno()), name="stacks", daemon=True).start()
-
-
-def _pass_whole_lines(source: int, target: int) -> None:
-    pending = b""
-    while chunk := os.read(source, 1 << 16):
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            os.write(target, line + b"\n")  # one write a line: mpirun tags it once
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -184,6 +184,18 @@ class Flush(Event):
         return self.reason is not FlushReason.REBALANCE
 
 
+@dataclass(frozen=True, kw_only=True)
+class Resumed(Event):
+    """Trainer 0 of a launched script (run.calls_step: false) through a framework adapter
+    (training.integrations): where the framework's own checkpoint put the run, and how far it goes. The rank
+    that started the script said Start at step 0: only the framework knows its steps."""
+
+    EVENT: ClassVar[str] = "resumed"
+
+    step: int  # the step the framework resumed at (0: a fresh start)
+    total_steps: int  # the step it completes at (0: it does not say)
+
+
 class KeptHow(str, Enum):
     """What happened to a launched script's kept files (Kept's how)."""
 
@@ -301,7 +313,8 @@ class Holder(Event):
 
 
 _KINDS: dict[str, type[Event]] = {
-    cls.EVENT: cls for cls in (Start, Restored, Step, Saved, Flush, Kept, NoticeSeen, Metrics, End, WatcherOff, Holder)
+    cls.EVENT: cls
+    for cls in (Start, Restored, Resumed, Step, Saved, Flush, Kept, NoticeSeen, Metrics, End, WatcherOff, Holder)
 }
 
 
