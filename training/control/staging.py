@@ -30,6 +30,7 @@ import hashlib
 import json
 import shlex
 import shutil
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ INTERNAL_KEY = "deepvm/ssh/id_ed25519"
 _PACKAGES = tuple(Path(p.__file__).parent for p in (training, deepcheck, provisioning))
 _MARK = "@@deepvm "
 _NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
+_LAST_LINES = 3  # of a node's output, in the error when preparing it failed
 
 
 @dataclass(frozen=True)
@@ -156,9 +158,7 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
         f'echo "{_MARK}home $HOME"',
     ]
     if setup:
-        marker = setup_marker(setup)
-        body = "\n".join(setup)
-        lines.append(f"if [ ! -e {marker} ]; then (cd {root}/job && set -e\n{body}\n) && touch {marker}; fi")
+        lines += _setup_lines(setup, f"{root}/job", setup_marker(setup))
     # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
     check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
     lines.append(f'{shlex.quote(python)} -c "{check}"')
@@ -166,6 +166,31 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
     if check_notice:
         lines += _notice_lines(python)
     return "\n".join(lines)
+
+
+def _setup_lines(setup: Sequence[str], cwd: str, marker: str) -> list[str]:
+    """Run `setup` in `cwd` unless `marker` exists, each line under `set -e`: the first failing line ends it, and
+    the script, with that line's status. Marked done only when every line succeeded, so a retry runs it again.
+
+    Why so: `set -e` is ignored inside a command whose status is tested (`(...) && touch marker` ran every line
+    and marked a failed setup done), so the subshell runs on its own. Each line says its number before it runs
+    (`@@deepvm setup-line N`), and a failure its status (`@@deepvm setup-failed STATUS`), for prepare_nodes'
+    error; `eval` parses each line alone, so a line that does not parse fails as itself, not the whole script."""
+    body = [f"cd {cwd}"]
+    for number, line in enumerate(setup, 1):
+        body += [f'echo "{_MARK}setup-line {number}"', f"eval {shlex.quote(line)}"]
+    return [
+        f"if [ ! -e {marker} ]; then",
+        "set +e",
+        "(set -e",
+        *body,
+        ")",
+        "status=$?",
+        "set -e",
+        f'if [ "$status" != 0 ]; then echo "{_MARK}setup-failed $status"; exit "$status"; fi',
+        f"touch {marker}",
+        "fi",
+    ]
 
 
 def warm_server_line(python: str) -> str:
@@ -221,19 +246,34 @@ def prepare_nodes(
     push_tree(hosts, job.runtime_dir, RUNTIME_DIR, progress=on_push)
     push_tree(hosts, job.job_dir, f"deepvm/jobs/{job.job_id}/job", progress=on_push)
     python = job.python
+    recent: dict[str, deque[str]] = {h.name: deque(maxlen=_LAST_LINES) for h in hosts}
+
+    def keep(line: OutputLine) -> None:
+        recent[line.host].append(line.text)
+        on_line(line)
+
     codes, found = _run_marked(
         hosts,
         lambda h: prepare_command(job.job_id, job.setup, python, check_notice=h.name in spot, authorize=job.authorize),
-        on_line,
+        keep,
         job.env,
     )
     failed = sorted(name for name, code in codes.items() if code != 0)
     if failed:
-        where = next(h.where for h in hosts if h.name == failed[0])
+        name = failed[0]
+        where = next(h.where for h in hosts if h.name == name)
         more = f" (and {len(failed) - 1} more nodes)" if len(failed) > 1 else ""
+        last = f"its last output: {' | '.join(recent[name])}" if recent[name] else "it printed nothing"
+        values = found[name]
+        if "setup-failed" in values:
+            number = int(values["setup-line"])
+            raise InputError(
+                f"preparing {where} failed: its setup line {number} ({_one_line(job.setup[number - 1])}) exited "
+                f"with status {values['setup-failed']}; {last}{more}"
+            )
         raise InputError(
-            f"preparing {where} failed (exit {codes[failed[0]]}): a setup command failed, or the Python at "
-            f"{python!r} lacks torch, mpi4py, pyyaml or pydantic; the node's output is above{more}"
+            f"preparing {where} failed (exit {codes[name]}): {last}; the Python at {python!r} needs torch, "
+            f"mpi4py, pyyaml and pydantic{more}"
         )
     states = {}
     for host in hosts:
@@ -285,6 +325,13 @@ def read_notices(
     if bad:
         raise TransportError(f"{bad[0]}: reading its instance metadata failed")
     return {h.name: _notice(found[h.name]) for h in hosts}
+
+
+def _one_line(command: str) -> str:
+    """A setup command as an error line names it: its first line, cut at 80 characters."""
+    lines = command.strip().splitlines() or [""]
+    text = lines[0] + (" ..." if len(lines) > 1 else "")
+    return text if len(text) <= 80 else text[:76] + " ..."
 
 
 def _notice(values: dict[str, str]) -> Notice | None:
