@@ -230,6 +230,7 @@ def mpirun_command(launch: Launch) -> list[str]:
         "--planned-trainers", str(launch.planned_trainers),
         "--master-addr", launch.trainers[0].private_address,
         "--master-port", str(launch.master_port),
+        "--job-env", paths.env,
     ]  # fmt: skip
     if launch.rank_batches is not None:
         argv += ["--rank-batches", ",".join(str(b) for b in launch.rank_batches)]

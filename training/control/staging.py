@@ -3,16 +3,20 @@
 Layout on every node, relative to the login user's home (where SFTP starts):
 
     deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
-    deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
+    deepvm/setup/KEY.done         marks that the setup commands of this key (setup_key) ran on this node
+    deepvm/envs/KEY/              the Python environment they install into ($DEEPVM_PIP), over deepvm's (jobenv)
     deepvm/warm/KEY.sock, .lock   the node's warm server (training.node.warm), which preparing it starts; .lock: its pid
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
     deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
+    deepvm/jobs/JOB_ID/env        a link to the job's environment in deepvm/envs/, whose packages its ranks import
     deepvm/jobs/JOB_ID/hostfile, known_hosts   the current launch's, on the head node only
     deepvm/ssh/id_ed25519         the cluster-internal private key, on the head node only
 
 Pushes are incremental (transport.push_tree compares content hashes), so preparing a node again costs
-one manifest read; setup runs once per node and set of commands, whatever the number of launches; and
+one manifest read; setup runs once per node, set of commands and interpreter, whatever the number of launches
+or jobs, with `$DEEPVM_PYTHON` and `$DEEPVM_PIP` of the job's environment (training.node.jobenv: the one those
+commands made, so two jobs of one setup share it, as they share the setup's marker); and
 each prepared spot node reports whether an interruption notice is already posted, so a node that was
 noticed between two runs is never launched on. Preparing also checks that the node's Python has what
 ranks import, so a missing package is one clear error, not a job that crashes on every relaunch.
@@ -90,6 +94,10 @@ class JobPaths:
         return f"{self.root}/checkpoints"
 
     @property
+    def env(self) -> str:
+        return f"{self.root}/env"
+
+    @property
     def hostfile(self) -> str:
         return f"{self.root}/hostfile"
 
@@ -134,9 +142,14 @@ def stage_runtime(target: Path) -> Path:
     return target
 
 
-def setup_marker(commands: Sequence[str]) -> str:
-    digest = hashlib.sha256(json.dumps(list(commands)).encode()).hexdigest()[:16]
-    return f"deepvm/setup/{digest}.done"
+def setup_key(commands: Sequence[str], python: str) -> str:
+    """What a node keeps a setup's marker and environment under: its commands and the interpreter they set up
+    (the same commands for another Python are another setup, into another environment)."""
+    return hashlib.sha256(json.dumps([list(commands), python]).encode()).hexdigest()[:16]
+
+
+def setup_marker(commands: Sequence[str], python: str) -> str:
+    return f"deepvm/setup/{setup_key(commands, python)}.done"
 
 
 def _notice_lines(python: str) -> list[str]:
@@ -149,16 +162,23 @@ def _notice_lines(python: str) -> list[str]:
 
 def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool, authorize: str) -> str:
     """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
-    run setup once, check the Python, start the warm server, report home (and notice)."""
+    make the job's environment, run setup once, check the Python, start the warm server, report home (and
+    notice)."""
     root = f"deepvm/jobs/{job_id}"
+    key = setup_key(setup, python)
+    env = f"deepvm/envs/{key}"
+    job_python = f"$HOME/{env}/bin/python"  # where it is, not through the job's link: pip's shebangs name it
     lines = [
         "set -e",
         f"mkdir -p {root}/out {root}/checkpoints deepvm/setup",
         *authorize_lines(authorize),
         f'echo "{_MARK}home $HOME"',
+        f"PYTHONPATH={RUNTIME_DIR} {shlex.quote(python)} -m training.node.jobenv {env}",
+        f"ln -sfn ../../envs/{key} {root}/env",
+        f'export DEEPVM_PYTHON="{job_python}" DEEPVM_PIP="{job_python} -m pip"',
     ]
     if setup:
-        lines += _setup_lines(setup, f"{root}/job", setup_marker(setup))
+        lines += _setup_lines(setup, f"{root}/job", setup_marker(setup, python))
     # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
     check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
     lines.append(f'{shlex.quote(python)} -c "{check}"')

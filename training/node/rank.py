@@ -5,7 +5,9 @@ rank, as the launcher derived it from the plan's architecture (Tiering: the on-d
 checkpoints; Single Anchor: the anchor trains and holds). Trainers then form the torch.distributed
 group among themselves (holders never train): torch rank = trainer index, world size = number of
 trainers, rendezvous at trainer 0's node. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
-exported for code that reads them.
+exported for code that reads them. A trainer imports the packages of the job's Python environment
+(`--job-env`, training.node.jobenv: what the job's `setup:` installed with $DEEPVM_PIP) and exports its python
+as DEEPVM_PYTHON, cold or a fork of the node's warm server alike.
 
 Trainers then run deepvm's worker, or the job's own script (`run:`, training.node.userscript); either way
 the job's checkpoint policy is applied by one Checkpointer (training.node.checkpointing), which agrees
@@ -46,6 +48,7 @@ from mpi4py import MPI
 
 import deepcheck
 from provisioning.core.errors import DeepvmError, InputError
+from training.node import jobenv
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
 from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
 from training.shared.storage import l3_location
@@ -70,6 +73,7 @@ class RankOptions:
     rank_batches: tuple[int, ...] | None = None  # per trainer, for mixed plans
     device: str = "auto"
     watch: bool = True
+    job_env: Path | None = None  # the job's Python environment (training.node.jobenv), whose packages trainers import
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
@@ -84,6 +88,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
     p.add_argument("--rank-batches", help="comma-separated batch size per trainer")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--no-watch", dest="watch", action="store_false", help="do not poll instance metadata")
+    p.add_argument("--job-env", type=Path, help="the job's Python environment, whose packages trainers import")
     a = p.parse_args(argv)
     roles = tuple(a.roles.split(","))
     if any(r not in ROLES for r in roles):
@@ -99,6 +104,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
         tuple(int(b) for b in a.rank_batches.split(",")) if a.rank_batches else None,
         a.device,
         a.watch,
+        a.job_env,
     )
 
 
@@ -168,6 +174,8 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
     from training.node.watcher import Watcher
     from training.node.worker import run_training
 
+    if opts.job_env is not None:  # before the job's code: what its setup installed there is importable
+        jobenv.use(opts.job_env)
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
     checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
