@@ -161,6 +161,7 @@ def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_priv
     assert argv[argv.index("--master-addr") + 1] == "127.10.0.1"  # trainer 0's private address
     assert "OMP_NUM_THREADS=1" in argv and "PYTHONPATH=/home/u/deepvm/runtime" in argv
     assert argv[argv.index("-wdir") + 1] == "/home/u/deepvm/jobs/job-1/job"
+    assert argv[argv.index("--job-env") + 1] == "/home/u/deepvm/jobs/job-1/env"  # what the job's setup installed
     command = shlex.split(guarded_mpirun_command(_launch(nodes)))
     assert command[:7] == ["exec", "/usr/bin/python3", "-m", "training.head.mpirun_guard", "--lease", "60", "--"]
     assert command[7:] == argv

@@ -127,7 +127,7 @@ def test_prepare_script_runs_setup_once_and_reports_home_and_notice(imds, tmp_pa
         end_warm_servers(home / "deepvm" / "warm")  # the node's warm server, which preparing it starts
     assert f"@@deepvm home {home}" in first and "@@deepvm notice null" in first and "setting up" in first
     assert "setting up" not in second and '"kind": "instance-action"' in second
-    assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup)).exists()
+    assert (home / "setup-count").read_text() == "ran\n" and (home / setup_marker(setup, sys.executable)).exists()
     assert (home / "deepvm/jobs/job-1/out").is_dir() and (home / "deepvm/jobs/job-1/checkpoints").is_dir()
     authorized = (home / ".ssh" / "authorized_keys").read_text()
     assert authorized == f"ssh-ed25519 AAAA-the-login-key deepvm-c\n{INTERNAL}\n"  # once, however often prepared

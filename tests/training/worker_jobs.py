@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,9 +44,11 @@ def free_port() -> int:
 
 
 def launch_ranks(
-    job: Path, roles: str, imds_url: str, planned_trainers: int = 2, warm: Path | None = None
+    job: Path, roles: str, imds_url: str, planned_trainers: int = 2, warm: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen:
-    """`python -m training.node.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file.
+    """`python -m training.node.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file;
+    `extra`: more of the rank's arguments.
 
     The ranks watch the IMDSv2 endpoint at imds_url for Spot notices. Given `warm` (warm_server's directory),
     each rank starts as a node's ranks do, a fork of its warm server; else cold, `python -m` of its own.
@@ -64,6 +66,7 @@ def launch_ranks(
         sys.executable, "-W", "ignore", "-m", *through(warm), "training.node.rank", str(job),
         "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", roles,
         "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        *extra,
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

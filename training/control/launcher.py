@@ -237,6 +237,7 @@ def mpirun_command(launch: Launch) -> list[str]:
         "--run-id", paths.job_id,
         "--restart-count", str(launch.restart_count),
         "--max-restarts", str(launch.max_restarts),
+        "--job-env", paths.env,
     ]  # fmt: skip
     if launch.rank_batches is not None:
         argv += ["--rank-batches", ",".join(str(b) for b in launch.rank_batches)]

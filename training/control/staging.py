@@ -3,16 +3,20 @@
 Layout on every node, relative to the login user's home (where SFTP starts):
 
     deepvm/runtime/               training/, deepcheck/ and provisioning/: what ranks and the head's controller import
-    deepvm/setup/HASH.done        marks that the setup commands with this hash ran on this node
+    deepvm/setup/KEY.done         marks that the setup commands of this key (setup_key) ran on this node
+    deepvm/envs/KEY/              the Python environment they install into ($DEEPVM_PIP), over deepvm's (jobenv)
     deepvm/warm/KEY.sock, .lock   the node's warm server (training.node.warm), which preparing it starts; .lock: its pid
     deepvm/jobs/JOB_ID/job/       the job directory (the YAML and whatever sits beside it)
     deepvm/jobs/JOB_ID/out/       trainer 0 writes model.pt, state.pt and metrics.json here
     deepvm/jobs/JOB_ID/checkpoints/   DeepCheck's L2 directory on holder nodes
+    deepvm/jobs/JOB_ID/env        a link to the job's environment in deepvm/envs/, whose packages its ranks import
     deepvm/jobs/JOB_ID/hostfile, known_hosts   the current launch's, on the head node only
     deepvm/ssh/id_ed25519         the cluster-internal private key, on the head node only
 
 Pushes are incremental (transport.push_tree compares content hashes), so preparing a node again costs
-one manifest read; setup runs once per node and set of commands, whatever the number of launches; and
+one manifest read; setup runs once per node, set of commands and interpreter, whatever the number of launches
+or jobs, with `$DEEPVM_PYTHON` and `$DEEPVM_PIP` of the job's environment (training.node.jobenv: the one those
+commands made, so two jobs of one setup share it, as they share the setup's marker); and
 each prepared spot node reports whether an interruption notice is already posted, so a node that was
 noticed between two runs is never launched on. Preparing also checks that the node's Python has what
 ranks import, so a missing package is one clear error, not a job that crashes on every relaunch.
@@ -30,6 +34,7 @@ import hashlib
 import json
 import shlex
 import shutil
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +63,7 @@ INTERNAL_KEY = "deepvm/ssh/id_ed25519"
 _PACKAGES = tuple(Path(p.__file__).parent for p in (training, deepcheck, provisioning))
 _MARK = "@@deepvm "
 _NEEDED = ["torch", "mpi4py", "yaml", "pydantic"]  # what ranks import beyond the runtime itself
+_LAST_LINES = 3  # of a node's output, in the error when preparing it failed
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,10 @@ class JobPaths:
     @property
     def checkpoints(self) -> str:
         return f"{self.root}/checkpoints"
+
+    @property
+    def env(self) -> str:
+        return f"{self.root}/env"
 
     @property
     def hostfile(self) -> str:
@@ -132,9 +142,14 @@ def stage_runtime(target: Path) -> Path:
     return target
 
 
-def setup_marker(commands: Sequence[str]) -> str:
-    digest = hashlib.sha256(json.dumps(list(commands)).encode()).hexdigest()[:16]
-    return f"deepvm/setup/{digest}.done"
+def setup_key(commands: Sequence[str], python: str) -> str:
+    """What a node keeps a setup's marker and environment under: its commands and the interpreter they set up
+    (the same commands for another Python are another setup, into another environment)."""
+    return hashlib.sha256(json.dumps([list(commands), python]).encode()).hexdigest()[:16]
+
+
+def setup_marker(commands: Sequence[str], python: str) -> str:
+    return f"deepvm/setup/{setup_key(commands, python)}.done"
 
 
 def _notice_lines(python: str) -> list[str]:
@@ -147,18 +162,23 @@ def _notice_lines(python: str) -> list[str]:
 
 def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice: bool, authorize: str) -> str:
     """One shell script per node: make the job's directories, authorise the public key `authorize` (once),
-    run setup once, check the Python, start the warm server, report home (and notice)."""
+    make the job's environment, run setup once, check the Python, start the warm server, report home (and
+    notice)."""
     root = f"deepvm/jobs/{job_id}"
+    key = setup_key(setup, python)
+    env = f"deepvm/envs/{key}"
+    job_python = f"$HOME/{env}/bin/python"  # where it is, not through the job's link: pip's shebangs name it
     lines = [
         "set -e",
         f"mkdir -p {root}/out {root}/checkpoints deepvm/setup",
         *authorize_lines(authorize),
         f'echo "{_MARK}home $HOME"',
+        f"PYTHONPATH={RUNTIME_DIR} {shlex.quote(python)} -m training.node.jobenv {env}",
+        f"ln -sfn ../../envs/{key} {root}/env",
+        f'export DEEPVM_PYTHON="{job_python}" DEEPVM_PIP="{job_python} -m pip"',
     ]
     if setup:
-        marker = setup_marker(setup)
-        body = "\n".join(setup)
-        lines.append(f"if [ ! -e {marker} ]; then (cd {root}/job && set -e\n{body}\n) && touch {marker}; fi")
+        lines += _setup_lines(setup, f"{root}/job", setup_marker(setup, python))
     # a missing package fails here, not in a crash loop; find_spec does not import (torch takes seconds)
     check = f"import importlib.util as u; [u.find_spec(m) or exit(m + ' is missing') for m in {_NEEDED!r}]"
     lines.append(f'{shlex.quote(python)} -c "{check}"')
@@ -166,6 +186,31 @@ def prepare_command(job_id: str, setup: Sequence[str], python: str, check_notice
     if check_notice:
         lines += _notice_lines(python)
     return "\n".join(lines)
+
+
+def _setup_lines(setup: Sequence[str], cwd: str, marker: str) -> list[str]:
+    """Run `setup` in `cwd` unless `marker` exists, each line under `set -e`: the first failing line ends it, and
+    the script, with that line's status. Marked done only when every line succeeded, so a retry runs it again.
+
+    Why so: `set -e` is ignored inside a command whose status is tested (`(...) && touch marker` ran every line
+    and marked a failed setup done), so the subshell runs on its own. Each line says its number before it runs
+    (`@@deepvm setup-line N`), and a failure its status (`@@deepvm setup-failed STATUS`), for prepare_nodes'
+    error; `eval` parses each line alone, so a line that does not parse fails as itself, not the whole script."""
+    body = [f"cd {cwd}"]
+    for number, line in enumerate(setup, 1):
+        body += [f'echo "{_MARK}setup-line {number}"', f"eval {shlex.quote(line)}"]
+    return [
+        f"if [ ! -e {marker} ]; then",
+        "set +e",
+        "(set -e",
+        *body,
+        ")",
+        "status=$?",
+        "set -e",
+        f'if [ "$status" != 0 ]; then echo "{_MARK}setup-failed $status"; exit "$status"; fi',
+        f"touch {marker}",
+        "fi",
+    ]
 
 
 def warm_server_line(python: str) -> str:
@@ -221,19 +266,34 @@ def prepare_nodes(
     push_tree(hosts, job.runtime_dir, RUNTIME_DIR, progress=on_push)
     push_tree(hosts, job.job_dir, f"deepvm/jobs/{job.job_id}/job", progress=on_push)
     python = job.python
+    recent: dict[str, deque[str]] = {h.name: deque(maxlen=_LAST_LINES) for h in hosts}
+
+    def keep(line: OutputLine) -> None:
+        recent[line.host].append(line.text)
+        on_line(line)
+
     codes, found = _run_marked(
         hosts,
         lambda h: prepare_command(job.job_id, job.setup, python, check_notice=h.name in spot, authorize=job.authorize),
-        on_line,
+        keep,
         job.env,
     )
     failed = sorted(name for name, code in codes.items() if code != 0)
     if failed:
-        where = next(h.where for h in hosts if h.name == failed[0])
+        name = failed[0]
+        where = next(h.where for h in hosts if h.name == name)
         more = f" (and {len(failed) - 1} more nodes)" if len(failed) > 1 else ""
+        last = f"its last output: {' | '.join(recent[name])}" if recent[name] else "it printed nothing"
+        values = found[name]
+        if "setup-failed" in values:
+            number = int(values["setup-line"])
+            raise InputError(
+                f"preparing {where} failed: its setup line {number} ({_one_line(job.setup[number - 1])}) exited "
+                f"with status {values['setup-failed']}; {last}{more}"
+            )
         raise InputError(
-            f"preparing {where} failed (exit {codes[failed[0]]}): a setup command failed, or the Python at "
-            f"{python!r} lacks torch, mpi4py, pyyaml or pydantic; the node's output is above{more}"
+            f"preparing {where} failed (exit {codes[name]}): {last}; the Python at {python!r} needs torch, "
+            f"mpi4py, pyyaml and pydantic{more}"
         )
     states = {}
     for host in hosts:
@@ -285,6 +345,13 @@ def read_notices(
     if bad:
         raise TransportError(f"{bad[0]}: reading its instance metadata failed")
     return {h.name: _notice(found[h.name]) for h in hosts}
+
+
+def _one_line(command: str) -> str:
+    """A setup command as an error line names it: its first line, cut at 80 characters."""
+    lines = command.strip().splitlines() or [""]
+    text = lines[0] + (" ..." if len(lines) > 1 else "")
+    return text if len(text) <= 80 else text[:76] + " ..."
 
 
 def _notice(values: dict[str, str]) -> Notice | None:

@@ -5,7 +5,9 @@ rank, as the launcher derived it from the plan's architecture (Tiering: the on-d
 checkpoints; Single Anchor: the anchor trains and holds). Trainers then form the torch.distributed
 group among themselves (holders never train): torch rank = trainer index, world size = number of
 trainers, rendezvous at trainer 0's node. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
-exported for code that reads them.
+exported for code that reads them. A trainer imports the packages of the job's Python environment
+(`--job-env`, training.node.jobenv: what the job's `setup:` installed with $DEEPVM_PIP) and exports its python
+as DEEPVM_PYTHON, cold or a fork of the node's warm server alike.
 
 Trainers then run deepvm's worker, or the job's own script (`run:`): in-process when it calls ctx.step()
 (training.node.userscript), where one Checkpointer (training.node.checkpointing) applies the job's checkpoint
@@ -47,6 +49,7 @@ from mpi4py import MPI
 
 import deepcheck
 from provisioning.core.errors import DeepvmError, InputError
+from training.node import jobenv
 from training.node.whole_lines import whole_lines_into
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
 from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
@@ -77,6 +80,7 @@ class RankOptions:
     run_id: str = ""  # the job's id (TORCHELASTIC_RUN_ID of a launched script); "": the job spec's name
     restart_count: int = 0  # launches of this job before this one
     max_restarts: int = 0  # relaunches the controller would try after failures
+    job_env: Path | None = None  # the job's Python environment (training.node.jobenv), whose packages trainers import
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
@@ -94,6 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
     p.add_argument("--run-id", default="", help="the job's id, the same at every launch")
     p.add_argument("--restart-count", type=int, default=0, help="launches of this job before this one")
     p.add_argument("--max-restarts", type=int, default=0, help="relaunches tried after failures")
+    p.add_argument("--job-env", type=Path, help="the job's Python environment, whose packages trainers import")
     a = p.parse_args(argv)
     roles = tuple(a.roles.split(","))
     if any(r not in ROLES for r in roles):
@@ -112,6 +117,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
         a.run_id,
         a.restart_count,
         a.max_restarts,
+        a.job_env,
     )
 
 
@@ -182,6 +188,8 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
     from training.node.watcher import Watcher
     from training.node.worker import run_training
 
+    if opts.job_env is not None:  # before the job's code: what its setup installed there is importable
+        jobenv.use(opts.job_env)
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
     checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
