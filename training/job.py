@@ -135,7 +135,7 @@ class JobContext:
         self.seed = spec.seed
         self.out = out  # rank 0's files here are fetched back when the job completes
         self.start_step = 0  # steps done before this launch: the restored checkpoint's step
-        self._spec, self._script, self._calls_step = spec, spec.run.script, spec.run.calls_step
+        self._spec, self._script, self._calls_step = spec, spec.run.label, spec.run.calls_step
         self._checkpointer, self._trainers, self._stop = checkpointer, trainers, stop
         self._started = self._leaving = False
         self._started_at = time.perf_counter()

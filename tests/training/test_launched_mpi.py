@@ -27,17 +27,21 @@ TORCHRUN_SCRIPT = f"""\
 import json, os, sys, time
 import torch, torch.distributed as dist
 
+def say(text):  # one write a line: torchrun's two workers share one pipe in the command's case
+    sys.stdout.write(text + "\\n")
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
          "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
 mpi = sorted(k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_")))
-print("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi}}), flush=True)
+say("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi}}))
 first = 0
 if os.path.exists("snapshot.pt"):
     first = torch.load("snapshot.pt")["epoch"] + 1
-print(f"RESUMED {{rank}} {{first}}", flush=True)
+say(f"RESUMED {{rank}} {{first}}")
 w = torch.zeros(4)
 for epoch in range(first, {EPOCHS}):
     g = torch.ones(4)
@@ -46,7 +50,7 @@ for epoch in range(first, {EPOCHS}):
     time.sleep(0.1)
     if rank == 0:
         torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
-    print(f"EPOCH {{rank}} {{epoch}}", flush=True)
+    say(f"EPOCH {{rank}} {{epoch}}")
 dist.destroy_process_group()
 """
 
@@ -79,10 +83,23 @@ def test_the_script_gets_torchruns_environment_and_none_of_mpis():
         "MASTER_ADDR": "10.0.0.5", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_USE_AGENT_STORE": "False"}
 
 
-def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from_rank_0s_snapshot(tmp_path, warm):
+# the user's own launch line instead: torchrun itself (torch.distributed.run) on every node, its workers' place
+# from torchrun
+COMMAND_JOB = """\
+name: own-torchrun
+run: {command: "python -m torch.distributed.run --nnodes $DEEPVM_NUM_NODES --node-rank $DEEPVM_NODE_RANK \\
+  --nproc-per-node 2 --master-addr $MASTER_ADDR --master-port $MASTER_PORT multinode.py"}
+checkpoint: {files: [snapshot.pt], levels: [l1, l2]}
+env: {OMP_NUM_THREADS: "1"}
+"""
+
+
+@pytest.mark.parametrize("job_text", [JOB, COMMAND_JOB], ids=["script", "command"])
+def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from_rank_0s_snapshot(
+        tmp_path, warm, job_text):  # fmt: skip
     (tmp_path / "multinode.py").write_text(TORCHRUN_SCRIPT)
     job = tmp_path / "job.yaml"
-    job.write_text(JOB)
+    job.write_text(job_text)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
         lines: list[str] = []
@@ -99,6 +116,7 @@ def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from
         assert {(s["env"]["WORLD_SIZE"], s["env"]["LOCAL_WORLD_SIZE"], s["env"]["GROUP_WORLD_SIZE"],
                  s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
                 for s in seen} == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)
+        assert {s["env"]["TORCHELASTIC_RUN_ID"] for s in seen} != {"torchrun-style"} or job_text is JOB
         events = _events(first)
         assert [(e["status"]) for e in events if e["event"] == "end"] == ["stopped"]
         (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]

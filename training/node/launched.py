@@ -1,5 +1,9 @@
 """A user's own unchanged script (run.calls_step: false) on a trainer rank: started as torchrun starts its
-workers, its own checkpoint files kept, and stopped by a signal at a Spot notice.
+workers, its own checkpoint files kept, and stopped by a signal at a Spot notice. Or the user's own launch
+line (run.command, `torchrun ... train.py`): started by bash on the first trainer rank of each training node,
+with the node's place (DEEPVM_NUM_NODES, DEEPVM_NODE_RANK, DEEPVM_GPUS_PER_NODE, MASTER_ADDR, MASTER_PORT), as
+SkyPilot runs a task's `run:` once per node; the stop signal goes to its process (bash runs a single command
+as that command's process: torchrun then passes the signal on to its workers).
 
 Why a child process and not the rank itself: the rank is an MPI rank (DeepCheck's trainer side shares the MPI
 world with the holders), and a script written for torchrun must see torchrun's environment and none of MPI's
@@ -38,7 +42,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +67,10 @@ FLUSH_RESERVE_S = 30.0  # of a notice's two minutes, what the last flush keeps f
 MIN_GRACE_S = 5.0
 _BCAST_CHUNK = 1 << 28  # bytes per MPI_Bcast: MPI counts in int
 _DEVICE = "the script's"  # Start's device: the script chooses its own
+# a command's processes get these from its torchrun, not from deepvm
+_PER_PROCESS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                          "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+                          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"})
 
 
 class ScriptExited(DeepvmError):
@@ -112,7 +120,7 @@ class LaunchedScript:
         status = self._watch(place)
         if self.env.rank == 0:
             emit(End(rank=0, status=status, steps=0, final_loss=float("nan")))
-            RunMetrics(job=self.spec.name, status=status, script=self.how.script, synthetic=False,
+            RunMetrics(job=self.spec.name, status=status, script=self.how.label, synthetic=False,
                        world_size=self.env.world_size, first_step=0, steps=0, total_steps=0,
                        final_loss=float("nan"), loss_curve=(),
                        wall_s=round(time.perf_counter() - started, 3)).write(self.facts.out)  # fmt: skip
@@ -147,12 +155,12 @@ class LaunchedScript:
                  "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
                  "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
                  "PYTHONUNBUFFERED": "1"}  # fmt: skip
-        script = (self.facts.job_file.parent / self.how.script).resolve()
-        python = os.environ.get("DEEPVM_PYTHON") or sys.executable
-        with StopRequest() as stop, ScriptProcess([python, str(script), *self.how.args],
-                                                  worker_environment(os.environ, place, extra),
-                                                  self.facts.job_file.parent) as child:  # fmt: skip
-            emit(Start(rank=self.env.rank, job=self.spec.name, script=self.how.script, synthetic=False,
+        argv = self._argv(place)
+        env = worker_environment(os.environ, place, extra) if self.how.command is None else _node_environment(
+            os.environ, place, extra)  # fmt: skip
+        with StopRequest() as stop, (Idle() if argv is None else ScriptProcess(argv, env, self.facts.job_file.parent)
+                                     ) as child:  # fmt: skip
+            emit(Start(rank=self.env.rank, job=self.spec.name, script=self.how.label, synthetic=False,
                        world_size=self.env.world_size, planned_world_size=self.facts.planned_world_size,
                        total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
             while True:
@@ -163,8 +171,8 @@ class LaunchedScript:
                     self.ck.flush_requested or stop.asked, code not in (None, 0), code is None, due)
                 if failed:
                     child.kill()
-                    raise ScriptExited(f"{self.how.script} exited with {code}" if code not in (None, 0)
-                                       else f"another trainer's {self.how.script} failed")  # fmt: skip
+                    raise ScriptExited(f"{self.how.label} exited with {code}" if code not in (None, 0)
+                                       else f"another trainer's {self.how.label} failed")  # fmt: skip
                 if stopping:
                     self._stop(child, changes)
                     return EndStatus.STOPPED
@@ -173,11 +181,20 @@ class LaunchedScript:
                 if not running:
                     return EndStatus.COMPLETED
 
+    def _argv(self, place: ScriptPlace) -> list[str] | None:
+        """What this rank starts: the script under the job's Python, or the command under bash on the first
+        trainer of each node (None on the others: torchrun in the command starts that node's processes)."""
+        if self.how.command is not None:
+            return ["bash", "-c", self.how.command] if place.local_rank == 0 else None
+        assert self.how.script is not None
+        script = (self.facts.job_file.parent / self.how.script).resolve()
+        return [os.environ.get("DEEPVM_PYTHON") or sys.executable, str(script), *self.how.args]
+
     def _due(self) -> bool:
         every = self.spec.checkpoint.every_seconds
         return every is None or time.monotonic() - self.last_keep >= every
 
-    def _stop(self, child: ScriptProcess, before: list[FileCopy]) -> None:
+    def _stop(self, child: ScriptProcess | Idle, before: list[FileCopy]) -> None:
         """Tell the script to stop, give it its grace, flush what it left complete (see the module docstring)."""
         grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace()
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
@@ -242,6 +259,22 @@ class LaunchedScript:
                   level=level, seconds=round(seconds, 3)))  # fmt: skip
 
 
+def _node_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mapping[str, str]) -> dict[str, str]:
+    """A command's environment: the node's place, as SkyPilot gives its run commands, and no process's (torchrun
+    in the command gives each process its own); nothing of MPI's."""
+    env = {name: value for name, value in worker_environment(base, place, extra).items() if name not in _PER_PROCESS}
+    env["DEEPVM_GPUS_PER_NODE"] = str(place.local_world_size)
+    env["PATH"] = os.pathsep.join([*_python_dirs(), base.get("PATH", os.defpath)])
+    return env
+
+
+def _python_dirs() -> list[str]:
+    """Where a command finds `python` and `torchrun`: the job's environment (setup's $DEEPVM_PIP installs there),
+    then deepvm's own, before the node's system Python."""
+    pythons = [os.environ.get("DEEPVM_PYTHON") or sys.executable, sys.executable]
+    return list(dict.fromkeys(str(Path(p).parent) for p in pythons))
+
+
 def _notice_time(notice: Notice) -> str:
     import json
 
@@ -256,6 +289,30 @@ def _bcast(comm: MPI.Comm, data: bytes | None, size: int, root: int) -> bytes:
     for lo in range(0, size, _BCAST_CHUNK):
         comm.Bcast([view[lo : lo + _BCAST_CHUNK], MPI.BYTE], root=root)
     return bytes(buf)
+
+
+class Idle:
+    """Where nothing runs (a command's node runs it on its first trainer only): done at once, stops at once."""
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+    def __enter__(self) -> Idle:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def wait(self, timeout: float) -> int:
+        time.sleep(timeout)  # the ticks' pace, as a running script's wait gives it
+        return 0
+
+    def stop(self, _sig: int, _grace: float) -> int:
+        return 0
+
+    def kill(self) -> None:
+        return None
 
 
 class ScriptProcess:

@@ -46,7 +46,7 @@ def run_script(
     trainers: TrainerComm,
 ) -> None:
     """Run the script to its end on this trainer (see the module docstring)."""
-    assert spec.run is not None
+    assert spec.run is not None and spec.run.script is not None  # a ctx.step() job runs a script, never a command
     script = (job_file.parent / spec.run.script).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with StopRequest() as stop:

@@ -212,8 +212,11 @@ class RunOverride(_Strict):
     """The user's own script replaces deepvm's worker on every trainer; deepvm still pushes, launches,
     checkpoints and recovers (the script's side of it: training/job.py)."""
 
-    script: Text  # relative to the job file's directory, which is pushed to every node
+    script: Text | None = None  # relative to the job file's directory, which is pushed to every node
     args: list[Text] = Field(default_factory=list)  # the script's sys.argv[1:]
+    # or your own launch line (`torchrun ... train.py`), run by bash once per training node in the job directory,
+    # with $DEEPVM_NUM_NODES, $DEEPVM_NODE_RANK, $MASTER_ADDR and $MASTER_PORT; it takes no steps (calls_step: false)
+    command: Text | None = None
     # false: the script takes no steps (an evaluation, a data preparation): it gives no `steps`, and ends
     # completed without calling ctx.step(); true (the default): ending before its first step is a failure
     calls_step: bool = True
@@ -230,6 +233,30 @@ class RunOverride(_Strict):
         if isinstance(value, list):
             return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_command_takes_no_steps(cls, data: Any) -> Any:
+        """A launch line's processes are not deepvm's to step: `command:` means calls_step: false."""
+        if isinstance(data, dict) and data.get("command") is not None and "calls_step" not in data:
+            return {**data, "calls_step": False}
+        return data
+
+    @model_validator(mode="after")
+    def _script_or_command(self) -> RunOverride:
+        if (self.script is None) == (self.command is None):
+            raise ValueError("give exactly one of script (your script, started as torchrun starts it) or command "
+                             "(your own launch line, once per node)")
+        if self.command is not None and self.args:
+            raise ValueError("args are a script's; write them into the command")
+        if self.command is not None and self.calls_step:
+            raise ValueError("a command's processes cannot call ctx.step(); remove calls_step: true")
+        return self
+
+    @property
+    def label(self) -> str:
+        """What the job runs, as reports name it: the script's path, or the command."""
+        return self.script if self.script is not None else str(self.command)
 
 
 class LimitsSpec(_Strict):
@@ -370,7 +397,7 @@ def load_job_spec(path: str | Path) -> JobSpec:
         lines = [f"{doc.path}:{line}: {field}: {problem}" for line, field, problem in sorted(problems)]
         raise InputError(lines[0]) if len(lines) == 1 else InputErrors(lines)
     assert spec is not None
-    if spec.run is not None:
+    if spec.run is not None and spec.run.script is not None:
         _check_script(doc, spec.run.script)
     return spec
 
