@@ -203,7 +203,26 @@ def test_run_script_absolute_path(tmp_path):
 
 def test_run_needs_a_script(tmp_path):
     path = own_job(tmp_path, OWN.replace("  script: train.py\n", ""))
-    assert error_of(path) == f"{path}:4: run.script: required field missing"
+    assert error_of(path) == (f"{path}:4: run: give exactly one of script (your script, started as torchrun starts "
+                              "it) or command (your own launch line, once per node)")
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        ("{command: torchrun train.py, script: train.py}", "give exactly one of script"),
+        ("{command: torchrun train.py, args: [--lr, 1]}", "args are a script's; write them into the command"),
+        ("{command: torchrun train.py, calls_step: true}", "a command's processes cannot call ctx.step()"),
+    ],
+)
+def test_a_command_is_a_launch_line_of_its_own(tmp_path, run, expected):
+    (tmp_path / "train.py").write_text("")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"run: {run}\n")
+    assert expected in error_of(job)
+    job.write_text("run: {command: torchrun train.py}\ncheckpoint: {files: [ckpt/]}\n")  # calls_step: false, implied
+    spec = load_job_spec(job)
+    assert spec.run is not None and (spec.run.calls_step, spec.run.label) == (False, "torchrun train.py")
 
 
 @pytest.mark.parametrize(
