@@ -43,7 +43,7 @@ class FileCopy:
 
     key: str  # ROOT/REL
     stamp: Stamp
-    data: bytes
+    data: bytearray  # as read, or received from the trainer that read it (training.node.launched)
 
 
 class KeptFiles:
@@ -109,12 +109,17 @@ class KeptFiles:
 
 def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:
     """The file's bytes when it did not change while read (None when it did, or it went away)."""
+    data = bytearray(stamp.size)  # a bytearray, as every other trainer receives it: one layout for DeepCheck
     try:
-        data = path.read_bytes()
+        with path.open("rb", buffering=0) as handle:
+            got = handle.readinto(data)
+            more = handle.read(1)
         st = path.stat()
     except FileNotFoundError:
         return None
-    if Stamp(st.st_size, st.st_mtime_ns) != stamp or len(data) != stamp.size:
+    if got != stamp.size or more:
+        return None
+    if Stamp(st.st_size, st.st_mtime_ns) != stamp:
         return None
     return FileCopy(key, stamp, data)
 
@@ -173,10 +178,10 @@ def as_tree(copies: Mapping[str, FileCopy]) -> dict[str, dict[str, object]]:
 
 
 def from_tree(tree: Mapping[str, Mapping[str, object]]) -> dict[str, FileCopy]:
-    """The copies of a restored tree (as_tree's; DeepCheck gives a bytes leaf back as bytes)."""
+    """The copies of a restored tree (as_tree's; DeepCheck gives a bytearray leaf back as a bytearray)."""
     copies = {}
     for key, entry in tree.items():
         size, mtime_ns, data = entry["size"], entry["mtime_ns"], entry["data"]
-        assert isinstance(size, int) and isinstance(mtime_ns, int) and isinstance(data, bytes)
+        assert isinstance(size, int) and isinstance(mtime_ns, int) and isinstance(data, bytearray)
         copies[key] = FileCopy(key, Stamp(size, mtime_ns), data)
     return copies
