@@ -32,6 +32,7 @@ land between them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -146,7 +147,7 @@ class LaunchedScript:
         extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
                  "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
                  "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
-                 "PYTHONUNBUFFERED": "1"}  # fmt: skip
+                 "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files), "PYTHONUNBUFFERED": "1"}  # fmt: skip
         script = (self.facts.job_file.parent / self.how.script).resolve()
         python = os.environ.get("DEEPVM_PYTHON") or sys.executable
         with StopRequest() as stop, ScriptProcess([python, str(script), *self.how.args],
@@ -243,8 +244,6 @@ class LaunchedScript:
 
 
 def _notice_time(notice: Notice) -> str:
-    import json
-
     body = json.loads(notice.body)
     return str(body["time"]) if isinstance(body, dict) and "time" in body else ""
 
