@@ -36,6 +36,7 @@ land between them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -154,7 +155,7 @@ class LaunchedScript:
         extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
                  "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
                  "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
-                 "PYTHONUNBUFFERED": "1"}  # fmt: skip
+                 "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files), "PYTHONUNBUFFERED": "1"}  # fmt: skip
         argv = self._argv(place)
         env = worker_environment(os.environ, place, extra) if self.how.command is None else _node_environment(
             os.environ, place, extra)  # fmt: skip
@@ -200,6 +201,9 @@ class LaunchedScript:
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
         after = self.files.changed(set()) if code >= 0 else []
         newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
+        if code >= 0:  # and so are its removals (HF's save_total_limit drops an old checkpoint as it saves)
+            there = self.files.present()
+            newest = {key: copy for key, copy in newest.items() if key in there}
         t0 = time.perf_counter()
         self._agree(list(newest.values()))
         if self.table:
@@ -276,8 +280,6 @@ def _python_dirs() -> list[str]:
 
 
 def _notice_time(notice: Notice) -> str:
-    import json
-
     body = json.loads(notice.body)
     return str(body["time"]) if isinstance(body, dict) and "time" in body else ""
 
