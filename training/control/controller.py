@@ -454,10 +454,12 @@ class Controller:
 
     # --- 3) after the attempt --------------------------------------------------------------------------
     def _after_failure(self, end: AttemptEnd) -> tuple[str, ...]:
-        """Find the nodes that died (no SSH), retire and replace them; the dead."""
+        """Find the nodes that died (no SSH), retire and replace them; the dead (with notice or without)."""
         self.report.note("probing the nodes")
-        dead = self.nodes.after_failure(end.node_ids)
-        reason = RecoveryReason.NODE_LOST if dead else RecoveryReason.RESTART
+        found = self.nodes.after_failure(end.node_ids)
+        dead = found.all
+        reason = (RecoveryReason.NODE_LOST if found.without_notice else
+                  RecoveryReason.NOTICE if found.noticed else RecoveryReason.RESTART)  # fmt: skip
         self.recovery.trouble(reason, dead, end.number, end.trainers, time.monotonic(), end.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
         self._check_holders()
