@@ -8,9 +8,12 @@ import re
 import pytest
 from rich.console import Console
 
-from deepvm_cli.render.job import Eta
+from deepvm_cli.render.job import Eta, progress_line
+from deepvm_cli.render.watch_model import WatchModel
+from deepvm_cli.render.watch_screen import job_line
 from deepvm_cli.ui import console, reporters
-from training.shared.progress import Progress
+from training.shared.progress import Progress, ScriptProgress
+from training.shared.records import LogKind, LogRecord
 
 
 def _progress(step: int) -> Progress:
@@ -70,3 +73,41 @@ def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypat
         "[node-1 r0] loss is fine", "[node-1 r0] mpirun: Forwarding signal 10 to job",
         "[mpirun] mpirun noticed that process rank 1 exited on signal 9"]
     assert record_line(chatter) == "[mpirun] mpirun: Forwarding signal 10 to job"
+
+
+def _script(last_line: str = "Epoch 3 | Batchsize: 32 | Steps: 64", newest: str = "job/snapshot.pt") -> Progress:
+    """A launched script's progress (run.calls_step: false, no step reported): no step, loss or rate of its own."""
+    return Progress(step=0, total_steps=0, epoch=None, loss=float("nan"), samples_per_s=0.0, world_size=3,
+                    cost_usd=0.0123, synthetic=False,
+                    script=ScriptProgress(running_s=250.0, last_line=last_line, kept_files=2 if newest else 0,
+                                          newest=newest, newest_age_s=40.0))  # fmt: skip
+
+
+def test_a_launched_scripts_progress_says_how_long_it_runs_what_is_kept_and_its_last_line_never_step_0_of_0():
+    """Issue 36 finding 7: "step 0/0 · loss nan · 0.0 samples/s" for a script that reports no steps."""
+    assert progress_line(_script(), eta="1m00s") == (
+        "running 4m10s · kept job/snapshot.pt (+1 more), written 0m40s ago · 3 trainers · $0.0123 · > Epoch 3 | "
+        "Batchsize: 32 | Steps: 64")  # fmt: skip
+    assert progress_line(_script(newest=""), width=45) == "running 4m10s · nothing kept yet · $0.0123"  # its line first
+    assert progress_line(_script("x" * 80)).endswith(" · > " + "x" * 60 + "...")
+    model = WatchModel("job-1")
+    model.add(LogRecord.from_json(LogRecord(LogKind.PROGRESS, at=5.0, progress=_script()).to_json()))
+    assert model.progress is not None and model.progress.script == _script().script  # through the log's JSON
+    assert model.loss_curve == [] and model.eta_s is None
+    assert job_line(model).startswith("job-1 · running · running 4m10s · kept job/snapshot.pt")
+
+
+def test_a_progress_record_of_before_launched_scripts_still_reads():
+    old = '{"kind":"progress","at":1.0,"progress":{"step":3,"total_steps":40,"epoch":0,"loss":null,' \
+          '"samples_per_s":10.0,"world_size":3,"cost_usd":0.5,"synthetic":false}}'
+    progress = LogRecord.from_json(old).progress
+    assert progress is not None and progress.script is None and progress_line(progress).startswith("step 3/40 · ")
+
+
+def test_a_launched_scripts_live_progress_has_no_bar_of_0_of_0(monkeypatch):
+    screen = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
+    monkeypatch.setattr(console, "err", screen)
+    with reporters.live_reporter() as report:
+        report.progress(_script())
+    text = screen.file.getvalue()
+    assert "running 4m10s · kept job/snapshot.pt" in text and "0/0" not in text

@@ -17,7 +17,7 @@ from deepvm_cli.ui.cluster_choice import remember_cluster
 from deepvm_cli.ui.ended import finish_ended_clusters
 from deepvm_cli.ui.flags import at_least, writable_folder
 from provisioning.core.errors import NotFoundError
-from training.shared.jobstore import JobStatus
+from training.shared.jobstore import JobStatus, lost, reached
 from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ def jobs_command(
         running = s.status is JobStatus.RUNNING
         state = "running (controller not running)" if running and not s.controller_alive else s.status.value
         console.out.print(
-            f"{s.job_id}  {state}  step {s.step}/{s.total_steps}  restarts {s.restarts}  "
-            f"lost steps {s.lost_steps}  ${s.cost_usd:.4f}  cluster {s.cluster or '-'}",
+            f"{s.job_id}  {state}  {reached(s.step, s.total_steps)}  restarts {s.restarts}  "
+            f"{lost(s.lost_steps, s.lost_s)}  ${s.cost_usd:.4f}  cluster {s.cluster or '-'}",
             markup=False,
             highlight=False,
         )

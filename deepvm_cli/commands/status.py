@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import typer
@@ -60,23 +61,19 @@ def _job_doc(job: JobRow, cluster_up: bool) -> dict[str, object]:
 def render_jobs(jobs: list[JobRow], cluster_up: bool, limit: int = 3) -> None:
     """The newest jobs, one line each (and the recovery ladder's newest decision, while the job may still act
     on it); a cluster that is down: as this machine last recorded them."""
-    from training.shared.jobstore import JobStatus
+    from training.shared.jobstore import JobStatus, lost, reached
 
     for job in jobs[:limit]:
         loss = "-" if job.loss is None else f"{job.loss:.4f}"
         where = "" if cluster_up else f"  on {job.cluster} (down)"
         console.out.print(
-            f"job {job.job_id}{where}  {_job_state(job, cluster_up)}  step {job.step}/{job.total_steps}  loss {loss}  "
-            f"trainers {job.world_size}  restarts {job.restarts}  lost steps {job.lost_steps}  "
-            f"checkpoint {_checkpoint(job.checkpoint_step)}  ${job.cost_usd:.4f}",
+            f"job {job.job_id}{where}  {_job_state(job, cluster_up)}  {reached(job.step, job.total_steps)}  loss {loss}"
+            f"  trainers {job.world_size}  restarts {job.restarts}  {lost(job.lost_steps, job.lost_s)}  "
+            f"{job.saved(time.time())}  ${job.cost_usd:.4f}",
             markup=False,
         )
         if job.ladder and job.status in (JobStatus.RUNNING, JobStatus.STOPPED) and cluster_up:
             console.out.print(f"  ladder: {job.ladder}", markup=False)
-
-
-def _checkpoint(step: int) -> str:
-    return "none yet" if step < 0 else f"at step {step}"
 
 
 def status_command(

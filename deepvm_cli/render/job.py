@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from deepvm_cli.ui.console import duration
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.mpinotes import LauncherNotes
-from training.shared.progress import LAUNCHER, JobReporter, Progress, TrainResult
+from training.shared.progress import LAUNCHER, JobReporter, Progress, ScriptProgress, TrainResult, lost_work
 from training.shared.records import LogKind, LogRecord
 
 if TYPE_CHECKING:
@@ -35,12 +35,15 @@ def screened(report: JobReporter) -> JobReporter:
 def describe_progress(p: Progress, width: int | None = None) -> str:
     """The newest progress as ` · `-separated fields, in reading order; within `width` characters, those
     that matter least go first (the synthetic-data note, the epoch, trainers, samples/s), so that a line
-    never wraps at 80 columns: loss and money stay. No epoch for a job that counts none (a `run:` script)."""
-    fields = [  # (text, rank: the lower, the longer it stays)
-        *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),
+    never wraps at 80 columns: loss and money stay. No epoch for a job that counts none (a `run:` script).
+    A launched script that reports no steps has no step, loss or rate to show: what is known of it instead
+    (script_fields)."""
+    trainers = (f"{p.world_size} trainer" + ("" if p.world_size == 1 else "s"), 2)
+    fields = script_fields(p.script, trainers, p.cost_usd) if p.script is not None else [  # (text, rank: the
+        *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),  # lower, the longer it stays)
         (f"loss {p.loss:.4f}", 0),
         (f"{p.samples_per_s:,.1f} samples/s", 3),
-        (f"{p.world_size} trainer" + ("" if p.world_size == 1 else "s"), 2),
+        trainers,
         (f"${p.cost_usd:.4f}", 1),
         *([("synthetic data", 5)] if p.synthetic else []),
     ]
@@ -51,14 +54,28 @@ def describe_progress(p: Progress, width: int | None = None) -> str:
     return text
 
 
+def script_fields(s: ScriptProgress, trainers: tuple[str, int], cost_usd: float) -> list[tuple[str, int]]:
+    """A launched script's progress fields (describe_progress's, ranked alike): how long it has run, what is safe
+    of its work (the newest kept file and its age) and its newest line, which goes first when room is short."""
+    said = s.last_line.strip()
+    kept = (f"kept {s.newest}" + (f" (+{s.kept_files - 1} more)" if s.kept_files > 1 else "")
+            + f", written {duration(s.newest_age_s)} ago" if s.newest else "nothing kept yet")  # fmt: skip
+    return [(f"running {duration(s.running_s)}", 0), (kept, 1), trainers, (f"${cost_usd:.4f}", 1),
+            *([(f"> {said[:_SAID] + '...' * (len(said) > _SAID)}", 3)] if said else [])]  # fmt: skip
+
+
 def progress_line(p: Progress, eta: str = "", width: int | None = None) -> str:
-    """`step 10/60 · <fields> · eta 1m05s`, within `width` (the step and the eta always stay)."""
+    """`step 10/60 · <fields> · eta 1m05s`, within `width` (the step and the eta always stay); a launched script
+    that reports no steps has no step to show, nor an eta: its fields alone (script_fields)."""
+    if p.script is not None:
+        return describe_progress(p, width)
     head, tail = f"step {p.step}/{p.total_steps}", f"{_SEP}eta {eta}" if eta else ""
     room = None if width is None else max(width - len(head) - len(tail) - len(_SEP), 0)
     return f"{head}{_SEP}{describe_progress(p, room)}{tail}"
 
 
 _SEP = " · "
+_SAID = 60  # characters of a script's own line a progress line quotes
 
 
 class Eta:
@@ -127,13 +144,13 @@ def result_lines(result: TrainResult) -> list[str]:
                if result.total_steps else "its script takes no steps (run.calls_step: false)")
     lines = [
         f"{result.job_id} completed: {trained}, {result.restarts} restarts, "
-        f"{result.lost_steps} steps lost, ${result.cost_usd:.4f}, {result.wall_s:.0f}s"
+        f"{lost_work(result.lost_steps, result.lost_s)}, ${result.cost_usd:.4f}, {result.wall_s:.0f}s"
     ]
     for r in result.recoveries:
         resumed = "-" if r.detect_to_resumed_s is None else f"{r.detect_to_resumed_s:.1f}s"
         lines.append(
-            f"  {r.reason}: {r.world_before} -> {r.world_after} trainers, resumed at step "
-            f"{r.resumed_step} ({r.lost_steps} steps lost), {resumed} from detection to training again"
+            f"  {r.reason}: {r.world_before} -> {r.world_after} trainers, {r.resumed_text} ({r.lost_text}), {resumed} "
+            f"from detection to {r.again} again"
         )
     lines.append(f"model and metrics: {result.out_dir}")
     return lines

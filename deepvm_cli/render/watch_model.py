@@ -52,6 +52,8 @@ class WatchModel:
                     _extend(self.curves.setdefault(name, []), item.metrics.step, value)
             case LogKind.PROGRESS if item.progress is not None:
                 self.progress = item.progress
+                if item.progress.script is not None:  # a launched script without steps: no loss, no step to time
+                    return
                 _extend(self.progress_loss, item.progress.step, item.progress.loss)
                 self.eta_s = self._eta.left_s(item.progress.step, item.progress.total_steps)
             case LogKind.STATE if item.status is not None:

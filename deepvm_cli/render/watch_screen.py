@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from deepvm_cli.render.chart import line_chart, sparkline
+from deepvm_cli.render.job import describe_progress
 from deepvm_cli.render.watch_model import WatchModel
 from deepvm_cli.ui.console import duration
 from training.shared.watch_records import Money, NodeView, TimelineEntry
@@ -49,7 +50,10 @@ def screen(model: WatchModel, width: int, height: int) -> Text:
 
 def job_line(model: WatchModel) -> str:
     p = model.progress
-    step = f"step {p.step}/{p.total_steps}" if p else "no step yet"
+    if p is not None and p.script is not None:  # a launched script without steps: what is known of it instead
+        step = describe_progress(p)
+    else:
+        step = f"step {p.step}/{p.total_steps}" if p else "no step yet"
     if model.status.final:  # the log's last state record says how it ended, e.g. "completed: step 60/60"
         return f"{model.job_id} · {model.ended or model.status.value}" + ("" if model.ended else f" · {step}")
     eta = f" · eta {duration(model.eta_s)}" if model.eta_s is not None else ""

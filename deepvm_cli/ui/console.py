@@ -13,6 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
+from training.shared.timespan import duration as duration  # the CLI's name for it (console.duration)
+
 
 def new_consoles() -> tuple[Console, Console]:
     """stdout's and stderr's consoles, as the environment says now: rich reads TTY_INTERACTIVE, NO_COLOR and a
@@ -111,10 +113,3 @@ def confirm(question: str) -> bool:
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
-
-
-def duration(seconds: float) -> str:
-    """"1h02m" or "3m07s": how long something ran or has left, at the precision a reader uses."""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

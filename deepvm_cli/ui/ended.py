@@ -34,18 +34,18 @@ def finish_ended_clusters() -> None:
 def _lost_with_head(cluster: str) -> None:
     """The jobs this machine last heard running on a cluster whose head died: each said, with what went with it,
     and recorded failed (nothing will ever say otherwise: their controller and log were on the head)."""
+    import time
     from dataclasses import replace
 
-    from training.shared.jobstore import JobStatus, JobStore
+    from training.shared.jobstore import JobStatus, JobStore, reached
 
     jobs = JobStore()
     for row in jobs.for_cluster(cluster):
         if row.status.final:
             continue
-        checkpoint = f"checkpoint at step {row.checkpoint_step}" if row.checkpoint_step >= 0 else "no checkpoint"
-        console.info(f"job {row.job_id} was running on it (step {row.step}/{row.total_steps}, {checkpoint}, when "
-                     "last heard): it failed with its head, and its checkpoints and outputs on the cluster's disks "
-                     "are gone")  # fmt: skip
+        console.info(f"job {row.job_id} was running on it ({reached(row.step, row.total_steps)}, "
+                     f"{row.saved(time.time())}, when last heard): it failed with its head, and its checkpoints and "
+                     "outputs on the cluster's disks are gone")  # fmt: skip
         jobs.put(replace(row, status=JobStatus.FAILED, message=f"its head died (cluster {cluster} torn down)"))
 
 

@@ -72,8 +72,10 @@ def live_reporter() -> Iterator[JobReporter]:
         bars.update(task(f"push {host}", total), completed=done, total=total)
 
     def progress(p: JobProgress) -> None:
-        left = eta.update(p.step, p.total_steps)
         bars.details = "  " + describe_progress(p, width=bars.console.width - 2)
+        if p.script is not None:  # a launched script without steps: no bar of 0/0, its details say what is known
+            return
+        left = eta.update(p.step, p.total_steps)
         bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
                     eta=f"eta {left}" if left else "")
 

@@ -134,15 +134,17 @@ def test_an_older_file_is_brought_up_to_date_and_keeps_its_rows(tmp_path):
         db.execute(f"INSERT INTO jobs VALUES ({_FIRST_JOB})")
     (job,) = JobStore(path).all()
     assert job.job_id == "j1" and job.controller == "local" and job.ladder == ""
+    assert (job.lost_s, job.kept_file, job.kept_at) == (0.0, "", 0.0)  # a launched script's columns (version 4)
     assert (job.outputs_url, job.down_when_done) == ("", False)  # the money guard's columns, with their defaults
     Store(path).put_cluster(_any_row())  # the cluster tables are added beside
     with sqlite3.connect(path) as db:
         versions = dict(db.execute("SELECT name, version FROM schema_versions"))
-    assert versions == {"jobs": 3, "clusters": 4}
+    assert versions == {"jobs": 4, "clusters": 4}
 
 
 def test_a_file_of_jobs_version_2_gains_the_ladder_column_and_keeps_the_money_guards(tmp_path):
-    """Version 2 of the jobs table (issue 25's outputs_url and down_when_done) to 3 (the live ladder's column)."""
+    """Version 2 of the jobs table (issue 25's outputs_url and down_when_done) to 4 (the live ladder's column, then
+    a launched script's lost time and kept file)."""
     path = tmp_path / "state.db"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)")
@@ -153,7 +155,7 @@ def test_a_file_of_jobs_version_2_gains_the_ladder_column_and_keeps_the_money_gu
     (job,) = JobStore(path).all()
     assert (job.controller, job.outputs_url, job.down_when_done, job.ladder) == ("i-head", "s3://b/j1", True, "")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM schema_versions WHERE name = 'jobs'").fetchone() == (3,)
+        assert db.execute("SELECT version FROM schema_versions WHERE name = 'jobs'").fetchone() == (4,)
 
 
 def test_a_file_from_a_newer_deepvm_is_refused(tmp_path):

@@ -38,6 +38,7 @@ class Rig:
     notes: list[str] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)  # (prefix, text): the ranks' own output lines
     steps: list[int] = field(default_factory=list)
+    progress: list[Progress] = field(default_factory=list)  # every progress record the job reported
     plan: Plan = field(default_factory=tiering_plan)
     # the job's own clock ("steps"): a step is this many seconds of one trainer's work, so it takes that over
     # the trainers there are; the clock has run `elapsed_s` over the steps the controller has seen
@@ -55,6 +56,12 @@ class Rig:
         self.cancel_file = self.tmp / "cancel"
         self.controller: Controller | None = None
 
+    def launched_script(self) -> Rig:
+        """The job is a user's own script that takes no ctx.step (run.calls_step: false; the world's Launched)."""
+        self.job.write_text("name: fake\nrun: {script: train.py, calls_step: false}\n")
+        (self.job.parent / "train.py").write_text("print('training')\n")
+        return self
+
     def with_l3(self) -> Rig:
         self.job.write_text(JOB.replace("LEVELS", "[l1, l2, l3], s3_prefix: 's3://b/run'"))
         return self
@@ -71,6 +78,7 @@ class Rig:
 
     def reporter(self) -> JobReporter:
         def progress(p: Progress) -> None:
+            self.progress.append(p)
             self.steps.append(p.step)
             self.elapsed_s += self.work_s_per_step / max(p.world_size, 1)
 

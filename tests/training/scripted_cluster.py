@@ -37,10 +37,13 @@ from training.shared.events import (
     EndStatus,
     Event,
     Flush,
+    Kept,
+    KeptHow,
     Metrics,
     Notice,
     NoticeSeen,
     Restored,
+    Resumed,
     Saved,
     Start,
     Step,
@@ -307,6 +310,79 @@ class Prints(Fault):
         return True
 
 
+KEPT_FILE = "job/snapshot.pt"  # the file a Launched script keeps
+
+
+@dataclass
+class Launched(Fault):
+    """A launched script (run.calls_step: false) as training.node.launched runs it, put at step 0: trainer 0 puts
+    back the file kept so far (World.kept_at: Kept restored), every trainer says Start (none of deepvm's steps: 0
+    of 0), trainer 0 prints `lines`, `every_s` apart; with `adapter`, a framework adapter inside it resumes at the
+    world's checkpoint and reports that many steps (Resumed, Step), saving the framework's checkpoint every
+    World.every steps. Its file is kept after its first line (written `written_ago_s` before; at each save with an
+    adapter). Then, with `notice_on`, a Spot notice on that node: the script is stopped and the files flushed (Kept
+    flushed; an adapter saves the step it stopped at); `dies` then goes before the attempt can end cleanly (mpirun
+    fails: with notice_on the same node, the notice's interruption came early; alone, a node lost without notice).
+    Else trainer 0's End says completed."""
+
+    lines: tuple[str, ...] = ()
+    every_s: float = STEP_S  # between two of its lines
+    written_ago_s: float = 0.0
+    adapter: int = 0
+    notice_on: str = ""
+    dies: str = ""
+
+    def strike(self, mpirun: ScriptedMpirun) -> bool:
+        world, trainers = mpirun.nodes.world, mpirun.launch.trainer_ranks
+        if world.kept_at:
+            self._kept(mpirun, KeptHow.RESTORED)
+        for rank in range(trainers):
+            mpirun.emit(rank, Start(rank=rank, job="fake", script="train.py", synthetic=False, world_size=trainers,
+                                    total_steps=0, first_step=0, device="the script's", pid=100 + rank))  # fmt: skip
+        for n, text in enumerate(self.lines):
+            time.sleep(self.every_s)
+            mpirun.say(text, 0)
+            if n == 0 and not self.adapter:  # it saves its file as it starts printing
+                world.kept_at = time.time() - self.written_ago_s
+                self._kept(mpirun, KeptHow.KEPT)
+        step = world.checkpoint
+        if self.adapter:
+            mpirun.emit(0, Resumed(rank=0, step=step, total_steps=world.total_steps))
+        for _ in range(self.adapter):
+            time.sleep(STEP_S)
+            step += 1
+            mpirun.emit(0, Step(rank=0, step=step, epoch=None, loss=0.5, global_loss=0.5, samples_per_s=100.0,
+                                synthetic=False))  # fmt: skip
+            if step % world.every == 0:
+                self._save(mpirun, step)
+        if self.notice_on:
+            rank = next(r for r, n in enumerate(mpirun.launch.rank_nodes) if n.instance_id == self.notice_on)
+            mpirun.nodes.notices[self.notice_on] = NOTICE
+            mpirun.emit(rank, NoticeSeen(rank=rank, notice=NOTICE))
+            if self.adapter:
+                self._save(mpirun, step)
+            self._kept(mpirun, KeptHow.FLUSHED)
+        if self.dies:
+            Die(self.attempt, 0, nodes=(self.dies,)).strike(mpirun)
+            return True
+        status = EndStatus.STOPPED if self.notice_on else EndStatus.COMPLETED
+        mpirun.emit(0, End(rank=0, status=status, steps=0, final_loss=float("nan")))
+        mpirun.exit(0)
+        return True
+
+    def _save(self, mpirun: ScriptedMpirun, step: int) -> None:
+        """The adapter's framework saved its checkpoint of `step` into the kept files, and they were kept."""
+        mpirun.nodes.world.checkpoint, mpirun.nodes.world.kept_at = step, time.time()
+        self._kept(mpirun, KeptHow.KEPT)
+
+    @staticmethod
+    def _kept(mpirun: ScriptedMpirun, how: KeptHow) -> None:
+        flushed = how is not KeptHow.KEPT
+        mpirun.emit(0, Kept(rank=0, how=how, version=1, files=1, bytes=1 << 20, newest=KEPT_FILE,
+                            written_at=mpirun.nodes.world.kept_at, level="L2" if flushed else None,
+                            seconds=0.001))  # fmt: skip
+
+
 ABORT_BANNER = ("-" * 74, "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD", "with errorcode 3.", "",
                 "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.", "-" * 74)  # fmt: skip
 
@@ -355,6 +431,7 @@ class World:
     checkpoint: int = 0  # the newest complete checkpoint's step (0: none)
     faults: list[Fault] = field(default_factory=list)
     metrics: bool = False  # trainer 0 also logs {"loss": step / 100, "attempt": its attempt's number} each step
+    kept_at: float = 0.0  # a Launched script's newest kept file: when it was written (time.time(); 0: none kept)
 
 
 class ScriptedNodes:

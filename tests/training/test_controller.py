@@ -11,11 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from deepvm_cli.render.job import progress_line, result_lines
 from provisioning.core.errors import InputError
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import H0, T0, T1, T2, Rig, attempts_of
-from tests.training.scripted_cluster import Call, Crash, Die, Hang, HangOnExit, NoticeOn, Prints, RebalanceOn, Stuck
+from tests.training.scripted_cluster import (
+    KEPT_FILE,
+    Call,
+    Crash,
+    Die,
+    Hang,
+    HangOnExit,
+    Launched,
+    NoticeOn,
+    Prints,
+    RebalanceOn,
+    Stuck,
+)
 from training.control.stops import TrainingCancelled, TrainingFailed, TrainingStopped
+from training.head.summary import INTERRUPTIONS
 from training.shared.jobstore import JobStatus, JobStore
 from training.shared.progress import Outcome, Progress, RecoveryReason
 
@@ -341,3 +355,89 @@ def test_no_trainer_left_waits_for_the_replacement_spot_nodes(rig):
     result = rig.run()
     assert "no trainer left: waiting for the replacement node" in rig.notes
     assert rig.buyer.bought == [(Role.TRAINER, 3)] and attempts_of(result)[1][:2] == (3, 5)
+
+
+def test_a_launched_scripts_notice_says_what_deepvm_does_and_its_recovery_counts_the_work_redone_in_time(rig):
+    """Issue 36 finding 7: for a script that checkpoints nothing deepvm knows of (a launched script, whose files
+    deepvm keeps), the notice said "checkpointing"; its recovery never closed (it takes no step), so the job said
+    "0 steps lost" after the script redid everything since its file was written, and status "checkpoint at step
+    0". The notice says what happens, the recovery closes when the script runs again, and what it lost is the
+    time from the kept file's writing to the stop."""
+    rig.launched_script()
+    rig.world.total_steps = 0  # its metrics.json: a script that reports no steps
+    rig.world.faults = [Launched(1, 0, lines=("epoch 0", "epoch 1"), written_ago_s=40.0, notice_on=T1),
+                        Launched(2, 0, lines=("epoch 1",))]  # fmt: skip
+    result = rig.run()
+
+    (notice,) = [n for n in rig.notes if n.startswith("Spot interruption notice on trainer-t0000001")]
+    assert notice == ("Spot interruption notice on trainer-t0000001 (instance-action): stopping the script (SIGTERM) "
+                      "and keeping its files (checkpoint.files, $DEEPVM_CHECKPOINT_DIR), then without it")
+    (recovery,) = result.recoveries
+    assert (recovery.reason, recovery.nodes, recovery.world_before, recovery.world_after) == (
+        RecoveryReason.NOTICE, (T1,), 3, 3)  # fmt: skip (the replacement was ready before the relaunch)
+    assert recovery.lost_steps == 0 and recovery.lost_s == pytest.approx(40.0, abs=3.0)
+    assert result.lost_s == pytest.approx(40.0, abs=3.0) and rig.row().lost_s == pytest.approx(40.0, abs=3.0)
+    (recovered,) = [n for n in rig.notes if n.startswith("recovered (notice)")]
+    assert recovered.startswith("recovered (notice): 3 -> 3 trainers, ran again from its kept files, "
+                                "0m40s of work lost, ") and recovered.endswith(" from notice to running"), recovered
+    said = "\n".join(result_lines(result))
+    assert "steps lost" not in said and "step 0/0" not in said, said
+    assert ", 1 restarts, 0m40s of work lost, " in said and "ran again from its kept files (0m40s of work lost)" in said
+    row = rig.row()
+    assert (row.kept_file, row.kept_at) == (KEPT_FILE, rig.world.kept_at)  # the relaunch's own, after its first line
+    assert row.saved(row.kept_at + 40) == f"kept {KEPT_FILE}, written 0m40s ago"
+    assert ("completed", f"{result.job_id}: its script completed (it reports no steps)") in rig.cluster.events
+
+
+def test_a_launched_scripts_node_going_as_its_notice_said_before_a_clean_end_is_no_loss_without_notice(rig):
+    """Issue 36 finding 7: a launched script's stop (its signal, its grace, the flush) may outlast the notice, and
+    its node goes before mpirun ends cleanly: the failed attempt's probe found that node dead and said "lost
+    without notice", a "node-lost" event beside the "notice" one (the run's summary counted two interruptions).
+    It went as its notice said: one interruption, the notice's."""
+    rig.launched_script()
+    rig.world.total_steps = 0
+    rig.world.faults = [Launched(1, 0, lines=("epoch 0",), notice_on=T1, dies=T1), Launched(2, 0, lines=("epoch 1",))]
+    result = rig.run()
+
+    assert [a.status for a in result.attempts] == [Outcome.FAILED, Outcome.COMPLETED]
+    assert not [n for n in rig.notes if "without notice" in n], rig.notes
+    assert f"{T1} went as its interruption notice said, before the attempt ended cleanly; restarting from the newest " \
+           "complete checkpoint" in rig.notes
+    assert [kind for kind, _ in rig.cluster.events if kind in INTERRUPTIONS] == ["notice"]
+    (recovery,) = result.recoveries
+    assert (recovery.reason, recovery.nodes) == (RecoveryReason.NOTICE, (T1,))
+
+
+def test_a_launched_script_shows_how_long_it_runs_its_last_line_and_its_newest_kept_file_not_step_0_of_0(rig):
+    """Issue 36 finding 7: a launched script without step reports showed no progress at all (or "step 0/0"): its
+    progress says what deepvm knows, how long it has run, trainer 0's last line, the newest kept file's age."""
+    rig.launched_script()
+    rig.world.total_steps = 0
+    lines = tuple(f"epoch {n}: loss 0.{9 - n}" for n in range(6))
+    rig.world.faults = [Launched(1, 0, lines=lines, every_s=0.03, written_ago_s=5.0)]  # a tick (0.01 s) between lines
+    rig.run()
+
+    assert rig.progress and all(p.script is not None and p.step == 0 for p in rig.progress)
+    shown = [p.script for p in rig.progress if p.script is not None]
+    assert {s.last_line for s in shown} >= set(lines[1:-1]) and shown[-1].running_s >= 0.1
+    assert all((s.newest, s.kept_files) == (KEPT_FILE, 1) and s.newest_age_s == pytest.approx(5.0, abs=2.0)
+               for s in shown if s.last_line not in ("", lines[0]))  # fmt: skip (kept after its first line)
+    line = progress_line(replace(rig.progress[-1], script=replace(shown[-1], running_s=72.0, newest_age_s=5.0)))
+    assert line == f"running 1m12s · kept {KEPT_FILE}, written 0m05s ago · 3 trainers · $0.0000 · > {lines[-2]}" \
+        or line == f"running 1m12s · kept {KEPT_FILE}, written 0m05s ago · 3 trainers · $0.0000 · > {lines[-1]}"
+
+
+def test_a_launched_script_whose_adapter_reports_steps_counts_the_steps_it_lost(rig):
+    """A framework adapter inside a launched script reports its steps (Resumed, Step): a node lost without notice
+    past its last save loses the steps since, counted as for ctx.step (Resumed sets the relaunch's first step),
+    and its recovery closes at its first step, not when the script starts."""
+    rig.launched_script()
+    rig.world.faults = [Launched(1, 0, adapter=8, dies=T1), Launched(2, 0, adapter=3)]
+    result = rig.run()
+
+    (recovery,) = result.recoveries
+    assert (recovery.reason, recovery.from_step, recovery.resumed_step, recovery.lost_steps, recovery.lost_s) == (
+        RecoveryReason.NODE_LOST, 8, 5, 3, None)  # fmt: skip
+    assert result.lost_steps == 3 and result.lost_s == 0.0
+    assert any(n.startswith("recovered (node-lost): 3 -> 3 trainers, resumed at step 5, 3 steps lost")
+               for n in rig.notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,57 @@ from training.control.launcher import (
 from training.control.recovery import RecoveryLog
 from training.control.staging import JobPaths
 from training.shared.progress import RelaunchPhases
+
+
+def test_a_launched_script_without_steps_recovers_when_it_runs_again_having_lost_the_time_since_its_files():
+    """Issue 36 finding 7: a script that reports no steps never closed its recovery (it waited for a step) and lost
+    "0 steps" whatever it redid. It closes when the script runs again, and loses the time from when the files put
+    back were written to the stop; with none put back, from when the work it redoes began."""
+    now, wall = time.monotonic(), time.time()
+    fresh = RecoveryLog()
+    fresh.launched(now - 100)
+    fresh.started(now - 100)  # nothing put back: its work counts from its start
+    fresh.trouble("notice", ("i-1",), attempt=1, world=3, at=now - 10)
+    fresh.attempt_ended(1, last_step=0, at=now - 5)
+    fresh.launched(now - 4)
+    fresh.started(now - 3)
+    assert fresh.script_running(attempt=1, world=2, at=now - 3) is None  # the attempt of the trouble
+    lost = fresh.script_running(attempt=2, world=2, at=now - 3)
+    assert lost is not None and lost.lost_s == pytest.approx(95.0, abs=0.05) and fresh.open is None
+
+    log = RecoveryLog()
+    log.launched(now - 100)
+    log.put_back(at=now - 99, seconds=0.5, written_at=wall - 300)
+    log.started(now - 99)
+    log.trouble("notice", ("i-1",), attempt=1, world=3, at=now - 10)
+    log.attempt_ended(1, last_step=0, at=now - 5)
+    log.launched(now - 4)
+    log.put_back(at=now - 3, seconds=0.5, written_at=wall - 45)  # the files it kept in attempt 1
+    log.started(now - 2)
+    recovery = log.script_running(attempt=2, world=2, at=now - 2)
+    assert recovery is not None and recovery.lost_s == pytest.approx(40.0, abs=0.05)
+    assert (recovery.from_step, recovery.resumed_step, recovery.lost_steps, recovery.lost_text) == (
+        0, 0, 0, "0m40s of work lost")  # fmt: skip
+    assert recovery.phases is not None and recovery.phases.restore_s == 0.5
+
+    log.trouble("node-lost", ("i-2",), attempt=2, world=2, at=now - 1)  # a loss before it kept anything new
+    log.attempt_ended(2, last_step=0, at=now)
+    log.launched(now)
+    log.started(now)  # nothing put back this time: it redoes everything since its files of attempt 1
+    again = log.script_running(attempt=3, world=2, at=now)
+    assert again is not None and again.lost_s == pytest.approx(45.0, abs=0.05)
+
+
+def test_a_launched_script_whose_adapter_reported_steps_recovers_at_a_step_in_steps():
+    """A framework adapter's steps (Resumed, Step) count as ctx.step's: its recovery waits for a step."""
+    now = time.monotonic()
+    log = RecoveryLog()
+    log.trouble("node-lost", ("i-1",), attempt=1, world=3, at=now - 10)
+    log.attempt_ended(1, last_step=80, at=now - 5)
+    assert log.script_running(attempt=2, world=3, at=now - 3) is None and log.open is not None
+    recovery = log.stepped(attempt=2, first_step=50, step=51, world=3, at=now)
+    assert recovery is not None and (recovery.lost_steps, recovery.lost_s, recovery.lost_text) == (30, None,
+                                                                                                 "30 steps lost")
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():

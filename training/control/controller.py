@@ -71,6 +71,7 @@ from training.control.replacements import (
     cloud_buyer,
 )
 from training.control.scalar_sink import job_sinks
+from training.control.script_view import ScriptView
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
@@ -157,6 +158,7 @@ class Controller:
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
         self.scalars = job_sinks(self.job.row, spec.env, report.note)  # TensorBoard, and MLflow if the job sets it
+        self.script = ScriptView()  # a launched script's progress while it reports no steps (control.script_view)
 
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()
@@ -299,6 +301,7 @@ class Controller:
         launch = run.launch
         self.pool.launched((n.instance_id for n in launch.nodes), run.mpirun.started_at)
         self.recovery.launched(run.mpirun.started_at)
+        self.script.launched()
         self.job.attempt_started(run.number, run.trainers)
         holders = len(launch.nodes) - len(launch.trainers)
         self.report.note(f"attempt {run.number}: {_count(run.trainers, 'trainer')}"
@@ -313,6 +316,10 @@ class Controller:
                 self.scalars.launched(event.first_step)
                 if event.synthetic:
                     self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
+                if not self.spec.calls_step:  # a launched script: running again is its recovery's end
+                    self.script.started(at)
+                    if (recovered := self.recovery.script_running(run.number, run.trainers, at)) is not None:
+                        self._recovered(recovered)
             case Restored():
                 self.recovery.restored(at, event.seconds)
                 self.report.note(f"restored step {event.step} from {'/'.join(event.levels)} in {event.seconds:.2f}s")
@@ -344,8 +351,10 @@ class Controller:
         """A launched script's own files (training.node.launched): kept, they are what a relaunch resumes from
         (the job's checkpoint, at the steps the script reported: none of its own); flushed, the recovery's
         checkpoint; put back, its restore, and the work since they were written is what the relaunch redoes."""
+        self.script.kept_files(event)
+        self.job.kept(event.newest, event.written_at)
         if event.how is KeptHow.RESTORED:
-            self.recovery.restored(at, event.seconds)
+            self.recovery.put_back(at, event.seconds, event.written_at)
             age = max(0.0, time.time() - event.written_at)
             what = f"{_count(event.files, 'kept file')} ({size_text(event.bytes)})"
             self.report.note(f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, "
@@ -371,6 +380,8 @@ class Controller:
         self.job.save_if_due()
         if self.market.due():
             self._ask(run)
+        if not self.spec.calls_step and run.startup_s is None:  # a launched script that reports no steps (yet)
+            self._script_progress(run)
 
     def on_stall(self, run: AttemptRun, stall: Stall) -> None:
         """The session kills the hung attempt; the failure path then finds the node that hangs, retires it
@@ -396,12 +407,21 @@ class Controller:
         self.job.progressed(event.step, progress.loss)
         self.report.progress(replace(progress, cost_usd=self.job.row.cost_usd))
 
+    def _script_progress(self, run: AttemptRun) -> None:
+        """What is known of a launched script without steps, when a record is due (training.control.script_view)."""
+        script = self.script.due(run.last_line, time.monotonic(), time.time())
+        if script is not None:
+            row = self.job.row
+            self.report.progress(Progress(step=max(run.last_step, 0), total_steps=row.total_steps, epoch=None,
+                                          loss=float("nan"), samples_per_s=0.0, world_size=run.trainers,
+                                          cost_usd=row.cost_usd, synthetic=False, script=script))  # fmt: skip
+
     def _recovered(self, r: Recovery) -> None:
         self.job.recovered(r)
         since = "notice" if r.reason is RecoveryReason.NOTICE else "detection"
         text = (
-            f"recovered ({r.reason}): {r.world_before} -> {r.world_after} trainers, resumed at step "
-            f"{r.resumed_step}, {r.lost_steps} steps lost, {r.detect_to_resumed_s:.1f}s from {since} to training"
+            f"recovered ({r.reason}): {r.world_before} -> {r.world_after} trainers, {r.resumed_text}, {r.lost_text}, "
+            f"{r.detect_to_resumed_s:.1f}s from {since} to {r.again}"
         )
         self.report.note(text)
         self._event("recovered", text)
@@ -410,10 +430,18 @@ class Controller:
         if not self.nodes.noticed(node.instance_id, node.name, notice.kind):  # a recommendation, or known
             return
         self.recovery.trouble(RecoveryReason.NOTICE, (node.instance_id,), run.number, run.trainers, at)
-        text = f"Spot interruption notice on {node.name} ({notice.kind}): checkpointing, then without it"
+        text = f"Spot interruption notice on {node.name} ({notice.kind}): {self._at_notice()}, then without it"
         self.report.note(text)
         self._event("notice", text)
         self._ask(run)
+
+    def _at_notice(self) -> str:
+        """What the trainers do at a notice, in words: a ctx.step job checkpoints; a launched script's is its own
+        checkpoint, deepvm only keeps its files (training.node.launched)."""
+        if self.spec.calls_step or self.spec.run is None:
+            return "checkpointing"
+        return (f"stopping the script ({self.spec.run.stop_signal}) and keeping its files (checkpoint.files, "
+                "$DEEPVM_CHECKPOINT_DIR)")
 
     def _on_replacement(self, done: ReplacementReady, run: AttemptRun | None) -> None:
         ready = self.nodes.replacement_ready(done)
@@ -454,10 +482,12 @@ class Controller:
 
     # --- 3) after the attempt --------------------------------------------------------------------------
     def _after_failure(self, end: AttemptEnd) -> tuple[str, ...]:
-        """Find the nodes that died (no SSH), retire and replace them; the dead."""
+        """Find the nodes that died (no SSH), retire and replace them; the dead (with notice or without)."""
         self.report.note("probing the nodes")
-        dead = self.nodes.after_failure(end.node_ids)
-        reason = RecoveryReason.NODE_LOST if dead else RecoveryReason.RESTART
+        found = self.nodes.after_failure(end.node_ids)
+        dead = found.all
+        reason = (RecoveryReason.NODE_LOST if found.without_notice else
+                  RecoveryReason.NOTICE if found.noticed else RecoveryReason.RESTART)  # fmt: skip
         self.recovery.trouble(reason, dead, end.number, end.trainers, time.monotonic(), end.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
         self._check_holders()
@@ -473,7 +503,8 @@ class Controller:
         self.nodes.call_off_move()  # a move's nodes, bought for a relaunch that will not come
         self.nodes.release_stand_ins()  # they go with the job, and nothing it drained or lost is left billing
         self.job.completed(metrics, out)
-        self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}")
+        self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}" if metrics.total_steps else
+                    "its script completed (it reports no steps)")  # fmt: skip
         return train_result(self.job.row, self.cluster.name, metrics, self.attempts, self.recovery.closed,
                             time.monotonic() - self.started)  # fmt: skip
 

@@ -172,8 +172,14 @@ class JobRecord:
     def checkpointed(self, step: int) -> None:
         self._save(replace(self.row, checkpoint_step=step))
 
+    def kept(self, newest: str, written_at: float) -> None:
+        """A launched script's files were kept or put back: the newest of them is what of its work is safe."""
+        if newest:
+            self._save(replace(self.row, kept_file=newest, kept_at=written_at))
+
     def recovered(self, recovery: Recovery) -> None:
-        self._save(replace(self.row, lost_steps=self.row.lost_steps + recovery.lost_steps))
+        self._save(replace(self.row, lost_steps=self.row.lost_steps + recovery.lost_steps,
+                           lost_s=round(self.row.lost_s + (recovery.lost_s or 0.0), 3)))  # fmt: skip
 
     def ladder_said(self, text: str) -> None:
         """The recovery ladder's newest decision and why (`deepvm status` shows it)."""
@@ -213,4 +219,5 @@ def train_result(row: JobRow, cluster: str, metrics: RunMetrics, attempts: list[
         out_dir=row.out_dir,
         attempts=attempts,
         recoveries=recoveries,
+        lost_s=row.lost_s,
     )

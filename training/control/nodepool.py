@@ -141,6 +141,7 @@ class Slot:
     home: str | None = None  # the login user's home, once prepared
     answered_at: float | None = None  # when it last answered: prepared, probed, or ran an attempt to a clean end
     recommended: bool = False  # EC2 posted a rebalance recommendation for it: it trains on (see the docstring)
+    interrupted: bool = False  # an interruption notice named it (kept once it is gone: it went with notice)
 
     @property
     def instance_id(self) -> str:
@@ -218,6 +219,7 @@ class NodePool:
         if NodeStatus.NOTICED not in TRANSITIONS[slot.status]:  # noticed, lost or gone before
             return False
         self._move(slot, NodeStatus.NOTICED, f"interruption notice ({kind})")
+        slot.interrupted = True
         return True
 
     def at_risk(self, instance_id: str, why: str) -> None:

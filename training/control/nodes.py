@@ -83,6 +83,18 @@ class ClusterHandle(Protocol):
 
 
 @dataclass(frozen=True)
+class Dead:
+    """The nodes of a failed attempt that did not answer afterwards (ClusterNodes.after_failure)."""
+
+    noticed: tuple[str, ...]  # an interruption notice had named them: they went as it said
+    without_notice: tuple[str, ...]  # lost without a word (the cloud took them, they froze, lost their network)
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.noticed + self.without_notice
+
+
+@dataclass(frozen=True)
 class LadderStep:
     """What the ladder's newest decisions leave to the controller."""
 
@@ -118,17 +130,26 @@ class ClusterNodes:
             self.prepared(self.session.prepare([s.endpoint for s in fresh]))
         self.act()
 
-    def after_failure(self, instance_ids: Sequence[str]) -> tuple[str, ...]:
-        """Check the failed attempt's nodes; the dead ones (no answer) are lost, retired and reported."""
+    def after_failure(self, instance_ids: Sequence[str]) -> Dead:
+        """Check the failed attempt's nodes; the dead ones (no answer) are lost, retired and reported: as lost
+        without notice only those no interruption notice had named. One it had named went as it said, before the
+        attempt could end cleanly (a launched script's stop and flush outlasting the notice, say): that is the
+        notice's interruption, already said and counted ("notice"), not a second one."""
         checks = self._check([self.pool.slots[i].endpoint for i in instance_ids],
                              "unreachable over SSH after the job failed")  # fmt: skip
-        dead = tuple(i for i, check in checks.items() if check.answer is not Answer.YES)
-        if dead:
-            text = f"lost without notice: {', '.join(dead)}; restarting from the newest complete checkpoint"
+        dead = [i for i, check in checks.items() if check.answer is not Answer.YES]
+        found = Dead(noticed=tuple(i for i in dead if self.pool.slots[i].interrupted),
+                     without_notice=tuple(i for i in dead if not self.pool.slots[i].interrupted))  # fmt: skip
+        if found.without_notice:
+            text = (f"lost without notice: {', '.join(found.without_notice)}; restarting from the newest complete "
+                    "checkpoint")  # fmt: skip
             self.report.note(text)
             self._event("node-lost", text)
+        if found.noticed:
+            self.report.note(f"{', '.join(found.noticed)} went as its interruption notice said, before the attempt "
+                             "ended cleanly; restarting from the newest complete checkpoint")  # fmt: skip
         self.act()  # retired before the cluster is read again, which then sees them go
-        return dead
+        return found
 
     def prepared(self, states: dict[str, NodeState]) -> None:
         """Record what preparing nodes found (a notice found: `_notice_found` says what it does to the node)."""

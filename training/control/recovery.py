@@ -9,6 +9,12 @@ it resumed (a loss joining a relaunch deepvm chose names the incident: see _LOSS
 from_step - resumed step: zero when the job flushed a checkpoint at the step it stopped at, at most one
 checkpoint interval when a node died without a word.
 
+A launched script that reports no steps (run.calls_step: false, no framework adapter) has none to count or to
+wait for: its incident closes when the relaunched script runs again (its trainer 0's Start, after the files
+were put back), and what it lost is time: from when the newest file put back was written (Kept's written_at)
+to the stop, or, with nothing put back, from when the work it redoes began. A script whose adapter reported
+steps (Resumed, Step) is counted in steps, as a ctx.step job is.
+
 Where the time went (RelaunchPhases) is read from the moments the controller reports on the way: the
 checkpoint flushed, the stopped attempt's exit, the next launch, its restore (or its start), its first step.
 """
@@ -44,6 +50,8 @@ class _Incident:
     restore_began_at: float | None = None  # that launch's trainer 0 began restoring
     restored_at: float | None = None  # ... and had restored
     started_at: float | None = None  # ... or started without anything to restore
+    carried_from: float | None = None  # time.time() the interrupted work carried on from (RecoveryLog.since)
+    put_back_written: float | None = None  # time.time() the newest launched-script file put back was written
 
 
 class RecoveryLog:
@@ -52,13 +60,18 @@ class RecoveryLog:
     def __init__(self) -> None:
         self.open: _Incident | None = None
         self.closed: list[Recovery] = []
+        # time.time() a launched script's running work carries on from: when the files put back were written, or
+        # its start when none were (None: not known yet); the work since then is what a loss now redoes
+        self.since: float | None = None
+        self._put_back = False  # the newest launch put a launched script's files back
 
     def trouble(self, reason: RecoveryReason, nodes: tuple[str, ...], attempt: int, world: int, at: float,
                 from_step: int = -1) -> None:  # fmt: skip
         """Record trouble seen during `attempt`; it joins the open incident if there is one."""
         if self.open is None:
-            wall = time.time() - (time.monotonic() - at)
-            self.open = _Incident(RecoveryReason(reason), nodes, attempt, at, wall, world, from_step)
+            wall = _wall(at)
+            self.open = _Incident(RecoveryReason(reason), nodes, attempt, at, wall, world, from_step,
+                                  carried_from=self.since)  # fmt: skip
             return
         if self.open.reason in _CHOSEN and RecoveryReason(reason) in _LOSSES:
             self.open.reason = RecoveryReason(reason)  # a stop deepvm chose that a loss overtook: say the loss
@@ -79,6 +92,7 @@ class RecoveryLog:
 
     def launched(self, at: float) -> None:
         """An attempt's mpirun started at `at`: what its trainers report next is this launch's."""
+        self._put_back = False
         if self.open is not None:
             incident = self.open
             incident.launched_at, incident.restore_began_at, incident.restored_at, incident.started_at = (
@@ -89,10 +103,33 @@ class RecoveryLog:
         if self.open is not None:
             self.open.restore_began_at, self.open.restored_at = at - seconds, at
 
+    def put_back(self, at: float, seconds: float, written_at: float) -> None:
+        """Trainer 0 put a launched script's kept files back at `at` (in `seconds`), the newest written at
+        `written_at` (time.time() on its node; 0: none): the relaunch's restore, and what its work carries on from."""
+        self.restored(at, seconds)
+        if written_at > 0:
+            self._put_back, self.since = True, written_at
+            if self.open is not None:
+                self.open.put_back_written = written_at
+
     def started(self, at: float) -> None:
         """Trainer 0 reported at `at` that it starts training (after any restore)."""
+        if not self._put_back:  # a launched script that starts afresh: its work counts from now
+            self.since = _wall(at)
         if self.open is not None and self.open.started_at is None:
             self.open.started_at = at
+
+    def script_running(self, attempt: int, world: int, at: float) -> Recovery | None:
+        """A launched script runs again in `attempt` (its trainer 0 started it at `at`): closes the incident of an
+        earlier attempt whose script reported no step (one whose adapter did closes at a step, as ctx.step's),
+        its lost work in seconds (see the module docstring); returns the recovery."""
+        incident = self.open
+        if incident is None or attempt <= incident.attempt or incident.from_step > 0:
+            return None
+        ended = incident.detected_at if incident.exited_at is None else incident.exited_at
+        stopped = incident.detected_wall + (ended - incident.detected_at)  # the interrupted work's end, on time.time()
+        since = next((t for t in (incident.put_back_written, incident.carried_from) if t is not None), stopped)
+        return self._close(incident, 0, world, at, lost_s=round(max(0.0, stopped - since), 3))
 
     def stepped(self, attempt: int, first_step: int, step: int, world: int, at: float) -> Recovery | None:
         """Attempt `attempt` (started at `first_step`) trained `step`: closes the incident of an earlier
@@ -100,13 +137,18 @@ class RecoveryLog:
         incident = self.open
         if incident is None or attempt <= incident.attempt or step <= first_step:
             return None
+        return self._close(incident, first_step, world, at)
+
+    def _close(self, incident: _Incident, resumed_step: int, world: int, at: float,
+               lost_s: float | None = None) -> Recovery:  # fmt: skip
+        """The open incident, closed at `at` (training again, or a launched script running again)."""
         self.open = None
         recovery = Recovery(
             reason=incident.reason,
             nodes=incident.nodes,
             from_step=incident.from_step,
-            resumed_step=first_step,
-            lost_steps=max(0, incident.from_step - first_step),
+            resumed_step=resumed_step,
+            lost_steps=max(0, incident.from_step - resumed_step),
             world_before=incident.world_before,
             world_after=world,
             detected_wall=round(incident.detected_wall, 3),
@@ -115,9 +157,15 @@ class RecoveryLog:
             else round(incident.checkpoint_at - incident.detected_at, 3),
             detect_to_resumed_s=round(at - incident.detected_at, 3),
             phases=_phases(incident, at),
+            lost_s=lost_s,
         )
         self.closed.append(recovery)
         return recovery
+
+
+def _wall(at: float) -> float:
+    """time.time() at the time.monotonic() `at`."""
+    return time.time() - (time.monotonic() - at)
 
 
 def _phases(incident: _Incident, stepped_at: float) -> RelaunchPhases:

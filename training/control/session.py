@@ -169,6 +169,7 @@ class AttemptRun:
     stopping: bool = False  # a clean stop was asked (a fold-in, Ctrl-C, a cancel)
     user_stops: int = 0  # Ctrl-C presses and cancel requests
     startup_s: float | None = None  # mpirun started -> its first step
+    last_line: str = ""  # trainer 0's newest output line that is no event: a launched script's progress, in its words
     output: deque[RankLine] = field(default_factory=lambda: deque(maxlen=OUTPUT_KEPT))  # for its ScriptError
 
     @property
@@ -355,6 +356,8 @@ class AttemptSession:
         if event is None:
             if line.stream == "stderr" or line.rank is None:
                 run.output.append(line)
+            if line.rank == 0 and line.text.strip():
+                run.last_line = line.text
             self.report.log(f"{node.name} r{line.rank}" if node else LAUNCHER, line.text)
             return
         self._account(event, line.at, run)

@@ -10,6 +10,8 @@ between attempts, nothing runs that could checkpoint, so the job ends at once.
 
 from __future__ import annotations
 
+import time
+
 from provisioning.core.errors import JobFailed, StoppedByUser
 from training.control.attempts import Action, CancelMode, Decision
 from training.control.jobclock import JobClock, JobLimited, LimitKind, LimitReached
@@ -102,7 +104,7 @@ class JobStops:
         self.nodes.release_stand_ins()
         row = self.job.row
         self.job.ended(JobStatus.STOPPED, f"stopped before its budget: {why}")
-        return BudgetReached(f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}) before the "
+        return BudgetReached(f"stopped {row.stopped_at(time.time())} before the "
                              f"budget: {why}; {self._resume_with(' --budget USD')} with more continues")  # fmt: skip
 
     def after_attempt(self, decision: Decision, end: AttemptEnd) -> None:
@@ -114,10 +116,10 @@ class JobStops:
             self._limited(self.limit)
         if action is Action.CANCEL:
             self.job.ended(JobStatus.CANCELLED, f"cancelled ({self.cancel_mode})")
-            raise TrainingCancelled(f"cancelled at step {row.step} (checkpoint at step {row.checkpoint_step})")
+            raise TrainingCancelled(f"cancelled {row.stopped_at(time.time())}")
         if action is Action.STOP:
             self.job.ended(JobStatus.STOPPED, "stopped by the user")
-            raise TrainingStopped(f"stopped at step {row.step} (checkpoint at step {row.checkpoint_step}); "
+            raise TrainingStopped(f"stopped {row.stopped_at(time.time())}; "
                                   f"{self._resume_with()} continues")  # fmt: skip
         if action is Action.GIVE_UP:
             raise TrainingFailed(end.error.given_up(end.error_node, decision.failures.count, decision.repeated))

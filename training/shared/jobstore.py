@@ -21,6 +21,7 @@ from pathlib import Path
 from provisioning.clusters.store import utc_now
 from provisioning.core.db import AddedColumn, Database, Schema, exclusive_lock, lock_held
 from provisioning.core.errors import CloudError
+from training.shared.timespan import duration
 
 _JOBS = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -46,17 +47,25 @@ CREATE TABLE IF NOT EXISTS jobs (
     controller TEXT NOT NULL DEFAULT 'local', -- where the controller runs: local, or the head's instance id
     outputs_url TEXT NOT NULL DEFAULT '',  -- where the head copies the job's outputs at its end ('': nowhere)
     down_when_done INTEGER NOT NULL DEFAULT 0,  -- the job's end takes its cluster down (autodown)
-    ladder TEXT NOT NULL DEFAULT ''  -- the recovery ladder's newest decision and why ('': none yet)
+    ladder TEXT NOT NULL DEFAULT '',  -- the recovery ladder's newest decision and why ('': none yet)
+    lost_s REAL NOT NULL DEFAULT 0,  -- a launched script without steps: seconds of work done twice
+    kept_file TEXT NOT NULL DEFAULT '',  -- a launched script: the newest of its kept files ('': none kept yet)
+    kept_at REAL NOT NULL DEFAULT 0  -- ... when it was written (time.time() on its node)
 )"""
 SCHEMA = Schema(
     name="jobs",
-    version=3,  # 2: outputs_url, down_when_done (issue 25); 3: ladder (the recovery ladder run live)
+    version=4,  # 2: outputs_url, down_when_done (issue 25); 3: ladder (the recovery ladder run live); 4: lost_s,
+    # kept_file, kept_at (a launched script's progress is its files, its loss time: issue 36)
     statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
-    # a state.db from before managed training, from before the money guard, from before the live ladder
+    # a state.db from before managed training, from before the money guard, from before the live ladder, from
+    # before launched scripts
     added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),
                    AddedColumn("jobs", "outputs_url", "TEXT NOT NULL DEFAULT ''"),
                    AddedColumn("jobs", "down_when_done", "INTEGER NOT NULL DEFAULT 0"),
-                   AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''")),
+                   AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''"),
+                   AddedColumn("jobs", "lost_s", "REAL NOT NULL DEFAULT 0"),
+                   AddedColumn("jobs", "kept_file", "TEXT NOT NULL DEFAULT ''"),
+                   AddedColumn("jobs", "kept_at", "REAL NOT NULL DEFAULT 0")),
 )
 
 LOCAL = "local"
@@ -107,9 +116,37 @@ class JobRow:
     outputs_url: str = ""  # s3://... where the head copies the job's outputs, log and checkpoint at its end
     down_when_done: bool = False  # its end takes its cluster down: its outputs are then in S3, not on the head
     ladder: str = ""  # the recovery ladder's newest decision and why, e.g. "repair: ... refused lately: ..."
+    lost_s: float = 0.0  # a launched script without steps: work done twice, in seconds (its lost_steps stay 0)
+    kept_file: str = ""  # a launched script: the newest of its kept files (job/REL, checkpoint_dir/REL); "" none
+    kept_at: float = 0.0  # when that file was written (time.time() on its node)
+
+    def saved(self, now: float) -> str:
+        """What of it is safe, in words: `checkpoint at step 12` (or none yet), or for a launched script, whose
+        checkpoint is its own files, the newest of them and its age at `now` (time.time())."""
+        if self.kept_file:
+            return f"kept {self.kept_file}, written {duration(max(0.0, now - self.kept_at))} ago"
+        return f"checkpoint at step {self.checkpoint_step}" if self.checkpoint_step >= 0 else "no checkpoint yet"
+
+    def stopped_at(self, now: float) -> str:
+        """Where a job that stops now stands: `at step 12 (checkpoint at step 12)`, or for a launched script
+        without steps only what is safe: `(kept job/snapshot.pt, written 40s ago)`."""
+        at = f"at step {self.step} " if self.total_steps or self.step else ""
+        return f"{at}({self.saved(now)})"
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def reached(step: int, total_steps: int) -> str:
+    """How far a job got, in words: `step 12/40`, or, for a launched script that reports no steps (it has none
+    of deepvm's: 0 of 0), that it reports none (`status`, `jobs`, the controller's stops)."""
+    return f"step {step}/{total_steps}" if total_steps or step else "no steps reported"
+
+
+def lost(lost_steps: int, lost_s: float) -> str:
+    """The work a job did twice, in words: `lost steps 3`, or, for a launched script without steps (whose lost
+    steps are always 0, and say nothing), the time: `lost work 3m07s`."""
+    return f"lost work {duration(lost_s)}" if lost_s and not lost_steps else f"lost steps {lost_steps}"
 
 
 _COLUMNS = [f.name for f in fields(JobRow)]

@@ -18,9 +18,23 @@ from typing import TYPE_CHECKING, Any
 
 from training.shared.jobstore import JobStatus
 from training.shared.strict_json import dumps, number
+from training.shared.timespan import duration
 
 if TYPE_CHECKING:  # a type only: `deepvm plan` imports this module, and nothing of the metrics
     from training.shared.scalars import MetricPoint
+
+
+@dataclass(frozen=True)
+class ScriptProgress:
+    """What deepvm knows of a launched script (run.calls_step: false) that reports no steps: it takes none of
+    deepvm's, so its step stays 0 of 0, and a person needs how long it has run, what it said last and what of
+    its work is safe (the newest of the files deepvm keeps for it) instead."""
+
+    running_s: float  # since this launch's trainer 0 started the script
+    last_line: str  # trainer 0's newest output line that is not an event ("": none yet)
+    kept_files: int  # the script's files deepvm keeps (checkpoint.files, $DEEPVM_CHECKPOINT_DIR): 0 none yet
+    newest: str  # the newest of them (job/REL or checkpoint_dir/REL), "" when none
+    newest_age_s: float  # how long before this record it was written (so that a replayed log says what was said)
 
 
 @dataclass(frozen=True)
@@ -35,11 +49,15 @@ class Progress:
     world_size: int  # trainers
     cost_usd: float  # what the cluster cost since the job started
     synthetic: bool
+    script: ScriptProgress | None = None  # a launched script that reports no steps: what is known instead
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Progress:
-        """The progress of a log record, whose numbers are strict JSON: a NaN loss or an infinite rate is null."""
-        return cls(**{**data, **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")}})
+        """The progress of a log record, whose numbers are strict JSON: a NaN loss or an infinite rate is null;
+        a record of before scripts without steps has no `script`."""
+        script = data.get("script")
+        return cls(**{**data, **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")},
+                      "script": ScriptProgress(**script) if script else None})  # fmt: skip
 
 
 class RecoveryReason(str, Enum):
@@ -92,12 +110,36 @@ class Recovery:
     detect_to_checkpoint_s: float | None  # the notice (or stop request) to the flushed checkpoint
     detect_to_resumed_s: float | None  # to the first step trained after the relaunch
     phases: RelaunchPhases | None = None  # where that time went (None: a result written before it was kept)
+    # a launched script that reports no steps (its steps are 0 to 0): the work done twice as time, from when the
+    # files the relaunch put back were written (or the run it redoes began, none kept) to the stop; None: in steps
+    lost_s: float | None = None
+
+    @property
+    def lost_text(self) -> str:
+        """The work this recovery lost, as counted (lost_work)."""
+        return lost_work(self.lost_steps, self.lost_s or 0.0)
+
+    @property
+    def resumed_text(self) -> str:
+        """Where the relaunch went on from: `resumed at step N`, or, for a script without steps, from its files."""
+        return f"resumed at step {self.resumed_step}" if self.lost_s is None else "ran again from its kept files"
+
+    @property
+    def again(self) -> str:
+        """What the relaunch's end is: training again, or, for a script without steps, running again."""
+        return "training" if self.lost_s is None else "running"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recovery:
         phases = data.get("phases")
         return cls(**{**data, "reason": RecoveryReason(data["reason"]), "nodes": tuple(data["nodes"]),
                       "phases": RelaunchPhases(**phases) if phases else None})  # fmt: skip
+
+
+def lost_work(lost_steps: int, lost_s: float) -> str:
+    """Work done twice, in words: `12 steps lost`, or `3m07s of work lost` for a launched script without steps
+    (whose lost steps are always 0, and say nothing of the work it redid)."""
+    return f"{duration(lost_s)} of work lost" if lost_s and not lost_steps else f"{lost_steps} steps lost"
 
 
 class Outcome(str, Enum):
@@ -149,6 +191,7 @@ class TrainResult:
     out_dir: str  # where model.pt and metrics.json were fetched to
     attempts: list[AttemptRecord] = field(default_factory=list)
     recoveries: list[Recovery] = field(default_factory=list)
+    lost_s: float = 0.0  # the recoveries' lost_s together: work a script without steps did twice (0 before it was kept)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

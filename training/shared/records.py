@@ -190,6 +190,7 @@ class JobSummary:
     message: str
     controller_alive: bool  # the head's supervisor process runs (a running job without one is orphaned)
     ladder: str = ""  # the recovery ladder's newest decision and why (JobRow.ladder)
+    lost_s: float = 0.0  # a launched script without steps: work done twice, in seconds (JobRow.lost_s)
 
     @classmethod
     def from_row(cls, row: JobRow, controller_alive: bool) -> JobSummary:
@@ -197,7 +198,8 @@ class JobSummary:
                    total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
                    checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
                    cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
-                   message=row.message, controller_alive=controller_alive, ladder=row.ladder)  # fmt: skip
+                   message=row.message, controller_alive=controller_alive, ladder=row.ladder,
+                   lost_s=row.lost_s)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

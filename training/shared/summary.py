@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from training.shared.jobstore import JobStatus
+from training.shared.jobstore import JobStatus, reached
 
 SUMMARY_FILE = "summary.json"
 
@@ -52,7 +52,7 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         """The summary as `deepvm status JOB` says it."""
-        steps = f"step {self.step}/{self.total_steps}"
+        steps = reached(self.step, self.total_steps)
         head = f"job {self.job_id} on {self.cluster}: {self.status}, {steps}" + (f" ({self.message})" if self.message
                                                                                 else "")  # fmt: skip
         if self.on_demand_usd is None:

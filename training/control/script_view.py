@@ -1,0 +1,49 @@
+"""What a launched script that reports no steps (run.calls_step: false, no framework adapter) shows as progress.
+
+deepvm's progress is a step of a total; such a script takes none of deepvm's steps, so "step 0/0" says nothing
+true about it. What deepvm does know goes out instead (Progress.script, training.shared.progress.ScriptProgress):
+how long the script has run in this launch, trainer 0's newest output line in the script's own words, and the
+newest of the files deepvm keeps for it with when it was written. A record goes out when one of them changed,
+and at least every REFRESH_S while the script runs, so that the running time and the file's age on a screen move.
+"""
+
+from __future__ import annotations
+
+from training.shared.events import Kept
+from training.shared.progress import ScriptProgress
+
+REFRESH_S = 10.0
+
+
+class ScriptView:
+    """The controller's view of the running launched script, between its events (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None  # time.monotonic() trainer 0 started this launch's script
+        self.kept: Kept | None = None  # the newest report of its kept files (kept, flushed, put back): any launch's
+        self._said: tuple[str, str, int] | None = None  # (line, newest file, version) of the last record
+        self._said_at = 0.0
+
+    def launched(self) -> None:
+        """A new mpirun: its script has not started yet."""
+        self.started_at = None
+
+    def started(self, at: float) -> None:
+        self.started_at = at
+
+    def kept_files(self, event: Kept) -> None:
+        self.kept = event
+
+    def due(self, last_line: str, now: float, wall: float) -> ScriptProgress | None:
+        """The script's progress at `now` (time.monotonic(); `wall`, time.time(), for the file's age), when a
+        record is due; None: none is."""
+        if self.started_at is None:
+            return None
+        kept = self.kept if self.kept is not None and self.kept.newest else None  # none kept yet: nothing is safe
+        said = (last_line, kept.newest if kept else "", kept.version if kept else -1)
+        if said == self._said and now - self._said_at < REFRESH_S:
+            return None
+        self._said, self._said_at = said, now
+        return ScriptProgress(running_s=round(now - self.started_at, 1), last_line=last_line,
+                              kept_files=kept.files if kept else 0, newest=kept.newest if kept else "",
+                              newest_age_s=round(max(0.0, wall - kept.written_at), 1) if kept else 0.0)  # fmt: skip
