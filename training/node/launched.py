@@ -32,6 +32,7 @@ land between them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -146,6 +147,7 @@ class LaunchedScript:
         extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
                  "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
                  "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
+                 "DEEPVM_KEPT_FILES": json.dumps(list(self.spec.checkpoint.files)),
                  "PYTHONUNBUFFERED": "1"}  # fmt: skip
         script = (self.facts.job_file.parent / self.how.script).resolve()
         python = os.environ.get("DEEPVM_PYTHON") or sys.executable
