@@ -82,10 +82,10 @@ def _read_at_most(fd: int, n_bytes: int) -> bytes:
 
 
 def size_text(n_bytes: int) -> str:
-    """1048576 -> '1 MiB', 65536 -> '64 KiB': limits as people write them."""
+    """1048576 -> '1 MiB', 65536 -> '64 KiB', 1584 -> '1.55 KiB': sizes as people write them."""
     for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
         if n_bytes >= unit:
-            return f"{n_bytes / unit:g} {name}"
+            return f"{n_bytes / unit:.3g} {name}"
     return f"{n_bytes} bytes"
 
 

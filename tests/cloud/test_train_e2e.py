@@ -37,6 +37,7 @@ from tests.cloud.managed_rig import release_the_pace
 from tests.cloud.plans import AZ, make_tiering_plan
 from tests.cloud.procs import host_namespaces, pid_namespace, processes
 from tests.conftest import REPO, main_in_process, run_cli
+from tests.training.framework_scripts import HF_SCRIPT, LIGHTNING_SCRIPT
 from training.node.models import build_model
 
 pytestmark = [
@@ -408,6 +409,111 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
     status = cluster_status(env)
     job_row = next(j for j in status["jobs"] if j["job_id"] == run["job_id"])
     assert (job_row["state"], job_row["step"], job_row["lost_steps"]) == ("completed", OWN_STEPS, 0)
+
+
+TORCHRUN_EPOCHS = 60
+# an unchanged torchrun script, written as pytorch/examples' ddp-tutorial-series/multinode.py is: its place from
+# the environment, rank 0 alone saves `snapshot.pt` after each epoch, every rank loads it at the start if it exists
+TORCHRUN_SCRIPT = f"""\
+import os, sys, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+first = torch.load("snapshot.pt")["epoch"] + 1 if os.path.exists("snapshot.pt") else 0
+sys.stdout.write(f"RESUMED {{rank}} {{first}} {{os.environ['TORCHELASTIC_RESTART_COUNT']}}\\n")
+w = torch.zeros(4)
+for epoch in range(first, {TORCHRUN_EPOCHS}):
+    g = torch.ones(4)
+    dist.all_reduce(g)
+    w += g
+    time.sleep(0.25)
+    if rank == 0:
+        torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
+    sys.stdout.write(f"EPOCH {{rank}} {{epoch}}\\n")
+dist.destroy_process_group()
+"""
+TORCHRUN_JOB = f"""\
+name: {NAME}-torchrun
+run: {{script: multinode.py, calls_step: false}}
+checkpoint: {{files: [snapshot.pt], levels: [l1, l2]}}
+env: {{OMP_NUM_THREADS: "1"}}
+"""
+_RESUMED = re.compile(r"trainer-([0-9a-f]{8}) r\d+\S* RESUMED (\d+) (\d+) (\d+)$")
+_EPOCH = re.compile(r"EPOCH 0 (\d+)$")
+
+
+def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster):
+    """Issue 36: rank 0 saved `snapshot.pt` on its own node; after a notice there every other rank started from
+    epoch 0 and the job failed. deepvm keeps the file as it is closed, flushes it at the notice and puts it back on
+    every trainer of the relaunch, which resumes at one epoch on every rank."""
+    env, job = cluster
+    own = job.parent.parent / "torchrun" / "job.yaml"
+    own.parent.mkdir()
+    (own.parent / "multinode.py").write_text(TORCHRUN_SCRIPT)
+    own.write_text(TORCHRUN_JOB)
+    seen: list[str] = []
+    proc = start_train(env, own)
+    read_until_line(proc, "EPOCH 0 4", seen)
+    (rank_0,) = {m[1] for m in map(_RESUMED.search, seen) if m and m[2] == "0"}
+    victim = next(n["instance_id"] for n in cluster_status(env)["nodes"] if n["instance_id"][2:10] == rank_0)
+    try:
+        result = main_in_process("interrupt", victim, "--after", "30", env=env)
+        assert result.returncode == 0, result.stderr
+        run = finish(proc, seen)
+    finally:
+        wait_until_gone(env, victim)
+
+    said = "\n".join(line for line in seen if "EPOCH" not in line)
+    assert run["status"] == "completed", said[-4000:]
+    launches = [(int(m[2]), int(m[3]), int(m[4])) for m in map(_RESUMED.search, seen) if m]
+    first, *relaunched = sorted({count for _, _, count in launches})
+    assert first == 0 and relaunched, said[-4000:]
+    resumed_at = {epoch for _, epoch, count in launches if count == relaunched[0]}
+    relaunch = next(i for i, m in enumerate(map(_RESUMED.search, seen)) if m and int(m[4]) == relaunched[0])
+    stopped_at = max(int(m[1]) for m in map(_EPOCH.search, seen[:relaunch]) if m)
+    assert len(resumed_at) == 1 and 4 < resumed_at.pop() <= stopped_at + 1, said[-4000:]  # every rank, one epoch
+    assert any(m[1] == str(TORCHRUN_EPOCHS - 1) for m in map(_EPOCH.search, seen) if m)
+    notice = next((r for r in run["recoveries"] if r["reason"] == "notice"), None)
+    assert notice is not None and notice["nodes"][0] == victim, (run["recoveries"], said[-3000:])
+
+
+@pytest.mark.soak  # 60-90 s each; in CI: the same scripts through a notice under real mpirun
+# (tests/training/test_hf_adapter.py, test_lightning_adapter.py), the unchanged script's notice on real hosts above
+@pytest.mark.parametrize("framework", ["hf", "lightning"])
+def test_a_framework_script_with_its_one_line_adapter_loses_no_step_to_a_notice(cluster, framework):
+    """Issue 36: an HF Trainer script lost all its progress to a notice ("Can't find a valid checkpoint"), a
+    Lightning one hung. With DeepVMCallback the framework saves its own checkpoint at the stop, deepvm keeps it,
+    and every rank of the relaunch resumes at that very step."""
+    env, job = cluster
+    script, text, begin, kept = {
+        "hf": ("train_hf.py", HF_SCRIPT, "BEGIN", "output"),
+        "lightning": ("train.py", LIGHTNING_SCRIPT, "RESUMED", "checkpoints"),
+    }[framework]
+    own = job.parent.parent / framework / "job.yaml"
+    own.parent.mkdir()
+    (own.parent / script).write_text(text)
+    own.write_text(f"name: {NAME}-{framework}\nrun: {{script: {script}, calls_step: false}}\nlog_every: 5\n"
+                   f"checkpoint: {{files: [{kept}], levels: [l1, l2]}}\nenv: {{OMP_NUM_THREADS: '1'}}\n")
+    seen: list[str] = []
+    proc = start_train(env, own)
+    read_until_step(proc, 10, seen)
+    victim = trainers_in_job(env, seen)[0]
+    try:
+        result = main_in_process("interrupt", victim, "--after", "30", env=env)
+        assert result.returncode == 0, result.stderr
+        run = finish(proc, seen)
+    finally:
+        wait_until_gone(env, victim)
+
+    said = "\n".join(line for line in seen if not _STEP.match(line))
+    assert run["status"] == "completed", said[-4000:]
+    done = [int(m[1]) for m in (re.search(r" DONE \d+ (\d+)$", line) for line in seen) if m]
+    begun = [int(m[1]) for m in (re.search(rf" {begin} \d+ (\d+)\b", line) for line in seen) if m]
+    stopped_at = done[0]  # the first attempt's train()/fit() returned at the stop, on every rank
+    assert stopped_at >= 10 and stopped_at in begun[len(begun) // 2:], said[-4000:]  # the relaunch began there
+    notice = next(r for r in run["recoveries"] if r["reason"] == "notice")
+    assert (notice["lost_steps"], notice["resumed_step"], notice["from_step"]) == (0, stopped_at, stopped_at), said
 
 
 @pytest.mark.soak  # in CI, in-process: test_controller.py's

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from framework_scripts import HF_SCRIPT, HF_STEPS
 from imds import clear_notices, imds_endpoint, post_notice
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -131,40 +132,7 @@ def test_a_train_whose_output_dir_is_not_kept_says_so_in_one_line(launched_here,
     assert f"output_dir {str(launched_here)!r} is not kept" in line and "checkpoint.files" in line
 
 
-STEPS = 150
-# written as HF's examples are (run_clm.py and the like): the last checkpoint in output_dir, when there is one,
-# is where train() resumes; the one line for deepvm is the callback; BEGIN and DONE are this test's
-HF_SCRIPT = f"""\
-import os, time
-import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
-from training.integrations.huggingface import DeepVMCallback
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 1)
-
-    def forward(self, x, labels):
-        time.sleep(0.04)
-        return {{"loss": torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), labels)}}
-
-class Begin(TrainerCallback):
-    def on_train_begin(self, args, state, control, **kwargs):
-        print(f"BEGIN {{os.environ['RANK']}} {{state.global_step}}", flush=True)
-
-x = torch.randn(512, 4, generator=torch.Generator().manual_seed(0))
-data = [{{"x": row, "labels": row.sum()}} for row in x]
-args = TrainingArguments(output_dir="output", max_steps={STEPS}, per_device_train_batch_size=4, learning_rate=0.05,
-                         logging_steps=10, report_to=[], use_cpu=True, ddp_backend="gloo",
-                         ddp_find_unused_parameters=False, disable_tqdm=True, seed=0)
-last_checkpoint = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
-trainer = Trainer(model=Tiny(), args=args, train_dataset=data, callbacks=[Begin(), DeepVMCallback()])
-trainer.train(resume_from_checkpoint=last_checkpoint)
-print(f"DONE {{os.environ['RANK']}} {{trainer.state.global_step}}", flush=True)
-"""
-
+STEPS = HF_STEPS
 HF_JOB = """\
 name: hf-trainer
 run: {script: train_hf.py, calls_step: false}

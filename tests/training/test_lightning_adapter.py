@@ -14,6 +14,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from framework_scripts import LIGHTNING_SCRIPT, LIGHTNING_STEPS
 from imds import clear_notices, imds_endpoint, post_notice
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
@@ -118,37 +119,7 @@ def test_which_checkpoint_directories_deepvm_keeps(tmp_path, monkeypatch, direct
     assert is_kept(tmp_path / directory, env) is kept
 
 
-STEPS = 80
-LIGHTNING_SCRIPT = f"""\
-import os, time
-import lightning as L, torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, TensorDataset
-from training.integrations.lightning import DeepVMCallback
-
-class Tiny(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Linear(8, 1)
-    def training_step(self, batch, batch_idx):
-        time.sleep(0.1)
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-    def on_train_start(self):
-        env = type(self.trainer.strategy.cluster_environment).__name__
-        print(f"RESUMED {{self.global_rank}} {{self.trainer.global_step}} {{env}}", flush=True)
-
-torch.manual_seed(0)
-data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
-                    num_nodes=int(os.environ["GROUP_WORLD_SIZE"]), max_steps={STEPS}, enable_progress_bar=False,
-                    enable_model_summary=False, callbacks=[DeepVMCallback(), ModelCheckpoint(dirpath="checkpoints")])
-trainer.fit(Tiny(), DataLoader(data, batch_size=4), ckpt_path="last")
-print(f"DONE {{trainer.global_rank}} {{trainer.global_step}}", flush=True)
-"""
-
+STEPS = LIGHTNING_STEPS
 JOB = """\
 name: lightning-style
 run: {script: train.py, calls_step: false}
