@@ -478,6 +478,21 @@ def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster)
     assert notice is not None and notice["nodes"][0] == victim, (run["recoveries"], said[-3000:])
 
 
+@pytest.mark.soak  # 5.5 minutes of waiting; in CI: the stall watch's rules in-process (tests/training/test_stall.py)
+def test_a_script_that_never_calls_step_runs_past_five_minutes(cluster):
+    """Issue 36 finding 1: every unchanged script was killed as hung when the 300 s start-up grace ran out."""
+    env, job = cluster
+    own = job.parent.parent / "long" / "job.yaml"
+    own.parent.mkdir()
+    (own.parent / "long.py").write_text("import time\nfor i in range(11):\n    print(f'waited {i * 30}s', flush=True)\n"
+                                        "    time.sleep(30)\n")  # fmt: skip
+    own.write_text(f"name: {NAME}-long\nrun: {{script: long.py, calls_step: false}}\nenv: {{OMP_NUM_THREADS: '1'}}\n")
+    seen: list[str] = []
+    run = finish(start_train(env, own), seen)
+    assert run["status"] == "completed" and run["restarts"] == 0 and run["wall_s"] > 300, "\n".join(seen[-30:])
+    assert any(line.endswith("waited 300s") for line in seen)
+
+
 @pytest.mark.soak  # 60-90 s each; in CI: the same scripts through a notice under real mpirun
 # (tests/training/test_hf_adapter.py, test_lightning_adapter.py), the unchanged script's notice on real hosts above
 @pytest.mark.parametrize("framework", ["hf", "lightning"])

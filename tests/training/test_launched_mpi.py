@@ -148,3 +148,50 @@ def test_a_script_that_fails_ends_the_launch(tmp_path, warm):
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "multinode.py exited with 3" in stderr
+
+
+# a script that answers its stop signal itself: SIGINT (run.stop_signal) as KeyboardInterrupt, a last save into
+# $DEEPVM_CHECKPOINT_DIR on the way out
+GRACEFUL = """\
+import os, sys, time
+import torch
+sys.stdout.write("UP\\n")
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    rank = os.environ["RANK"]
+    torch.save({"rank": rank}, os.path.join(os.environ["DEEPVM_CHECKPOINT_DIR"], f"last-{rank}.pt"))
+    sys.stdout.write("SAVED\\n")
+"""
+
+
+def test_a_clean_stop_sends_the_jobs_stop_signal_and_keeps_what_the_script_saves_on_its_way_out(tmp_path, warm):
+    """`deepvm cancel`, --max-duration and autodown stop a job as the controller's clean stop does: SIGUSR1
+    through mpirun to every rank, which tells its script with run.stop_signal; what the script then writes is
+    flushed before the ranks leave, from every trainer."""
+    import signal
+
+    (tmp_path / "graceful.py").write_text(GRACEFUL)
+    job = tmp_path / "job.yaml"
+    job.write_text("run: {script: graceful.py, calls_step: false, stop_signal: SIGINT, stop_grace: 30}\n"
+                   "env: {OMP_NUM_THREADS: '1'}\n")  # fmt: skip
+    with imds_endpoint(tmp_path) as url:
+        proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
+        assert proc.stdout is not None
+        lines, up = [], 0
+        for line in proc.stdout:
+            lines.append(line)
+            up += line == "UP\n"
+            if up == 2:
+                time.sleep(1.5)  # past a tick of the rank's loop: the script runs
+                proc.send_signal(signal.SIGUSR1)  # mpirun forwards it to every rank
+                up = -10
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    out = "".join(lines)
+    assert out.count("SAVED\n") == 2
+    events = _events(out)
+    assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
+    (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]
+    assert flushed["files"] == 2 and flushed["newest"].startswith("checkpoint_dir/last-")
