@@ -17,7 +17,7 @@ from framework_scripts import HF_SCRIPT, HF_STEPS
 from imds import clear_notices, imds_endpoint, post_notice
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
-from worker_jobs import launch_ranks
+from worker_jobs import event_lines, is_step, launch_ranks, output_with_a_notice_at
 
 from training.integrations.huggingface import DeepVMCallback, output_dir_kept
 
@@ -50,10 +50,6 @@ class SignalAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _events(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith('{"event"')]
-
-
 def _args(out: Path) -> TrainingArguments:
     return TrainingArguments(output_dir=str(out), max_steps=30, per_device_train_batch_size=4, learning_rate=0.05,
                              logging_steps=5, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
@@ -82,7 +78,7 @@ def test_the_stop_signal_saves_hfs_checkpoint_at_that_step_and_get_last_checkpoi
     assert trainer.state.global_step == 12
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-12"]  # saves are off: this one is the stop's
     first, warned = capfd.readouterr()
-    events = _events(first)
+    events = event_lines(first)
     assert events[0] == {"event": "resumed", "rank": 0, "step": 0, "total_steps": 30}
     steps = [e for e in events if e["event"] == "step"]
     assert [e["step"] for e in steps] == [5, 10, 12]  # every log_every (DEEPVM_LOG_EVERY), and the stop's
@@ -95,7 +91,7 @@ def test_the_stop_signal_saves_hfs_checkpoint_at_that_step_and_get_last_checkpoi
     again = Trainer(model=Tiny(), args=_args(out), train_dataset=_data(256), callbacks=[DeepVMCallback()])
     again.train(resume_from_checkpoint=checkpoint)
     assert again.state.global_step == 30
-    events = _events(capfd.readouterr().out)
+    events = event_lines(capfd.readouterr().out)
     assert events[0] == {"event": "resumed", "rank": 0, "step": 12, "total_steps": 30}
     assert [e["step"] for e in events if e["event"] == "step"] == [15, 20, 25, 30]
 
@@ -107,7 +103,7 @@ def test_outside_deepvm_the_callback_does_nothing(tmp_path, monkeypatch, capfd):
                       callbacks=[DeepVMCallback()])  # fmt: skip
     trainer.train()
     assert trainer.state.global_step == 30 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    assert not _events(capfd.readouterr().out)
+    assert not event_lines(capfd.readouterr().out)
 
 
 @pytest.mark.parametrize(("output_dir", "patterns", "kept"), [
@@ -154,16 +150,9 @@ def test_a_notice_stops_a_ddp_hf_trainer_with_its_checkpoint_and_every_rank_resu
     job.write_text(HF_JOB)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith('{"event": "step"') and json.loads(line)["step"] == 20:
-                post_notice(tmp_path)
-        _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr[-3000:]
-        first = "".join(lines)
-        events = _events(first)
+        first, stderr = output_with_a_notice_at(proc, lambda line: is_step(line, 20), lambda: post_notice(tmp_path),
+                                                timeout=120)  # fmt: skip
+        events = event_lines(first)
         assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
         stopped = _tagged(first, "DONE")
         assert len(stopped) == 2 and len(set(stopped.values())) == 1  # train() returned on both, at one step
@@ -183,6 +172,6 @@ def test_a_notice_stops_a_ddp_hf_trainer_with_its_checkpoint_and_every_rank_resu
     assert _tagged(out, "BEGIN") == {"0": n, "1": n}  # 0 steps lost, on every rank
     assert _tagged(out, "DONE") == {"0": STEPS, "1": STEPS}
     assert "Didn't find an RNG file" not in stderr  # each rank's own came back
-    events = _events(out)
+    events = event_lines(out)
     assert [(e["step"], e["total_steps"]) for e in events if e["event"] == "resumed"] == [(n, STEPS)]
     assert [e["status"] for e in events if e["event"] == "end"] == ["completed"]

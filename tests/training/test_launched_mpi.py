@@ -11,7 +11,7 @@ import time
 
 import pytest
 from imds import clear_notices, imds_endpoint, post_notice
-from worker_jobs import launch_ranks
+from worker_jobs import event_lines, launch_ranks, output_with_a_notice_at
 
 from training.node.elastic_env import ScriptPlace, worker_environment
 
@@ -66,10 +66,6 @@ def _tagged(stdout: str, tag: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in stdout.splitlines() if line.startswith(tag + " ")]
 
 
-def _events(stdout: str) -> list[dict]:
-    return [e for e in (json.loads(line) for line in stdout.splitlines() if line.startswith("{")) if "event" in e]
-
-
 def test_the_script_gets_torchruns_environment_and_none_of_mpis():
     place = ScriptPlace(rank=3, world_size=4, local_rank=1, local_world_size=2, group_rank=1, group_world_size=2,
                         master_addr="10.0.0.5", master_port=29400, run_id="job-7", restart_count=2, max_restarts=3)
@@ -102,22 +98,15 @@ def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from
     job.write_text(job_text)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("EPOCH 0 8"):
-                post_notice(tmp_path)
-        _, stderr = proc.communicate(timeout=180)
-        assert proc.returncode == 0, stderr[-3000:]
-        first = "".join(lines)
+        first, _ = output_with_a_notice_at(proc, lambda line: line.startswith("EPOCH 0 8"),
+                                           lambda: post_notice(tmp_path), timeout=180)  # fmt: skip
         seen = [json.loads(e) for e in _tagged(first, "ENV")]
         assert sorted(s["env"]["RANK"] for s in seen) == ["0", "1"] and not any(s["mpi"] for s in seen)
         assert {(s["env"]["WORLD_SIZE"], s["env"]["LOCAL_WORLD_SIZE"], s["env"]["GROUP_WORLD_SIZE"],
                  s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
                 for s in seen} == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)
         assert {s["env"]["TORCHELASTIC_RUN_ID"] for s in seen} != {"torchrun-style"} or job_text is JOB
-        events = _events(first)
+        events = event_lines(first)
         assert [(e["status"]) for e in events if e["event"] == "end"] == ["stopped"]
         (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]
         assert flushed["files"] == 1 and flushed["newest"] == "job/snapshot.pt" and flushed["level"] in ("L1", "L2")
@@ -133,7 +122,7 @@ def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from
     resumed = {line.split()[0]: int(line.split()[1]) for line in _tagged(out, "RESUMED")}
     assert set(resumed.values()) == {resumed["0"]} and len(resumed) == 2  # every rank at the same epoch
     assert last_epoch - 2 <= resumed["0"] - 1 <= last_epoch  # at most the epochs of the last tick or two
-    events = _events(out)
+    events = event_lines(out)
     assert [e["how"] for e in events if e["event"] == "kept"][:1] == ["restored"]
     assert [e["status"] for e in events if e["event"] == "end"] == ["completed"]
     assert f"0 {EPOCHS - 1}" in _tagged(out, "EPOCH")
@@ -191,7 +180,7 @@ def test_a_clean_stop_sends_the_jobs_stop_signal_and_keeps_what_the_script_saves
     assert proc.returncode == 0, stderr[-3000:]
     out = "".join(lines)
     assert out.count("SAVED\n") == 2
-    events = _events(out)
+    events = event_lines(out)
     assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
     (flushed,) = [e for e in events if e["event"] == "kept" and e["how"] == "flushed"]
     assert flushed["files"] == 2 and flushed["newest"].startswith("checkpoint_dir/last-")

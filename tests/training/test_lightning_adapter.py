@@ -18,7 +18,7 @@ from framework_scripts import LIGHTNING_SCRIPT, LIGHTNING_STEPS
 from imds import clear_notices, imds_endpoint, post_notice
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
-from worker_jobs import launch_ranks
+from worker_jobs import event_lines, is_step, launch_ranks, output_with_a_notice_at
 
 from training.integrations.lightning import DeepVMCallback, is_kept
 
@@ -56,10 +56,6 @@ def _fit(root: Path, model: Tiny, max_steps: int, ckpt_path: str | None = None,
     return trainer, callback
 
 
-def _events(stdout: str) -> list[dict]:
-    return [e for e in (json.loads(line) for line in stdout.splitlines() if line.startswith("{")) if "event" in e]
-
-
 @pytest.fixture
 def under_deepvm(tmp_path, monkeypatch) -> Path:
     """This process as a script deepvm launched: its kept directory, its log_every, its working directory."""
@@ -76,14 +72,14 @@ def test_the_stop_signal_saves_last_ckpt_at_that_step_and_fit_returns(tmp_path, 
     assert (trainer.global_step, callback.stopped_at) == (STOP_AT, STOP_AT)
     last = under_deepvm / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == STOP_AT
-    events = _events(capsys.readouterr().out)
+    events = event_lines(capsys.readouterr().out)
     assert [(e["step"], e["total_steps"]) for e in events if e["event"] == "resumed"] == [(0, 40)]
     assert [e["step"] for e in events if e["event"] == "step"] == [5, STOP_AT]  # every 5, and the stop's
     assert all(e["loss"] > 0 for e in events if e["event"] == "step")  # the step's own MSE
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning put back the handler it found
 
     trainer, callback = _fit(tmp_path, Tiny(), max_steps=12, ckpt_path="last", dirpath=under_deepvm)
-    events = _events(capsys.readouterr().out)
+    events = event_lines(capsys.readouterr().out)
     assert [e["step"] for e in events if e["event"] == "resumed"] == [STOP_AT]
     assert [e["step"] for e in events if e["event"] == "step"] == [10, 12]  # the end, said though not a 5th
     assert all(e["loss"] > 0 for e in events if e["event"] == "step")
@@ -99,7 +95,7 @@ def test_a_checkpoint_directory_the_next_launch_would_not_find_is_warned_of(tmp_
 def test_outside_deepvm_the_callback_does_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DEEPVM_CHECKPOINT_DIR", raising=False)
     trainer, _ = _fit(tmp_path, Tiny(), max_steps=3)
-    assert trainer.global_step == 3 and not _events(capsys.readouterr().out)
+    assert trainer.global_step == 3 and not event_lines(capsys.readouterr().out)
     assert trainer.checkpoint_callback is not None
     assert Path(trainer.checkpoint_callback.dirpath).is_relative_to(tmp_path / "lightning_logs")  # Lightning's own
 
@@ -142,19 +138,12 @@ def test_a_notice_stops_lightning_ddp_at_a_step_and_every_rank_resumes_there(tmp
     job.write_text(JOB)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("{") and '"step"' in line and json.loads(line).get("step") == 10:
-                post_notice(tmp_path)
-        _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr[-3000:]
-        first = "".join(lines)
+        first, stderr = output_with_a_notice_at(proc, lambda line: is_step(line, 10), lambda: post_notice(tmp_path),
+                                                timeout=120)  # fmt: skip
         assert "not kept" not in stderr and "a new directory at each launch" not in stderr  # checkpoint.files
         assert _tagged(first, "RESUMED") == {"0": ["0", "TorchElasticEnvironment"],
                                              "1": ["0", "TorchElasticEnvironment"]}  # fmt: skip
-        events = _events(first)
+        events = event_lines(first)
         assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
         stopped_at = [e["step"] for e in events if e["event"] == "step"][-1]
         assert 10 <= stopped_at < STEPS
@@ -170,7 +159,7 @@ def test_a_notice_stops_lightning_ddp_at_a_step_and_every_rank_resumes_there(tmp
     assert second.returncode == 0, stderr[-3000:]
     assert _tagged(out, "RESUMED") == {"0": [str(stopped_at), "TorchElasticEnvironment"],
                                        "1": [str(stopped_at), "TorchElasticEnvironment"]}  # 0 steps lost  # fmt: skip
-    events = _events(out)
+    events = event_lines(out)
     assert [e["step"] for e in events if e["event"] == "resumed"] == [stopped_at]
     assert [e["status"] for e in events if e["event"] == "end"] == ["completed"]
     assert _tagged(out, "DONE") == {"0": [str(STEPS)], "1": [str(STEPS)]}

@@ -87,6 +87,33 @@ def events_with_a_notice_at(proc: subprocess.Popen, step: int, post_notice: Call
     return events
 
 
+def output_with_a_notice_at(proc: subprocess.Popen, line_seen: Callable[[str], bool], post_notice: Callable[[], None],
+                            timeout: float) -> tuple[str, str]:  # fmt: skip
+    """A launch's (launch_ranks) whole stdout and stderr, calling `post_notice` once at the first stdout line for which
+    `line_seen` holds; asserts the launch exited 0."""
+    lines: list[str] = []
+    assert proc.stdout is not None
+    posted = False
+    for line in proc.stdout:
+        lines.append(line)
+        if not posted and line_seen(line):
+            post_notice()
+            posted = True
+    _, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stderr[-3000:]
+    return "".join(lines), stderr
+
+
+def event_lines(stdout: str) -> list[dict]:
+    """deepvm's event lines of a launch's stdout (a script's own JSON lines left out)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"event"')]
+
+
+def is_step(line: str, step: int) -> bool:
+    """Whether `line` is trainer 0's event of step `step`."""
+    return line.startswith('{"event": "step"') and json.loads(line)["step"] == step
+
+
 def through(warm: Path | None) -> list[str]:
     """What comes between `python -m` and a rank's module: its node's warm starter, or nothing (cold)."""
     return [] if warm is None else ["training.node.warm", str(warm)]
