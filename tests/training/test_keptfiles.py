@@ -61,3 +61,26 @@ def test_a_copy_is_put_back_whole_with_its_own_mtime_and_gone_files_are_found(tm
     (tmp_path / "a" / "ckpt" / "sub" / "model.bin").unlink()
     time.sleep(0.01)
     assert source.changed(set()) == [] and source.gone() == ["job/ckpt/sub/model.bin"]
+
+
+def test_a_file_another_node_wrote_is_never_gone_here_and_a_put_back_leaves_only_the_kept(tmp_path):
+    """Two trainers' nodes (two directories): what one node's script wrote was never on the other, so the other
+    does not report it removed (it was dropped from the kept files and deleted on its writer); a relaunch's put
+    back leaves what was kept, and removes a file of a later name the kill left half written."""
+    writer, other = (KeptFiles(tmp_path / n / "job", ["output"], tmp_path / n / "kept") for n in ("a", "b"))
+    for node in ("a", "b"):
+        (tmp_path / node / "kept").mkdir(parents=True)
+    (tmp_path / "a" / "job" / "output" / "checkpoint-5").mkdir(parents=True)
+    (tmp_path / "a" / "job" / "output" / "checkpoint-5" / "model.bin").write_bytes(b"weights")
+    copies = writer.changed(set())
+    writer.took(copies)
+    other.changed(set())
+    other.took(copies)  # the trainers agreed: both keep what a wrote
+    (tmp_path / "b" / "kept" / "rng-1.pth").write_bytes(b"rng")  # then b writes a file of its own
+    assert [c.key for c in other.changed(set())] == ["checkpoint_dir/rng-1.pth"] and other.gone() == []
+    writer.changed(set())
+    assert writer.gone() == []
+
+    (tmp_path / "a" / "job" / "output" / "checkpoint-6.tmp").write_bytes(b"half")  # torn by the kill, a later name
+    writer.put_back(copies)
+    assert sorted(p.name for p in (tmp_path / "a" / "job" / "output").rglob("*") if p.is_file()) == ["model.bin"]

@@ -40,13 +40,23 @@ def site_packages(env: Path) -> Path:
 def create(env: Path) -> None:
     """Make the job's environment at `env` over this interpreter unless it is there, and name this interpreter's
     site-packages in its .pth file (again each time: the file last, so an environment without it was never
-    finished, and is made anew)."""
+    finished, and is made anew), and its own torchrun."""
     pth = site_packages(env) / BASE_PTH
     if not pth.exists():
         import venv  # only here: a rank that imports this module for use() never needs it
 
         venv.EnvBuilder(clear=True, symlinks=True, with_pip=False).create(env)
+    _torchrun_here(env)
     pth.write_text("".join(f"{path}\n" for path in site.getsitepackages()))
+
+
+def _torchrun_here(env: Path) -> None:
+    """A `torchrun` of the job's environment: deepvm's own is a console script of deepvm's Python, whose workers
+    would not import what setup installed there, and a `run.command` finds this one first on its PATH."""
+    script = env / "bin" / "torchrun"
+    script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom torch.distributed.run import main\n\n"
+                      "sys.exit(main())\n")  # fmt: skip
+    script.chmod(0o755)
 
 
 def use(env: Path) -> None:

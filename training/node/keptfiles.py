@@ -54,6 +54,7 @@ class KeptFiles:
         self.patterns = tuple(patterns)
         self.kept: dict[str, Stamp] = {}  # the version of each file this node last kept or put back
         self._seen: dict[str, Stamp] = {}  # what the last look saw
+        self._gone: list[str] = []  # what it no longer saw of the look before
 
     def path(self, key: str) -> Path:
         root, _, rel = key.partition("/")
@@ -75,7 +76,9 @@ class KeptFiles:
     def changed(self, writing: set[Path]) -> list[FileCopy]:
         """Complete files that differ from the version kept last (see the module docstring); `writing`: the
         paths some process of the script holds open for writing (open_for_writing)."""
-        self._seen = self.present()
+        now = self.present()
+        self._gone = sorted(set(self._seen) - set(now))  # were here at the last look: only this node's removals
+        self._seen = now
         copies = []
         for key, stamp in sorted(self._seen.items()):
             path = self.path(key)
@@ -87,8 +90,9 @@ class KeptFiles:
         return copies
 
     def gone(self) -> list[str]:
-        """Keys kept once and no longer there (the script removed an old checkpoint)."""
-        return sorted(set(self.kept) - set(self._seen))
+        """Keys that were here at the look before the last one and are not now: the script on this node removed them
+        (an old checkpoint). A file another node wrote was never here, so this node never says it is gone."""
+        return self._gone
 
     def took(self, copies: Iterable[FileCopy], gone: Iterable[str] = ()) -> None:
         """These versions are kept now (or were put back): only a newer one is a change."""
@@ -98,13 +102,16 @@ class KeptFiles:
             self.kept.pop(key, None)
 
     def put_back(self, copies: Iterable[FileCopy]) -> None:
-        """Write each copy at its place, whole or not at all, with its own modification time."""
-        done = []
-        for copy in copies:
+        """Make the kept files here what `copies` are, as a shared filesystem would show them: each written at its
+        place, whole or not at all, with its own modification time, and a kept file that is not among them removed
+        (a file of a later name torn by the kill on a node that stays, a checkpoint removed elsewhere)."""
+        done = {c.key: c for c in copies}
+        for key in set(self.present()) - set(done):
+            self.path(key).unlink(missing_ok=True)
+        for copy in done.values():
             _write_whole(self.path(copy.key), copy)
-            done.append(copy)
-        self.took(done)
-        self._seen = {c.key: c.stamp for c in done}
+        self.took(done.values())
+        self._seen = {key: c.stamp for key, c in done.items()}
 
 
 def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:

@@ -197,7 +197,8 @@ class LaunchedScript:
 
     def _stop(self, child: ScriptProcess | Idle, before: list[FileCopy]) -> None:
         """Tell the script to stop, give it its grace, flush what it left complete (see the module docstring)."""
-        grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace()
+        grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace(
+            self.trainers.each(int(self._notice_deadline())))  # fmt: skip
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
         after = self.files.changed(set()) if code >= 0 else []
         newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
@@ -210,15 +211,23 @@ class LaunchedScript:
             report = self.ck.flush_now(as_tree(self.table), self.version)
             self._report(KeptHow.FLUSHED, time.perf_counter() - t0, report.level.name)
 
-    def _notice_grace(self) -> float:
-        """What an interruption notice leaves the script: until its time, less the flush's reserve."""
+    def _notice_deadline(self) -> float:
+        """When the interruption this node's watcher saw takes the node (epoch seconds; 0: none seen, or unread)."""
         if self.notice is None:
-            return STOP_GRACE_S
+            return 0.0
         try:
-            when = datetime.fromisoformat(_notice_time(self.notice).replace("Z", "+00:00")).timestamp()
+            return datetime.fromisoformat(_notice_time(self.notice).replace("Z", "+00:00")).timestamp()
         except ValueError:
+            return 0.0
+
+    @staticmethod
+    def _notice_grace(deadlines: list[int]) -> float:
+        """What the earliest notice any trainer saw leaves every script (the one that saves may be on another node):
+        until it takes its node, less the flush's reserve; a clean stop's grace without one."""
+        known = [d for d in deadlines if d > 0]
+        if not known:
             return STOP_GRACE_S
-        return max(MIN_GRACE_S, when - time.time() - FLUSH_RESERVE_S)
+        return max(MIN_GRACE_S, min(known) - time.time() - FLUSH_RESERVE_S)
 
     def _keep(self, changes: list[FileCopy]) -> None:
         t0 = time.perf_counter()
@@ -273,8 +282,8 @@ def _node_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mappin
 
 
 def _python_dirs() -> list[str]:
-    """Where a command finds `python` and `torchrun`: the job's environment (setup's $DEEPVM_PIP installs there),
-    then deepvm's own, before the node's system Python."""
+    """Where a command finds `python` and `torchrun`: the job's environment (setup's $DEEPVM_PIP installs there; its
+    own torchrun: training.node.jobenv), then deepvm's own, before the node's system Python."""
     pythons = [os.environ.get("DEEPVM_PYTHON") or sys.executable, sys.executable]
     return list(dict.fromkeys(str(Path(p).parent) for p in pythons))
 
