@@ -479,6 +479,7 @@ def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster)
 
 
 @pytest.mark.soak  # 5.5 minutes of waiting; in CI: the stall watch's rules in-process (tests/training/test_stall.py)
+@pytest.mark.timeout(600)
 def test_a_script_that_never_calls_step_runs_past_five_minutes(cluster):
     """Issue 36 finding 1: every unchanged script was killed as hung when the 300 s start-up grace ran out."""
     env, job = cluster
