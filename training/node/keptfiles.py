@@ -6,13 +6,14 @@ that launched the script (training.node.launched) keeps the files the job names 
 directories or globs relative to the script's working directory) and everything under $DEEPVM_CHECKPOINT_DIR
 through DeepCheck, and before every launch writes the newest complete copy of each back on every trainer.
 
-A file is taken only once it is complete: no process of the script holds it open for writing (Linux's
-/proc/PID/fdinfo says how each descriptor was opened: torch.save, like most writers, opens, writes and closes),
-and it did not change while it was read (its size and modification time before and after; a writer that
-opened it meanwhile truncated it or wrote to it). A file the script was still writing when it was stopped is
-left out, so the version kept before it is what comes back: never a torn one. Files are put back as a writer
-that must not tear them writes: a temporary file beside it, fsync, rename, fsync of the directory, with the original's
-modification time (the age a user sees, and lost work counts from).
+A file is taken only once it is complete: it is read under a read lease, which Linux grants only while no
+process holds the file open for writing and which holds back any writer's open until the read ends (torch.save,
+like most writers, opens, writes and closes), so what is read is one whole version (_read_whole); and no
+process of the script holds it open for writing just before or after (/proc/PID/fdinfo says how each
+descriptor was opened: the check where a filesystem grants no leases). A file the script was still writing
+when it was stopped is left out, so the version kept before it is what comes back: never a torn one. Files
+are put back as a writer that must not tear them writes: a temporary file beside it, fsync, rename, fsync of
+the directory, with the original's modification time (the age a user sees, and lost work counts from).
 
 Keys are the file's path under its root, `job/REL` (the working directory) or `checkpoint_dir/REL`, so a
 relaunch on another node, whose job directory sits elsewhere, puts each file at the same place.
@@ -20,13 +21,16 @@ relaunch on another node, whose job directory sits elsewhere, puts each file at 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 JOB_ROOT, CHECKPOINT_ROOT = "job", "checkpoint_dir"
+_TMP_SUFFIX = ".deepvm-tmp"  # a copy being put back
 
 
 @dataclass(frozen=True)
@@ -67,27 +71,29 @@ class KeptFiles:
             candidates = [base] if root == CHECKPOINT_ROOT else [p for pat in self.patterns for p in base.glob(pat)]
             for path in candidates:
                 for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
-                    if file.is_symlink():
-                        continue  # a link is not the script's data; following one could leave the directory
+                    if file.is_symlink() or file.name.endswith(_TMP_SUFFIX):
+                        continue  # a link is not the script's data (following one could leave the directory),
+                        # nor a copy on its way back (put_back: the other trainers of a node share its directories)
                     st = file.stat()
                     found[f"{root}/{file.relative_to(base)}"] = Stamp(st.st_size, st.st_mtime_ns)
         return found
 
-    def changed(self, writing: set[Path]) -> list[FileCopy]:
-        """Complete files that differ from the version kept last (see the module docstring); `writing`: the
-        paths some process of the script holds open for writing (open_for_writing)."""
+    def changed(self, writing: Callable[[], set[Path]]) -> list[FileCopy]:
+        """Complete files that differ from the version kept last (see the module docstring). `writing` gives the
+        paths some process of the script holds open for writing now (open_for_writing): asked before the reads, to
+        skip a file being written, and again after them, since a writer may open a file (and empty it: O_TRUNC)
+        between the look at its size and the read, then write nothing yet, and the read and both looks agree."""
         now = self.present()
         self._gone = sorted(set(self._seen) - set(now))  # were here at the last look: only this node's removals
         self._seen = now
-        copies = []
-        for key, stamp in sorted(self._seen.items()):
-            path = self.path(key)
-            if self.kept.get(key) == stamp or path in writing:
-                continue
-            copy = _read_whole(key, path, stamp)
-            if copy is not None:
-                copies.append(copy)
-        return copies
+        busy = writing()
+        read = [(copy, self.path(key)) for key, stamp in sorted(now.items())
+                if self.kept.get(key) != stamp and self.path(key) not in busy
+                and (copy := _read_whole(key, self.path(key), stamp)) is not None]  # fmt: skip
+        if not read:
+            return []
+        busy = writing()
+        return [copy for copy, path in read if path not in busy and _unchanged(path, copy.stamp)]
 
     def gone(self) -> list[str]:
         """Keys that were here at the look before the last one and are not now: the script on this node removed them
@@ -115,25 +121,62 @@ class KeptFiles:
 
 
 def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:
-    """The file's bytes when it did not change while read (None when it did, or it went away)."""
-    data = bytearray(stamp.size)  # a bytearray, as every other trainer receives it: one layout for DeepCheck
+    """The file's bytes when no process held it open for writing while it was read (None when one did, when it
+    changed, or when it went away).
+
+    Under a read lease (fcntl F_SETLEASE, F_RDLCK; Linux's fcntl(2), "Leases"): the kernel grants it only while
+    no process has the file open for writing, and holds back any open for writing (an O_TRUNC that would empty
+    it too) until it is let go, so what is read is one whole version, and its size and time (fstat) are that
+    version's. A writer that opens the file meanwhile waits for the read; the lease's break signal, SIGIO, is
+    ignored (training.node.launched): the read lets go as soon as it ends. Where the filesystem grants no leases
+    (NFS), the size and time before and after the read, and the open-for-writing checks around it (changed()),
+    decide alone."""
     try:
-        with path.open("rb", buffering=0) as handle:
-            got = handle.readinto(data)
-            more = handle.read(1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # gone, or a link now
+        return None
+    try:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+            leased = True
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EBUSY):
+                return None  # open for writing now: not complete
+            leased = False  # no leases here (EINVAL)
+        try:
+            st = os.fstat(fd)
+            now = Stamp(st.st_size, st.st_mtime_ns)
+            if not leased and now != stamp:
+                return None
+            data = bytearray(now.size)  # a bytearray, as every other trainer receives it: one layout for DeepCheck
+            with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
+                got, more = handle.readinto(data), handle.read(1)
+        finally:
+            if leased:
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    finally:
+        os.close(fd)
+    if got != now.size or more or (not leased and not _unchanged(path, now)):
+        return None
+    return FileCopy(key, now, data)
+
+
+def _unchanged(path: Path, stamp: Stamp) -> bool:
+    try:
         st = path.stat()
     except FileNotFoundError:
-        return None
-    if got != stamp.size or more:
-        return None
-    if Stamp(st.st_size, st.st_mtime_ns) != stamp:
-        return None
-    return FileCopy(key, stamp, data)
+        return False
+    return Stamp(st.st_size, st.st_mtime_ns) == stamp
+
+
+def nobody_writing() -> set[Path]:
+    """changed()'s `writing` once the script has exited: no process of it holds a file."""
+    return set()
 
 
 def _write_whole(path: Path, copy: FileCopy) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".deepvm-tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(copy.data)

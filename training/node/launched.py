@@ -54,7 +54,7 @@ import deepcheck
 from provisioning.core.errors import DeepvmError
 from training.node.distenv import DistEnv
 from training.node.elastic_env import ScriptPlace, worker_environment
-from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, open_for_writing
+from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, nobody_writing, open_for_writing
 from training.node.trainercomm import TrainerComm
 from training.node.whole_lines import whole_lines_into
 from training.node.worker import StopRequest
@@ -159,6 +159,7 @@ class LaunchedScript:
         argv = self._argv(place)
         env = worker_environment(os.environ, place, extra) if self.how.command is None else _node_environment(
             os.environ, place, extra)  # fmt: skip
+        signal.signal(signal.SIGIO, signal.SIG_IGN)  # a kept file's read lease breaking (training.node.keptfiles)
         with StopRequest() as stop, (Idle() if argv is None else ScriptProcess(argv, env, self.facts.job_file.parent)
                                      ) as child:  # fmt: skip
             emit(Start(rank=self.env.rank, job=self.spec.name, script=self.how.label, synthetic=False,
@@ -166,7 +167,7 @@ class LaunchedScript:
                        total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
             while True:
                 code = child.wait(TICK_S)
-                changes = self.files.changed(open_for_writing(child.pid)) if code is None else []
+                changes = self.files.changed(lambda: open_for_writing(child.pid)) if code is None else []
                 due = bool(changes) and self._due()
                 stopping, failed, running, keep = self.trainers.any_each(
                     self.ck.flush_requested or stop.asked, code not in (None, 0), code is None, due)
@@ -200,7 +201,7 @@ class LaunchedScript:
         grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace(
             self.trainers.each(int(self._notice_deadline())))  # fmt: skip
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
-        after = self.files.changed(set()) if code >= 0 else []
+        after = self.files.changed(nobody_writing) if code >= 0 else []
         newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
         if code >= 0:  # and so are its removals (HF's save_total_limit drops an old checkpoint as it saves)
             there = self.files.present()
