@@ -135,15 +135,22 @@ def _run_warm(conn: socket.socket, argv: list[str]) -> int | None:
     """The rank's exit status once the server's fork of it ended; None when the server started none (it went
     away, or did not finish its imports in PID_WAIT_S): nothing runs, and the caller starts the rank cold."""
     request = RankRequest(tuple(argv), dict(os.environ), os.getcwd())
+    # the forwarding is in place before the request: the fork runs (and may print, and be signalled through this
+    # process) before its pid reaches here; a signal of that moment waits for the pid (test_warm's SIGUSR1 after
+    # the rank's first line ended this starter by SIGUSR1's default on a loaded machine)
+    relay = _Relay()
+    previous = {sig: signal.signal(sig, relay.signalled) for sig in FORWARDED}
     conn.settimeout(PID_WAIT_S)
     try:
         conn.sendmsg([request.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
         pid = _read_number(conn)
     except (OSError, EOFError):  # TimeoutError is an OSError; a server that reads the request later sees it closed
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        relay.replay_on(os.getpid())  # no rank started: what came is this process's, as for a cold rank
         return None
     conn.settimeout(None)
-    for sig in FORWARDED:
-        signal.signal(sig, lambda number, _frame: _forward(pid, number))
+    relay.forward_to(pid)
     try:
         status = _read_number(conn)
     except EOFError:
@@ -152,6 +159,32 @@ def _run_warm(conn: socket.socket, argv: list[str]) -> int | None:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     return status
+
+
+class _Relay:
+    """The starter's signal handler: signals for the rank, held until its pid is known, then passed on."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.held: list[int] = []
+
+    def signalled(self, number: int, _frame: object) -> None:
+        if self.pid is None:
+            self.held.append(number)
+        else:
+            _forward(self.pid, number)
+
+    def forward_to(self, pid: int) -> None:
+        self.pid = pid
+        for number in self.held:
+            _forward(pid, number)
+        self.held.clear()
+
+    def replay_on(self, pid: int) -> None:
+        """The held signals to `pid`, under the handlers now in place."""
+        for number in self.held:
+            os.kill(pid, number)
+        self.held.clear()
 
 
 def _forward(pid: int, number: int) -> None:
