@@ -46,7 +46,6 @@ from pathlib import Path
 
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import InputError
-from provisioning.core.inputfile import size_text
 from training.control.attempts import (
     Action,
     Failures,
@@ -71,27 +70,14 @@ from training.control.replacements import (
     cloud_buyer,
 )
 from training.control.scalar_sink import job_sinks
-from training.control.script_view import ScriptView
+from training.control.script_listener import ScriptListener
+from training.control.script_view import at_notice
 from training.control.session import AttemptEnd, AttemptRun, AttemptSession, NodeAccess, SshNodes
 from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
 from training.control.stops import JobStops, TrainingFailed, TrainingStopped
 from training.control.winddown import drop_replacements
-from training.shared.events import (
-    Event,
-    Flush,
-    Kept,
-    KeptHow,
-    Metrics,
-    Notice,
-    NoticeSeen,
-    Restored,
-    Resumed,
-    Saved,
-    Start,
-    Step,
-    WatcherOff,
-)
+from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
 from training.shared.job_events import job_message
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -105,6 +91,7 @@ from training.shared.progress import (
     RecoveryReason,
     TrainResult,
 )
+from training.shared.wording import count
 
 _FETCH = ("model.pt", METRICS_FILE)
 
@@ -150,15 +137,14 @@ class Controller:
                          self.env, request.python, cluster.keys.internal_public)  # fmt: skip
         self.session = AttemptSession(access or SshNodes(), job, cluster.keys.internal_key_path, report,
                                       StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s,
-                                                    spec.calls_step),
-                                      tick_s=tick_s)  # fmt: skip
+                                                    spec.calls_step), tick_s=tick_s)  # fmt: skip
         self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event, self.market,
                                   self.job.state, self.job.ladder_said, request.replace_nodes)  # fmt: skip
         self.stops = JobStops(request, cluster.name, self.job, self.session, self.nodes, report)
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
         self.scalars = job_sinks(self.job.row, spec.env, report.note)  # TensorBoard, and MLflow if the job sets it
-        self.script = ScriptView()  # a launched script's progress while it reports no steps (control.script_view)
+        self.script = ScriptListener(spec, self.job, self.recovery, self.scalars, report, self._recovered)
 
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()
@@ -304,11 +290,13 @@ class Controller:
         self.script.launched()
         self.job.attempt_started(run.number, run.trainers)
         holders = len(launch.nodes) - len(launch.trainers)
-        self.report.note(f"attempt {run.number}: {_count(run.trainers, 'trainer')}"
-                         + (f" + {_count(holders, 'holder')}" if holders else "")
+        self.report.note(f"attempt {run.number}: {count(run.trainers, 'trainer')}"
+                         + (f" + {count(holders, 'holder')}" if holders else "")
                          + f" ({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})")
 
     def on_event(self, event: Event, node: Node | None, at: float, run: AttemptRun) -> None:
+        if self.script.heard(event, at, run):  # a launched script's own: its kept files, an adapter's resume
+            return
         match event:
             case Start(rank=0):
                 self.recovery.started(at)
@@ -316,18 +304,10 @@ class Controller:
                 self.scalars.launched(event.first_step)
                 if event.synthetic:
                     self.report.note("dataset: synthetic (generated CIFAR-shaped images, not CIFAR-10)")
-                if not self.spec.calls_step:  # a launched script: running again is its recovery's end
-                    self.script.started(at)
-                    if (recovered := self.recovery.script_running(run.number, run.trainers, at)) is not None:
-                        self._recovered(recovered)
+                self.script.started(at, run)
             case Restored():
                 self.recovery.restored(at, event.seconds)
                 self.report.note(f"restored step {event.step} from {'/'.join(event.levels)} in {event.seconds:.2f}s")
-            case Resumed(rank=0):
-                self.job.total_steps(event.total_steps)
-                self.scalars.launched(event.step)
-                if event.step:
-                    self.report.note(f"the script's framework resumed at step {event.step}")
             case Step(rank=0):
                 self._on_step(event, at, run)
             case Saved() | Flush():
@@ -337,8 +317,6 @@ class Controller:
                                      f"in {event.seconds:.2f}s ({event.reason})")  # fmt: skip
                     if event.ends_run:  # a recommendation's is no recovery's
                         self.recovery.checkpointed(at)
-            case Kept(rank=0):
-                self._on_kept(event, at, run)
             case NoticeSeen() if node is not None:
                 self._on_notice(node, event.notice, at, run)
             case Metrics(rank=0):
@@ -346,25 +324,6 @@ class Controller:
                 self.report.metrics(event.point)
             case WatcherOff(rank=0) if run.number == 1:
                 self.report.note(f"not watching for Spot notices: {event.reason}")
-
-    def _on_kept(self, event: Kept, at: float, run: AttemptRun) -> None:
-        """A launched script's own files (training.node.launched): kept, they are what a relaunch resumes from
-        (the job's checkpoint, at the steps the script reported: none of its own); flushed, the recovery's
-        checkpoint; put back, its restore, and the work since they were written is what the relaunch redoes."""
-        self.script.kept_files(event)
-        self.job.kept(event.newest, event.written_at)
-        if event.how is KeptHow.RESTORED:
-            self.recovery.put_back(at, event.seconds, event.written_at)
-            age = max(0.0, time.time() - event.written_at)
-            what = f"{_count(event.files, 'kept file')} ({size_text(event.bytes)})"
-            self.report.note(f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, "
-                             f"written {age:.0f}s ago")  # fmt: skip
-            return
-        self.job.checkpointed(max(run.last_step, 0))
-        if event.how is KeptHow.FLUSHED:
-            self.report.note(f"{_count(event.files, 'kept file')} ({size_text(event.bytes)}) safe at {event.level} in "
-                             f"{event.seconds:.2f}s")  # fmt: skip
-            self.recovery.checkpointed(at)
 
     def on_post(self, item: object, run: AttemptRun | None) -> None:
         if isinstance(item, ReplacementNote):
@@ -380,8 +339,7 @@ class Controller:
         self.job.save_if_due()
         if self.market.due():
             self._ask(run)
-        if not self.spec.calls_step and run.startup_s is None:  # a launched script that reports no steps (yet)
-            self._script_progress(run)
+        self.script.tick(run)
 
     def on_stall(self, run: AttemptRun, stall: Stall) -> None:
         """The session kills the hung attempt; the failure path then finds the node that hangs, retires it
@@ -407,15 +365,6 @@ class Controller:
         self.job.progressed(event.step, progress.loss)
         self.report.progress(replace(progress, cost_usd=self.job.row.cost_usd))
 
-    def _script_progress(self, run: AttemptRun) -> None:
-        """What is known of a launched script without steps, when a record is due (training.control.script_view)."""
-        script = self.script.due(run.last_line, time.monotonic(), time.time())
-        if script is not None:
-            row = self.job.row
-            self.report.progress(Progress(step=max(run.last_step, 0), total_steps=row.total_steps, epoch=None,
-                                          loss=float("nan"), samples_per_s=0.0, world_size=run.trainers,
-                                          cost_usd=row.cost_usd, synthetic=False, script=script))  # fmt: skip
-
     def _recovered(self, r: Recovery) -> None:
         self.job.recovered(r)
         since = "notice" if r.reason is RecoveryReason.NOTICE else "detection"
@@ -430,18 +379,10 @@ class Controller:
         if not self.nodes.noticed(node.instance_id, node.name, notice.kind):  # a recommendation, or known
             return
         self.recovery.trouble(RecoveryReason.NOTICE, (node.instance_id,), run.number, run.trainers, at)
-        text = f"Spot interruption notice on {node.name} ({notice.kind}): {self._at_notice()}, then without it"
+        text = f"Spot interruption notice on {node.name} ({notice.kind}): {at_notice(self.spec)}, then without it"
         self.report.note(text)
         self._event("notice", text)
         self._ask(run)
-
-    def _at_notice(self) -> str:
-        """What the trainers do at a notice, in words: a ctx.step job checkpoints; a launched script's is its own
-        checkpoint, deepvm only keeps its files (training.node.launched)."""
-        if self.spec.calls_step or self.spec.run is None:
-            return "checkpointing"
-        return (f"stopping the script ({self.spec.run.stop_signal}) and keeping its files (checkpoint.files, "
-                "$DEEPVM_CHECKPOINT_DIR)")
 
     def _on_replacement(self, done: ReplacementReady, run: AttemptRun | None) -> None:
         ready = self.nodes.replacement_ready(done)
@@ -507,8 +448,3 @@ class Controller:
                     "its script completed (it reports no steps)")  # fmt: skip
         return train_result(self.job.row, self.cluster.name, metrics, self.attempts, self.recovery.closed,
                             time.monotonic() - self.started)  # fmt: skip
-
-
-def _count(number: int, noun: str) -> str:
-    """`1 holder`, `3 trainers`: a count a person reads, not `1 holders`."""
-    return f"{number} {noun}" + ("" if number == 1 else "s")

@@ -9,8 +9,11 @@ and at least every REFRESH_S while the script runs, so that the running time and
 
 from __future__ import annotations
 
-from training.shared.events import Kept
+from provisioning.core.inputfile import size_text
+from training.shared.events import Kept, KeptHow
+from training.shared.jobspec import JobSpec
 from training.shared.progress import ScriptProgress
+from training.shared.wording import count
 
 REFRESH_S = 10.0
 
@@ -47,3 +50,25 @@ class ScriptView:
         return ScriptProgress(running_s=round(now - self.started_at, 1), last_line=last_line,
                               kept_files=kept.files if kept else 0, newest=kept.newest if kept else "",
                               newest_age_s=round(max(0.0, wall - kept.written_at), 1) if kept else 0.0)  # fmt: skip
+
+
+def kept_note(event: Kept, wall: float) -> str | None:
+    """The job report's line for a launched script's kept files (`wall`: time.time(), for the age of the put back
+    files); None for a keep while it runs, which the progress line shows."""
+    what = f"{count(event.files, 'kept file')} ({size_text(event.bytes)})"
+    if event.how is KeptHow.RESTORED:
+        age = max(0.0, wall - event.written_at)
+        return (f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, written "
+                f"{age:.0f}s ago")  # fmt: skip
+    if event.how is KeptHow.FLUSHED:
+        return f"{what} safe at {event.level} in {event.seconds:.2f}s"
+    return None
+
+
+def at_notice(spec: JobSpec) -> str:
+    """What the trainers do at a notice, in words: a ctx.step job checkpoints; a launched script's is its own
+    checkpoint, deepvm only keeps its files (training.node.launched)."""
+    if spec.calls_step or spec.run is None:
+        return "checkpointing"
+    return (f"stopping the script ({spec.run.stop_signal}) and keeping its files (checkpoint.files, "
+            "$DEEPVM_CHECKPOINT_DIR)")

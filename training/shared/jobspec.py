@@ -20,11 +20,10 @@ mistakes is reported in full, one line each, with a suggestion for a misspelt fi
 
 from __future__ import annotations
 
-import difflib
 import re
 import unicodedata
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -32,6 +31,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from provisioning.core.errors import InputError, InputErrors
 from provisioning.core.inputfile import KIB
 from training.shared.limits import MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, JobLimits
+from training.shared.spec_errors import describe, dotted, place
 from training.shared.stallspec import StallSpec
 from training.shared.tracking import checked_env
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
@@ -386,13 +386,13 @@ def load_job_spec(path: str | Path) -> JobSpec:
     doc = read_yaml(Path(path), "job file", MAX_JOB_BYTES)
     if not isinstance(doc.data, dict):
         raise InputError(f"{doc.path}:1: expected a mapping of job fields at the top level")
-    problems = {(d.line, _dotted(d.names), f"duplicate key (first given at line {d.first_line})")
+    problems = {(d.line, dotted(d.names), f"duplicate key (first given at line {d.first_line})")
                 for d in doc.duplicate_keys}  # fmt: skip
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(doc.data)
     except ValidationError as exc:
-        problems |= {(*_place(doc, err), _describe(err)) for err in exc.errors(include_url=False)}
+        problems |= {(*place(doc, err), describe(err, JobSpec)) for err in exc.errors(include_url=False)}
     if problems:
         lines = [f"{doc.path}:{line}: {field}: {problem}" for line, field, problem in sorted(problems)]
         raise InputError(lines[0]) if len(lines) == 1 else InputErrors(lines)
@@ -413,105 +413,3 @@ def _check_script(doc: YamlDocument, script: str) -> None:
         raise InputError(f"{where}: {script} is outside {job_dir}; only the job directory is pushed to the nodes")
     if not path.is_file():
         raise InputError(f"{where}: no such file: {job_dir / script}")
-
-
-def _place(doc: YamlDocument, err: Any) -> tuple[int, str]:
-    """The line and dotted field name an error belongs to.
-
-    A missing field has no line of its own: it gets its parent's. A bad union tag belongs to the tag.
-    """
-    loc = tuple(err["loc"])
-    if err["type"] == "union_tag_invalid":
-        loc += (err["ctx"]["discriminator"].strip("'"),)
-    where = locate(doc, loc)
-    names = where.names + ((loc[-1],) if err["type"] == "missing" else ())
-    return where.line, _dotted(names)
-
-
-def _dotted(names: tuple[str | int, ...]) -> str:
-    return ".".join(_shown(n) for n in names) or "(top level)"
-
-
-def _shown(name: str | int) -> str:
-    """A key as the message shows it: quoted unless plain, so a key holding a newline or an invisible
-    character cannot break or disguise the line."""
-    text = str(name)
-    return text if re.fullmatch(r"[A-Za-z0-9_.-]+", text) else repr(text)
-
-
-_EXPECTED = {
-    "int_parsing": "an integer",
-    "int_type": "an integer",
-    "int_from_float": "an integer",
-    "float_parsing": "a number",
-    "float_type": "a number",
-    "bool_parsing": "true or false",
-    "bool_type": "true or false",
-    "string_type": "a string",
-    "list_type": "a list",
-    "tuple_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-}
-_BOUNDS = {
-    "greater_than": "greater than",
-    "greater_than_equal": "at least",
-    "less_than": "less than",
-    "less_than_equal": "at most",
-}
-
-
-def _describe(err: Any) -> str:
-    """A short lower-case problem text for one pydantic error."""
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        return "unknown field" + _did_you_mean(tuple(err["loc"]))
-    if kind == "missing":
-        return "required field missing"
-    if kind == "finite_number":
-        return f"must be a finite number, got {err['input']!r}"
-    if kind in _EXPECTED:
-        return f"expected {_EXPECTED[kind]}, got {err['input']!r}"
-    if kind in _BOUNDS:
-        limit = next(iter(err["ctx"].values()))  # the one bound that failed: gt, ge, lt or le
-        shown = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
-        return f"must be {_BOUNDS[kind]} {shown}, got {err['input']!r}"
-    if kind == "literal_error":
-        return f"expected {err['ctx']['expected']}, got {err['input']!r}"
-    if kind == "union_tag_invalid":
-        return f"unknown kind {err['ctx']['tag']!r}, expected {err['ctx']['expected_tags']}"
-    if kind == "union_tag_not_found":
-        return "missing `kind` (synthetic or cifar10)"
-    if kind == "value_error":
-        return str(err["ctx"]["error"])
-    msg: str = err["msg"]
-    return msg[0].lower() + msg[1:]
-
-
-def _did_you_mean(loc: tuple[str | int, ...]) -> str:
-    """'; did you mean steps?' for an unknown field `step`: the closest field of the model it was found in."""
-    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
-def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
-    """The field names of the model(s) at an error location. pydantic puts a union member's tag in the
-    location (`dataset.synthetic.colour`), which picks that member."""
-    models: list[type[BaseModel]] = [JobSpec]
-    for part in loc:
-        inner = [m for model in models if part in model.model_fields
-                 for m in _models_in(model.model_fields[str(part)].annotation)]
-        models = inner or [m for m in models if _has_tag(m, part)] or models
-    return sorted({name for model in models for name in model.model_fields})
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The models a field's annotation holds, through Optional, unions and Annotated."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [model for arg in get_args(annotation) for model in _models_in(arg)]
-
-
-def _has_tag(model: type[BaseModel], tag: str | int) -> bool:
-    return any(tag in get_args(f.annotation) for f in model.model_fields.values())
