@@ -90,7 +90,8 @@ class DeepVMCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:  # fmt: skip
         if self.vote is not None:
-            self.vote.settle()
+            self.vote.close()
+            self.vote = None
 
     def _report(self, args: TrainingArguments, state: TrainerState, *, last: bool) -> None:
         if state.global_step == self.reported:
@@ -121,6 +122,13 @@ class _StopVote:
         assert work is not None
         self.pending = work, flag
         return stop
+
+    def close(self) -> None:
+        """Settle the vote and destroy its group now, while the script runs: left to the interpreter's exit, a gloo
+        group's threads met a torn-down process there ("terminate called without an active exception", SIGABRT:
+        one relaunch in CI's suite), and the job failed at its very end."""
+        self.settle()
+        dist.destroy_process_group(self.group)
 
     def settle(self) -> bool:
         """Wait for the vote under way (at train end: none may outlive the training); whether it said stop."""
