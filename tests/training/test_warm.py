@@ -36,6 +36,8 @@ if mode == "wait":
     time.sleep(120)
 if mode == "signal":
     os.kill(os.getpid(), signal.SIGTERM)
+if mode == "killed":  # as the OOM killer ends a rank
+    os.kill(os.getpid(), signal.SIGKILL)
 """
 
 MPI_PROBE = """\
@@ -193,6 +195,9 @@ def test_signals_reach_the_rank_and_a_rank_ended_by_a_signal_ends_its_starter_so
     assert proc.wait(timeout=60) == 7
     signalled = starter(node, "warm_probe", "signal")
     assert signalled.wait(timeout=60) == -signal.SIGTERM
+    killed = starter(node, "warm_probe", "killed", stderr=subprocess.PIPE)
+    _, err = killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL and "Invalid argument" not in err  # issue 40 point 6: EINVAL
 
 
 def test_a_starter_killed_takes_its_rank_with_it(node):

@@ -156,7 +156,8 @@ def _run_warm(conn: socket.socket, argv: list[str]) -> int | None:
     except EOFError:
         raise SystemExit("deepvm warm start: the node's warm server went away") from None
     if status < 0:  # ended by a signal: end the same way, so mpirun sees what it would see of a cold rank
-        signal.signal(-status, signal.SIG_DFL)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # theirs cannot be set (EINVAL): always the default
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     return status
 
