@@ -408,6 +408,17 @@ def test_a_launched_scripts_node_going_as_its_notice_said_before_a_clean_end_is_
     assert (recovery.reason, recovery.nodes) == (RecoveryReason.NOTICE, (T1,))
 
 
+def test_a_launched_script_that_keeps_its_files_makes_progress_though_it_reports_no_steps(rig):
+    """A script without steps never progressed in deepvm's eyes: every failed attempt counted towards max_failures,
+    so nodes lost hours apart, each after the script had saved, ended the job. Its kept files are its progress."""
+    rig.launched_script()
+    rig.world.total_steps = 0
+    rig.world.faults = [Launched(1, 0, lines=("epoch 0",), dies=T1), Launched(2, 0, lines=("epoch 1",), dies=T2),
+                        Launched(3, 0, lines=("epoch 2",))]  # fmt: skip
+    result = rig.run(max_failures=2)
+    assert [a.status for a in result.attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.COMPLETED], rig.notes
+
+
 def test_a_launched_script_shows_how_long_it_runs_its_last_line_and_its_newest_kept_file_not_step_0_of_0(rig):
     """Issue 36 finding 7: a launched script without step reports showed no progress at all (or "step 0/0"): its
     progress says what deepvm knows, how long it has run, trainer 0's last line, the newest kept file's age."""

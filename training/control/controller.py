@@ -52,7 +52,6 @@ from training.control.attempts import (
     can_continue_without_holders,
     decide,
     fold_in_now,
-    progressed,
 )
 from training.control.handover import HandedOver, HandOverFailed, HeadHandOver, own_head, retire_predecessor, successor
 from training.control.jobrecord import JobRecord, TrainRequest, choose_job, fresh_row, train_result
@@ -172,7 +171,7 @@ class Controller:
                 self.stops.check_limits(None)
                 end = self.session.run(len(self.attempts) + 1, self._next_launch(), self)
                 self._ended(end)
-                decision = decide(end.outcome, progressed(end.first_step, end.last_step), failures,
+                decision = decide(end.outcome, self.script.progressed(end), failures,
                                   self.request.max_failures, self.stops.stopping, end.error)  # fmt: skip
                 failures = decision.failures
                 if decision.action is Action.FINISH:

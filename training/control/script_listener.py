@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from training.control.attempts import progressed
 from training.control.jobrecord import JobRecord
 from training.control.recovery import RecoveryLog
 from training.control.scalar_sink import MetricSinks
 from training.control.script_view import ScriptView, kept_note
-from training.control.session import AttemptRun
+from training.control.session import AttemptEnd, AttemptRun
 from training.shared.events import Event, Kept, KeptHow, Resumed
 from training.shared.jobspec import JobSpec
 from training.shared.progress import JobReporter, Progress, Recovery
@@ -31,6 +32,7 @@ class ScriptListener:
         self.launches_script = not spec.calls_step
         self.job, self.recovery, self.scalars, self.report, self.recovered = job, recovery, scalars, report, recovered
         self.view = ScriptView()
+        self.kept_in = 0  # the newest attempt that kept (or flushed) the script's files
 
     def launched(self) -> None:
         self.view.launched()
@@ -67,8 +69,16 @@ class ScriptListener:
             self.recovery.put_back(at, event.seconds, event.written_at)
             return
         self.job.checkpointed(max(run.last_step, 0))
+        self.kept_in = run.number
         if event.how is KeptHow.FLUSHED:
             self.recovery.checkpointed(at)
+
+    def progressed(self, end: AttemptEnd) -> bool:
+        """Whether the attempt made progress: trained a step, or, for a launched script, kept newer files of it (a
+        script that reports no steps then made progress, and its failure is no failure without progress:
+        attempts.decide gives up after max_failures of those in a row, and nodes lost hours apart, each after
+        the script had saved, ended such a job)."""
+        return progressed(end.first_step, end.last_step) or self.kept_in == end.number
 
     def tick(self, run: AttemptRun) -> None:
         """The progress record of a script that reports no steps (yet), when one is due."""
