@@ -25,6 +25,7 @@ EPOCHS = 40
 # saves a snapshot after every epoch, every rank loads it at the start when it exists
 TORCHRUN_SCRIPT = f"""\
 import json, os, sys, time
+preloaded = "torch" in sys.modules  # a fork of the node's warm server has it (training.node.script_main)
 import torch, torch.distributed as dist
 
 def say(text):  # one write a line: torchrun's two workers share one pipe in the command's case
@@ -37,7 +38,8 @@ names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "
          "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
 mpi = sorted(k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_")))
-say("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi}}))
+say("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi, "warm": preloaded,
+                         "argv": sys.argv, "main": __name__}}))
 first = 0
 if os.path.exists("snapshot.pt"):
     first = torch.load("snapshot.pt")["epoch"] + 1
@@ -102,6 +104,9 @@ def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from
                                            lambda: post_notice(tmp_path), timeout=180)  # fmt: skip
         seen = [json.loads(e) for e in _tagged(first, "ENV")]
         assert sorted(s["env"]["RANK"] for s in seen) == ["0", "1"] and not any(s["mpi"] for s in seen)
+        if job_text is JOB:  # started as a fork of the warm server, as `python multinode.py` would run
+            assert all(s["warm"] and s["main"] == "__main__" for s in seen), seen
+            assert {tuple(s["argv"]) for s in seen} == {(str((tmp_path / "multinode.py").resolve()),)}
         assert {(s["env"]["WORLD_SIZE"], s["env"]["LOCAL_WORLD_SIZE"], s["env"]["GROUP_WORLD_SIZE"],
                  s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
                 for s in seen} == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)

@@ -56,6 +56,7 @@ from training.node.distenv import DistEnv
 from training.node.elastic_env import ScriptPlace, worker_environment
 from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, nobody_writing, open_for_writing
 from training.node.trainercomm import TrainerComm
+from training.node.warm import WARM_DIR_VARIABLE
 from training.node.whole_lines import whole_lines_into
 from training.node.worker import StopRequest
 from training.shared.events import End, EndStatus, Kept, KeptHow, Notice, Start, emit
@@ -190,6 +191,10 @@ class LaunchedScript:
             return ["bash", "-c", self.how.command] if place.local_rank == 0 else None
         assert self.how.script is not None
         script = (self.facts.job_file.parent / self.how.script).resolve()
+        warm = os.environ.get(WARM_DIR_VARIABLE)
+        if warm and os.environ.get("DEEPVM_COLD_START") != "1":  # a fork of the node's warm server, as this rank is
+            return [sys.executable, "-m", "training.node.warm", warm, "training.node.script_main", str(script),
+                    *self.how.args]  # fmt: skip
         return [os.environ.get("DEEPVM_PYTHON") or sys.executable, str(script), *self.how.args]
 
     def _due(self) -> bool:

@@ -56,6 +56,7 @@ from typing import IO
 
 IDLE_S = 900.0  # a server with no rank for this long ends (the next launch on the node is cold again)
 PID_WAIT_S = 120.0  # a starter waits this long for a server still importing (a GPU node's torch: 10-20 s)
+WARM_DIR_VARIABLE = "DEEPVM_WARM_DIR"  # where a rank started through this module finds the node's warm server
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor.parallel.ddp: what
     # DistributedDataParallel.__init__ imports (1.6 s of CPU on its own, a second after torch)
@@ -111,6 +112,7 @@ def socket_path(directory: Path) -> Path:
 def start(directory: Path, module: str, args: Sequence[str]) -> int:
     """Run `python -m module args` warm through the node's server, or cold (see the module docstring)."""
     argv = [module, *args]
+    os.environ[WARM_DIR_VARIABLE] = str(directory)  # the rank's own processes may start warm too (a launched script)
     if os.environ.get("DEEPVM_COLD_START") != "1":
         conn = _connect(socket_path(directory))
         if conn is not None:
