@@ -80,20 +80,24 @@ class KeptFiles:
 
     def changed(self, writing: Callable[[], set[Path]]) -> list[FileCopy]:
         """Complete files that differ from the version kept last (see the module docstring). `writing` gives the
-        paths some process of the script holds open for writing now (open_for_writing): asked before the reads, to
-        skip a file being written, and again after them, since a writer may open a file (and empty it: O_TRUNC)
-        between the look at its size and the read, then write nothing yet, and the read and both looks agree."""
+        paths some process of the script holds open for writing now (open_for_writing, a walk of /proc): asked only
+        when a file changed, before its read, to skip a file being written; and again after the reads made
+        without a lease, since a writer may open a file (and empty it: O_TRUNC) between the look at its size and
+        the read, then write nothing yet, and the read and both looks agree (a lease holds that writer back)."""
         now = self.present()
         self._gone = sorted(set(self._seen) - set(now))  # were here at the last look: only this node's removals
         self._seen = now
+        candidates = [(key, stamp) for key, stamp in sorted(now.items()) if self.kept.get(key) != stamp]
+        if not candidates:
+            return []  # the common tick: nothing changed, no walk of /proc
         busy = writing()
-        read = [(copy, self.path(key)) for key, stamp in sorted(now.items())
-                if self.kept.get(key) != stamp and self.path(key) not in busy
-                and (copy := _read_whole(key, self.path(key), stamp)) is not None]  # fmt: skip
-        if not read:
-            return []
+        read = [got for key, stamp in candidates if self.path(key) not in busy
+                and (got := _read_whole(key, self.path(key), stamp)) is not None]  # fmt: skip
+        if all(leased for _, leased in read):
+            return [copy for copy, _ in read]
         busy = writing()
-        return [copy for copy, path in read if path not in busy and _unchanged(path, copy.stamp)]
+        return [copy for copy, leased in read
+                if leased or (self.path(copy.key) not in busy and _unchanged(self.path(copy.key), copy.stamp))]
 
     def gone(self) -> list[str]:
         """Keys that were here at the look before the last one and are not now: the script on this node removed them
@@ -120,9 +124,9 @@ class KeptFiles:
         self._seen = {key: c.stamp for key, c in done.items()}
 
 
-def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:
-    """The file's bytes when no process held it open for writing while it was read (None when one did, when it
-    changed, or when it went away).
+def _read_whole(key: str, path: Path, stamp: Stamp) -> tuple[FileCopy, bool] | None:
+    """The file's bytes, and whether they were read under a lease, when no process held it open for writing while
+    it was read (None when one did, when it changed, or when it went away).
 
     Under a read lease (fcntl F_SETLEASE, F_RDLCK; Linux's fcntl(2), "Leases"): the kernel grants it only while
     no process has the file open for writing, and holds back any open for writing (an O_TRUNC that would empty
@@ -158,7 +162,7 @@ def _read_whole(key: str, path: Path, stamp: Stamp) -> FileCopy | None:
         os.close(fd)
     if got != now.size or more or (not leased and not _unchanged(path, now)):
         return None
-    return FileCopy(key, now, data)
+    return FileCopy(key, now, data), leased
 
 
 def _unchanged(path: Path, stamp: Stamp) -> bool:
