@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timezone
 
 import pytest
 
@@ -141,3 +142,10 @@ def test_a_notice_says_which_of_the_two_documents_it_is():
     assert '"kind": "rebalance"' in line and events.parse(line) == NoticeSeen(rank=1, notice=rebalance)
     assert f"({rebalance.kind})" == "(rebalance)"  # as the controller's notes print it
     assert events.parse(line.replace('"rebalance"', '"maintenance"')) is None  # no kind of ours
+
+
+def test_an_interruption_notice_says_when_its_node_goes():
+    assert NOTICE.takes_node_at() == datetime(2026, 11, 23, 10, tzinfo=timezone.utc).timestamp()
+    assert Notice("instance-action", "not json", 1.0).takes_node_at() is None
+    assert Notice("instance-action", '{"action": "terminate"}', 1.0).takes_node_at() is None
+    assert Notice("rebalance", '{"noticeTime": "2026-11-23T10:00:00Z"}', 1.0).takes_node_at() is None

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import sys
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -57,6 +58,17 @@ class Notice:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", NoticeKind(self.kind))  # a line's "kind" arrives as a str
+
+    def takes_node_at(self) -> float | None:
+        """When an interruption notice says its node goes (epoch seconds: its body's `time`); None for a
+        recommendation, or a body without a readable time."""
+        if not self.is_interruption:
+            return None
+        try:
+            body = json.loads(self.body)
+            return datetime.fromisoformat(str(body["time"]).replace("Z", "+00:00")).timestamp()
+        except (ValueError, TypeError, KeyError):
+            return None
 
     @property
     def is_interruption(self) -> bool:
