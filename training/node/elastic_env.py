@@ -44,24 +44,40 @@ class ScriptPlace:
 def worker_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mapping[str, str]) -> dict[str, str]:
     """`base` without the MPI launcher's variables, with torchrun's worker variables for `place` and `extra`
     (deepvm's own) on top."""
-    env = {name: value for name, value in base.items() if not name.startswith(_MPI_PREFIXES)}
-    env.update(
-        RANK=str(place.rank),
-        LOCAL_RANK=str(place.local_rank),
-        GROUP_RANK=str(place.group_rank),
-        ROLE_RANK=str(place.rank),
-        ROLE_NAME=ROLE_NAME,
-        LOCAL_WORLD_SIZE=str(place.local_world_size),
-        WORLD_SIZE=str(place.world_size),
-        GROUP_WORLD_SIZE=str(place.group_world_size),
-        ROLE_WORLD_SIZE=str(place.world_size),
-        MASTER_ADDR=place.master_addr,
-        MASTER_PORT=str(place.master_port),
-        TORCHELASTIC_RESTART_COUNT=str(place.restart_count),
-        TORCHELASTIC_MAX_RESTARTS=str(place.max_restarts),
-        TORCHELASTIC_RUN_ID=place.run_id,
-        TORCHELASTIC_USE_AGENT_STORE=str(False),
-        TORCH_NCCL_ASYNC_ERROR_HANDLING=base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
-    )
-    env.update(extra)
-    return env
+    return {**_without_mpi(base), **node_variables(base, place), **process_variables(place), **extra}
+
+
+def node_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mapping[str, str]) -> dict[str, str]:
+    """A launch line's environment (run.command, once per node): the node's place, as SkyPilot gives its run
+    commands, and no process's (the command's torchrun gives each of its processes its own); nothing of MPI's."""
+    return {**_without_mpi(base), **node_variables(base, place), "DEEPVM_GPUS_PER_NODE": str(place.local_world_size),
+            **extra}  # fmt: skip
+
+
+def node_variables(base: Mapping[str, str], place: ScriptPlace) -> dict[str, str]:
+    """What every process of a node shares: where rank 0 meets the others."""
+    return {"MASTER_ADDR": place.master_addr, "MASTER_PORT": str(place.master_port),
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}  # fmt: skip
+
+
+def process_variables(place: ScriptPlace) -> dict[str, str]:
+    """torchrun's variables of one worker process at `place`."""
+    return {
+        "RANK": str(place.rank),
+        "LOCAL_RANK": str(place.local_rank),
+        "GROUP_RANK": str(place.group_rank),
+        "ROLE_RANK": str(place.rank),
+        "ROLE_NAME": ROLE_NAME,
+        "LOCAL_WORLD_SIZE": str(place.local_world_size),
+        "WORLD_SIZE": str(place.world_size),
+        "GROUP_WORLD_SIZE": str(place.group_world_size),
+        "ROLE_WORLD_SIZE": str(place.world_size),
+        "TORCHELASTIC_RESTART_COUNT": str(place.restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(place.max_restarts),
+        "TORCHELASTIC_RUN_ID": place.run_id,
+        "TORCHELASTIC_USE_AGENT_STORE": str(False),
+    }
+
+
+def _without_mpi(base: Mapping[str, str]) -> dict[str, str]:
+    return {name: value for name, value in base.items() if not name.startswith(_MPI_PREFIXES)}

@@ -43,9 +43,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from mpi4py import MPI
@@ -53,8 +52,8 @@ from mpi4py import MPI
 import deepcheck
 from provisioning.core.errors import DeepvmError
 from training.node.distenv import DistEnv
-from training.node.elastic_env import ScriptPlace, worker_environment
-from training.node.keptfiles import FileCopy, KeptFiles, as_tree, from_tree, nobody_writing, open_for_writing
+from training.node.elastic_env import ScriptPlace, node_environment, worker_environment
+from training.node.keptfiles import FileCopy, KeptFiles, Stamp, as_tree, from_tree, nobody_writing, open_for_writing
 from training.node.trainercomm import TrainerComm
 from training.node.warm import WARM_DIR_VARIABLE
 from training.node.whole_lines import whole_lines_into
@@ -69,10 +68,6 @@ FLUSH_RESERVE_S = 30.0  # of a notice's two minutes, what the last flush keeps f
 MIN_GRACE_S = 5.0
 _BCAST_CHUNK = 1 << 28  # bytes per MPI_Bcast: MPI counts in int
 _DEVICE = "the script's"  # Start's device: the script chooses its own
-# a command's processes get these from its torchrun, not from deepvm
-_PER_PROCESS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                          "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
-                          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"})
 
 
 class ScriptExited(DeepvmError):
@@ -158,8 +153,9 @@ class LaunchedScript:
                  "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
                  "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files), "PYTHONUNBUFFERED": "1"}  # fmt: skip
         argv = self._argv(place)
-        env = worker_environment(os.environ, place, extra) if self.how.command is None else _node_environment(
-            os.environ, place, extra)  # fmt: skip
+        env = (worker_environment(os.environ, place, extra) if self.how.command is None else
+               node_environment(os.environ, place, {**extra, "PATH": os.pathsep.join(
+                   [*_python_dirs(), os.environ.get("PATH", os.defpath)])}))  # fmt: skip
         signal.signal(signal.SIGIO, signal.SIG_IGN)  # a kept file's read lease breaking (training.node.keptfiles)
         with StopRequest() as stop, (Idle() if argv is None else ScriptProcess(argv, env, self.facts.job_file.parent)
                                      ) as child:  # fmt: skip
@@ -192,7 +188,7 @@ class LaunchedScript:
         assert self.how.script is not None
         script = (self.facts.job_file.parent / self.how.script).resolve()
         warm = os.environ.get(WARM_DIR_VARIABLE)
-        if warm and os.environ.get("DEEPVM_COLD_START") != "1":  # a fork of the node's warm server, as this rank is
+        if warm:  # a fork of the node's warm server, as this rank is (or cold, as warm.start decides)
             return [sys.executable, "-m", "training.node.warm", warm, "training.node.script_main", str(script),
                     *self.how.args]  # fmt: skip
         return [os.environ.get("DEEPVM_PYTHON") or sys.executable, str(script), *self.how.args]
@@ -204,7 +200,7 @@ class LaunchedScript:
     def _stop(self, child: ScriptProcess | Idle, before: list[FileCopy]) -> None:
         """Tell the script to stop, give it its grace, flush what it left complete (see the module docstring)."""
         grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace(
-            self.trainers.each(int(self._notice_deadline())))  # fmt: skip
+            self.trainers.each(int(self.notice.takes_node_at() or 0) if self.notice else 0))  # fmt: skip
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
         after = self.files.changed(nobody_writing) if code >= 0 else []
         newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
@@ -216,15 +212,6 @@ class LaunchedScript:
         if self.table:
             report = self.ck.flush_now(as_tree(self.table), self.version)
             self._report(KeptHow.FLUSHED, time.perf_counter() - t0, report.level.name)
-
-    def _notice_deadline(self) -> float:
-        """When the interruption this node's watcher saw takes the node (epoch seconds; 0: none seen, or unread)."""
-        if self.notice is None:
-            return 0.0
-        try:
-            return datetime.fromisoformat(_notice_time(self.notice).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return 0.0
 
     @staticmethod
     def _notice_grace(deadlines: list[int]) -> float:
@@ -247,16 +234,14 @@ class LaunchedScript:
         file's newest version wins (the lowest trainer on a tie), its bytes sent from the trainer that has it."""
         gone = self.files.gone()
         offers = self.trainers.comm.allgather(([(c.key, c.stamp) for c in changes], gone))
-        winners: dict[str, tuple[int, int]] = {}  # key -> (mtime_ns, trainer)
+        winners: dict[str, tuple[Stamp, int]] = {}  # key -> (the newest version's stamp, the trainer that has it)
         for trainer, (offered, _) in enumerate(offers):
             for key, stamp in offered:
-                best = winners.get(key)
-                if best is None or stamp.mtime_ns > best[0]:
-                    winners[key] = (stamp.mtime_ns, trainer)
+                if key not in winners or stamp.mtime_ns > winners[key][0].mtime_ns:
+                    winners[key] = (stamp, trainer)
         mine = {c.key: c for c in changes}
         for key in sorted(winners):
-            owner = winners[key][1]
-            stamp = dict(offers[owner][0])[key]
+            stamp, owner = winners[key]
             data = _bcast(self.trainers.comm, mine[key].data if owner == self.trainers.rank else None,
                           stamp.size, owner)  # fmt: skip
             self.table[key] = FileCopy(key, stamp, data)
@@ -278,25 +263,11 @@ class LaunchedScript:
                   level=level, seconds=round(seconds, 3)))  # fmt: skip
 
 
-def _node_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mapping[str, str]) -> dict[str, str]:
-    """A command's environment: the node's place, as SkyPilot gives its run commands, and no process's (torchrun
-    in the command gives each process its own); nothing of MPI's."""
-    env = {name: value for name, value in worker_environment(base, place, extra).items() if name not in _PER_PROCESS}
-    env["DEEPVM_GPUS_PER_NODE"] = str(place.local_world_size)
-    env["PATH"] = os.pathsep.join([*_python_dirs(), base.get("PATH", os.defpath)])
-    return env
-
-
 def _python_dirs() -> list[str]:
     """Where a command finds `python` and `torchrun`: the job's environment (setup's $DEEPVM_PIP installs there; its
     own torchrun: training.node.jobenv), then deepvm's own, before the node's system Python."""
     pythons = [os.environ.get("DEEPVM_PYTHON") or sys.executable, sys.executable]
     return list(dict.fromkeys(str(Path(p).parent) for p in pythons))
-
-
-def _notice_time(notice: Notice) -> str:
-    body = json.loads(notice.body)
-    return str(body["time"]) if isinstance(body, dict) and "time" in body else ""
 
 
 def _bcast(comm: MPI.Comm, data: bytearray | None, size: int, root: int) -> bytearray:
