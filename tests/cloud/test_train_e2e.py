@@ -37,7 +37,7 @@ from tests.cloud.managed_rig import release_the_pace
 from tests.cloud.plans import AZ, make_tiering_plan
 from tests.cloud.procs import host_namespaces, pid_namespace, processes
 from tests.conftest import REPO, main_in_process, run_cli
-from tests.training.framework_scripts import HF_SCRIPT, LIGHTNING_SCRIPT
+from tests.training.framework_scripts import HF_SCRIPT, LIGHTNING_SCRIPT, TORCHRUN_SCRIPT
 from training.node.models import build_model
 
 pytestmark = [
@@ -232,6 +232,16 @@ def test_spot_notice_mid_run_loses_no_step_and_matches_an_uninterrupted_run(clus
         wait_until_gone(env, victim)
 
 
+def finish_through_a_notice(env: dict[str, str], proc: subprocess.Popen, victim: str, seen: list[str]) -> dict:
+    """The run's result once a notice to `victim` (30 s ahead) was posted now and the run ended; the victim gone."""
+    try:
+        result = main_in_process("interrupt", victim, "--after", "30", env=env)
+        assert result.returncode == 0, result.stderr
+        return finish(proc, seen)
+    finally:
+        wait_until_gone(env, victim)
+
+
 def wait_until_gone(env: dict[str, str], victim: str) -> None:
     """The sandbox terminates a noticed node at the notice's deadline: the next test must not find it dying
     (its pending notice would make that test's launch leave it out and buy a replacement)."""
@@ -412,27 +422,6 @@ def test_own_script_survives_a_spot_notice_and_its_output_comes_back(cluster):
 
 
 TORCHRUN_EPOCHS = 60
-# an unchanged torchrun script, written as pytorch/examples' ddp-tutorial-series/multinode.py is: its place from
-# the environment, rank 0 alone saves `snapshot.pt` after each epoch, every rank loads it at the start if it exists
-TORCHRUN_SCRIPT = f"""\
-import os, sys, time
-import torch, torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-first = torch.load("snapshot.pt")["epoch"] + 1 if os.path.exists("snapshot.pt") else 0
-sys.stdout.write(f"RESUMED {{rank}} {{first}} {{os.environ['TORCHELASTIC_RESTART_COUNT']}}\\n")
-w = torch.zeros(4)
-for epoch in range(first, {TORCHRUN_EPOCHS}):
-    g = torch.ones(4)
-    dist.all_reduce(g)
-    w += g
-    time.sleep(0.25)
-    if rank == 0:
-        torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
-    sys.stdout.write(f"EPOCH {{rank}} {{epoch}}\\n")
-dist.destroy_process_group()
-"""
 TORCHRUN_JOB = f"""\
 name: {NAME}-torchrun
 run: {{script: multinode.py, calls_step: false}}
@@ -450,19 +439,14 @@ def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster)
     env, job = cluster
     own = job.parent.parent / "torchrun" / "job.yaml"
     own.parent.mkdir()
-    (own.parent / "multinode.py").write_text(TORCHRUN_SCRIPT)
+    (own.parent / "multinode.py").write_text(TORCHRUN_SCRIPT.format(epochs=TORCHRUN_EPOCHS, pause_s=0.25))
     own.write_text(TORCHRUN_JOB)
     seen: list[str] = []
     proc = start_train(env, own)
     read_until_line(proc, "EPOCH 0 4", seen)
     (rank_0,) = {m[1] for m in map(_RESUMED.search, seen) if m and m[2] == "0"}
     victim = next(n["instance_id"] for n in cluster_status(env)["nodes"] if n["instance_id"][2:10] == rank_0)
-    try:
-        result = main_in_process("interrupt", victim, "--after", "30", env=env)
-        assert result.returncode == 0, result.stderr
-        run = finish(proc, seen)
-    finally:
-        wait_until_gone(env, victim)
+    run = finish_through_a_notice(env, proc, victim, seen)
 
     said = "\n".join(line for line in seen if "EPOCH" not in line)
     assert run["status"] == "completed", said[-4000:]
@@ -515,12 +499,7 @@ def test_a_framework_script_with_its_one_line_adapter_loses_no_step_to_a_notice(
     proc = start_train(env, own)
     read_until_step(proc, 10, seen)
     victim = trainers_in_job(env, seen)[0]
-    try:
-        result = main_in_process("interrupt", victim, "--after", "30", env=env)
-        assert result.returncode == 0, result.stderr
-        run = finish(proc, seen)
-    finally:
-        wait_until_gone(env, victim)
+    run = finish_through_a_notice(env, proc, victim, seen)
 
     said = "\n".join(line for line in seen if not _STEP.match(line))
     assert run["status"] == "completed", said[-4000:]

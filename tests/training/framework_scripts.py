@@ -70,3 +70,40 @@ trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=int(os.environ["L
 trainer.fit(Tiny(), DataLoader(data, batch_size=4), ckpt_path="last")
 print(f"DONE {{trainer.global_rank}} {{trainer.global_step}}", flush=True)
 """
+
+
+# a torchrun script (str.format it with epochs and pause_s), written as pytorch/examples'
+# ddp-tutorial-series/multinode.py is: the environment gives the place, rank 0 saves a snapshot after every
+# epoch, every rank loads it at the start when it exists
+TORCHRUN_SCRIPT = """\
+import json, os, sys, time
+preloaded = "torch" in sys.modules  # a fork of the node's warm server has it (training.node.script_main)
+import torch, torch.distributed as dist
+
+def say(text):  # one write a line: torchrun's two workers share one pipe in the command's case
+    sys.stdout.write(text + "\\n")
+
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+         "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
+mpi = sorted(k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_")))
+say("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi, "warm": preloaded,
+                         "argv": sys.argv, "main": __name__}}))
+first = 0
+if os.path.exists("snapshot.pt"):
+    first = torch.load("snapshot.pt")["epoch"] + 1
+say(f"RESUMED {{rank}} {{first}} {{os.environ['TORCHELASTIC_RESTART_COUNT']}}")
+w = torch.zeros(4)
+for epoch in range(first, {epochs}):
+    g = torch.ones(4)
+    dist.all_reduce(g)
+    w += g
+    time.sleep({pause_s})
+    if rank == 0:
+        torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
+    say(f"EPOCH {{rank}} {{epoch}}")
+dist.destroy_process_group()
+"""

@@ -10,6 +10,7 @@ import shutil
 import time
 
 import pytest
+from framework_scripts import TORCHRUN_SCRIPT
 from imds import clear_notices, imds_endpoint, post_notice
 from worker_jobs import event_lines, launch_ranks, output_with_a_notice_at
 
@@ -20,42 +21,8 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun"),
 ]
 
+
 EPOCHS = 40
-# written as pytorch/examples' ddp-tutorial-series/multinode.py is: the environment gives the place, rank 0
-# saves a snapshot after every epoch, every rank loads it at the start when it exists
-TORCHRUN_SCRIPT = f"""\
-import json, os, sys, time
-preloaded = "torch" in sys.modules  # a fork of the node's warm server has it (training.node.script_main)
-import torch, torch.distributed as dist
-
-def say(text):  # one write a line: torchrun's two workers share one pipe in the command's case
-    sys.stdout.write(text + "\\n")
-
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-         "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
-mpi = sorted(k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_")))
-say("ENV " + json.dumps({{"env": {{n: os.environ.get(n) for n in names}}, "mpi": mpi, "warm": preloaded,
-                         "argv": sys.argv, "main": __name__}}))
-first = 0
-if os.path.exists("snapshot.pt"):
-    first = torch.load("snapshot.pt")["epoch"] + 1
-say(f"RESUMED {{rank}} {{first}}")
-w = torch.zeros(4)
-for epoch in range(first, {EPOCHS}):
-    g = torch.ones(4)
-    dist.all_reduce(g)
-    w += g
-    time.sleep(0.1)
-    if rank == 0:
-        torch.save({{"epoch": epoch, "w": w}}, "snapshot.pt")
-    say(f"EPOCH {{rank}} {{epoch}}")
-dist.destroy_process_group()
-"""
-
 JOB = """\
 name: torchrun-style
 run: {script: multinode.py, calls_step: false}
@@ -95,7 +62,7 @@ env: {OMP_NUM_THREADS: "1"}
 @pytest.mark.parametrize("job_text", [JOB, COMMAND_JOB], ids=["script", "command"])
 def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from_rank_0s_snapshot(
         tmp_path, warm, job_text):  # fmt: skip
-    (tmp_path / "multinode.py").write_text(TORCHRUN_SCRIPT)
+    (tmp_path / "multinode.py").write_text(TORCHRUN_SCRIPT.format(epochs=EPOCHS, pause_s=0.1))
     job = tmp_path / "job.yaml"
     job.write_text(job_text)
     with imds_endpoint(tmp_path) as url:
