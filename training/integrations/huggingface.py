@@ -29,11 +29,8 @@ a 3 s timer, at a step of its own. Outside deepvm the callback does nothing.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from fnmatch import fnmatchcase
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,7 +38,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from training.integrations.protocol import StepReporter, StopFlag, under_deepvm
+from training.integrations.protocol import StepReporter, StopFlag, kept, under_deepvm
 
 
 class DeepVMCallback(TrainerCallback):
@@ -141,28 +138,5 @@ class _StopVote:
 
 
 def output_dir_kept(output_dir: Path) -> bool:
-    """Whether HF's checkpoints in output_dir are kept whole: output_dir under $DEEPVM_CHECKPOINT_DIR, or a
-    checkpoint-N directory in it matched by one of the job's checkpoint.files (DEEPVM_KEPT_FILES, relative to
-    the working directory) as training.node.keptfiles matches them (pathlib's glob: `*` within a name, `**`
-    any depth; a matched directory keeps all below it)."""
-    env = os.environ
-    place = output_dir.resolve()
-    if "DEEPVM_CHECKPOINT_DIR" in env and place.is_relative_to(Path(env["DEEPVM_CHECKPOINT_DIR"]).resolve()):
-        return True
-    cwd = Path.cwd().resolve()
-    if not place.is_relative_to(cwd):
-        return False
-    probe = (place / f"{PREFIX_CHECKPOINT_DIR}-1").relative_to(cwd).parts
-    patterns: list[str] = json.loads(env.get("DEEPVM_KEPT_FILES", "[]"))
-    return any(_prefix_matches(probe, PurePosixPath(p).parts) for p in patterns)
-
-
-def _prefix_matches(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
-    """Whether the first names of `parts` match all of `pattern`, a glob's names."""
-    if not pattern:
-        return True
-    if not parts:
-        return False
-    if pattern[0] == "**":
-        return _prefix_matches(parts, pattern[1:]) or _prefix_matches(parts[1:], pattern)
-    return fnmatchcase(parts[0], pattern[0]) and _prefix_matches(parts[1:], pattern[1:])
+    """Whether HF's checkpoints in output_dir (its checkpoint-N directories) are kept whole."""
+    return kept(output_dir / f"{PREFIX_CHECKPOINT_DIR}-1")

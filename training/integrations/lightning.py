@@ -36,12 +36,10 @@ Outside deepvm (no $DEEPVM_CHECKPOINT_DIR) the callback does nothing: the script
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
-from fnmatch import fnmatchcase
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -51,7 +49,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from training.integrations.protocol import StepReporter, StopFlag, under_deepvm
+from training.integrations.protocol import StepReporter, StopFlag, kept, under_deepvm
 
 CHECKPOINTS = "checkpoints"  # under default_root_dir: where the stop's checkpoint goes without a ModelCheckpoint
 
@@ -134,20 +132,8 @@ def last_checkpoint(trainer: pl.Trainer) -> Path:
 
 
 def is_kept(directory: Path, environ: Mapping[str, str]) -> bool:
-    """Whether deepvm keeps a checkpoint written in `directory`: under $DEEPVM_CHECKPOINT_DIR, or named by the
-    job's checkpoint.files ($DEEPVM_KEPT_FILES), relative to the working directory as training.node.keptfiles
-    reads them. A hint for a warning: a `*` here also crosses a `/`, which a glob's does not."""
-    directory = directory.resolve()
-    kept_dir = Path(environ["DEEPVM_CHECKPOINT_DIR"]).resolve()
-    if directory == kept_dir or kept_dir in directory.parents:
-        return True
-    try:
-        rel = PurePosixPath(directory.relative_to(Path.cwd().resolve()).as_posix())
-    except ValueError:
-        return False  # outside the working directory: no pattern reaches it
-    candidates = [rel / "last.ckpt", rel, *rel.parents]
-    patterns = [PurePosixPath(p).as_posix().rstrip("/") for p in json.loads(environ.get("DEEPVM_KEPT_FILES", "[]"))]
-    return any(fnmatchcase(c.as_posix(), p) for c in candidates for p in patterns)
+    """Whether deepvm keeps the last.ckpt the callback writes in `directory`."""
+    return kept(directory / "last.ckpt", environ)
 
 
 def _loss(outputs: Any) -> torch.Tensor | None:

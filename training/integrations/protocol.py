@@ -14,15 +14,46 @@ Light on purpose: no torch, no MPI, nothing of the framework (each adapter impor
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import time
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
 
 from training.shared.events import Resumed, Step, emit
 
 DEFAULT_LOG_EVERY = 10
+
+
+def kept(path: Path, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether deepvm keeps a file the script writes at `path`: under $DEEPVM_CHECKPOINT_DIR, or matched by one of
+    the job's checkpoint.files (DEEPVM_KEPT_FILES, relative to the working directory) as training.node.keptfiles
+    matches them (pathlib's glob: `*` within a name, `**` any depth; a matched directory keeps all below it).
+    The adapters warn when the framework's checkpoints would not be."""
+    env = os.environ if environ is None else environ
+    place = path.resolve()
+    if "DEEPVM_CHECKPOINT_DIR" in env and place.is_relative_to(Path(env["DEEPVM_CHECKPOINT_DIR"]).resolve()):
+        return True
+    cwd = Path.cwd().resolve()
+    if not place.is_relative_to(cwd):
+        return False
+    parts = place.relative_to(cwd).parts
+    patterns: list[str] = json.loads(env.get("DEEPVM_KEPT_FILES", "[]"))
+    return any(_prefix_matches(parts, PurePosixPath(p).parts) for p in patterns)
+
+
+def _prefix_matches(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    """Whether the first names of `parts` match all of `pattern`, a glob's names."""
+    if not pattern:
+        return True
+    if not parts:
+        return False
+    if pattern[0] == "**":
+        return _prefix_matches(parts, pattern[1:]) or _prefix_matches(parts[1:], pattern)
+    return fnmatchcase(parts[0], pattern[0]) and _prefix_matches(parts[1:], pattern[1:])
 
 
 def under_deepvm(environ: Mapping[str, str] | None = None) -> bool:
