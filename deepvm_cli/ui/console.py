@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from training.shared import strict_json
 from training.shared.timespan import duration as duration  # the CLI's name for it (console.duration)
 
 
@@ -111,5 +111,5 @@ def confirm(question: str) -> bool:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(strict_json.dumps(data, indent=2, sort_keys=False) + "\n")  # NaN is null: jq reads it
     sys.stdout.flush()

@@ -285,7 +285,7 @@ def prepare_nodes(
         more = f" (and {len(failed) - 1} more nodes)" if len(failed) > 1 else ""
         last = f"its last output: {' | '.join(recent[name])}" if recent[name] else "it printed nothing"
         values = found[name]
-        if "setup-failed" in values:
+        if "setup-failed" in values and values.get("setup-line", "").isdigit():  # else it failed before its first line
             number = int(values["setup-line"])
             raise InputError(
                 f"preparing {where} failed: its setup line {number} ({_one_line(job.setup[number - 1])}) exited "

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import NamedTuple
 
 from training.shared.stallspec import DEFAULT_STARTUP_GRACE_S, StallSpec
@@ -52,7 +52,7 @@ from training.shared.stallspec import DEFAULT_STARTUP_GRACE_S, StallSpec
 LEAVE_GRACE_S = 120.0  # from trainer 0's End (or a clean stop's request) to mpirun's exit: seconds, normally
 
 
-class Limit(StrEnum):
+class Limit(str, Enum):
     """Which of the watch's limits ran out."""
 
     STARTUP = "startup"  # the start-up grace: from the launch to the attempt's first step

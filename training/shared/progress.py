@@ -36,6 +36,12 @@ class ScriptProgress:
     newest: str  # the newest of them (job/REL or checkpoint_dir/REL), "" when none
     newest_age_s: float  # how long before this record it was written (so that a replayed log says what was said)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScriptProgress:
+        """A record as a log line has it; a key a newer head wrote is left aside (an older CLI reads its log)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -57,7 +63,7 @@ class Progress:
         a record of before scripts without steps has no `script`."""
         script = data.get("script")
         return cls(**{**data, **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")},
-                      "script": ScriptProgress(**script) if script else None})  # fmt: skip
+                      "script": ScriptProgress.from_dict(script) if script else None})  # fmt: skip
 
 
 class RecoveryReason(str, Enum):
