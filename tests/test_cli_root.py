@@ -40,3 +40,16 @@ def test_bash_completion_completes_commands_and_flags():
 
     assert "plan" in complete("deepvm pl")
     assert complete("deepvm plan --off") == ["--offline"]
+
+
+
+def test_a_log_into_a_pipe_whose_reader_left_ends_quietly():
+    """`deepvm logs JOB | head`: a reader that leaves before the log ends is no internal error (rich's own output
+    ends so already: quietly, exit 1)."""
+    lines = "from deepvm_cli.ui import console\nfor _ in range(100_000):\n    console.verbatim('a script line')\n"
+    proc = subprocess.Popen([sys.executable, "-c", lines], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=REPO)  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and b"Error" not in err, err

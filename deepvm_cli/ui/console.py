@@ -43,8 +43,11 @@ def verbatim(line: str) -> None:
     if out.is_terminal:
         out.print(line, markup=False, highlight=False)
         return
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()  # `logs -f | grep --line-buffered` sees each line as it comes
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()  # `logs -f | grep --line-buffered` sees each line as it comes
+    except BrokenPipeError:  # the reader left (`deepvm logs JOB | head`): end quietly, as rich's own output does
+        out.on_broken_pipe()
 
 
 def plain(message: str) -> None:
