@@ -13,6 +13,7 @@ from provisioning.core.inputfile import size_text
 from training.shared.events import Kept, KeptHow
 from training.shared.jobspec import JobSpec
 from training.shared.progress import ScriptProgress
+from training.shared.timespan import duration
 from training.shared.wording import count
 
 REFRESH_S = 10.0
@@ -59,7 +60,7 @@ def kept_note(event: Kept, wall: float) -> str | None:
     if event.how is KeptHow.RESTORED:
         age = max(0.0, wall - event.written_at)
         return (f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, written "
-                f"{age:.0f}s ago")  # fmt: skip
+                f"{duration(age)} ago")  # fmt: skip
     if event.how is KeptHow.FLUSHED:
         return f"{what} safe at {event.level} in {event.seconds:.2f}s"
     return None

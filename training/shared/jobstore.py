@@ -143,10 +143,15 @@ def reached(step: int, total_steps: int) -> str:
     return f"step {step}/{total_steps}" if total_steps or step else "no steps reported"
 
 
+def lost_in_time(lost_steps: int, lost_s: float) -> bool:
+    """Whether the work a job did twice is told in time: a launched script without steps, whose lost steps are
+    always 0 and say nothing of the work it redid."""
+    return bool(lost_s) and not lost_steps
+
+
 def lost(lost_steps: int, lost_s: float) -> str:
-    """The work a job did twice, in words: `lost steps 3`, or, for a launched script without steps (whose lost
-    steps are always 0, and say nothing), the time: `lost work 3m07s`."""
-    return f"lost work {duration(lost_s)}" if lost_s and not lost_steps else f"lost steps {lost_steps}"
+    """The work a job did twice, as a row's field: `lost steps 3`, or `lost work 3m07s` (lost_in_time)."""
+    return f"lost work {duration(lost_s)}" if lost_in_time(lost_steps, lost_s) else f"lost steps {lost_steps}"
 
 
 _COLUMNS = [f.name for f in fields(JobRow)]

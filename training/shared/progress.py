@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from training.shared.jobstore import JobStatus
+from training.shared.jobstore import JobStatus, lost_in_time
 from training.shared.strict_json import dumps, number
 from training.shared.timespan import duration
 
@@ -143,9 +143,8 @@ class Recovery:
 
 
 def lost_work(lost_steps: int, lost_s: float) -> str:
-    """Work done twice, in words: `12 steps lost`, or `3m07s of work lost` for a launched script without steps
-    (whose lost steps are always 0, and say nothing of the work it redid)."""
-    return f"{duration(lost_s)} of work lost" if lost_s and not lost_steps else f"{lost_steps} steps lost"
+    """Work done twice, in a sentence: `12 steps lost`, or `3m07s of work lost` (jobstore.lost_in_time)."""
+    return f"{duration(lost_s)} of work lost" if lost_in_time(lost_steps, lost_s) else f"{lost_steps} steps lost"
 
 
 class Outcome(str, Enum):
