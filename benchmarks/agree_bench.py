@@ -69,11 +69,27 @@ def main() -> None:
     if args.rank:
         rank_main(args.agreements, args.step_ms)
         return
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "PYTHONPATH": str(REPO)}  # fmt: skip
-    command = ["mpirun", "-np", str(args.ranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
-               "-x", "PYTHONPATH", sys.executable, __file__, "--rank", "--agreements", str(args.agreements),
-               "--step-ms", str(args.step_ms)]  # fmt: skip
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "PYTHONPATH": str(REPO)}
+    command = [
+        "mpirun",
+        "-np",
+        str(args.ranks),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--mca",
+        "btl",
+        "self,tcp",
+        "-x",
+        "PYTHONPATH",
+        sys.executable,
+        __file__,
+        "--rank",
+        "--agreements",
+        str(args.agreements),
+        "--step-ms",
+        str(args.step_ms),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"mpirun failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
@@ -84,8 +100,10 @@ def main() -> None:
         per = max(r[side]["wall_s"] for r in ranks) / args.agreements
         assert len({r[side]["agreed"] for r in ranks}) == 1, "the ranks disagreed"
         totals[side] = cpu
-        print(f"{side:8s}: ranks' CPU {cpu:6.2f} s over {args.agreements} agreements "
-              f"({[round(r[side]['cpu_s'], 2) for r in ranks]}), {per * 1000:.2f} ms a step")  # fmt: skip
+        print(
+            f"{side:8s}: ranks' CPU {cpu:6.2f} s over {args.agreements} agreements "
+            f"({[round(r[side]['cpu_s'], 2) for r in ranks]}), {per * 1000:.2f} ms a step"
+        )
     print(f"RESULT: polled / blocking CPU x{totals['polled'] / max(totals['blocking'], 1e-9):.2f}")
 
 

@@ -209,9 +209,7 @@ def run(comm: MPI.Comm, role: str, tcomm: MPI.Comm, base: Path, sizes: list[int]
     for size in sizes:
         total = size * MiB
         state = make_state(total) if role == "trainer" else None
-        nbytes = comm.bcast(
-            sum(t.numel() * 4 for t in state["model"].values()) if comm.rank == 0 else None, root=0
-        )
+        nbytes = comm.bcast(sum(t.numel() * 4 for t in state["model"].values()) if comm.rank == 0 else None, root=0)
         directory = base / f"{size}MiB"
         directory.mkdir(parents=True, exist_ok=True)
         buf = bytearray(nbytes if role == "holder" else (nbytes + n - 1) // n + 1)

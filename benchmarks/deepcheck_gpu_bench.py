@@ -140,12 +140,16 @@ def main() -> None:
         print(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}))
         return
     print(f"{torch.cuda.get_device_name()}; medians of {args.reps} runs, seconds")
-    print(f"{'MiB':>6} {'torch.save':>10} {'.cpu()':>8} {'stall':>8} {'step_after':>10} {'L1':>7} {'L2':>7} "
-          f"{'save/dc':>8} {'cpu/dc':>7}")  # fmt: skip
+    print(
+        f"{'MiB':>6} {'torch.save':>10} {'.cpu()':>8} {'stall':>8} {'step_after':>10} {'L1':>7} {'L2':>7} "
+        f"{'save/dc':>8} {'cpu/dc':>7}"
+    )
     for r in rows:
-        print(f"{r['size_mib']:>6} {r['torch_save']:>10.3f} {r['cpu_copy']:>8.3f} {r['stall']:>8.4f} "
-              f"{r['step_after']:>10.4f} {r['l1_s']:>7.3f} {r['l2_s']:>7.3f} "
-              f"{r['torch_save'] / r['step_after']:>7.1f}x {r['cpu_copy'] / r['step_after']:>6.1f}x")  # fmt: skip
+        print(
+            f"{r['size_mib']:>6} {r['torch_save']:>10.3f} {r['cpu_copy']:>8.3f} {r['stall']:>8.4f} "
+            f"{r['step_after']:>10.4f} {r['l1_s']:>7.3f} {r['l2_s']:>7.3f} "
+            f"{r['torch_save'] / r['step_after']:>7.1f}x {r['cpu_copy'] / r['step_after']:>6.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -105,8 +105,22 @@ def mpirun(roles: str, btl: str, argv: list[str], names: tuple[str, ...] | list[
     `names`: more of this environment's variables for the ranks."""
     link = ["--mca", "pml", "ob1", "--mca", "btl", btl] if btl else []  # ob1: the pml that honours btl (not UCX's)
     exported = [x for name in ("PYTHONPATH", *names) for x in ("-x", name)]
-    return ["mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none", *link, *exported,
-            "-x", "OMP_NUM_THREADS=1", sys.executable, "-W", "ignore", *argv]  # fmt: skip
+    return [
+        "mpirun",
+        "-np",
+        str(len(roles.split(","))),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        *link,
+        *exported,
+        "-x",
+        "OMP_NUM_THREADS=1",
+        sys.executable,
+        "-W",
+        "ignore",
+        *argv,
+    ]
 
 
 def mpi_env() -> dict[str, str]:
@@ -131,11 +145,27 @@ def run_ours(roles: str, size: int, btl: str, work: Path, timeout: float = 600.0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = ["-m", "training.node.rank", str(job), "--out", str(work / "out"), "--checkpoint-dir", str(ckpt),
-            "--roles", roles, "--planned-trainers", str(roles.split(",").count("trainer")), "--master-addr",
-            "127.0.0.1", "--master-port", str(port), "--no-watch"]  # fmt: skip
-    proc = subprocess.Popen(mpirun(roles, btl, argv), env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=work)  # fmt: skip
+    argv = [
+        "-m",
+        "training.node.rank",
+        str(job),
+        "--out",
+        str(work / "out"),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--roles",
+        roles,
+        "--planned-trainers",
+        str(roles.split(",").count("trainer")),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--no-watch",
+    ]
+    proc = subprocess.Popen(
+        mpirun(roles, btl, argv), env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work
+    )
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
     err: list[str] = []
 
@@ -187,9 +217,15 @@ def run_ours(roles: str, size: int, btl: str, work: Path, timeout: float = 600.0
             proc.kill()
             proc.wait()
     t_close = closed["t"]
-    return Ours(total_s=manifest_at - t_close, found_s=kept[0] - kept[1] - t_close, agree_save_s=kept[1],
-                background_s=manifest_at - kept[0], write_s=closed["write_s"], trainer_peak_mib=peaks,
-                holder_peak_mib=holder)  # fmt: skip
+    return Ours(
+        total_s=manifest_at - t_close,
+        found_s=kept[0] - kept[1] - t_close,
+        agree_save_s=kept[1],
+        background_s=manifest_at - kept[0],
+        write_s=closed["write_s"],
+        trainer_peak_mib=peaks,
+        holder_peak_mib=holder,
+    )
 
 
 RECEIVER = """\
@@ -221,8 +257,9 @@ print(time.time(), flush=True)
 def run_baseline(source: Path, target: Path) -> float:
     """Seconds from the sender opening `source` to the receiver's fsync of `target` done (see the docstring)."""
     size = source.stat().st_size
-    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(size), str(target)], stdout=subprocess.PIPE,
-                                text=True)  # fmt: skip
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", RECEIVER, str(size), str(target)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
@@ -324,8 +361,9 @@ def parts_rank(size: int, work: Path) -> None:
 def run_parts(roles: str, size: int, btl: str, work: Path) -> list[dict[str, float]]:
     env = {**mpi_env(), "BENCH_ROLES": roles}
     argv = [__file__, "--parts-rank", "--size", str(size), "--work", str(work)]
-    done = subprocess.run(mpirun(roles, btl, argv, ["BENCH_ROLES"]), env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    done = subprocess.run(
+        mpirun(roles, btl, argv, ["BENCH_ROLES"]), env=env, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         sys.exit(f"--parts failed ({done.returncode}): {done.stderr[-3000:]}")
     (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("PARTS ")]
@@ -361,9 +399,11 @@ def main() -> None:
             ours = run_ours(roles, args.size, args.btl, work)
             base = run_baseline(work / SNAPSHOT, work / "ckpt" / "baseline.bin")
             ratio = ours.total_s / base
-            print(f"[{roles}] ours {ours.total_s:.2f} s (close->found {ours.found_s:.2f}, agree+L0 "
-                  f"{ours.agree_save_s:.2f}, L1+L2 {ours.background_s:.2f}); baseline TCP+fsync {base:.2f} s "
-                  f"({args.size / base / 1e9:.2f} GB/s); script's write {ours.write_s:.2f} s")  # fmt: skip
+            print(
+                f"[{roles}] ours {ours.total_s:.2f} s (close->found {ours.found_s:.2f}, agree+L0 "
+                f"{ours.agree_save_s:.2f}, L1+L2 {ours.background_s:.2f}); baseline TCP+fsync {base:.2f} s "
+                f"({args.size / base / 1e9:.2f} GB/s); script's write {ours.write_s:.2f} s"
+            )
             peaks = ", ".join(f"trainer {r} {m:.0f}" for r, m in ours.trainer_peak_mib.items())
             print(f"[{roles}] peak RSS MiB: {peaks}, holder {ours.holder_peak_mib:.0f}")
             verdict = "met" if ratio <= GOAL else "NOT met"

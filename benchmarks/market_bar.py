@@ -42,11 +42,21 @@ from simulation.traces import default_trace_for, resolve_trace  # noqa: E402
 from simulation.zones import TraceSpec, zone_traces  # noqa: E402
 
 SHOWN = (PolicyName.DEEPVM, PolicyName.PLAN_ONLY, PolicyName.DEADLINE_FALLBACK, PolicyName.ON_DEMAND)
-CAPACITY = ("aws-v100-16-us-east-2b", "aws-v100-16-us-west-2a", "aws-v100-16-us-west-2c", "aws-v100-4-us-east-1f",
-            "aws-v100-4-us-east-2a", "aws-v100-4-us-west-2c")
-SNAPSHOT_ZONES = {"us-east-1c": "aws-v100-16-us-east-2b", "us-east-1a": "aws-v100-16-us-west-2a",
-                  "us-east-1b": "aws-v100-16-us-west-2c", "us-east-1d": "aws-v100-4-us-east-1f",
-                  "us-east-1f": "aws-v100-4-us-east-2a"}
+CAPACITY = (
+    "aws-v100-16-us-east-2b",
+    "aws-v100-16-us-west-2a",
+    "aws-v100-16-us-west-2c",
+    "aws-v100-4-us-east-1f",
+    "aws-v100-4-us-east-2a",
+    "aws-v100-4-us-west-2c",
+)
+SNAPSHOT_ZONES = {
+    "us-east-1c": "aws-v100-16-us-east-2b",
+    "us-east-1a": "aws-v100-16-us-west-2a",
+    "us-east-1b": "aws-v100-16-us-west-2c",
+    "us-east-1d": "aws-v100-4-us-east-1f",
+    "us-east-1f": "aws-v100-4-us-east-2a",
+}
 CLEARLY_BELOW = 0.95  # "clearly below on-demand's cost": at least 5 % below
 
 
@@ -60,19 +70,24 @@ class Scenario:
     fallback: float | None = None
 
     def command(self, runs: int, seed: int) -> str:
-        where = ("--catalog data.json --max-price 3" if self.catalog == "paper"
-                 else "--offline --max-price 12 --region us-east-1")
+        where = (
+            "--catalog data.json --max-price 3"
+            if self.catalog == "paper"
+            else "--offline --max-price 12 --region us-east-1"
+        )
         traces = " ".join(f"--trace {f'{z}=' if z else ''}{t}" for z, t in self.traces.items())
         deadline = "" if self.deadline_h is None else f" --deadline {self.deadline_h:g}"
         fallback = "" if self.fallback is None else f" --fallback-max-price {self.fallback:g}"
         return f"deepvm simulate {where} --work {self.work:g} {traces}{deadline}{fallback} --runs {runs} --seed {seed}"
 
 
-def run(s: Scenario, catalogs: dict[str, tuple[Catalog, PlanRequest]], runs: int, seed: int) -> dict[PolicyName,
-                                                                                                      PolicySummary]:
+def run(
+    s: Scenario, catalogs: dict[str, tuple[Catalog, PlanRequest]], runs: int, seed: int
+) -> dict[PolicyName, PolicySummary]:
     catalog, request = catalogs[s.catalog]
-    policies = [p for p in plan_policies(catalog, request, None, with_deadline=s.deadline_h is not None)
-                if p.policy in SHOWN]
+    policies = [
+        p for p in plan_policies(catalog, request, None, with_deadline=s.deadline_h is not None) if p.policy in SHOWN
+    ]
     plan = policies[0].plan
     zones = sorted({p.availability_zone for p in catalog.prices if p.region == plan.region and p.availability_zone})
     given = [(TraceSpec(z or None, t), resolve_trace(t)) for z, t in s.traces.items()]
@@ -90,11 +105,15 @@ def rows(s: Scenario, got: dict[PolicyName, PolicySummary]) -> list[str]:
         if p is None:
             continue
         miss = "-" if p.p_miss_deadline is None else f"{100 * p.p_miss_deadline:.1f} %"
-        out.append(f"| {s.label} | {name.value} | {p.makespan_h.mean:.2f} h | {p.makespan_h.p90:.2f} h | {miss} | "
-                   f"${p.cost_usd.mean:.2f} |")
+        out.append(
+            f"| {s.label} | {name.value} | {p.makespan_h.mean:.2f} h | {p.makespan_h.p90:.2f} h | {miss} | "
+            f"${p.cost_usd.mean:.2f} |"
+        )
     ours, plan_only, od = got[PolicyName.DEEPVM], got[PolicyName.PLAN_ONLY], got[PolicyName.ON_DEMAND]
-    out.append(f"| {s.label} | ratio | | deepvm / plan-only x{ours.makespan_h.p90 / plan_only.makespan_h.p90:.2f} "
-               f"| | deepvm / on-demand x{ours.cost_usd.mean / od.cost_usd.mean:.2f} |")
+    out.append(
+        f"| {s.label} | ratio | | deepvm / plan-only x{ours.makespan_h.p90 / plan_only.makespan_h.p90:.2f} "
+        f"| | deepvm / on-demand x{ours.cost_usd.mean / od.cost_usd.mean:.2f} |"
+    )
     return out
 
 
@@ -103,8 +122,10 @@ def bar(got: dict[PolicyName, PolicySummary]) -> tuple[bool, str]:
     ours, od = got[PolicyName.DEEPVM], got[PolicyName.ON_DEMAND]
     assert ours.p_miss_deadline is not None and od.p_miss_deadline == 0.0
     ok = ours.p_miss_deadline <= 0.05 and ours.cost_usd.mean <= CLEARLY_BELOW * od.cost_usd.mean
-    return ok, (f"P(miss) {100 * ours.p_miss_deadline:.1f} % (<= 5 %), cost ${ours.cost_usd.mean:.2f} = "
-                f"x{ours.cost_usd.mean / od.cost_usd.mean:.2f} on-demand's (<= x{CLEARLY_BELOW})")
+    return ok, (
+        f"P(miss) {100 * ours.p_miss_deadline:.1f} % (<= 5 %), cost ${ours.cost_usd.mean:.2f} = "
+        f"x{ours.cost_usd.mean / od.cost_usd.mean:.2f} on-demand's (<= x{CLEARLY_BELOW})"
+    )
 
 
 def main() -> int:
@@ -114,17 +135,31 @@ def main() -> int:
     args = parser.parse_args()
     paper = load_catalog_file(REPO / "tests" / "data" / "deepvm_data.json")
     snapshot = resolve_catalog(regions=["us-east-1"], offline=True, catalog_file=None, refresh=False)
-    catalogs = {"paper": (paper, PlanRequest(max_price=3.0)),
-                "snapshot": (snapshot, PlanRequest(max_price=12.0, regions=("us-east-1",)))}
+    catalogs = {
+        "paper": (paper, PlanRequest(max_price=3.0)),
+        "snapshot": (snapshot, PlanRequest(max_price=12.0, regions=("us-east-1",))),
+    }
     east2b = {"": "aws-v100-16-us-east-2b"}
     tables = [
         (Scenario("paper $3/h, us-east-2b", "paper", 100_000.0, None, east2b), args.runs_paper, 1),
         (Scenario("paper $3/h, us-east-2b, 15 h", "paper", 100_000.0, 15.0, east2b), args.runs_paper, 1),
-        (Scenario("paper $3/h, us-east-2b, 12 h, fallback $4/h", "paper", 100_000.0, 12.0, east2b, 4.0),
-         args.runs_paper, 1),
+        (
+            Scenario("paper $3/h, us-east-2b, 12 h, fallback $4/h", "paper", 100_000.0, 12.0, east2b, 4.0),
+            args.runs_paper,
+            1,
+        ),
         (Scenario("snapshot $12/h, one zone, 10 h", "snapshot", 27_000.0, 10.0, east2b), args.runs_snapshot, 3),
-        (Scenario("snapshot $12/h, all 5 zones, 10 h", "snapshot", 27_000.0, 10.0,
-                  {z: t for z, t in SNAPSHOT_ZONES.items()}), args.runs_snapshot, 3),
+        (
+            Scenario(
+                "snapshot $12/h, all 5 zones, 10 h",
+                "snapshot",
+                27_000.0,
+                10.0,
+                {z: t for z, t in SNAPSHOT_ZONES.items()},
+            ),
+            args.runs_snapshot,
+            3,
+        ),
     ]
     print("| scenario | policy | makespan mean | p90 | P(miss) | cost mean |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -133,8 +168,10 @@ def main() -> int:
         print("\n".join(rows(scenario, run(scenario, catalogs, runs, seed))))
         commands.append(scenario.command(runs, seed))
     print()
-    print("The bar, each shipped capacity series in the plan's zone (snapshot $12/h, 27,000 PFLOP, 6 h deadline; "
-          "on-demand alone: 5.47 h):")
+    print(
+        "The bar, each shipped capacity series in the plan's zone (snapshot $12/h, 27,000 PFLOP, 6 h deadline; "
+        "on-demand alone: 5.47 h):"
+    )
     print("| trace | deepvm P(miss) | deepvm cost | on-demand cost | ratio | deadline-fallback P(miss), cost | bar |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     failed = []
@@ -143,9 +180,11 @@ def main() -> int:
         got = run(scenario, catalogs, args.runs_snapshot, 3)
         ok, why = bar(got)
         ours, od, old = got[PolicyName.DEEPVM], got[PolicyName.ON_DEMAND], got[PolicyName.DEADLINE_FALLBACK]
-        print(f"| {trace} | {100 * (ours.p_miss_deadline or 0):.1f} % | ${ours.cost_usd.mean:.2f} | "
-              f"${od.cost_usd.mean:.2f} | x{ours.cost_usd.mean / od.cost_usd.mean:.2f} | "
-              f"{100 * (old.p_miss_deadline or 0):.1f} %, ${old.cost_usd.mean:.2f} | {'met' if ok else 'MISSED'} |")
+        print(
+            f"| {trace} | {100 * (ours.p_miss_deadline or 0):.1f} % | ${ours.cost_usd.mean:.2f} | "
+            f"${od.cost_usd.mean:.2f} | x{ours.cost_usd.mean / od.cost_usd.mean:.2f} | "
+            f"{100 * (old.p_miss_deadline or 0):.1f} %, ${old.cost_usd.mean:.2f} | {'met' if ok else 'MISSED'} |"
+        )
         commands.append(scenario.command(args.runs_snapshot, 3))
         if not ok:
             failed.append(f"{trace}: {why}")

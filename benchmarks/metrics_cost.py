@@ -68,8 +68,12 @@ def main() -> None:
         for pair in range(args.pairs):
             with_.append(step_time(job, Path(work) / f"with-{pair}", True))
             without.append(step_time(job, Path(work) / f"without-{pair}", False))
-    result = {"steps": args.steps, "pairs": args.pairs, "step_s_without": statistics.median(without),
-              "step_s_with": statistics.median(with_)}  # fmt: skip
+    result = {
+        "steps": args.steps,
+        "pairs": args.pairs,
+        "step_s_without": statistics.median(without),
+        "step_s_with": statistics.median(with_),
+    }
     result["ratio"] = result["step_s_with"] / result["step_s_without"]
     if args.json:
         print(json.dumps(result))

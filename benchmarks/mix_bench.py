@@ -44,8 +44,13 @@ TARGET_S = 2.0
 def baseline_module() -> types.ModuleType:
     """provisioning/planner/mix.py as of BASELINE_REV, imported under another name."""
     try:
-        source = subprocess.run(["git", "show", f"{BASELINE_REV}:provisioning/planner/mix.py"], cwd=REPO,
-                                check=True, capture_output=True, text=True).stdout
+        source = subprocess.run(
+            ["git", "show", f"{BASELINE_REV}:provisioning/planner/mix.py"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise SystemExit(f"mix_bench: cannot read the baseline from git history ({BASELINE_REV}): {exc}") from exc
     module = types.ModuleType("mix_baseline")
@@ -70,8 +75,12 @@ def compare(catalog: Catalog, price: float, objective: Objective, baseline: type
     regions = catalog.regions
     request = PlanRequest(max_price=price, objective=objective)
     holders = holder_options(catalog, regions)
-    limits = Limits(max_price=price, checkpoint_gib=request.checkpoint_size_gib * request.buffer_slots,
-                    node_limit=None, catalog=catalog)
+    limits = Limits(
+        max_price=price,
+        checkpoint_gib=request.checkpoint_size_gib * request.buffer_slots,
+        node_limit=None,
+        catalog=catalog,
+    )
 
     def ours() -> Plan | None:
         single = plan_cluster(catalog, request, with_baselines=False, with_architectures=False).plans
@@ -79,8 +88,9 @@ def compare(catalog: Catalog, price: float, objective: Objective, baseline: type
 
     before, before_s, before_cpu = timed(lambda: baseline.plan_mix(catalog, regions, holders, limits, objective))
     after, after_s, after_cpu = timed(ours)
-    same = (before is None) == (after is None) and (before is None or after is None or math.isclose(
-        before.objective_value, after.objective_value, rel_tol=1e-6))
+    same = (before is None) == (after is None) and (
+        before is None or after is None or math.isclose(before.objective_value, after.objective_value, rel_tol=1e-6)
+    )
     return {
         "max_price": price,
         "baseline_seconds": before_s,
@@ -95,8 +105,12 @@ def compare(catalog: Catalog, price: float, objective: Objective, baseline: type
 
 
 def _describe(plan: Plan) -> dict:
-    return {"objective_value": plan.objective_value, "price_per_hour": plan.price_per_hour,
-            "availability_zone": plan.availability_zone, "nodes": plan.summary()}
+    return {
+        "objective_value": plan.objective_value,
+        "price_per_hour": plan.price_per_hour,
+        "availability_zone": plan.availability_zone,
+        "nodes": plan.summary(),
+    }
 
 
 def command_seconds(price: float, runs: int) -> tuple[float, float]:
@@ -111,8 +125,14 @@ def command_seconds(price: float, runs: int) -> tuple[float, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory() as home:  # the plan it saves goes there, not to the user's
-            subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env={**os.environ, "DEEPVM_HOME": home})
+            subprocess.run(
+                command,
+                cwd=REPO,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "DEEPVM_HOME": home},
+            )
         walls.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -135,24 +155,43 @@ def main(argv: list[str] | None = None) -> int:
     command = command_seconds(prices[0], args.cli_runs) if args.cli_runs > 0 and regions is None else None
     ok = all(r["same_objective"] for r in rows) and (command is None or command[1] < TARGET_S)
     if args.json:
-        print(json.dumps({"rows": rows, "command_wall_seconds": command and command[0],
-                          "command_cpu_seconds": command and command[1], "target_seconds": TARGET_S, "ok": ok},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "command_wall_seconds": command and command[0],
+                    "command_cpu_seconds": command and command[1],
+                    "target_seconds": TARGET_S,
+                    "ok": ok,
+                },
+                indent=2,
+            )
+        )
         return 0 if ok else 1
     for r in rows:
-        print(f"--mix at ${r['max_price']:g}/h: baseline {r['baseline_seconds']:.2f} s "
-              f"({r['baseline_cpu_seconds']:.2f} s CPU), ours {r['ours_seconds']:.2f} s "
-              f"({r['ours_cpu_seconds']:.2f} s CPU), x{r['ratio']:.1f}; "
-              f"same objective: {'yes' if r['same_objective'] else 'NO'}")
+        print(
+            f"--mix at ${r['max_price']:g}/h: baseline {r['baseline_seconds']:.2f} s "
+            f"({r['baseline_cpu_seconds']:.2f} s CPU), ours {r['ours_seconds']:.2f} s "
+            f"({r['ours_cpu_seconds']:.2f} s CPU), x{r['ratio']:.1f}; "
+            f"same objective: {'yes' if r['same_objective'] else 'NO'}"
+        )
         for name in ("baseline", "ours"):
             plan = r[name]
-            print(f"    {name:8}: " + ("no plan" if plan is None else
-                  f"Z {plan['objective_value']:,.0f}, ${plan['price_per_hour']:.4f}/h, {plan['availability_zone']}: "
-                  f"{plan['nodes']}"))
+            print(
+                f"    {name:8}: "
+                + (
+                    "no plan"
+                    if plan is None
+                    else f"Z {plan['objective_value']:,.0f}, ${plan['price_per_hour']:.4f}/h, "
+                    f"{plan['availability_zone']}: {plan['nodes']}"
+                )
+            )
     if command is not None:
         wall, cpu = command
-        print(f"deepvm plan --max-price {prices[0]:g} --offline --mix: {cpu:.2f} s of CPU, {wall:.2f} s wall "
-              f"(medians of {args.cli_runs}); target {TARGET_S:.0f} s: {'met' if cpu < TARGET_S else 'MISSED'}")
+        print(
+            f"deepvm plan --max-price {prices[0]:g} --offline --mix: {cpu:.2f} s of CPU, {wall:.2f} s wall "
+            f"(medians of {args.cli_runs}); target {TARGET_S:.0f} s: {'met' if cpu < TARGET_S else 'MISSED'}"
+        )
     return 0 if ok else 1
 
 

@@ -215,8 +215,13 @@ class Run:
 
 
 def mpi_env(extra: dict[str, str]) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMPI_ALLOW_RUN_AS_ROOT": "1",
-            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **extra}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        **extra,
+    }
 
 
 def launch(job: Path, url: str, warm: Path, path: str, on_line=None, timeout: float = 240.0) -> Launch:
@@ -224,18 +229,45 @@ def launch(job: Path, url: str, warm: Path, path: str, on_line=None, timeout: fl
     environment), to its end; `on_line(at, bench)` is called with each of the script's BENCH lines."""
     from tests.training.worker_jobs import free_port, through
 
-    module = ["benchmarks.notice_to_training_bench", "--rank-tick", str(TICK_VARIANT_S), "--"] if "+tick" in path \
-        else ["training.node.rank"]  # fmt: skip
+    module = (
+        ["benchmarks.notice_to_training_bench", "--rank-tick", str(TICK_VARIANT_S), "--"]
+        if "+tick" in path
+        else ["training.node.rank"]
+    )
     extra = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": url}
     if "+warm" in path:
         extra["DEEPVM_PYTHON"] = str(job.parent / "warm-python")
     exported = [x for name in ("PYTHONPATH", *extra) for x in ("-x", name)]
     command = [
-        "mpirun", "-np", str(len(ROLES.split(","))), "--oversubscribe", "--bind-to", "none", *exported,
-        "-x", "OMP_NUM_THREADS=1", sys.executable, "-W", "ignore", "-m", *through(warm), *module, str(job),
-        "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", ROLES,
-        "--planned-trainers", str(TRAINERS), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-    ]  # fmt: skip
+        "mpirun",
+        "-np",
+        str(len(ROLES.split(","))),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        *exported,
+        "-x",
+        "OMP_NUM_THREADS=1",
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        *through(warm),
+        *module,
+        str(job),
+        "--out",
+        str(job.parent / "out"),
+        "--checkpoint-dir",
+        str(job.parent / "ckpt"),
+        "--roles",
+        ROLES,
+        "--planned-trainers",
+        str(TRAINERS),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+    ]
     result = Launch(started=time.time())
     proc = subprocess.Popen(command, env=mpi_env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[tuple[float, str] | None] = queue.Queue()
@@ -251,8 +283,11 @@ def launch(job: Path, url: str, warm: Path, path: str, on_line=None, timeout: fl
         proc.wait()
         result.exited = time.time()
 
-    threads = [threading.Thread(target=pump, daemon=True), threading.Thread(target=waiter, daemon=True),
-               threading.Thread(target=lambda: err.extend(proc.stderr or []), daemon=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=pump, daemon=True),
+        threading.Thread(target=waiter, daemon=True),
+        threading.Thread(target=lambda: err.extend(proc.stderr or []), daemon=True),
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + timeout
@@ -332,28 +367,51 @@ def measure(path: str, first: Launch, second: Launch, posted: float) -> Run:
     trained = max(s["t"] for s in firsts.values())
     zero = phases[0]
     restored = [e for _, e in second.of("kept") if e["how"] == "restored"]
-    return Run(stop_s=first.exited - posted, start_s=trained - second.started, detect_s=seen - posted,
-               to_flush_s=flush_at - flush["seconds"] - seen, flush_s=flush["seconds"],
-               teardown_s=first.exited - flush_at, to_script_s=zero["begin"] - second.started,
-               import_s=zero["imported"] - zero["begin"], pg_s=zero["pg"] - zero["imported"],
-               build_s=zero["built"] - zero["pg"],
-               restore_s=zero["restored"] - zero["built"], first_step_s=trained - zero["restored"],
-               rank_restore_s=restored[0]["seconds"] if restored else 0.0,
-               lost_steps=last_step - (zero["first"] - 1))  # fmt: skip
+    return Run(
+        stop_s=first.exited - posted,
+        start_s=trained - second.started,
+        detect_s=seen - posted,
+        to_flush_s=flush_at - flush["seconds"] - seen,
+        flush_s=flush["seconds"],
+        teardown_s=first.exited - flush_at,
+        to_script_s=zero["begin"] - second.started,
+        import_s=zero["imported"] - zero["begin"],
+        pg_s=zero["pg"] - zero["imported"],
+        build_s=zero["built"] - zero["pg"],
+        restore_s=zero["restored"] - zero["built"],
+        first_step_s=trained - zero["restored"],
+        rank_restore_s=restored[0]["seconds"] if restored else 0.0,
+        lost_steps=last_step - (zero["first"] - 1),
+    )
 
 
 def line_of(path: str, i: int, r: Run) -> str:
-    return (f"[{path}] run {i}: total {r.total_s:.2f} s = (a) {r.stop_s:.2f} [detect {r.detect_s:.2f}, "
-            f"to flush {r.to_flush_s:.2f}, flush {r.flush_s:.2f}, teardown {r.teardown_s:.2f}] + (b) "
-            f"{r.start_s:.2f} [to script {r.to_script_s:.2f} (rank restore {r.rank_restore_s:.2f}), import "
-            f"{r.import_s:.2f}, init_process_group {r.pg_s:.2f}, model+DDP {r.build_s:.2f}, restore "
-            f"{r.restore_s:.2f}, first step {r.first_step_s:.2f}]; steps lost {r.lost_steps}")  # fmt: skip
+    return (
+        f"[{path}] run {i}: total {r.total_s:.2f} s = (a) {r.stop_s:.2f} [detect {r.detect_s:.2f}, "
+        f"to flush {r.to_flush_s:.2f}, flush {r.flush_s:.2f}, teardown {r.teardown_s:.2f}] + (b) "
+        f"{r.start_s:.2f} [to script {r.to_script_s:.2f} (rank restore {r.rank_restore_s:.2f}), import "
+        f"{r.import_s:.2f}, init_process_group {r.pg_s:.2f}, model+DDP {r.build_s:.2f}, restore "
+        f"{r.restore_s:.2f}, first step {r.first_step_s:.2f}]; steps lost {r.lost_steps}"
+    )
 
 
 def summary(path: str, runs: list[Run]) -> dict[str, tuple[float, float]]:
     out = {}
-    for name in ("stop_s", "start_s", "total_s", "detect_s", "to_flush_s", "flush_s", "teardown_s", "to_script_s",
-                 "import_s", "pg_s", "build_s", "restore_s", "first_step_s"):  # fmt: skip
+    for name in (
+        "stop_s",
+        "start_s",
+        "total_s",
+        "detect_s",
+        "to_flush_s",
+        "flush_s",
+        "teardown_s",
+        "to_script_s",
+        "import_s",
+        "pg_s",
+        "build_s",
+        "restore_s",
+        "first_step_s",
+    ):
         values = [getattr(r, name) for r in runs]
         out[name] = (min(values), statistics.median(values))
     shown = ", ".join(f"{k[:-2]} {lo:.2f}/{med:.2f}" for k, (lo, med) in out.items())
@@ -416,8 +474,10 @@ def main() -> None:
     from tests.training.worker_jobs import warm_server
 
     state_mb = 2 * 4 * (2 * 4 * args.width**2 + 5 * args.width) / 1e6
-    print(f"roles {ROLES}, MLP width {args.width} (state {state_mb:.1f} MB), {STEPS} steps, notice at step "
-          f"{NOTICE_AT}, {args.runs} runs a path, interleaved")  # fmt: skip
+    print(
+        f"roles {ROLES}, MLP width {args.width} (state {state_mb:.1f} MB), {STEPS} steps, notice at step "
+        f"{NOTICE_AT}, {args.runs} runs a path, interleaved"
+    )
     results: dict[str, list[Run]] = {p: [] for p in args.paths}
     with tempfile.TemporaryDirectory(prefix="notice-bench-") as tmp:
         (Path(tmp) / "warm").mkdir()
@@ -426,16 +486,20 @@ def main() -> None:
     stats = {p: summary(p, runs) for p, runs in results.items()}
     for path, count in torn.items():
         if count:
-            print(f"TORN [{path}] {count} relaunch(es) found a torn snapshot.pt put back (redone): a copy kept while "
-                  "the script was rewriting it (training.node.keptfiles)")  # fmt: skip
+            print(
+                f"TORN [{path}] {count} relaunch(es) found a torn snapshot.pt put back (redone): a copy kept while "
+                "the script was rewriting it (training.node.keptfiles)"
+            )
     if "ctxstep" not in stats:
         return
     base = stats["ctxstep"]["total_s"]
     for path in (p for p in args.paths if p != "ctxstep"):
         lo, med = stats[path]["total_s"]
         verdict = "met" if med - base[1] <= GOAL_S else "NOT met"
-        print(f"RESULT {path} - ctxstep: min {lo - base[0]:+.2f} s, median {med - base[1]:+.2f} s "
-              f"(total median {med:.2f} vs {base[1]:.2f}; goal <= +{GOAL_S:.0f} s: {verdict})")  # fmt: skip
+        print(
+            f"RESULT {path} - ctxstep: min {lo - base[0]:+.2f} s, median {med - base[1]:+.2f} s "
+            f"(total median {med:.2f} vs {base[1]:.2f}; goal <= +{GOAL_S:.0f} s: {verdict})"
+        )
 
 
 if __name__ == "__main__":

@@ -87,8 +87,11 @@ def ranked_as_measured(rows: Sequence[PaperRow]) -> bool:
 def paper_plans(catalog: Catalog) -> dict[str, Plan]:
     """The clusters the paper ran: DeepVM's decision at $3/h and its two baselines (DeepVM's curves)."""
     result = plan_cluster(catalog, PlanRequest(max_price=PAPER_CAP))
-    return {"deepvm": result.plans[0], "cost-first": result.baselines["cost_first"],
-            "performance-first": result.baselines["performance_first"]}  # fmt: skip
+    return {
+        "deepvm": result.plans[0],
+        "cost-first": result.baselines["cost_first"],
+        "performance-first": result.baselines["performance_first"],
+    }
 
 
 def paper_profiles(catalog: Catalog, scaling_csv: Path = SCALING) -> list[Profile]:
@@ -99,16 +102,29 @@ def paper_profiles(catalog: Catalog, scaling_csv: Path = SCALING) -> list[Profil
     for the samples/s, so the profile's speed-ups are the CSV's."""
     with scaling_csv.open() as handle:
         rows = list(csv.DictReader(handle))
-    job = JobIdentity(name="resnet18 (DeepVM's scaling validation)",
-                      spec_sha256=hashlib.sha256(scaling_csv.read_bytes()).hexdigest(), file=scaling_csv.name)
+    job = JobIdentity(
+        name="resnet18 (DeepVM's scaling validation)",
+        spec_sha256=hashlib.sha256(scaling_csv.read_bytes()).hexdigest(),
+        file=scaling_csv.name,
+    )
     profiles = []
     for name in dict.fromkeys(row["instance_type"] for row in rows):
         if name not in catalog.types:
             continue
-        setup = ProfileSetup(instance_type=name, job=job, cluster="deepvm-paper", warmup_steps=0, steps=1,
-                             repeats=1, measured_at=PAPER_MEASURED_AT)  # fmt: skip
-        measured = [Measured(int(row["nodes"]), (1.0 / float(row["training_seconds"]),))
-                    for row in rows if row["instance_type"] == name]  # fmt: skip
+        setup = ProfileSetup(
+            instance_type=name,
+            job=job,
+            cluster="deepvm-paper",
+            warmup_steps=0,
+            steps=1,
+            repeats=1,
+            measured_at=PAPER_MEASURED_AT,
+        )
+        measured = [
+            Measured(int(row["nodes"]), (1.0 / float(row["training_seconds"]),))
+            for row in rows
+            if row["instance_type"] == name
+        ]
         profiles.append(make_profile(setup, measured))
     return profiles
 
@@ -130,8 +146,14 @@ def paper_rows(catalog: Catalog, profiles: Sequence[Profile] = (), measured_csv:
         out = simulate(SimCase(cluster, traces, PLAN_ONLY_RECOVERY, Workload(work, runs=1, seed=0)))
         predicted[policy] = float(out.makespan_h[0]) * 3600.0
     return [
-        PaperRow(policy, plans[policy].summary(), predicted[policy], measured[key],
-                 predicted[policy] / predicted["deepvm"], measured[key] / measured["deepvm_rank1"])
+        PaperRow(
+            policy,
+            plans[policy].summary(),
+            predicted[policy],
+            measured[key],
+            predicted[policy] / predicted["deepvm"],
+            measured[key] / measured["deepvm_rank1"],
+        )
         for policy, key in PAPER_POLICIES
     ]
 
@@ -152,23 +174,31 @@ def paper_lines(models: dict[str, list[PaperRow]]) -> list[str]:
     lines = ["The paper's real-world runs at $3/h, no interruptions (predictions scaled to DeepVM's measured 251 s)"]
     header = ("policy", "predicted s", "measured s", "pred. ratio", "meas. ratio")
     for model, rows in models.items():
-        lines += ["", f"{MODEL_TITLES[model]}:",
-                  f"  {header[0]:<18} {header[1]:>11} {header[2]:>10} {header[3]:>11} {header[4]:>11}  within 15%"]
+        lines += [
+            "",
+            f"{MODEL_TITLES[model]}:",
+            f"  {header[0]:<18} {header[1]:>11} {header[2]:>10} {header[3]:>11} {header[4]:>11}  within 15%",
+        ]
         for r in rows:
             within = "yes" if r.within_tolerance else "no"
             shown = "-" if r.policy == "deepvm" else f"{within} ({r.ratio_error:+.1%})"
-            lines.append(f"  {r.policy:<18} {r.predicted_s:>11.1f} {r.measured_s:>10.1f} {r.predicted_ratio:>11.3f} "
-                         f"{r.measured_ratio:>11.3f}  {shown}")  # fmt: skip
+            lines.append(
+                f"  {r.policy:<18} {r.predicted_s:>11.1f} {r.measured_s:>10.1f} {r.predicted_ratio:>11.3f} "
+                f"{r.measured_ratio:>11.3f}  {shown}"
+            )
         ranked = "yes" if ranked_as_measured(rows) else "NO"
         lines.append(f"  ranking DeepVM < cost-first < performance-first: {ranked}")
     return lines
 
 
 def paper_json(models: dict[str, list[PaperRow]]) -> dict:
-    return {model: {"rows": [asdict(r) | {"ratio_error": r.ratio_error, "within_tolerance": r.within_tolerance}
-                             for r in rows],
-                    "ranking_ok": ranked_as_measured(rows)}
-            for model, rows in models.items()}  # fmt: skip
+    return {
+        model: {
+            "rows": [asdict(r) | {"ratio_error": r.ratio_error, "within_tolerance": r.within_tolerance} for r in rows],
+            "ranking_ok": ranked_as_measured(rows),
+        }
+        for model, rows in models.items()
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,14 +38,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     baseline = median_seconds(BASELINE, args.runs)
     plan = median_seconds(COMMAND, args.runs)
-    result = {"plan_seconds": plan, "python_start_seconds": baseline, "ratio": plan / baseline,
-              "target_seconds": TARGET_S, "within_target": plan < TARGET_S}
+    result = {
+        "plan_seconds": plan,
+        "python_start_seconds": baseline,
+        "ratio": plan / baseline,
+        "target_seconds": TARGET_S,
+        "within_target": plan < TARGET_S,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"deepvm plan --max-price 12 --offline --region all: {plan:.3f} s (median of {args.runs})")
-        print(f"bare python start: {baseline:.3f} s; ratio x{plan / baseline:.1f}; "
-              f"target {TARGET_S:.1f} s: {'met' if plan < TARGET_S else 'MISSED'}")
+        print(
+            f"bare python start: {baseline:.3f} s; ratio x{plan / baseline:.1f}; "
+            f"target {TARGET_S:.1f} s: {'met' if plan < TARGET_S else 'MISSED'}"
+        )
     return 0 if plan < TARGET_S else 1
 
 

@@ -35,8 +35,13 @@ def sweep_prices() -> list[float]:
 
 def our_plans(catalog: Catalog, prices: list[float]) -> dict[float, dict | None]:
     """Our planner's best plan at each price (None where none exists), all prices in one MILP."""
-    request = PlanRequest(max_price=max(prices), node_limit=255, buffer_slots=1,
-                          checkpoint_size_gib=PAPER_CHECKPOINT * PAPER_BUFFER, top=1)
+    request = PlanRequest(
+        max_price=max(prices),
+        node_limit=255,
+        buffer_slots=1,
+        checkpoint_size_gib=PAPER_CHECKPOINT * PAPER_BUFFER,
+        top=1,
+    )
     out: dict[float, dict | None] = {}
     for price, plan in zip(prices, plan_budgets(catalog, request, prices)):
         if plan is None:
@@ -83,8 +88,12 @@ def compare(prices, ours, theirs) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--catalog", default=str(REPO / "tests" / "data" / "deepvm_simul_data.json"))
-    parser.add_argument("--literal-prices", type=int, default=5,
-                        help="prices on which to time the paper's literal exhaustive search (100 = all)")
+    parser.add_argument(
+        "--literal-prices",
+        type=int,
+        default=5,
+        help="prices on which to time the paper's literal exhaustive search (100 = all)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
 
@@ -127,21 +136,27 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 
 
 def _print_table(table: list[dict], summary: dict) -> None:
-    header = (f"{'max $/h':>7} {'paper Z':>12} {'our Z':>12} {'ours/paper':>10} {'our $/h':>8} "
-              f"{'cost-first':>10} {'perf-first':>10} {'no-scaling':>10} {'deepvm':>8}  our plan")
+    header = (
+        f"{'max $/h':>7} {'paper Z':>12} {'our Z':>12} {'ours/paper':>10} {'our $/h':>8} "
+        f"{'cost-first':>10} {'perf-first':>10} {'no-scaling':>10} {'deepvm':>8}  our plan"
+    )
     print(header)
     for row in table:
         ours, ref = row["ours"], row["paper"]
         ratio = ours["z"] / ref["z"] if ours and ref["z"] else None
-        print(f"{row['max_price']:>7.1f} {_fmt(ref['z']):>12} {_fmt(ours and ours['z']):>12} "
-              f"{_fmt(ratio, 4):>10} {_fmt(ours and ours['price'], 4):>8} "
-              f"{_fmt(ref['cost_first_flops']):>10} {_fmt(ref['performance_first_flops']):>10} "
-              f"{_fmt(ref['no_scaling_flops']):>10} {_fmt(ours and ours['effective_flops']):>8}  "
-              f"{(ours or {}).get('nodes', '-')}{'' if row['ok'] else '  <-- FAILS'}")
+        print(
+            f"{row['max_price']:>7.1f} {_fmt(ref['z']):>12} {_fmt(ours and ours['z']):>12} "
+            f"{_fmt(ratio, 4):>10} {_fmt(ours and ours['price'], 4):>8} "
+            f"{_fmt(ref['cost_first_flops']):>10} {_fmt(ref['performance_first_flops']):>10} "
+            f"{_fmt(ref['no_scaling_flops']):>10} {_fmt(ours and ours['effective_flops']):>8}  "
+            f"{(ours or {}).get('nodes', '-')}{'' if row['ok'] else '  <-- FAILS'}"
+        )
     extrapolated = " (extrapolated)" if summary["paper_seconds_extrapolated"] else ""
-    print(f"\nours: {summary['ours_seconds']:.3f} s for {summary['prices']} prices; "
-          f"paper's exhaustive search: {summary['paper_seconds']:.1f} s{extrapolated} "
-          f"({summary['paper_seconds_per_price']:.2f} s per price); speed-up x{summary['speedup']:.0f}")
+    print(
+        f"\nours: {summary['ours_seconds']:.3f} s for {summary['prices']} prices; "
+        f"paper's exhaustive search: {summary['paper_seconds']:.1f} s{extrapolated} "
+        f"({summary['paper_seconds_per_price']:.2f} s per price); speed-up x{summary['speedup']:.0f}"
+    )
     print("all checks passed" if summary["all_ok"] else "SOME CHECKS FAILED")
 
 

@@ -35,8 +35,12 @@ def side(calls: int, cached: bool) -> dict[str, float]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    settings = {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1",
-                "aws_access_key_id": "bench", "aws_secret_access_key": "bench"}  # fmt: skip
+    settings = {
+        "endpoint_url": f"http://{host}:{port}",
+        "region_name": "us-east-1",
+        "aws_access_key_id": "bench",
+        "aws_secret_access_key": "bench",
+    }
     ec2, iam = boto3.client("ec2", **settings), boto3.client("iam", **settings)
     ec2.run_instances(ImageId="ami-12c6146b", MinCount=4, MaxCount=4, InstanceType="g4dn.xlarge")
     iam.create_role(RoleName="bench", AssumeRolePolicyDocument="{}")
@@ -62,8 +66,14 @@ def main() -> None:
         return
     found = {}
     for name in ("baseline", "cached"):
-        out = subprocess.run([sys.executable, __file__, "--calls", str(args.calls), "--side", name], cwd=REPO,
-                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--calls", str(args.calls), "--side", name],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         found[name] = json.loads(out.stdout.splitlines()[-1])["cpu_ms_per_call"]
         print(f"{name:9s} {found[name]:6.2f} ms of CPU per call ({args.calls} x 3 calls)")
     print(f"cached / baseline: x{found['cached'] / found['baseline']:.2f}")

@@ -53,8 +53,9 @@ def speed(catalog: Catalog, trace: Trace, runs: int, reference_runs: int) -> dic
     plan = plan_cluster(catalog, PlanRequest(max_price=PAPER_CAP)).plans[0]
     cluster = sim_cluster(plan, catalog)
     work = cluster.full_pflop_per_hour * WEEK_H
-    case = SimCase(cluster, tuple(trace for _ in cluster.spot_groups), PLAN_ONLY_RECOVERY,
-                   Workload(work, runs=runs, seed=0))
+    case = SimCase(
+        cluster, tuple(trace for _ in cluster.spot_groups), PLAN_ONLY_RECOVERY, Workload(work, runs=runs, seed=0)
+    )
     wall, cpu = time.perf_counter(), time.process_time()
     draws = case.draws()
     out = simulate(case, draws)
@@ -113,15 +114,23 @@ def main() -> int:
         return 0 if ok else 1
     t = timing
     print(f"{t['plan']}, {t['work_hours_at_full_speed']:g} h of work at full speed, trace {t['trace']}")
-    print(f"  mean makespan {t['mean_makespan_h']} h, cost ${t['mean_cost_usd']}, "
-          f"{t['interruptions_per_run']} interruptions and {t['restarts_per_run']} restarts per run")
-    print(f"  engine:    {t['runs']:,} runs in {t['engine_s']:.2f} s wall ({t['engine_cpu_s']:.2f} s CPU): "
-          f"{t['engine_s_per_1000']:.3f} s per 1,000 runs ({t['engine_cpu_s_per_1000']:.3f} s CPU)")
-    print(f"  reference: {t['reference_runs']} of the same runs, {t['reference_s_per_1000']:.1f} s per 1,000 "
-          f"runs ({t['reference_cpu_s_per_1000']:.1f} s CPU); results equal: {t['reference_agrees']}")
+    print(
+        f"  mean makespan {t['mean_makespan_h']} h, cost ${t['mean_cost_usd']}, "
+        f"{t['interruptions_per_run']} interruptions and {t['restarts_per_run']} restarts per run"
+    )
+    print(
+        f"  engine:    {t['runs']:,} runs in {t['engine_s']:.2f} s wall ({t['engine_cpu_s']:.2f} s CPU): "
+        f"{t['engine_s_per_1000']:.3f} s per 1,000 runs ({t['engine_cpu_s_per_1000']:.3f} s CPU)"
+    )
+    print(
+        f"  reference: {t['reference_runs']} of the same runs, {t['reference_s_per_1000']:.1f} s per 1,000 "
+        f"runs ({t['reference_cpu_s_per_1000']:.1f} s CPU); results equal: {t['reference_agrees']}"
+    )
     print(f"  engine vs reference: x{t['speedup']:g} wall, x{t['speedup_cpu']:g} CPU")
-    print(f"  target {t['target']}: {'met' if t['target_met'] else 'MISSED'} by wall time "
-          f"(projected {t['projected_target_runs_s']:.2f} s), {'met' if t['target_met_cpu'] else 'MISSED'} by CPU")
+    print(
+        f"  target {t['target']}: {'met' if t['target_met'] else 'MISSED'} by wall time "
+        f"(projected {t['projected_target_runs_s']:.2f} s), {'met' if t['target_met_cpu'] else 'MISSED'} by CPU"
+    )
     print()
     print("\n".join(paper_lines(models)))
     return 0 if ok else 1

@@ -107,9 +107,25 @@ class Figures:
 def run_with_chaos(env: dict[str, str], job: Path, args: argparse.Namespace, steps: int) -> SandboxRun:
     """`deepvm train --controller local`, and `deepvm chaos` beside it once WARM_UP steps are done."""
     started, started_wall = time.monotonic(), time.time()
-    train = subprocess.Popen([sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", CLUSTER, "--json",
-                              "--controller", "local"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    train = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deepvm_cli",
+            "train",
+            str(job),
+            "--cluster",
+            CLUSTER,
+            "--json",
+            "--controller",
+            "local",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[Line] = []
     readers = [_stamp(train.stderr, "train", started, lines)]
     while train.poll() is None and len(_steps(lines)) <= WARM_UP:
@@ -118,11 +134,36 @@ def run_with_chaos(env: dict[str, str], job: Path, args: argparse.Namespace, ste
     # over the whole warm-up: a loaded machine hands the lines over in bursts, whose gaps' median is ~0
     warm_step_s = (warm[-1][0] - warm[0][0]) / max(1, warm[-1][2] - warm[0][2])
     chaos = subprocess.Popen(
-        [sys.executable, "-m", "deepvm_cli", "chaos", "--cluster", CLUSTER, "--trace", args.trace, "--seed",
-         str(args.seed), "--time-scale", str(args.time_scale), "--steps", str(steps - warm[-1][2]), "--step-time",
-         f"{warm_step_s:.6f}", "--after", str(args.after), "--notice-share", str(args.notice_share),
-         "--replacement-delay", str(args.replacement_delay)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "deepvm_cli",
+            "chaos",
+            "--cluster",
+            CLUSTER,
+            "--trace",
+            args.trace,
+            "--seed",
+            str(args.seed),
+            "--time-scale",
+            str(args.time_scale),
+            "--steps",
+            str(steps - warm[-1][2]),
+            "--step-time",
+            f"{warm_step_s:.6f}",
+            "--after",
+            str(args.after),
+            "--notice-share",
+            str(args.notice_share),
+            "--replacement-delay",
+            str(args.replacement_delay),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     readers.append(_stamp(chaos.stderr, "chaos", started, lines))
     stdout = train.stdout.read()
     train.wait()
@@ -136,8 +177,9 @@ def run_with_chaos(env: dict[str, str], job: Path, args: argparse.Namespace, ste
         raise SystemExit(f"deepvm train failed:\n{tail}")
     from provisioning.clusters.store import Store
 
-    events = tuple((datetime.fromisoformat(e.at).timestamp() - started_wall, e.kind, e.message)
-                   for e in Store().events(CLUSTER))  # fmt: skip
+    events = tuple(
+        (datetime.fromisoformat(e.at).timestamp() - started_wall, e.kind, e.message) for e in Store().events(CLUSTER)
+    )
     result = json.loads(stdout)
     for r in result["recoveries"]:  # on the lines' clock
         r["detected_s"] = round(r["detected_wall"] - started_wall, 3)
@@ -189,12 +231,18 @@ def measure(run: SandboxRun, trainers: int, total_steps: int, capacity: bool = F
         return r["detected_s"] + r["detect_to_resumed_s"] - lost
 
     recoveries = [r for r in result["recoveries"] if r["detect_to_resumed_s"] is not None]
-    relaunches = [since_loss(r) if r["reason"] == "notice" else r["detect_to_resumed_s"]
-                  for r in recoveries if r["reason"] in ("notice", "fold-in")]  # fmt: skip
+    relaunches = [
+        since_loss(r) if r["reason"] == "notice" else r["detect_to_resumed_s"]
+        for r in recoveries
+        if r["reason"] in ("notice", "fold-in")
+    ]
     restarts = [since_loss(r) for r in recoveries if r["reason"] == "node-lost"]
     launches = [a["startup_s"] for a in result["attempts"] if a["number"] > 1 and a["startup_s"] is not None]
-    flushes = [r["detect_to_checkpoint_s"] for r in recoveries
-               if r["reason"] == "notice" and r["detect_to_checkpoint_s"] is not None]  # fmt: skip
+    flushes = [
+        r["detect_to_checkpoint_s"]
+        for r in recoveries
+        if r["reason"] == "notice" and r["detect_to_checkpoint_s"] is not None
+    ]
     relaunch = median(relaunches or restarts or [MEASURED_RELAUNCH_S])  # no loss at all: the default
     return Figures(
         seconds_per_step=per_count,
@@ -214,17 +262,29 @@ def measure(run: SandboxRun, trainers: int, total_steps: int, capacity: bool = F
 def replacement_delays(losses: list[float], events: tuple[tuple[float, str, str], ...]) -> tuple[float, ...]:
     """Seconds from each loss to its replacement ready (the controller's 'replacement' events, in order:
     replacements are bought in turn, one per loss)."""
-    ready = [at for at, kind, message in events if kind == "replacement" and message.endswith(" ready")
-             for _ in message.split(",")]  # fmt: skip
+    ready = [
+        at
+        for at, kind, message in events
+        if kind == "replacement" and message.endswith(" ready")
+        for _ in message.split(",")
+    ]
     return tuple(round(r - lost, 1) for lost, r in zip(losses, ready))
 
 
 def purchase_delays(events: tuple[tuple[float, str, str], ...]) -> tuple[float, ...]:
     """Seconds from each node bought ('replacement' event 'added i-..') to it ready ('JOB: i-.. ready')."""
-    added = {i: at for at, kind, message in events if kind == "replacement" and message.startswith("added ")
-             for i in message.removeprefix("added ").split(", ")}  # fmt: skip
-    ready = [(i, at) for at, kind, message in events if kind == "replacement" and message.endswith(" ready")
-             for i in message.removesuffix(" ready").rpartition(": ")[2].split(", ")]  # "JOB: i-.., i-.. ready"
+    added = {
+        i: at
+        for at, kind, message in events
+        if kind == "replacement" and message.startswith("added ")
+        for i in message.removeprefix("added ").split(", ")
+    }
+    ready = [
+        (i, at)
+        for at, kind, message in events
+        if kind == "replacement" and message.endswith(" ready")
+        for i in message.removesuffix(" ready").rpartition(": ")[2].split(", ")
+    ]  # "JOB: i-.., i-.. ready"
     return tuple(round(at - added[i], 1) for i, at in ready if i in added)
 
 
@@ -238,27 +298,44 @@ def predict(plan, args: argparse.Namespace, figures: Figures) -> dict:
 
     full_step = figures.seconds_per_step[-1]
     delays = figures.replacement_delays_s
-    recovery = RecoveryModel(notice_share=args.notice_share, relaunch_s=figures.relaunch_s,
-                             restart_s=figures.restart_s, checkpoint_interval_s=args.every * full_step,
-                             replacement_delay_s=mean(delays) if delays else args.replacement_delay,
-                             launch_s=figures.launch_s)  # fmt: skip
-    question = ChaosQuestion(plan, catalog_of(plan), resolve_trace(args.trace), args.seed, figures.steps_left,
-                             full_step, args.time_scale, recovery, figures.seconds_per_step)  # fmt: skip
+    recovery = RecoveryModel(
+        notice_share=args.notice_share,
+        relaunch_s=figures.relaunch_s,
+        restart_s=figures.restart_s,
+        checkpoint_interval_s=args.every * full_step,
+        replacement_delay_s=mean(delays) if delays else args.replacement_delay,
+        launch_s=figures.launch_s,
+    )
+    question = ChaosQuestion(
+        plan,
+        catalog_of(plan),
+        resolve_trace(args.trace),
+        args.seed,
+        figures.steps_left,
+        full_step,
+        args.time_scale,
+        recovery,
+        figures.seconds_per_step,
+    )
     if question.trace.capacity is not None:  # the deepvm policy's run on the same stretch of the series
         from simulation.market_run import run_market
 
         case = question.market_case()
         market = run_market(case, case.draws(), 0, record=True)
-        return {"restarts": market.restarts, "interruptions": market.interruptions,
-                "makespan_s": round(market.makespan_h * 3600.0 / args.time_scale, 1),
-                "decisions_at_s": [(round(at * 3600.0 / args.time_scale, 1), d.rung.value)
-                                   for at, d in market.decisions]}  # fmt: skip
+        return {
+            "restarts": market.restarts,
+            "interruptions": market.interruptions,
+            "makespan_s": round(market.makespan_h * 3600.0 / args.time_scale, 1),
+            "decisions_at_s": [(round(at * 3600.0 / args.time_scale, 1), d.rung.value) for at, d in market.decisions],
+        }
     run = question.predict()
-    return {"restarts": run.restarts, "interruptions": run.interruptions,
-            "joined": sum(1 for e in run.events if e.kind is EventKind.JOINED),
-            "makespan_s": round(run.makespan_h * 3600.0 / args.time_scale, 1),
-            "losses_at_s": [round(e.at_h * 3600.0 / args.time_scale, 1) for e in run.events
-                            if e.kind is EventKind.LOST]}  # fmt: skip
+    return {
+        "restarts": run.restarts,
+        "interruptions": run.interruptions,
+        "joined": sum(1 for e in run.events if e.kind is EventKind.JOINED),
+        "makespan_s": round(run.makespan_h * 3600.0 / args.time_scale, 1),
+        "losses_at_s": [round(e.at_h * 3600.0 / args.time_scale, 1) for e in run.events if e.kind is EventKind.LOST],
+    }
 
 
 def main() -> int:
@@ -279,8 +356,12 @@ def main() -> int:
     if args.replay is not None:
         saved = json.loads(args.replay.read_text())
         args.__dict__.update(saved["args"])
-        run = SandboxRun(saved["result"], tuple(Line(**x) for x in saved["lines"]),
-                         tuple(tuple(e) for e in saved["events"]), saved["warm_step_s"])  # fmt: skip
+        run = SandboxRun(
+            saved["result"],
+            tuple(Line(**x) for x in saved["lines"]),
+            tuple(tuple(e) for e in saved["events"]),
+            saved["warm_step_s"],
+        )
     else:
         run = sandbox_run(plan, args)
     trainers = sum(g.count for g in plan.nodes if g.role.value != "holder")
@@ -292,17 +373,26 @@ def main() -> int:
     ratio = predicted["makespan_s"] / figures.makespan_s
     met = restarts == predicted["restarts"] and abs(ratio - 1.0) <= BAR
     document = {
-        "trace": args.trace, "seed": args.seed, "time_scale": args.time_scale, "steps": args.steps,
-        "after_s": args.after, "warm_step_s": round(run.warm_step_s, 3),
+        "trace": args.trace,
+        "seed": args.seed,
+        "time_scale": args.time_scale,
+        "steps": args.steps,
+        "after_s": args.after,
+        "warm_step_s": round(run.warm_step_s, 3),
         "figures": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(figures).items()},
-        "sandbox": {"restarts": restarts, "makespan_s": round(figures.makespan_s, 1), "wall_s": run.result["wall_s"],
-                    "losses": figures.losses, "skipped": figures.skipped,
-                    "recoveries": [(r["reason"], r["detect_to_resumed_s"]) for r in run.result["recoveries"]]},
+        "sandbox": {
+            "restarts": restarts,
+            "makespan_s": round(figures.makespan_s, 1),
+            "wall_s": run.result["wall_s"],
+            "losses": figures.losses,
+            "skipped": figures.skipped,
+            "recoveries": [(r["reason"], r["detect_to_resumed_s"]) for r in run.result["recoveries"]],
+        },
         "simulated": predicted,
         "restarts_equal": restarts == predicted["restarts"],
         "makespan_sim_over_sandbox": round(ratio, 3),
         "bar_met": met,
-    }  # fmt: skip
+    }
     if args.json:
         print(json.dumps(document, indent=1))
     else:
@@ -326,33 +416,50 @@ def sandbox_run(plan, args: argparse.Namespace) -> SandboxRun:
             deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", CLUSTER)
             run = run_with_chaos(env, job, args, args.steps)
         finally:
-            subprocess.run([sys.executable, "-m", "deepvm_cli", "down", CLUSTER, "--yes"], cwd=REPO, env=env,
-                           capture_output=True)  # fmt: skip
-            subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "deepvm_cli", "down", CLUSTER, "--yes"], cwd=REPO, env=env, capture_output=True
+            )
+            subprocess.run(
+                [sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env, capture_output=True
+            )
     if args.log is not None:
         asked = {k: v for k, v in vars(args).items() if k not in ("log", "replay", "json")}
-        args.log.write_text(json.dumps({"args": asked, "result": run.result, "lines": [asdict(x) for x in run.lines],
-                                        "events": run.events, "warm_step_s": run.warm_step_s}, indent=1))  # fmt: skip
+        args.log.write_text(
+            json.dumps(
+                {
+                    "args": asked,
+                    "result": run.result,
+                    "lines": [asdict(x) for x in run.lines],
+                    "events": run.events,
+                    "warm_step_s": run.warm_step_s,
+                },
+                indent=1,
+            )
+        )
     return run
 
 
 def show(args: argparse.Namespace, figures: Figures, document: dict) -> None:
     sandbox, simulated = document["sandbox"], document["simulated"]
     per_step = ", ".join(f"{n}: {s:.3f}" for n, s in enumerate(figures.seconds_per_step, start=1))
-    print(f"trace {args.trace}, seed {args.seed}, a trace hour in {3600 / args.time_scale:g} s, notices "
-          f"{args.after} s ahead; {figures.steps_left} steps left when chaos started")
-    print(f"measured in the run: s/step by trainers {{{per_step}}}; relaunch {figures.relaunch_s:.1f} s "
-          f"(launch {figures.launch_s:.1f} s, flush {figures.flush_s} s); replacement ready "
-          f"{list(figures.replacement_delays_s)} s after its loss (its purchase, on a capacity trace); "
-          f"{figures.losses} losses, {figures.skipped} skipped (replacement not there yet)")
+    print(
+        f"trace {args.trace}, seed {args.seed}, a trace hour in {3600 / args.time_scale:g} s, notices "
+        f"{args.after} s ahead; {figures.steps_left} steps left when chaos started"
+    )
+    print(
+        f"measured in the run: s/step by trainers {{{per_step}}}; relaunch {figures.relaunch_s:.1f} s "
+        f"(launch {figures.launch_s:.1f} s, flush {figures.flush_s} s); replacement ready "
+        f"{list(figures.replacement_delays_s)} s after its loss (its purchase, on a capacity trace); "
+        f"{figures.losses} losses, {figures.skipped} skipped (replacement not there yet)"
+    )
     print(f"{'':10}{'restarts':>10}{'losses':>8}{'makespan s':>12}")
     print(f"{'sandbox':10}{sandbox['restarts']:>10}{sandbox['losses']:>8}{sandbox['makespan_s']:>12.1f}")
-    print(f"{'simulated':10}{simulated['restarts']:>10}{simulated['interruptions']:>8}"
-          f"{simulated['makespan_s']:>12.1f}")
+    print(f"{'simulated':10}{simulated['restarts']:>10}{simulated['interruptions']:>8}{simulated['makespan_s']:>12.1f}")
     ratio = document["makespan_sim_over_sandbox"]
-    print(f"restarts equal: {document['restarts_equal']}; simulated/sandbox makespan {ratio:.3f} "
-          f"({'within' if abs(ratio - 1) <= BAR else 'NOT within'} 20 %)")
+    print(
+        f"restarts equal: {document['restarts_equal']}; simulated/sandbox makespan {ratio:.3f} "
+        f"({'within' if abs(ratio - 1) <= BAR else 'NOT within'} 20 %)"
+    )
 
 
 if __name__ == "__main__":

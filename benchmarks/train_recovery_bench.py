@@ -83,10 +83,24 @@ def trainer_in_job(env: dict[str, str], attempt_line: str) -> str:
 
 def run_scenario(env: dict[str, str], job: Path, at: int, notice: bool, controller: str, cold: bool) -> dict:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "bench", "--json",
-         "--controller", controller],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "deepvm_cli",
+            "train",
+            str(job),
+            "--cluster",
+            "bench",
+            "--json",
+            "--controller",
+            controller,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     attempt = ""
     for line in proc.stderr:
@@ -149,16 +163,22 @@ def main() -> int:
             deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(root / "plan.json"), "--name", "bench")
             rows = [run_scenario(env, jobs[SCENARIOS[name][2]], args.at, *SCENARIOS[name]) for name in args.scenarios]
         finally:
-            subprocess.run([sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env,
-                           capture_output=True)  # fmt: skip
-            subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "deepvm_cli", "down", "bench", "--yes"], cwd=REPO, env=env, capture_output=True
+            )
+            subprocess.run(
+                [sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env, capture_output=True
+            )
     named = dict(zip(args.scenarios, rows))
     managed, cold, notice, baseline = (named.get(name) for name in SCENARIOS)
-    ratios = None if not (notice and baseline) else {
-        "steps_lost": f"{notice['steps_lost']} vs {baseline['steps_lost']}",
-        "detect_to_resumed": round(notice["detect_to_resumed_s"] / baseline["detect_to_resumed_s"], 2),
-    }  # fmt: skip
+    ratios = (
+        None
+        if not (notice and baseline)
+        else {
+            "steps_lost": f"{notice['steps_lost']} vs {baseline['steps_lost']}",
+            "detect_to_resumed": round(notice["detect_to_resumed_s"] / baseline["detect_to_resumed_s"], 2),
+        }
+    )
     head_vs_local = None
     if managed and notice:
         head_vs_local = round(managed["detect_to_resumed_s"] / notice["detect_to_resumed_s"], 2)
@@ -166,8 +186,12 @@ def main() -> int:
     if managed and cold:
         warm_vs_cold = round(notice_to_training(managed) / notice_to_training(cold), 2)
     if args.json:
-        document = {"rows": rows, "notice_vs_no_notice": ratios, "head_vs_local_detect_to_resumed": head_vs_local,
-                    "warm_vs_cold_notice_to_training": warm_vs_cold}
+        document = {
+            "rows": rows,
+            "notice_vs_no_notice": ratios,
+            "head_vs_local_detect_to_resumed": head_vs_local,
+            "warm_vs_cold_notice_to_training": warm_vs_cold,
+        }
         print(json.dumps(document, indent=1))
         return 0
     print(f"job: {args.steps} steps, checkpoint every {args.every}, interrupted at step {args.at}")
@@ -177,21 +201,32 @@ def main() -> int:
     print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for r in rows:
         ckpt = "-" if r["detect_to_checkpoint_s"] is None else f"{r['detect_to_checkpoint_s']:.2f}"
-        cells = (r["scenario"], f"{r['event_to_detect_s']:.1f}", ckpt, f"{r['detect_to_resumed_s']:.1f}",
-                 str(r["steps_lost"]), f"{r['relaunch_startup_s']:.1f}", f"{r['wall_s']:.1f}")  # fmt: skip
+        cells = (
+            r["scenario"],
+            f"{r['event_to_detect_s']:.1f}",
+            ckpt,
+            f"{r['detect_to_resumed_s']:.1f}",
+            str(r["steps_lost"]),
+            f"{r['relaunch_startup_s']:.1f}",
+            f"{r['wall_s']:.1f}",
+        )
         print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     print_phases(rows)
     if managed:
         again = notice_to_training(managed)
-        print(f"managed: notice -> training again {again:.1f} s ({managed['event_to_detect_s']:.1f} s to detect, "
-              f"{managed['detect_to_resumed_s']:.1f} s to resumed); target <= {TARGET_S:g} s")  # fmt: skip
+        print(
+            f"managed: notice -> training again {again:.1f} s ({managed['event_to_detect_s']:.1f} s to detect, "
+            f"{managed['detect_to_resumed_s']:.1f} s to resumed); target <= {TARGET_S:g} s"
+        )
     if ratios:
         print(f"notice vs no notice: steps lost {ratios['steps_lost']}, time to resume x{ratios['detect_to_resumed']}")
     if head_vs_local is not None:
         print(f"controller on the head vs attached: time to resume x{head_vs_local}")
     if warm_vs_cold is not None:
-        print(f"warm vs cold starts (managed): notice -> training again {notice_to_training(managed):.1f} s vs "
-              f"{notice_to_training(cold):.1f} s, x{warm_vs_cold}")
+        print(
+            f"warm vs cold starts (managed): notice -> training again {notice_to_training(managed):.1f} s vs "
+            f"{notice_to_training(cold):.1f} s, x{warm_vs_cold}"
+        )
     return 0
 
 

@@ -45,9 +45,7 @@ def measure(size: int, home: Path) -> dict[str, float]:
         warm = deepvm(env, "up", "--yes", "--cloud", "sandbox", "--plan", str(plan), "--name", "warm", "--json")
         deepvm(env, "down", "warm", "--yes")
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env, capture_output=True
-        )
+        subprocess.run([sys.executable, "-m", "deepvm_cli", "sandbox", "stop"], cwd=REPO, env=env, capture_output=True)
     return {"nodes": size, "cold_s": round(cold, 2), "warm_s": round(warm, 2)}
 
 

@@ -27,9 +27,13 @@ if TYPE_CHECKING:
 # that a process reading checkpoints' files (deepcheck.manifest, deepcheck.storage_disk: the head's controller,
 # `deepvm fetch`) neither loads libmpi nor becomes an MPI singleton.
 _NEEDS_MPI = {
-    "DeepCheck": "api", "FlushReport": "api", "Restored": "api", "SaveHandle": "api", "init": "api",
+    "DeepCheck": "api",
+    "FlushReport": "api",
+    "Restored": "api",
+    "SaveHandle": "api",
+    "init": "api",
     "CheckpointInfo": "restore",
-}  # fmt: skip
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -95,9 +95,7 @@ def init(
     if not 1 <= chunk_bytes <= MAX_CHUNK:
         raise ConfigError(f"chunk_bytes must be between 1 and {MAX_CHUNK} (well below MPI's 2 GiB limit)")
     if ROLES.get(role, (False, False))[1] and directory is None:
-        raise ConfigError(
-            f"rank {comm.Get_rank()} is a holder and needs directory= for its L2 checkpoint files"
-        )
+        raise ConfigError(f"rank {comm.Get_rank()} is a holder and needs directory= for its L2 checkpoint files")
     world = discover(comm, role)
     return DeepCheck(
         comm,
@@ -147,9 +145,7 @@ class DeepCheck:
         if self.closed:
             raise DeepCheckError(f"{what}() called after close()")
         if self.trainer is None:
-            raise ConfigError(
-                f"{what}() is for trainer ranks; rank {self.world.rank} is a holder (use serve())"
-            )
+            raise ConfigError(f"{what}() is for trainer ranks; rank {self.world.rank} is a holder (use serve())")
         self.svc.check()
         return self.trainer
 
@@ -213,9 +209,7 @@ class DeepCheck:
         with trainer.cond:
             return trainer.newest.get(Level(level))
 
-    def wait(
-        self, level: Level = Level.L1, *, step: int | None = None, timeout: float | None = None
-    ) -> CheckpointId:
+    def wait(self, level: Level = Level.L1, *, step: int | None = None, timeout: float | None = None) -> CheckpointId:
         """Block until a checkpoint of step >= `step` (default: the last saved) is complete at `level`.
 
         Newer checkpoints supersede older ones at L2/L3 when the disk is slower than training, hence ">=".
@@ -232,9 +226,7 @@ class DeepCheck:
 
         with trainer.cond:
             if not trainer.cond.wait_for(settled, self._timeout(timeout)):
-                raise CheckpointTimeout(
-                    f"step {step} did not reach {level.name} within {self._timeout(timeout)}s"
-                )
+                raise CheckpointTimeout(f"step {step} did not reach {level.name} within {self._timeout(timeout)}s")
             done = trainer.newest.get(level)
             if done is not None and done.step >= step:
                 return done
@@ -329,9 +321,7 @@ class DeepCheck:
             bye = trainer.bye()
             self.svc.post(lambda: self.svc.outbox.send(bye, self.world.lead))
         if not self.svc.done.wait(limit):
-            raise CheckpointTimeout(
-                f"DeepCheck did not shut down within {limit}s (are all trainers closing?)"
-            )
+            raise CheckpointTimeout(f"DeepCheck did not shut down within {limit}s (are all trainers closing?)")
         self.closed = True
         self.svc.check()
         for c in (self.tcomm, self.rcomm, self.comm):

@@ -118,9 +118,7 @@ class _Encoder:
                     "shape": list(t.shape),
                     "b64": base64.b64encode(_tensor_bytes(t)).decode(),
                 }
-            return self.payload(
-                "tensor", t, t.numel() * t.element_size(), _dtype_name(t.dtype), tuple(t.shape)
-            )
+            return self.payload("tensor", t, t.numel() * t.element_size(), _dtype_name(t.dtype), tuple(t.shape))
         if _is_dtype(obj):
             return {TAG: "dtype", "v": _dtype_name(obj)}
         if type(obj) in (dict, OrderedDict):
@@ -128,8 +126,7 @@ class _Encoder:
             return {
                 TAG: kind,
                 "items": [
-                    [self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")]
-                    for k, v in obj.items()
+                    [self.encode(k, f"{path} key {k!r}"), self.encode(v, f"{path}[{k!r}]")] for k, v in obj.items()
                 ],
             }
         if type(obj) in (list, tuple):
@@ -198,9 +195,7 @@ class _Decoder:
             pairs = [(self.decode(k), self.decode(v)) for k, v in node["items"]]
             return dict(pairs) if kind == "dict" else OrderedDict(pairs)
         if kind in ("tuple", "set", "frozenset"):
-            return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](
-                self.decode(v) for v in node["items"]
-            )
+            return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](self.decode(v) for v in node["items"])
         if kind in ("bytes", "bytearray"):
             raw = base64.b64decode(node["b64"])
             return raw if kind == "bytes" else bytearray(raw)

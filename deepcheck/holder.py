@@ -54,9 +54,7 @@ class HolderPart:
         self.persisted: dict[CheckpointId, list[int]] = {}  # shards on disk awaiting upload (L3 only)
         self.disk_worker = Worker("deepcheck-disk", svc.post)
         self.s3_worker = Worker("deepcheck-s3", svc.post) if s3 else None
-        self.served: dict[
-            tuple[CheckpointId, Level, int], Any
-        ] = {}  # verified shards of the restore in progress
+        self.served: dict[tuple[CheckpointId, Level, int], Any] = {}  # verified shards of the restore in progress
         self.lead_manifests: Any = None  # set on the lead: callable returning its L1 manifests
 
     def handlers(self) -> dict[type, Handler]:
@@ -82,9 +80,7 @@ class HolderPart:
             entry = self.ring.entries[h.ckpt] = Entry(h.ckpt, h.epoch, h.total, h.n_trainers, expected)
         info = ShardInfo(h.shard.index, h.shard.offset, h.shard.length, -1)
         buf = self.ring.buffer(h.shard.length)
-        slot = Slot(
-            info, src, buf, post_chunks(self.svc.comm, memoryview(buf), src, TAG_DATA, h.chunk, send=False)
-        )
+        slot = Slot(info, src, buf, post_chunks(self.svc.comm, memoryview(buf), src, TAG_DATA, h.chunk, send=False))
         entry.slots[info.index] = slot
         if h.layout is not None:
             entry.layout = h.layout
@@ -115,9 +111,7 @@ class HolderPart:
 
     def _report(self, e: Entry) -> L1Report:
         shards = [e.slots[i].info for i in sorted(e.expected)]
-        return L1Report(
-            e.ckpt, self.index, e.epoch, e.total, e.n_trainers, shards, e.layout, e.rank_states
-        )
+        return L1Report(e.ckpt, self.index, e.epoch, e.total, e.n_trainers, shards, e.layout, e.rank_states)
 
     def _on_complete(self, msg: Complete, src: int) -> None:
         entry = self.ring.entries.get(msg.ckpt)

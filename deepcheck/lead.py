@@ -123,9 +123,7 @@ class LeadPart:
             return
         ckpt = manifest.ckpt
         if d.error is not None:
-            log.error(
-                "checkpoint %s cannot reach L2: holder %d failed to persist it: %s", ckpt, d.holder, d.error
-            )
+            log.error("checkpoint %s cannot reach L2: holder %d failed to persist it: %s", ckpt, d.holder, d.error)
             self.worker.submit(lambda: self.disk.unstage(ckpt), lambda _r, _e: None)
             self.persisting = None
             self._next_persist()
@@ -158,9 +156,7 @@ class LeadPart:
             return
         manifest, done = self.uploading[u.ckpt]
         if u.error is not None:
-            log.error(
-                "checkpoint %s cannot reach L3: holder %d failed to upload it: %s", u.ckpt, u.holder, u.error
-            )
+            log.error("checkpoint %s cannot reach L3: holder %d failed to upload it: %s", u.ckpt, u.holder, u.error)
             del self.uploading[u.ckpt]
             return
         done.add(src)
@@ -178,9 +174,7 @@ class LeadPart:
         if error is None:
             self._send_all(Complete(manifest.ckpt, Level.L3), self.world.trainers)
         else:
-            log.error(
-                "checkpoint %s cannot reach L3: uploading its manifest failed: %r", manifest.ckpt, error
-            )
+            log.error("checkpoint %s cannot reach L3: uploading its manifest failed: %r", manifest.ckpt, error)
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def _on_bye(self, b: Bye, src: int) -> None:
@@ -192,11 +186,7 @@ class LeadPart:
             return
         sent = [c for c in self.byes.values() if c is not None]
         last = max(sent) if sent else None
-        if (
-            last is not None
-            and last not in self.l1
-            and (not self.l1 or max(self.l1) < last)
-        ):
+        if last is not None and last not in self.l1 and (not self.l1 or max(self.l1) < last):
             return
         if self.persisting is not None or self.pending is not None or self.uploading or not self.worker.idle:
             return

@@ -36,9 +36,7 @@ class ShardHeader:
     n_holders: int
     chunk: int  # bytes per buffer message
     layout: dict[str, Any] | None = None  # skeleton + leaves, sent with trainer 0's first shard
-    rank_state: tuple[int, Any] | None = (
-        None  # (trainer index, inline state), with each trainer's first shard
-    )
+    rank_state: tuple[int, Any] | None = None  # (trainer index, inline state), with each trainer's first shard
 
 
 @dataclass

@@ -87,8 +87,7 @@ class Restorer:
         for h in self.world.holders:
             self.rcomm.send(InventoryRequest(), dest=h, tag=TAG_REQ)
         return [
-            wait_message(self.rcomm, h, TAG_REPLY, self.timeout, f"inventory of rank {h}")
-            for h in self.world.holders
+            wait_message(self.rcomm, h, TAG_REPLY, self.timeout, f"inventory of rank {h}") for h in self.world.holders
         ]
 
     def candidates(self) -> list[Candidate]:
@@ -113,9 +112,7 @@ class Restorer:
             reqs = post_chunks(self.rcomm, memoryview(flat)[a:b], rank, TAG_FETCH, self.chunk, send=False)
             wait_requests(reqs, self.timeout, f"shard {index} bytes from rank {rank}")
             if errors:
-                self.notes.append(
-                    f"{cand.manifest.ckpt}: used another copy of shard {index} ({'; '.join(errors)})"
-                )
+                self.notes.append(f"{cand.manifest.ckpt}: used another copy of shard {index} ({'; '.join(errors)})")
             return None
         return f"shard {index}: " + "; ".join(errors)
 
@@ -156,7 +153,5 @@ class Restorer:
                 log.warning(msg)
             failures.append(msg)
         if failures:
-            raise CorruptCheckpointError(
-                "no complete checkpoint passed verification:\n" + "\n".join(failures)
-            )
+            raise CorruptCheckpointError("no complete checkpoint passed verification:\n" + "\n".join(failures))
         return None

@@ -86,9 +86,7 @@ class Service:
             msg, src = got
             handlers = table.get(type(msg))
             if handlers is None:
-                raise DeepCheckError(
-                    f"rank {self.world.rank} got an unexpected {type(msg).__name__} from rank {src}"
-                )
+                raise DeepCheckError(f"rank {self.world.rank} got an unexpected {type(msg).__name__} from rank {src}")
             for handler in handlers if isinstance(handlers, list) else [handlers]:
                 handler(msg, src)
             moved = True
@@ -121,4 +119,3 @@ class Service:
             for part in self.parts:
                 part.stopped()
             self.done.set()
-

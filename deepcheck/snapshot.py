@@ -58,9 +58,7 @@ class BufferPool:
         with self.cond:
             ok = self.cond.wait_for(lambda: self.free or self.lent + len(self.free) < self.count, timeout)
             if not ok:
-                raise CheckpointTimeout(
-                    f"no free L0 buffer after {timeout}s: earlier checkpoints are still in flight"
-                )
+                raise CheckpointTimeout(f"no free L0 buffer after {timeout}s: earlier checkpoints are still in flight")
             match = [b for b in self.free if b.nbytes == nbytes and b.pinned == pinned]
             if match:
                 self.free.remove(match[0])
@@ -89,9 +87,7 @@ def needs_pinned(flat: Flattened) -> bool:
     return bool(
         torch is not None
         and torch.cuda.is_available()
-        and any(
-            leaf.kind == "tensor" and src.is_cuda for leaf, src in zip(flat.leaves, flat.sources, strict=True)
-        )
+        and any(leaf.kind == "tensor" and src.is_cuda for leaf, src in zip(flat.leaves, flat.sources, strict=True))
     )
 
 

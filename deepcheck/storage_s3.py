@@ -48,15 +48,11 @@ class S3Store:
         return f"{self.cfg.prefix.strip('/')}/{ckpt.name}/{name}"
 
     def upload_shard(self, ckpt: CheckpointId, index: int, path: Path) -> None:
-        self.client.upload_file(
-            str(path), self.cfg.bucket, self.key(ckpt, shard_name(index)), Config=self.transfer
-        )
+        self.client.upload_file(str(path), self.cfg.bucket, self.key(ckpt, shard_name(index)), Config=self.transfer)
 
     def commit(self, manifest: Manifest) -> None:
         """Upload the manifest; call only after every shard of the checkpoint is uploaded."""
-        self.client.put_object(
-            Bucket=self.cfg.bucket, Key=self.key(manifest.ckpt, MANIFEST), Body=manifest.to_bytes()
-        )
+        self.client.put_object(Bucket=self.cfg.bucket, Key=self.key(manifest.ckpt, MANIFEST), Body=manifest.to_bytes())
 
     def _ckpt_ids(self) -> list[CheckpointId]:
         pages = self.client.get_paginator("list_objects_v2").paginate(
@@ -98,9 +94,7 @@ class S3Store:
 
     def delete(self, ckpt: CheckpointId) -> None:
         self.client.delete_object(Bucket=self.cfg.bucket, Key=self.key(ckpt, MANIFEST))
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.cfg.bucket, Prefix=self.key(ckpt, "")
-        )
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.cfg.bucket, Prefix=self.key(ckpt, ""))
         for page in pages:
             for obj in page.get("Contents", []):
                 self.client.delete_object(Bucket=self.cfg.bucket, Key=obj["Key"])

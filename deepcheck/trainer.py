@@ -137,9 +137,7 @@ class TrainerPart:
             elif send.summed_all and not send.trailed:
                 self.svc.outbox.send(ShardTrailer(job.ckpt, send.shard.index, send.digest.value()), send.dest)
                 send.trailed = moved = True
-        if not all(s.trailed for s in self.sends) or not MPI.Request.Testall(
-            [r for s in self.sends for r in s.reqs]
-        ):
+        if not all(s.trailed for s in self.sends) or not MPI.Request.Testall([r for s in self.sends for r in s.reqs]):
             return moved
         self.sends = []
         self.job = None

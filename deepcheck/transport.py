@@ -34,9 +34,7 @@ def spans(length: int, chunk: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk, length)) for a in range(0, length, chunk)]
 
 
-def post_chunks(
-    comm: MPI.Comm, view: memoryview, peer: int, tag: int, chunk: int, *, send: bool
-) -> list[MPI.Request]:
+def post_chunks(comm: MPI.Comm, view: memoryview, peer: int, tag: int, chunk: int, *, send: bool) -> list[MPI.Request]:
     """Start a chunked transfer of `view` to (send) or from `peer`; both sides must use the same chunk."""
     op = comm.Isend if send else comm.Irecv
     return [op([view[a:b], MPI.BYTE], peer, tag) for a, b in spans(len(view), chunk)]

@@ -78,8 +78,22 @@ def _register_commands() -> None:
     )
 
     for module in (
-        check, plan, market, up, train, profile, jobs, watch, status, down, cost, interrupt, sandbox, simulate,
-        chaos, config,
+        check,
+        plan,
+        market,
+        up,
+        train,
+        profile,
+        jobs,
+        watch,
+        status,
+        down,
+        cost,
+        interrupt,
+        sandbox,
+        simulate,
+        chaos,
+        config,
     ):
         module.register(app)
 

@@ -97,8 +97,9 @@ class Smoke:
         return f"{plan.summary()} in {plan.availability_zone}, ${plan.price_per_hour:.4f}/h"
 
     def check(self) -> str:
-        code = self.deepvm("check", "--cloud", self.cloud, "--region", self.region,
-                           "--plan", str(self.workdir / "plan.json"))  # fmt: skip
+        code = self.deepvm(
+            "check", "--cloud", self.cloud, "--region", self.region, "--plan", str(self.workdir / "plan.json")
+        )
         if code != 0:
             raise StepFailed(f"deepvm check exited {code}: fix its ✗ rows first")
         return "nothing is ✗"
@@ -106,8 +107,9 @@ class Smoke:
     def plan(self) -> str:
         out = io.StringIO()
         offline = ["--offline"] if self.cloud == "sandbox" else []
-        code = self.deepvm("plan", "--max-price", "2", "--region", self.region, "--top", "1", "--json", *offline,
-                           stdout=out)  # fmt: skip
+        code = self.deepvm(
+            "plan", "--max-price", "2", "--region", self.region, "--top", "1", "--json", *offline, stdout=out
+        )
         if code != 0:
             raise StepFailed(f"deepvm plan exited {code}")
         best = json.loads(out.getvalue())["plans"][0]
@@ -118,8 +120,9 @@ class Smoke:
 
     def up(self) -> str:
         self.launched = True
-        code = self.deepvm("up", "--plan", str(self.workdir / "plan.json"), "--name", self.name, "--cloud", self.cloud,
-                           "--yes")  # fmt: skip
+        code = self.deepvm(
+            "up", "--plan", str(self.workdir / "plan.json"), "--name", self.name, "--cloud", self.cloud, "--yes"
+        )
         if code != 0:
             raise StepFailed(f"deepvm up exited {code}")
         return f"cluster {self.name} is up"
@@ -160,21 +163,36 @@ def cheapest_plan(cloud: str, region: str):  # -> provisioning.planner.plan.Plan
     from provisioning.planner.plan import Architecture, NodeGroup, Plan, Role
 
     catalog = resolve_catalog(regions=[region], offline=cloud == "sandbox", catalog_file=None)
-    spot = sorted((price, zone, t.name) for t in catalog.gpu_types() if PYTORCH_DLAMI.why_not(t.name, Role.TRAINER)
-                  is None for zone, price in catalog.spot_prices(t.name, region).items())  # fmt: skip
-    on_demand = sorted((price, t.name) for t in catalog.cpu_types()
-                       if (price := catalog.on_demand_price(t.name, region)) is not None)  # fmt: skip
+    spot = sorted(
+        (price, zone, t.name)
+        for t in catalog.gpu_types()
+        if PYTORCH_DLAMI.why_not(t.name, Role.TRAINER) is None
+        for zone, price in catalog.spot_prices(t.name, region).items()
+    )
+    on_demand = sorted(
+        (price, t.name) for t in catalog.cpu_types() if (price := catalog.on_demand_price(t.name, region)) is not None
+    )
     if not spot or not on_demand:
         raise StepFailed(f"the catalog of {region} has no spot GPU type or no on-demand CPU type")
     holder_price, holder = on_demand[0]
     ctx = resolve_target(cloud).context(region)
-    trainer_price, zone, trainer = next(
-        (s for s in spot[:20] if not not_offered(ctx, s[1], [s[2], holder])), spot[0])  # fmt: skip
-    nodes = (NodeGroup.of(catalog.types[trainer], Market.SPOT, 1, Role.TRAINER, trainer_price),
-             NodeGroup.of(catalog.types[holder], Market.ON_DEMAND, 1, Role.HOLDER, holder_price))  # fmt: skip
+    trainer_price, zone, trainer = next((s for s in spot[:20] if not not_offered(ctx, s[1], [s[2], holder])), spot[0])
+    nodes = (
+        NodeGroup.of(catalog.types[trainer], Market.SPOT, 1, Role.TRAINER, trainer_price),
+        NodeGroup.of(catalog.types[holder], Market.ON_DEMAND, 1, Role.HOLDER, holder_price),
+    )
     flops = catalog.types[trainer].flops
-    return Plan(Architecture.TIERING, region, zone, nodes, trainer_price + holder_price, flops, flops,
-                catalog_source=catalog.source, prices_as_of=catalog.as_of)  # fmt: skip
+    return Plan(
+        Architecture.TIERING,
+        region,
+        zone,
+        nodes,
+        trainer_price + holder_price,
+        flops,
+        flops,
+        catalog_source=catalog.source,
+        prices_as_of=catalog.as_of,
+    )
 
 
 def dry_run_on_head(name: str) -> tuple[str, str, str]:
@@ -217,9 +235,12 @@ def leftover_lines(cloud: str, region: str, name: str) -> list[str]:
 def run(smoke: Smoke, say: Callable[[str], None]) -> int:
     """Every step in turn; `down` and the sweep whatever happened. 0 when all passed."""
     steps: list[tuple[str, Callable[[], str]]] = [
-        ("tiny plan", smoke.tiny_plan), ("check", smoke.check), ("live plan", smoke.plan), ("up", smoke.up),
+        ("tiny plan", smoke.tiny_plan),
+        ("check", smoke.check),
+        ("live plan", smoke.plan),
+        ("up", smoke.up),
         ("replacement DryRun from the head", smoke.head_dry_run),
-    ]  # fmt: skip
+    ]
     failed = False
     for title, step in steps:
         if title == "up" and not (smoke.yes or _confirmed(smoke, say)):

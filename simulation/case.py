@@ -82,5 +82,11 @@ class SimCase:
         """The random numbers for this case's workload (same seed and shape: same numbers)."""
         expected = self.cluster.deterministic_makespan_h(self.workload.work_pflop)
         block = block_size(self.traces, expected, self.workload.runs, self.slots)
-        return Draws(self.traces, tuple(p.group.count for p in self.pools), self.workload.runs,
-                     self.workload.seed, self.workload.recovery.notice_share, block)
+        return Draws(
+            self.traces,
+            tuple(p.group.count for p in self.pools),
+            self.workload.runs,
+            self.workload.seed,
+            self.workload.recovery.notice_share,
+            block,
+        )

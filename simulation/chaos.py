@@ -80,11 +80,15 @@ class ChaosQuestion:
         refusal is the head's, in seconds here, so in trace time `time_scale` times longer."""
         plan, workload = self.plan, self.case().workload
         zone = plan.availability_zone
-        traces = zone_traces([(TraceSpec(None, self.trace.name), self.trace)], zone, plan.region, [zone],
-                             default_trace_for)  # fmt: skip
+        traces = zone_traces(
+            [(TraceSpec(None, self.trace.name), self.trace)], zone, plan.region, [zone], default_trace_for
+        )
         case = market_case(plan, self.catalog, traces, workload, None, max(plan.price_cap or 0.0, plan.price_per_hour))
-        timing = replace(case.timing, backoff_s=case.timing.backoff_s * self.time_scale,
-                         backoff_cap_s=case.timing.backoff_cap_s * self.time_scale)  # fmt: skip
+        timing = replace(
+            case.timing,
+            backoff_s=case.timing.backoff_s * self.time_scale,
+            backoff_cap_s=case.timing.backoff_cap_s * self.time_scale,
+        )
         rates = None
         if self.seconds_per_step is not None:  # PFLOP/h with n trainers: the work of a step in its measured time
             full = case.full_rate * self.seconds_per_step[-1]
@@ -97,8 +101,9 @@ class ChaosQuestion:
         are small, so they have one fixed size, and every prediction of the question sees the lives its
         schedule saw."""
         case = self.case()
-        return Draws(case.traces, tuple(p.group.count for p in case.pools), 1, self.seed,
-                     self.recovery.notice_share, _BLOCK)
+        return Draws(
+            case.traces, tuple(p.group.count for p in case.pools), 1, self.seed, self.recovery.notice_share, _BLOCK
+        )
 
     def predict(self) -> RunResult:
         """The simulator's run: makespan in trace hours (÷ time_scale for hours here), its restarts."""
@@ -108,9 +113,15 @@ class ChaosQuestion:
         """The run's losses, and those of the same run carried on past its end, in seconds here."""
         longer = run_one(self.case(LOOKAHEAD), self.draws(), 0, record=True)  # the run's lives, and on
         return tuple(
-            ChaosStep(at_s=e.at_h * SECONDS_PER_HOUR / self.time_scale, trace_at_h=e.at_h, slot=e.slot,
-                      instance_type=e.instance_type, notice=bool(e.notice))
-            for e in longer.events if e.kind is EventKind.LOST
+            ChaosStep(
+                at_s=e.at_h * SECONDS_PER_HOUR / self.time_scale,
+                trace_at_h=e.at_h,
+                slot=e.slot,
+                instance_type=e.instance_type,
+                notice=bool(e.notice),
+            )
+            for e in longer.events
+            if e.kind is EventKind.LOST
         )
 
 
@@ -195,7 +206,8 @@ def recovery_here(time_scale: float, notice_share: float, replacement_delay_s: f
         relaunch_s=default.relaunch_s / time_scale,
         restart_s=default.restart_s / time_scale,
         checkpoint_interval_s=default.checkpoint_interval_s / time_scale,
-        replacement_delay_s=default.replacement_delay_s / time_scale if replacement_delay_s is None
+        replacement_delay_s=default.replacement_delay_s / time_scale
+        if replacement_delay_s is None
         else replacement_delay_s,
     )
 
@@ -210,6 +222,13 @@ class ChaosAction:
     message: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"at_s": round(self.step.at_s, 3), "trace_at_h": round(self.step.trace_at_h, 6),
-                "slot": self.step.slot, "instance_type": self.step.instance_type, "notice": self.step.notice,
-                "instance_id": self.instance_id, "done_at_s": round(self.done_at_s, 3), "message": self.message}
+        return {
+            "at_s": round(self.step.at_s, 3),
+            "trace_at_h": round(self.step.trace_at_h, 6),
+            "slot": self.step.slot,
+            "instance_type": self.step.instance_type,
+            "notice": self.step.notice,
+            "instance_id": self.instance_id,
+            "done_at_s": round(self.done_at_s, 3),
+            "message": self.message,
+        }

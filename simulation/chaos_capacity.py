@@ -141,16 +141,26 @@ class CapacityAction:
     done_at_s: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"at_s": round(self.step.at_s, 3), "trace_at_h": round(self.step.trace_at_h, 6),
-                "capacity": self.step.nodes, "held": self.held, "free": self.free,
-                "reclaimed": [{"instance_id": r.instance_id, "level": r.level, "notice": r.notice}
-                              for r in self.reclaimed],
-                "done_at_s": round(self.done_at_s, 3)}  # fmt: skip
+        return {
+            "at_s": round(self.step.at_s, 3),
+            "trace_at_h": round(self.step.trace_at_h, 6),
+            "capacity": self.step.nodes,
+            "held": self.held,
+            "free": self.free,
+            "reclaimed": [{"instance_id": r.instance_id, "level": r.level, "notice": r.notice} for r in self.reclaimed],
+            "done_at_s": round(self.done_at_s, 3),
+        }
 
 
-def replay_capacity(steps: Iterable[CapacityStep], levels: Levels, draws: Draws, nodes: SpotNodes, feed: PoolFeed,
-                    wait_until: Callable[[float], float], report: Callable[[CapacityAction, list[str]], None]
-                    ) -> list[CapacityAction]:  # fmt: skip
+def replay_capacity(
+    steps: Iterable[CapacityStep],
+    levels: Levels,
+    draws: Draws,
+    nodes: SpotNodes,
+    feed: PoolFeed,
+    wait_until: Callable[[float], float],
+    report: Callable[[CapacityAction, list[str]], None],
+) -> list[CapacityAction]:
     """Carry the samples out in turn (`wait_until(at_s)` waits and returns the seconds elapsed); the pool's rule
     is taken away at the end, however the replay ends."""
     actions = []

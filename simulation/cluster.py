@@ -104,15 +104,17 @@ def sim_cluster(plan: Plan, catalog: Catalog) -> SimCluster:
             raise InputError(f"plan node type {g.instance_type} is not in catalog {catalog.source}")
         if g.role is not Role.HOLDER and not itype.is_gpu:
             raise InputError(f"plan trainer type {g.instance_type} has no GPU FLOPS in catalog {catalog.source}")
-        groups.append(SimGroup(
-            instance_type=g.instance_type,
-            market=g.market,
-            role=g.role,
-            count=g.count,
-            usd_per_hour=g.usd_per_hour,
-            flops=itype.flops if g.role is not Role.HOLDER else 0.0,
-            on_demand_usd_per_hour=catalog.on_demand_price(g.instance_type, plan.region),
-        ))
+        groups.append(
+            SimGroup(
+                instance_type=g.instance_type,
+                market=g.market,
+                role=g.role,
+                count=g.count,
+                usd_per_hour=g.usd_per_hour,
+                flops=itype.flops if g.role is not Role.HOLDER else 0.0,
+                on_demand_usd_per_hour=catalog.on_demand_price(g.instance_type, plan.region),
+            )
+        )
     trainer_types = {g.instance_type for g in groups if g.trains}
     if not trainer_types:
         raise InputError("the plan has no trainers")

@@ -64,7 +64,8 @@ def check_lives(trace: Trace, recovery: RecoveryModel) -> None:
         raise TraceError(
             f"{trace.name}: its Spot nodes live {_seconds(mean_s)} on average, less than the {stop_s:g} s a relaunch "
             f"takes ({flags}): no node would train before it is lost; check the trace's time unit (an events "
-            "CSV's times are milliseconds)")
+            "CSV's times are milliseconds)"
+        )
 
 
 def _seconds(value: float) -> str:
@@ -77,8 +78,14 @@ class Comparison:
     outcomes: tuple[RunOutcomes, ...]  # every run of each policy, in the report's order (for the plot)
 
 
-def compare_policies(policies: tuple[PolicyPlan, ...], catalog: Catalog, traces: ZoneTraces, workload: Workload,
-                     caps: Caps, progress: Progress | None = None) -> Comparison:
+def compare_policies(
+    policies: tuple[PolicyPlan, ...],
+    catalog: Catalog,
+    traces: ZoneTraces,
+    workload: Workload,
+    caps: Caps,
+    progress: Progress | None = None,
+) -> Comparison:
     summaries, names, every = [], {}, []
     for policy in policies:
         report = None if progress is None else (lambda done, total, p=policy.policy: progress(p, done, total))
@@ -93,8 +100,9 @@ def compare_policies(policies: tuple[PolicyPlan, ...], catalog: Catalog, traces:
                 names.setdefault(group.instance_type, trace.name)
             used = tuple(t.name for t in case.traces)
         every.append(outcomes)
-        summaries.append(summarise(policy.policy, policy.plan, used, outcomes, workload.work_pflop,
-                                   workload.deadline_h))
+        summaries.append(
+            summarise(policy.policy, policy.plan, used, outcomes, workload.work_pflop, workload.deadline_h)
+        )
     report = SimulationReport(
         runs=workload.runs,
         seed=workload.seed,
@@ -108,7 +116,7 @@ def compare_policies(policies: tuple[PolicyPlan, ...], catalog: Catalog, traces:
 
 
 def _zones_label(traces: ZoneTraces) -> str | None:
-    """"zone: trace" for each zone given one, when there are several (None: one or none)."""
+    """ "zone: trace" for each zone given one, when there are several (None: one or none)."""
     if len(traces.by_zone) < 2:
         return None
     return ", ".join(f"{zone}: {trace.name}" for zone, trace in traces.by_zone)

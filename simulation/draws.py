@@ -51,8 +51,9 @@ def has_lifetimes(trace: Trace) -> bool:
 class Draws:
     """Random numbers for `runs` runs of a cluster whose spot pools have `counts` nodes and `traces`."""
 
-    def __init__(self, traces: tuple[Trace, ...], counts: tuple[int, ...], runs: int, seed: int,
-                 notice_share: float, block: int) -> None:
+    def __init__(
+        self, traces: tuple[Trace, ...], counts: tuple[int, ...], runs: int, seed: int, notice_share: float, block: int
+    ) -> None:
         if len(traces) != len(counts):
             raise ValueError("one trace per spot pool")
         self.traces, self.counts = traces, counts
@@ -60,8 +61,10 @@ class Draws:
         self.slots = sum(counts)
         self.start_share = np.random.default_rng([seed, _START_STREAM]).random(runs)
         self.mortal = np.repeat([has_lifetimes(t) for t in traces], counts).astype(bool)  # per slot
-        self._keys = {stream: _splitmix(np.array([seed], np.uint64) * _GOLDEN + np.uint64(stream))
-                      for stream in (_NOTICE_STREAM, _LOSS_STREAM)}
+        self._keys = {
+            stream: _splitmix(np.array([seed], np.uint64) * _GOLDEN + np.uint64(stream))
+            for stream in (_NOTICE_STREAM, _LOSS_STREAM)
+        }
         self._lifetimes: list[np.ndarray] = []  # per block: (runs * slots * block,) flattened
 
     def lifetime(self, runs, slots, occupants) -> np.ndarray:
@@ -106,7 +109,8 @@ class Draws:
     def _draw_block(self, b: int) -> None:
         parts = [
             trace.sample_lifetimes(np.random.default_rng([self.seed, b, g]), (self.runs, count, self.block))
-            if has_lifetimes(trace) else np.full((self.runs, count, self.block), np.inf)
+            if has_lifetimes(trace)
+            else np.full((self.runs, count, self.block), np.inf)
             for g, (trace, count) in enumerate(zip(self.traces, self.counts))
         ]
         self._lifetimes.append(np.concatenate(parts, axis=1).reshape(-1))

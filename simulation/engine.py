@@ -44,8 +44,9 @@ class RunOutcomes:
         return int(self.makespan_h.size)
 
 
-def simulate(case: SimCase, draws: Draws | None = None,
-             progress: Callable[[int, int], None] | None = None) -> RunOutcomes:
+def simulate(
+    case: SimCase, draws: Draws | None = None, progress: Callable[[int, int], None] | None = None
+) -> RunOutcomes:
     """All runs of `case` (on `draws`, by default the case's own); `progress(finished, runs)` now and then."""
     state = _Runs(case, draws or case.draws())
     return state.run(progress)
@@ -101,14 +102,19 @@ class _Runs:
         """CapacityWindows.at for each pair (lifetime-driven pools: always up, never down)."""
         if len(self.windows) == 1 and self.windows[0] is not None:
             return self.windows[0].at(self.level[cols], self.offsets[rows, 0], t)
-        up, down_at, up_from, back_at = (np.ones(rows.size, bool), np.full(rows.size, np.inf), t.copy(),
-                                         np.full(rows.size, np.inf))
+        up, down_at, up_from, back_at = (
+            np.ones(rows.size, bool),
+            np.full(rows.size, np.inf),
+            t.copy(),
+            np.full(rows.size, np.inf),
+        )
         for p, windows in enumerate(self.windows):
             if windows is None:
                 continue
             sel = self.pool_of[cols] == p
             up[sel], down_at[sel], up_from[sel], back_at[sel] = windows.at(
-                self.level[cols[sel]], self.offsets[rows[sel], p], t[sel])
+                self.level[cols[sel]], self.offsets[rows[sel], p], t[sel]
+            )
         return up, down_at, up_from, back_at
 
     # --- the cluster -------------------------------------------------------------------------------------
@@ -118,8 +124,10 @@ class _Runs:
         if not self.rules.deadline_fallback:
             return [np.count_nonzero(alive[r], axis=0) for r in self.pool_rows], [0] * len(self.pool_rows)
         od = self.on_demand[:, rows]
-        return ([np.count_nonzero(alive[r] & ~od[r], axis=0) for r in self.pool_rows],
-                [np.count_nonzero(alive[r] & od[r], axis=0) for r in self.pool_rows])
+        return (
+            [np.count_nonzero(alive[r] & ~od[r], axis=0) for r in self.pool_rows],
+            [np.count_nonzero(alive[r] & od[r], axis=0) for r in self.pool_rows],
+        )
 
     def _rate(self, rows=slice(None), counts=None) -> np.ndarray:
         """PFLOP per hour of the trainers alive: the reference's sums, in the same order."""
@@ -244,8 +252,9 @@ class _Runs:
             loss[runs] = True
         else:
             no_notice = ~self.draws.notice(ids, cols, occupants)
-            np.maximum.at(share, rows[no_notice],
-                          self.draws.lost_share(ids[no_notice], cols[no_notice], occupants[no_notice]))
+            np.maximum.at(
+                share, rows[no_notice], self.draws.lost_share(ids[no_notice], cols[no_notice], occupants[no_notice])
+            )
             loss[rows[no_notice]] = True
         loss = loss[runs]
         if loss.any():  # with a notice nothing is lost (and AWS gives one before every reclaim)
@@ -283,8 +292,7 @@ class _Runs:
         t, pause = self.t[runs], self.pause[runs]
         now = t >= pause - recovery.launch_h
         start = np.where(fails, t, np.maximum(t, pause))
-        self.pause[runs] = np.where(now, start + np.where(fails, recovery.loss_pause_h, recovery.notice_pause_h),
-                                    pause)
+        self.pause[runs] = np.where(now, start + np.where(fails, recovery.loss_pause_h, recovery.notice_pause_h), pause)
         self.restarts[runs] += now
 
     def _arrivals(self, runs: np.ndarray, rate: np.ndarray, running: np.ndarray) -> None:
@@ -330,8 +338,19 @@ class _Runs:
 
     def _compact(self) -> None:
         keep = self.live
-        for name in ("ids", "offsets", "t", "done", "checkpoint", "pause", "cost", "interruptions", "restarts",
-                     "fallen_back", "live"):
+        for name in (
+            "ids",
+            "offsets",
+            "t",
+            "done",
+            "checkpoint",
+            "pause",
+            "cost",
+            "interruptions",
+            "restarts",
+            "fallen_back",
+            "live",
+        ):
             setattr(self, name, getattr(self, name)[keep])
         for name in ("alive", "on_demand", "death", "arrive", "occupant", "recover"):
             setattr(self, name, getattr(self, name)[:, keep])

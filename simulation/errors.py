@@ -12,12 +12,14 @@ class SimulationError(InfeasibleError):
 def check_time(t_next: float, max_hours: float, plan_summary: str) -> None:
     """A run that can never finish (or would take absurdly long) is an error, not an endless loop."""
     if t_next == float("inf"):
-        raise SimulationError(f"{plan_summary} can never finish on this trace: no trainer can run again "
-                              "(its Spot capacity never returns)")
+        raise SimulationError(
+            f"{plan_summary} can never finish on this trace: no trainer can run again (its Spot capacity never returns)"
+        )
     if t_next > max_hours:
-        raise SimulationError(f"{plan_summary} had not finished after {max_hours:g} simulated hours on this "
-                              "trace (Spot capacity for it is too rare)")
-
+        raise SimulationError(
+            f"{plan_summary} had not finished after {max_hours:g} simulated hours on this "
+            "trace (Spot capacity for it is too rare)"
+        )
 
 
 MAX_EVENTS = 200_000  # events per run; the shipped traces' worst (Bamboo p3) takes ~3,700
@@ -33,6 +35,8 @@ def check_pace(events: int, least_done: float, plan_summary: str) -> None:
     if events < PACE_FROM:
         return
     if events >= MAX_EVENTS or least_done * MAX_EVENTS < events:
-        raise SimulationError(f"{plan_summary} would need more than {MAX_EVENTS:,} interruptions and replacements "
-                              f"per run on this trace (a run did {least_done:.2%} of the work in {events:,}): its "
-                              "Spot nodes are lost far faster than they are replaced")
+        raise SimulationError(
+            f"{plan_summary} would need more than {MAX_EVENTS:,} interruptions and replacements "
+            f"per run on this trace (a run did {least_done:.2%} of the work in {events:,}): its "
+            "Spot nodes are lost far faster than they are replaced"
+        )

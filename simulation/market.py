@@ -93,8 +93,14 @@ class MarketCase:
         traces = tuple(z.trace for z in self.zones)
         expected = self.workload.work_pflop / max(self.full_rate, 1e-12)
         block = block_size(traces, expected, self.workload.runs, self.levels * len(self.zones))
-        return Draws(traces, tuple(self.levels for _ in self.zones), self.workload.runs, self.workload.seed,
-                     self.workload.recovery.notice_share, block)
+        return Draws(
+            traces,
+            tuple(self.levels for _ in self.zones),
+            self.workload.runs,
+            self.workload.seed,
+            self.workload.recovery.notice_share,
+            block,
+        )
 
     @cached_property
     def full_rate(self) -> float:
@@ -105,8 +111,14 @@ class MarketCase:
         return pflop_per_hour([(facts[g.instance_type], g.count) for g in self.planned])
 
 
-def market_case(plan: Plan, catalog: Catalog, traces: ZoneTraces, workload: Workload,
-                fallback_usd_per_hour: float | None, max_usd_per_hour: float) -> MarketCase:
+def market_case(
+    plan: Plan,
+    catalog: Catalog,
+    traces: ZoneTraces,
+    workload: Workload,
+    fallback_usd_per_hour: float | None,
+    max_usd_per_hour: float,
+) -> MarketCase:
     """The `deepvm` policy's case for `plan`: the zones with a trace (the plan's own always), their offers."""
     levels = sum(g.count for g in plan.nodes if g.market is Market.SPOT)
     zones = []
@@ -122,8 +134,17 @@ def market_case(plan: Plan, catalog: Catalog, traces: ZoneTraces, workload: Work
     deadline_s = None if workload.deadline_h is None else workload.deadline_h * 3600.0
     fallback = max_usd_per_hour if fallback_usd_per_hour is None else fallback_usd_per_hour
     limits = Limits(max_usd_per_hour=max_usd_per_hour, fallback_usd_per_hour=fallback, deadline_s=deadline_s)
-    return MarketCase(plan, tuple(zones), market.offers, market.types, planned, limits,
-                      ladder_timing(workload.recovery), workload, levels)
+    return MarketCase(
+        plan,
+        tuple(zones),
+        market.offers,
+        market.types,
+        planned,
+        limits,
+        ladder_timing(workload.recovery),
+        workload,
+        levels,
+    )
 
 
 def _first_spot_type(plan: Plan) -> str:
@@ -132,9 +153,19 @@ def _first_spot_type(plan: Plan) -> str:
 
 def start_situation(case: MarketCase) -> Situation:
     """What the ladder sees at the job's start: nothing bought, all the work left."""
-    return Situation(now_s=0.0, zone=case.plan.availability_zone, zones=tuple(z.zone for z in case.zones),
-                     plan=case.planned, types=case.types, holdings=(), offers=case.offers, refusals=(),
-                     progress=Progress(case.workload.work_pflop, 0.0), limits=case.limits, timing=case.timing)
+    return Situation(
+        now_s=0.0,
+        zone=case.plan.availability_zone,
+        zones=tuple(z.zone for z in case.zones),
+        plan=case.planned,
+        types=case.types,
+        holdings=(),
+        offers=case.offers,
+        refusals=(),
+        progress=Progress(case.workload.work_pflop, 0.0),
+        limits=case.limits,
+        timing=case.timing,
+    )
 
 
 @dataclass(frozen=True)
@@ -146,8 +177,14 @@ class Earliest:
     fill: str  # what the fill buys, for the message
 
 
-def earliest_deadline(plan: Plan, catalog: Catalog, traces: ZoneTraces, workload: Workload,
-                      fallback_usd_per_hour: float | None, max_usd_per_hour: float) -> Earliest:
+def earliest_deadline(
+    plan: Plan,
+    catalog: Catalog,
+    traces: ZoneTraces,
+    workload: Workload,
+    fallback_usd_per_hour: float | None,
+    max_usd_per_hour: float,
+) -> Earliest:
     """provisioning/ladder/deadline.py's earliest_finish for this plan at the start, in hours."""
     from provisioning.ladder.deadline import earliest_finish_s
 

@@ -68,8 +68,9 @@ class MarketRun:
     decisions: tuple[tuple[float, Decision], ...] = field(default_factory=tuple)  # (hours, decision) that acted
 
 
-def simulate_market(case: MarketCase, draws: Draws | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> RunOutcomes:
+def simulate_market(
+    case: MarketCase, draws: Draws | None = None, progress: Callable[[int, int], None] | None = None
+) -> RunOutcomes:
     """Every run of the case, in run order."""
     draws = draws or case.draws()
     runs = case.workload.runs
@@ -259,14 +260,25 @@ class _Run:
         free = tuple(self._free(z.zone) for z in case.zones)
         if free not in self._offers:
             seen = dict(zip(case.zone_index, free))
-            self._offers[free] = tuple(Offer(o.pool, o.usd_per_hour, seen[o.pool.zone])
-                                       if o.pool.market is Market.SPOT else o for o in case.offers)
+            self._offers[free] = tuple(
+                Offer(o.pool, o.usd_per_hour, seen[o.pool.zone]) if o.pool.market is Market.SPOT else o
+                for o in case.offers
+            )
         remaining = case.workload.work_pflop - self.done
         return Situation(
-            now_s=self.t * HOUR_S, zone=self.zone, zones=self._zones, plan=case.planned, types=case.types,
-            holdings=self._holdings(), offers=self._offers[free], refusals=tuple(self.refusals.values()),
-            progress=Progress(remaining, self._rate()), limits=case.limits, timing=case.timing,
-            moving_to=self.moving_to)
+            now_s=self.t * HOUR_S,
+            zone=self.zone,
+            zones=self._zones,
+            plan=case.planned,
+            types=case.types,
+            holdings=self._holdings(),
+            offers=self._offers[free],
+            refusals=tuple(self.refusals.values()),
+            progress=Progress(remaining, self._rate()),
+            limits=case.limits,
+            timing=case.timing,
+            moving_to=self.moving_to,
+        )
 
     def _holdings(self) -> tuple[Holding, ...]:
         """The nodes held, per pool, role and stand-in or not (kept until the nodes change)."""
@@ -275,8 +287,10 @@ class _Run:
             for n in self.nodes:
                 entry = counts.setdefault((n.pool, n.role, n.stand_in), [0, 0])
                 entry[0 if n.joined else 1] += 1
-            self._holdings_now = tuple(Holding(pool, role, ready, coming, stand_in)
-                                       for (pool, role, stand_in), (ready, coming) in counts.items())
+            self._holdings_now = tuple(
+                Holding(pool, role, ready, coming, stand_in)
+                for (pool, role, stand_in), (ready, coming) in counts.items()
+            )
         return self._holdings_now
 
     def _free(self, zone: str) -> int:
@@ -302,7 +316,7 @@ class _Run:
         mine = [n for n in self.nodes if n.pool == r.pool and n.role is r.role and n.stand_in == r.stand_in]
         mine.sort(key=lambda n: (n.joined, -n.joins_h))
         trained = False
-        for n in mine[:r.count]:
+        for n in mine[: r.count]:
             trained = trained or (n.joined and n.trains)
             self._remove(n)
         return trained
@@ -317,14 +331,26 @@ class _Run:
         pool = order.pool
         if pool.market is Market.ON_DEMAND:
             for i in range(order.count):
-                self.nodes.append(_Node(pool, order.role, order.stand_in, -1, 0, joins, math.inf,
-                                        _swap(order, i < swaps), moving, joined=start))
+                self.nodes.append(
+                    _Node(
+                        pool,
+                        order.role,
+                        order.stand_in,
+                        -1,
+                        0,
+                        joins,
+                        math.inf,
+                        _swap(order, i < swaps),
+                        moving,
+                        joined=start,
+                    )
+                )
             self.refusals.pop(pool, None)
             return
         zone = self.case.zones[self.case.zone_index[pool.zone]]
         capacity = zone.capacity(self.offset, t, self.case.levels)
         taken = self.occupied[pool.zone]
-        free = [level for level in range(capacity) if level not in taken][:order.count]
+        free = [level for level in range(capacity) if level not in taken][: order.count]
         occupants = [self.occupants.get((pool.zone, level), 0) for level in free]
         first_slot = self.case.zone_index[pool.zone] * self.case.levels
         lives = self.draws.lifetime(self.run, first_slot + np.array(free, np.int64), np.array(occupants, np.int64))
@@ -334,13 +360,17 @@ class _Run:
             if zone.windows is not None:
                 dies = min(dies, float(zone.windows.at(level, self.offset, t)[1]))
             taken.add(level)
-            self.nodes.append(_Node(pool, order.role, False, level, occupant, joins, dies, _swap(order, i < swaps),
-                                    moving, joined=start))
+            self.nodes.append(
+                _Node(
+                    pool, order.role, False, level, occupant, joins, dies, _swap(order, i < swaps), moving, joined=start
+                )
+            )
         if len(free) < order.count:
             seen = self.refusals.get(pool)
             t_s = t * HOUR_S
-            self.refusals[pool] = (Refusals(pool, 1, t_s, t_s) if seen is None
-                                   else Refusals(pool, seen.in_row + 1, seen.first_s, t_s))
+            self.refusals[pool] = (
+                Refusals(pool, 1, t_s, t_s) if seen is None else Refusals(pool, seen.in_row + 1, seen.first_s, t_s)
+            )
         else:
             self.refusals.pop(pool, None)
 

@@ -40,13 +40,16 @@ def spot_pool(trace: Trace, recovery: RecoveryCosts) -> SpotPool:
 
 def _recorded_bands(recovery: RecoveryCosts) -> Interruptions:
     snapshot = band_snapshot()
-    pools = {band: spot_pool(band_trace(band), recovery) for band in {snapshot.fallback_band}
-             | {b for types in snapshot.bands.values() for b in types.values()}}
-    per_type = {(region, itype): pools[band] for region, types in snapshot.bands.items()
-                for itype, band in types.items()}
+    pools = {
+        band: spot_pool(band_trace(band), recovery)
+        for band in {snapshot.fallback_band} | {b for types in snapshot.bands.values() for b in types.values()}
+    }
+    per_type = {
+        (region, itype): pools[band] for region, types in snapshot.bands.items() for itype, band in types.items()
+    }
     return Interruptions(
         label=f"at each type's recorded band ({snapshot.source} of {snapshot.as_of}; {snapshot.fallback_band} where "
-              "none is recorded)",
+        "none is recorded)",
         spec=AUTO,
         default=pools[snapshot.fallback_band],
         recovery=recovery,

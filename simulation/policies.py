@@ -56,8 +56,9 @@ class PolicyPlan:
     rules: PolicyRules
 
 
-def plan_policies(catalog: Catalog, request: PlanRequest, plan: Plan | None,
-                  with_deadline: bool) -> tuple[PolicyPlan, ...]:
+def plan_policies(
+    catalog: Catalog, request: PlanRequest, plan: Plan | None, with_deadline: bool
+) -> tuple[PolicyPlan, ...]:
     """Ask the planner for this price cap (the plan itself when `plan` is None, and always its baselines
     and the on-demand-only cluster), and pair each plan with its policy."""
     from provisioning.planner.on_demand import on_demand_plan
@@ -68,8 +69,9 @@ def plan_policies(catalog: Catalog, request: PlanRequest, plan: Plan | None,
     return policy_plans(primary, result, on_demand_plan(catalog, request), catalog, with_deadline)
 
 
-def policy_plans(primary: Plan, result: PlanResult, on_demand: Plan | None, catalog: Catalog,
-                 with_deadline: bool) -> tuple[PolicyPlan, ...]:
+def policy_plans(
+    primary: Plan, result: PlanResult, on_demand: Plan | None, catalog: Catalog, with_deadline: bool
+) -> tuple[PolicyPlan, ...]:
     """Every policy that has a plan at this price cap, in the order they are shown.
 
     `result` is the planner's answer at the same cap (its baselines); a baseline or on-demand cluster that
@@ -86,11 +88,15 @@ def policy_plans(primary: Plan, result: PlanResult, on_demand: Plan | None, cata
             chosen.append(PolicyPlan(name, baseline, PLAN_ONLY_RECOVERY))
     if on_demand is not None:
         chosen.append(PolicyPlan(PolicyName.ON_DEMAND, on_demand, PLAN_ONLY_RECOVERY))
-    chosen.append(PolicyPlan(PolicyName.SPOT_RESTART, spot_only_plan(primary, catalog),
-                             PolicyRules(replace=True, restart_all=True)))
+    chosen.append(
+        PolicyPlan(
+            PolicyName.SPOT_RESTART, spot_only_plan(primary, catalog), PolicyRules(replace=True, restart_all=True)
+        )
+    )
     if with_deadline:
-        chosen.append(PolicyPlan(PolicyName.DEADLINE_FALLBACK, primary,
-                                 PolicyRules(replace=True, deadline_fallback=True)))
+        chosen.append(
+            PolicyPlan(PolicyName.DEADLINE_FALLBACK, primary, PolicyRules(replace=True, deadline_fallback=True))
+        )
     return tuple(chosen)
 
 

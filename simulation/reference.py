@@ -272,4 +272,3 @@ def _od_price(pool: SpotPool) -> float:
     """What the deadline fallback pays per hour for a node of this pool (a pool without an on-demand price
     is never bought on demand, so 0 never bills)."""
     return pool.group.on_demand_usd_per_hour or 0.0
-

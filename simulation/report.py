@@ -59,8 +59,14 @@ class PolicySummary:
         }
 
 
-def summarise(policy: PolicyName, plan: Plan, traces: tuple[str, ...], outcomes: RunOutcomes, work_pflop: float,
-              deadline_h: float | None) -> PolicySummary:
+def summarise(
+    policy: PolicyName,
+    plan: Plan,
+    traces: tuple[str, ...],
+    outcomes: RunOutcomes,
+    work_pflop: float,
+    deadline_h: float | None,
+) -> PolicySummary:
     cost = Quantiles.of(outcomes.cost_usd)
     return PolicySummary(
         policy=policy,

@@ -79,7 +79,7 @@ class Trace:
 
     @property
     def drives_by(self) -> str:
-        """"capacity" when a capacity series decides who lives, "lifetimes" otherwise."""
+        """ "capacity" when a capacity series decides who lives, "lifetimes" otherwise."""
         return "capacity" if self.capacity is not None else "lifetimes"
 
     def mean_lifetime_h(self) -> float:

@@ -66,16 +66,19 @@ class ZoneTraces:
         return (self.own_zone, *[z for z, _ in self.by_zone if z != self.own_zone])
 
 
-def zone_traces(given: Sequence[tuple[TraceSpec, Trace]], own_zone: str, region: str, region_zones: Sequence[str],
-                default: TraceFor) -> ZoneTraces:
+def zone_traces(
+    given: Sequence[tuple[TraceSpec, Trace]], own_zone: str, region: str, region_zones: Sequence[str], default: TraceFor
+) -> ZoneTraces:
     """Check the `--trace` flags against the plan's region and put them on one clock (module docstring).
     InputError: a zone not in the region, two traces for one zone."""
     chosen: dict[str, tuple[TraceSpec, Trace]] = {}
     for spec, trace in given:
         zone = own_zone if spec.zone is None else spec.zone
         if zone not in region_zones:
-            raise InputError(f"--trace {spec.zone}=...: {spec.zone} is not a zone of the plan's region {region} "
-                             f"(its zones: {', '.join(region_zones)})")
+            raise InputError(
+                f"--trace {spec.zone}=...: {spec.zone} is not a zone of the plan's region {region} "
+                f"(its zones: {', '.join(region_zones)})"
+            )
         if zone in chosen:
             first = chosen[zone][0]
             own = " (the plan's own zone)" if first.zone is None or spec.zone is None else ""
@@ -102,5 +105,8 @@ def _cut(trace: Trace, horizon_h: float) -> Trace:
     if keep >= len(series.shares):
         return trace
     cut = CapacitySeries(series.step_h, series.shares[:keep], series.request)
-    return replace(trace, capacity=cut, notes=(*trace.notes, f"cut to {cut.horizon_h:.1f} h: one clock with the "
-                                                             "other zones' series"))
+    return replace(
+        trace,
+        capacity=cut,
+        notes=(*trace.notes, f"cut to {cut.horizon_h:.1f} h: one clock with the other zones' series"),
+    )

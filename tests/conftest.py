@@ -22,8 +22,13 @@ DATA = REPO / "tests" / "data"
 # many (`pytest --hypothesis-profile=soak tests/planner tests/simulation tests/test_input_properties.py`). No
 # deadline: a solve or a simulation may take a second on a loaded machine without being wrong.
 _CI_EXAMPLES = 100
-settings.register_profile("ci", max_examples=_CI_EXAMPLES, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    "ci",
+    max_examples=_CI_EXAMPLES,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 settings.register_profile("soak", parent=settings.get_profile("ci"), max_examples=10 * _CI_EXAMPLES)
 
 
@@ -79,9 +84,7 @@ def s3_endpoint() -> Iterator[str]:
     server.stop()
 
 
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run `deepvm ARGS` as a separate process, the way a script does: no terminal on stdin, as in CI
     (a developer's terminal must not make `up` stop to ask)."""
     full_env = dict(os.environ)

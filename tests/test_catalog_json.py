@@ -15,8 +15,9 @@ def test_quota_groups_follow_aws_families():
 def test_round_trip_keeps_every_field():
     catalog = Catalog(
         types={
-            "g5.xlarge": InstanceType("g5.xlarge", "G and VT", 4, 16.0, 10.0, "A10G", 1, 70.0,
-                                      ScalingParams(0.1, 15.0, 5.0)),
+            "g5.xlarge": InstanceType(
+                "g5.xlarge", "G and VT", 4, 16.0, 10.0, "A10G", 1, 70.0, ScalingParams(0.1, 15.0, 5.0)
+            ),
             "c5.xlarge": InstanceType("c5.xlarge", "Standard", 4, 8.0, 10.0),
         },
         prices=[

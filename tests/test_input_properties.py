@@ -29,11 +29,17 @@ from training.shared.jobspec import JobSpec, load_job_spec
 _FAST = settings(max_examples=examples(100))
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**20), max_value=10**20),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30).filter(lambda s: s != "aws"),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30).filter(lambda s: s != "aws"),
 )
-_json = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=3)), max_leaves=8)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=3)),
+    max_leaves=8,
+)
 
 # what makes YAML and JSON go wrong: structure, quoting, anchors, tags, odd characters
 _SIGNIFICANT = st.sampled_from([*":-[]{},&*!|>'\"#%@`\\\n\t .0123456789eE+", "\x00", "\u202e", "\ufeff", "é"])
@@ -77,7 +83,7 @@ def _edited(data: st.DataObject, text: str) -> str:
         if edit == "insert":
             text = text[:at] + data.draw(_edit_text) + text[at:]
         elif edit == "delete":
-            text = text[:at] + text[at + data.draw(st.integers(1, 8)):]
+            text = text[:at] + text[at + data.draw(st.integers(1, 8)) :]
         else:
             lines = text.splitlines(keepends=True) or [""]
             index = min(at, len(lines) - 1)
@@ -129,8 +135,9 @@ def _catalog_text() -> str:
     return json.dumps({**own_catalog(), "types": own_catalog()["types"][:4]}, indent=1)
 
 
-@pytest.mark.parametrize(("valid", "load"), [(_plan_text, load_plans), (_catalog_text, load_catalog_file)],
-                         ids=["plan-file", "catalog-file"])
+@pytest.mark.parametrize(
+    ("valid", "load"), [(_plan_text, load_plans), (_catalog_text, load_catalog_file)], ids=["plan-file", "catalog-file"]
+)
 @_FAST
 @given(data=st.data())
 def test_any_json_or_an_edited_valid_file_is_accepted_or_one_line(tmp_path, valid, load, data):
@@ -149,8 +156,11 @@ def test_any_json_or_an_edited_valid_file_is_accepted_or_one_line(tmp_path, vali
 
 _FIELDS = sorted(set(JobSpec.model_fields) | {"lr", "kind", "samples", "script", "every_steps", "<<"})
 _yaml_keys = st.one_of(st.sampled_from(_FIELDS), st.text(max_size=8), st.integers(-3, 3))
-_yaml_data = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(_yaml_keys, inner, max_size=4)), max_leaves=10)
+_yaml_data = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_yaml_keys, inner, max_size=4)),
+    max_leaves=10,
+)
 
 
 def _job_outcome(path: Path) -> None:

@@ -56,8 +56,10 @@ def own_job(folder: Path, *, steps: int | None = 20, script: str = "train.py", c
     counted = f"steps: {steps}\n" if steps is not None else ""
     flag = "" if calls_step else ", calls_step: false"
     job = folder / "job.yaml"
-    job.write_text(f"name: own\n{counted}log_every: 5\ncheckpoint: {{every_steps: 5, levels: [l1, l2]}}\n"
-                   f"run: {{script: {script}, args: [--batch-size, '4']{flag}}}\nenv: {{OMP_NUM_THREADS: '1'}}\n")
+    job.write_text(
+        f"name: own\n{counted}log_every: 5\ncheckpoint: {{every_steps: 5, levels: [l1, l2]}}\n"
+        f"run: {{script: {script}, args: [--batch-size, '4']{flag}}}\nenv: {{OMP_NUM_THREADS: '1'}}\n"
+    )
     return job
 
 
@@ -71,9 +73,11 @@ def test_a_link_that_would_not_go_is_refused_before_any_cluster(tmp_path, capsys
     secret.write_text("aws_secret_access_key = canary\n")
     (tmp_path / "job" / "creds").symlink_to(secret)
     line = one_error(*run(capsys, "train", str(job))[::2])  # no cluster exists: the link is the first answer
-    assert line == (f"{job.parent / 'creds'}: a symbolic link to {secret}, outside the job directory; deepvm pushes "
-                    f"{job.parent} as regular files and follows a link only to a regular file inside it: copy or "
-                    "move what the job needs into it")
+    assert line == (
+        f"{job.parent / 'creds'}: a symbolic link to {secret}, outside the job directory; deepvm pushes "
+        f"{job.parent} as regular files and follows a link only to a regular file inside it: copy or "
+        "move what the job needs into it"
+    )
 
 
 # --- 5. fetch --out ------------------------------------------------------------------------------------------
@@ -101,8 +105,9 @@ def test_every_local_path_error_of_out_is_one_line_before_any_node(case, tmp_pat
 
 
 def _one_second_lives(path: Path, nodes: int) -> Path:
-    path.write_text("time_ms,event,node\n" + "".join(f"{i * 1000},add,n{i}\n{i * 1000 + 1000},remove,n{i}\n"
-                                                    for i in range(nodes)))
+    path.write_text(
+        "time_ms,event,node\n" + "".join(f"{i * 1000},add,n{i}\n{i * 1000 + 1000},remove,n{i}\n" for i in range(nodes))
+    )
     return path
 
 
@@ -116,7 +121,8 @@ def test_simulate_refuses_nodes_that_live_a_second_and_shows_the_parse(tmp_path,
     assert one_error(code, "\n".join(lines[1:])) == (
         f"{trace}: its Spot nodes live 1 s on average, less than the 6.3 s a relaunch takes (--relaunch-time): "
         "no node would train before it is lost; check the trace's time unit (an events CSV's times are "
-        "milliseconds)")
+        "milliseconds)"
+    )
 
 
 def test_simulate_stops_a_run_on_course_for_endless_interruptions(tmp_path, capsys):
@@ -125,8 +131,23 @@ def test_simulate_stops_a_run_on_course_for_endless_interruptions(tmp_path, caps
     is `deepvm`, whose runs go through the ladder's loop (simulation/market_run.py), not the engine: without
     a pace check of its own it ran on to the time limit, past pytest's 300 s."""
     trace = _one_second_lives(tmp_path / "nodes.csv", 2_000)
-    code, _, err = run(capsys, "simulate", "--max-price", "3", "--offline", "--trace", str(trace), "--work", "100",
-                       "--relaunch-time", "0.5", "--restart-time", "0.5", "--runs", "20")
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--max-price",
+        "3",
+        "--offline",
+        "--trace",
+        str(trace),
+        "--work",
+        "100",
+        "--relaunch-time",
+        "0.5",
+        "--restart-time",
+        "0.5",
+        "--runs",
+        "20",
+    )
     assert code == 3, err
     assert err.splitlines()[-1].startswith("deepvm: error: ")
     assert "would need more than 200,000 interruptions and replacements per run on this trace" in err
@@ -177,8 +198,16 @@ def test_a_bad_value_leaves_the_unreadable_file_where_it_is(isolated_env, capsys
 
 
 def _wide_progress(step: int, epoch: int | None) -> Progress:
-    return Progress(step=step, total_steps=100_000, epoch=epoch, loss=12.3456, samples_per_s=123_456.7,
-                    world_size=128, cost_usd=1234.5678, synthetic=True)
+    return Progress(
+        step=step,
+        total_steps=100_000,
+        epoch=epoch,
+        loss=12.3456,
+        samples_per_s=123_456.7,
+        world_size=128,
+        cost_usd=1234.5678,
+        synthetic=True,
+    )
 
 
 def test_train_progress_is_one_line_at_80_columns_without_an_epoch_for_a_script(monkeypatch):
@@ -197,8 +226,9 @@ def test_train_progress_is_one_line_at_80_columns_without_an_epoch_for_a_script(
 
 def test_a_progress_line_drops_fields_by_width_not_loss_or_money():
     p = _wide_progress(10, 3)
-    assert describe_progress(p) == ("epoch 3 · loss 12.3456 · 123,456.7 samples/s · 128 trainers · $1234.5678 · "
-                                    "synthetic data")
+    assert describe_progress(p) == (
+        "epoch 3 · loss 12.3456 · 123,456.7 samples/s · 128 trainers · $1234.5678 · synthetic data"
+    )
     assert describe_progress(p, 64) == "loss 12.3456 · 123,456.7 samples/s · 128 trainers · $1234.5678"
     assert describe_progress(p, 30) == "loss 12.3456 · $1234.5678"
     line = progress_line(p, "1h02m", width=80)  # `deepvm logs` on a terminal
@@ -218,8 +248,8 @@ def test_market_says_which_columns_it_leaves_out(monkeypatch, capsys):
 
 def test_the_readme_trace_examples_read_as_it_says():
     text = (REPO / "README.md").read_text()
-    section = text[text.index("### Trace files"):]
-    section = section[:section.index("\n### ", 1)]
+    section = text[text.index("### Trace files") :]
+    section = section[: section.index("\n### ", 1)]
     blocks = re.findall(r"```\n(.*?)```", section, re.S)
     kinds = [parse_trace_bytes(block.encode(), "README", "README").kind.value for block in blocks]
     assert kinds == ["lifetimes", "events", "capacity"]
@@ -293,8 +323,10 @@ def _cancel_and_fetch(capsys, job: Path, job_id: str, out: Path) -> None:
     shown = re.search(r"newest checkpoint: step (\d+), on ", said)
     assert shown and 0 < int(shown[1]) <= state["checkpoint_step"], err
     assert f"~/deepvm/jobs/{job_id}/checkpoints/ckpt-" in said
-    assert f"a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0: deepvm train " \
-           f"{job} --cluster {NAME}" in said
+    assert (
+        f"a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0: deepvm train "
+        f"{job} --cluster {NAME}" in said
+    )
 
 
 @pytest.mark.sandbox
@@ -314,10 +346,12 @@ def test_a_script_that_never_steps_fails_its_job(home, tmp_path, capsys):
 def test_a_script_that_hangs_before_its_first_step_is_stopped_after_its_startup_grace(home, tmp_path, capsys):
     """Point 1: it sat at step 0 for minutes with --stall-timeout 20, until a manual cancel (a fixed 900 s)."""
     stuck = own_job(tmp_path / "stuck", steps=20)
-    (stuck.parent / "train.py").write_text("import time\nfrom training import job\nctx = job.attach()\n"
-                                           "time.sleep(3600)  # a peer that never comes\n")  # fmt: skip
-    code, _, err = run(capsys, "train", str(stuck), "--cluster", NAME, "--stall-timeout", "600",
-                       "--startup-grace", "15")  # fmt: skip
+    (stuck.parent / "train.py").write_text(
+        "import time\nfrom training import job\nctx = job.attach()\ntime.sleep(3600)  # a peer that never comes\n"
+    )
+    code, _, err = run(
+        capsys, "train", str(stuck), "--cluster", NAME, "--stall-timeout", "600", "--startup-grace", "15"
+    )
     said = " ".join(err.split())
     assert code != 0 and "no first step within the start-up grace of 15s (killed as hung" in said, err[-2000:]
     assert "the same failure in 2 attempts in a row, without a step: not retried" in said  # not a third bill

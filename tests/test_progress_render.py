@@ -17,8 +17,16 @@ from training.shared.records import LogKind, LogRecord
 
 
 def _progress(step: int) -> Progress:
-    return Progress(step=step, total_steps=420, epoch=3, loss=1.2345, samples_per_s=12345.6, world_size=17,
-                    cost_usd=12.3456, synthetic=False)
+    return Progress(
+        step=step,
+        total_steps=420,
+        epoch=3,
+        loss=1.2345,
+        samples_per_s=12345.6,
+        world_size=17,
+        cost_usd=12.3456,
+        synthetic=False,
+    )
 
 
 def test_eta_follows_the_recent_rate_and_restarts_after_a_resume():
@@ -62,32 +70,47 @@ def test_mpirun_forwarding_signals_stays_in_the_log_and_off_the_screen(monkeypat
     screen = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
     monkeypatch.setattr(console, "err", screen)
     chatter = LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="mpirun")
-    records = [chatter, LogRecord("log", 0.0, text="loss is fine", source="node-1 r0"),
-               LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="node-1 r0"),  # a rank's own
-               LogRecord("log", 0.0, text="mpirun noticed that process rank 1 exited on signal 9", source="mpirun")]
+    records = [
+        chatter,
+        LogRecord("log", 0.0, text="loss is fine", source="node-1 r0"),
+        LogRecord("log", 0.0, text="mpirun: Forwarding signal 10 to job", source="node-1 r0"),  # a rank's own
+        LogRecord("log", 0.0, text="mpirun noticed that process rank 1 exited on signal 9", source="mpirun"),
+    ]
     with reporters.live_reporter() if live else reporters.plain_reporter() as report:
         for record in records:
             replay(report)(record)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.file.getvalue() + capsys.readouterr().err)  # cursor codes
     assert [line.strip() for line in text.splitlines() if line.strip()] == [
-        "[node-1 r0] loss is fine", "[node-1 r0] mpirun: Forwarding signal 10 to job",
-        "[mpirun] mpirun noticed that process rank 1 exited on signal 9"]
+        "[node-1 r0] loss is fine",
+        "[node-1 r0] mpirun: Forwarding signal 10 to job",
+        "[mpirun] mpirun noticed that process rank 1 exited on signal 9",
+    ]
     assert record_line(chatter) == "[mpirun] mpirun: Forwarding signal 10 to job"
 
 
 def _script(last_line: str = "Epoch 3 | Batchsize: 32 | Steps: 64", newest: str = "job/snapshot.pt") -> Progress:
     """A launched script's progress (run.calls_step: false, no step reported): no step, loss or rate of its own."""
-    return Progress(step=0, total_steps=0, epoch=None, loss=float("nan"), samples_per_s=0.0, world_size=3,
-                    cost_usd=0.0123, synthetic=False,
-                    script=ScriptProgress(running_s=250.0, last_line=last_line, kept_files=2 if newest else 0,
-                                          newest=newest, newest_age_s=40.0))  # fmt: skip
+    return Progress(
+        step=0,
+        total_steps=0,
+        epoch=None,
+        loss=float("nan"),
+        samples_per_s=0.0,
+        world_size=3,
+        cost_usd=0.0123,
+        synthetic=False,
+        script=ScriptProgress(
+            running_s=250.0, last_line=last_line, kept_files=2 if newest else 0, newest=newest, newest_age_s=40.0
+        ),
+    )
 
 
 def test_a_launched_scripts_progress_says_how_long_it_runs_what_is_kept_and_its_last_line_never_step_0_of_0():
     """Issue 36 finding 7: "step 0/0 · loss nan · 0.0 samples/s" for a script that reports no steps."""
     assert progress_line(_script(), eta="1m00s") == (
         "running 4m10s · kept job/snapshot.pt (+1 more), written 0m40s ago · 3 trainers · $0.0123 · > Epoch 3 | "
-        "Batchsize: 32 | Steps: 64")  # fmt: skip
+        "Batchsize: 32 | Steps: 64"
+    )
     assert progress_line(_script(newest=""), width=45) == "running 4m10s · nothing kept yet · $0.0123"  # its line first
     assert progress_line(_script("x" * 80)).endswith(" · > " + "x" * 60 + "...")
     model = WatchModel("job-1")
@@ -98,8 +121,10 @@ def test_a_launched_scripts_progress_says_how_long_it_runs_what_is_kept_and_its_
 
 
 def test_a_progress_record_of_before_launched_scripts_still_reads():
-    old = '{"kind":"progress","at":1.0,"progress":{"step":3,"total_steps":40,"epoch":0,"loss":null,' \
-          '"samples_per_s":10.0,"world_size":3,"cost_usd":0.5,"synthetic":false}}'
+    old = (
+        '{"kind":"progress","at":1.0,"progress":{"step":3,"total_steps":40,"epoch":0,"loss":null,'
+        '"samples_per_s":10.0,"world_size":3,"cost_usd":0.5,"synthetic":false}}'
+    )
     progress = LogRecord.from_json(old).progress
     assert progress is not None and progress.script is None and progress_line(progress).startswith("step 3/40 · ")
 

@@ -51,17 +51,48 @@ def seed_cluster(status: JobStatus, out: Path | None = None) -> None:
     """A cluster of one on-demand anchor and two spot trainers (one noticed and replaced) and a job on it,
     in DEEPVM_HOME's store, as a head (or, once the cluster is down, this machine) keeps them."""
     store = Store()
-    store.put_cluster(ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root",
-                                 iso(START)))  # fmt: skip
+    store.put_cluster(
+        ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources(), "root", iso(START))
+    )
     plan = {g.market: g.usd_per_hour for g in make_plan().nodes}
-    nodes = [("i-a", Market.ON_DEMAND, Role.ANCHOR), ("i-t1", Market.SPOT, Role.TRAINER),
-             ("i-t2", Market.SPOT, Role.TRAINER)]  # fmt: skip
-    store.put_nodes("c1", [NodeRecord(i, "g4dn.xlarge", m, r, "us-east-1a", "running", "10.0.0.1", None, plan[m],
-                                      iso(START)) for i, m, r in nodes])  # fmt: skip
+    nodes = [
+        ("i-a", Market.ON_DEMAND, Role.ANCHOR),
+        ("i-t1", Market.SPOT, Role.TRAINER),
+        ("i-t2", Market.SPOT, Role.TRAINER),
+    ]
+    store.put_nodes(
+        "c1",
+        [
+            NodeRecord(i, "g4dn.xlarge", m, r, "us-east-1a", "running", "10.0.0.1", None, plan[m], iso(START))
+            for i, m, r in nodes
+        ],
+    )
     store.add_event("c1", "notice", f"{JOB}: Spot interruption notice on trainer-t1 (instance-action)")
     store.add_event("c1", "recovered", f"{JOB}: recovered (notice): 2 -> 1 trainers, resumed at step 40")
-    JobStore().put(JobRow(JOB, "c1", "lm", "/x/lm.yaml", status, iso(START), "", 60, 100, 2,
-                          0.5, 1, 0, 60, 0.0, 0.012, str(out or "/tmp/out"), "python3", "", "i-a"))  # fmt: skip
+    JobStore().put(
+        JobRow(
+            JOB,
+            "c1",
+            "lm",
+            "/x/lm.yaml",
+            status,
+            iso(START),
+            "",
+            60,
+            100,
+            2,
+            0.5,
+            1,
+            0,
+            60,
+            0.0,
+            0.012,
+            str(out or "/tmp/out"),
+            "python3",
+            "",
+            "i-a",
+        )
+    )
     # the row's updated_at is now: a job in a final state ended now
 
 
@@ -72,8 +103,9 @@ def records(steps: int = 60) -> list[LogRecord]:
         at = START.timestamp() + 30 * n
         point = MetricPoint(step, {"loss": 2 - step / 100, "acc": step / 100})
         found.append(LogRecord(LogKind.METRICS, at, metrics=point))
-        found.append(LogRecord(LogKind.PROGRESS, at, progress=Progress(step, 100, None, 2 - step / 100, 50.0, 2, 0.01,
-                                                                        False)))  # fmt: skip
+        found.append(
+            LogRecord(LogKind.PROGRESS, at, progress=Progress(step, 100, None, 2 - step / 100, 50.0, 2, 0.01, False))
+        )
     return found
 
 
@@ -101,9 +133,11 @@ def test_the_view_fits_80_by_24_and_shows_every_part():
 
 def _snapshot_json() -> str:
     seed_cluster(JobStatus.RUNNING)
-    code = ("import sys; from provisioning.clusters.store import Store; from training.head.query import _summary; "
-            "from training.shared.watch_records import snapshot_of; "
-            "print(snapshot_of(_summary(sys.argv[1]), Store()).to_json())")  # fmt: skip
+    code = (
+        "import sys; from provisioning.clusters.store import Store; from training.head.query import _summary; "
+        "from training.shared.watch_records import snapshot_of; "
+        "print(snapshot_of(_summary(sys.argv[1]), Store()).to_json())"
+    )
     out = subprocess.run([sys.executable, "-c", code, JOB], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -123,8 +157,14 @@ def test_the_snapshot_carries_the_nodes_money_and_timeline_since_the_job_started
 
 def head_watch(home: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "DEEPVM_HOME": str(home), "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "training.head.query", "watch", JOB, "--every", "0.2", *args],
-                            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.head.query", "watch", JOB, "--every", "0.2", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def write_log(home: Path, extra: list[LogRecord] = ()) -> None:
@@ -136,8 +176,14 @@ def write_log(home: Path, extra: list[LogRecord] = ()) -> None:
 
 def test_the_head_streams_the_log_and_snapshots_and_ends_with_the_job(isolated_env):
     seed_cluster(JobStatus.COMPLETED)
-    write_log(isolated_env, [LogRecord(LogKind.STATE, START.timestamp() + 1800, text="completed: step 100/100",
-                                       status=JobStatus.COMPLETED)])  # fmt: skip
+    write_log(
+        isolated_env,
+        [
+            LogRecord(
+                LogKind.STATE, START.timestamp() + 1800, text="completed: step 100/100", status=JobStatus.COMPLETED
+            )
+        ],
+    )
     process = head_watch(isolated_env)  # its stdin stays open, as the watcher's SSH session does
     assert process.stdout is not None
     out = process.stdout.read()  # to the end: the job is over
@@ -208,16 +254,30 @@ def test_a_finished_run_whose_head_copied_it_to_s3_shows_from_there(isolated_env
     JobStore().put(replace(row, outputs_url="s3://watch-outputs", down_when_done=True))
     Store().set_status("c1", ClusterStatus.TERMINATED)
     Store().close_costs("c1")
-    summary = RunSummary(job_id=JOB, cluster="c1", status=JobStatus.COMPLETED, message="completed", step=100,
-                         total_steps=100, started_at=iso(START), ended_at=iso(START + timedelta(minutes=30)),
-                         cost_usd=0.02, on_demand_usd=0.05, interruptions=1, replacements=1)  # fmt: skip
+    summary = RunSummary(
+        job_id=JOB,
+        cluster="c1",
+        status=JobStatus.COMPLETED,
+        message="completed",
+        step=100,
+        total_steps=100,
+        started_at=iso(START),
+        ended_at=iso(START + timedelta(minutes=30)),
+        cost_usd=0.02,
+        on_demand_usd=0.05,
+        interruptions=1,
+        replacements=1,
+    )
     files = f"deepvm-jobs/{JOB}"
     s3.put_object(Bucket="watch-outputs", Key=f"{files}/summary.json", Body=summary.to_json().encode())
     assert main(["watch", JOB]) == 5  # the summary is there, the log not yet: said, with where it looked
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"its log is not in s3://watch-outputs/{files}/ (yet)" in err, err
-    s3.put_object(Bucket="watch-outputs", Key=f"{files}/log.jsonl",
-                  Body="".join(r.to_json() + "\n" for r in records(100)).encode())
+    s3.put_object(
+        Bucket="watch-outputs",
+        Key=f"{files}/log.jsonl",
+        Body="".join(r.to_json() + "\n" for r in records(100)).encode(),
+    )
     assert main(["watch", JOB]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith(f"{JOB} · completed · step 100/100 · loss 1.0000 · acc 1 · "), last

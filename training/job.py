@@ -158,7 +158,12 @@ class JobContext:
         return None if restored is None else restored.state
 
     def step(
-        self, step: int, state: Callable[[], Any], *, loss: float | torch.Tensor, samples: int = 0,
+        self,
+        step: int,
+        state: Callable[[], Any],
+        *,
+        loss: float | torch.Tensor,
+        samples: int = 0,
         epoch: int | None = None,
     ) -> bool:
         """Collective, after every optimizer step: checkpoint by the job's policy, report progress; True when
@@ -243,6 +248,15 @@ class JobContext:
         self._curve.append((step, global_loss))
         now = time.perf_counter()
         rate = self._window_samples / max(now - self._window_start, 1e-9)
-        emit(Step(rank=self.rank, step=step, epoch=epoch, loss=round(loss, 6), global_loss=round(global_loss, 6),
-                  samples_per_s=round(rate, 2), synthetic=False))  # fmt: skip
+        emit(
+            Step(
+                rank=self.rank,
+                step=step,
+                epoch=epoch,
+                loss=round(loss, 6),
+                global_loss=round(global_loss, 6),
+                samples_per_s=round(rate, 2),
+                synthetic=False,
+            )
+        )
         self._window_samples, self._window_start = 0, now

@@ -41,18 +41,27 @@ def chaos(
     trace: str = typer.Option(None, "--trace", help="A shipped trace's name, or a trace file."),
     steps: int = typer.Option(None, "--steps", callback=positive(MAX_STEPS), help="Training steps of the job."),
     step_time: float = typer.Option(
-        None, "--step-time", callback=positive(DAY_S), help="Seconds per step here, on the whole plan."),
+        None, "--step-time", callback=positive(DAY_S), help="Seconds per step here, on the whole plan."
+    ),
     seed: int = typer.Option(0, "--seed", callback=at_least(0, MAX_SEED), help="Random seed (as `simulate`'s)."),
     time_scale: float = typer.Option(
-        1.0, "--time-scale", callback=positive(MAX_TIME_SCALE),
-        help="Trace time passes this many times faster here (180: a trace hour in 20 s)."),
+        1.0,
+        "--time-scale",
+        callback=positive(MAX_TIME_SCALE),
+        help="Trace time passes this many times faster here (180: a trace hour in 20 s).",
+    ),
     notice_share: float = typer.Option(
-        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."),
+        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."
+    ),
     after: int = typer.Option(
-        120, "--after", callback=at_least(0, DAY_S), help="Seconds between a notice and its interruption."),
+        120, "--after", callback=at_least(0, DAY_S), help="Seconds between a notice and its interruption."
+    ),
     replacement_delay: float = typer.Option(
-        None, "--replacement-delay", callback=at_least(0, DAY_S),
-        help="Seconds here until a replacement joins (default: the simulator's 300, compressed)."),
+        None,
+        "--replacement-delay",
+        callback=at_least(0, DAY_S),
+        help="Seconds here until a replacement joins (default: the simulator's 300, compressed).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the executed schedule as one JSON object."),
 ) -> None:
     """Interrupt the cluster's Spot nodes on one simulated run's schedule, drawn from a trace."""
@@ -70,25 +79,49 @@ def chaos(
         raise CloudError(f"cluster {cluster!r} is {handle.row.status.value}, not up")
     plan = handle.plan
     catalog = catalog_of(plan)
-    question = ChaosQuestion(plan, catalog, chosen, seed, steps, step_time, time_scale,
-                             recovery_here(time_scale, notice_share, replacement_delay))
+    question = ChaosQuestion(
+        plan,
+        catalog,
+        chosen,
+        seed,
+        steps,
+        step_time,
+        time_scale,
+        recovery_here(time_scale, notice_share, replacement_delay),
+    )
     if chosen.capacity is not None:
         done = _replay_capacity(question, handle, after)
         if as_json:
-            console.print_json({"cluster": cluster, "trace": chosen.name, "seed": seed, "time_scale": time_scale,
-                                "capacity": [a.to_dict() for a in done]})
+            console.print_json(
+                {
+                    "cluster": cluster,
+                    "trace": chosen.name,
+                    "seed": seed,
+                    "time_scale": time_scale,
+                    "capacity": [a.to_dict() for a in done],
+                }
+            )
         return
     schedule = question.schedule()
-    console.info(f"chaos on {cluster}: {len(schedule)} Spot losses from {chosen.name} (seed {seed}), "
-                 f"a trace hour every {3600.0 / time_scale:g} s")
+    console.info(
+        f"chaos on {cluster}: {len(schedule)} Spot losses from {chosen.name} (seed {seed}), "
+        f"a trace hour every {3600.0 / time_scale:g} s"
+    )
     slots = SlotMap.for_plan(plan, catalog)
     actions, start = [], time.monotonic()
     for step in schedule:
         time.sleep(max(0.0, start + step.at_s - time.monotonic()))
         actions.append(_carry_out(step, slots, handle, after, time.monotonic() - start))
     if as_json:
-        console.print_json({"cluster": cluster, "trace": chosen.name, "seed": seed, "time_scale": time_scale,
-                            "actions": [a.to_dict() for a in actions]})
+        console.print_json(
+            {
+                "cluster": cluster,
+                "trace": chosen.name,
+                "seed": seed,
+                "time_scale": time_scale,
+                "actions": [a.to_dict() for a in actions],
+            }
+        )
 
 
 def _carry_out(step: ChaosStep, slots: SlotMap, cluster: Cluster, after: int, elapsed_s: float) -> ChaosAction:
@@ -113,8 +146,11 @@ def _running_spot(cluster: Cluster, zone: str | None = None) -> dict[str, NodeRe
 
     cluster.refresh()
     home = cluster.row.plan.availability_zone
-    return {n.instance_id: n for n in cluster.nodes() if n.market is Market.SPOT and n.state == RUNNING
-            and (zone is None or (n.availability_zone or home) == zone)}  # fmt: skip
+    return {
+        n.instance_id: n
+        for n in cluster.nodes()
+        if n.market is Market.SPOT and n.state == RUNNING and (zone is None or (n.availability_zone or home) == zone)
+    }
 
 
 def _take(cluster: Cluster, node: NodeRecord, notice: bool, after: int) -> str:
@@ -137,17 +173,21 @@ def _replay_capacity(question: ChaosQuestion, cluster: Cluster, after: int) -> l
 
     info = running_sandbox()
     if cluster.row.cloud is not CloudKind.SANDBOX or info is None:
-        raise InputError(f"{question.trace.name} is a capacity series: chaos replays it into the sandbox's capacity "
-                         f"schedule, and cluster {cluster.name!r} is not a running sandbox cluster")
+        raise InputError(
+            f"{question.trace.name} is a capacity series: chaos replays it into the sandbox's capacity "
+            f"schedule, and cluster {cluster.name!r} is not a running sandbox cluster"
+        )
     case = question.market_case()
     draws = case.draws()
     offset_h = run_offset_h(case, draws)
     predicted = run_market(case, draws, 0)
     steps = capacity_steps(case, offset_h, question.time_scale, LOOKAHEAD * predicted.makespan_h)
     zone = question.plan.availability_zone
-    console.info(f"chaos on {cluster.name}: the Spot capacity of {zone} from {question.trace.name} (seed "
-                 f"{question.seed}, {offset_h:.3f} h in), {len(steps)} samples, a trace hour every "
-                 f"{3600.0 / question.time_scale:g} s")
+    console.info(
+        f"chaos on {cluster.name}: the Spot capacity of {zone} from {question.trace.name} (seed "
+        f"{question.seed}, {offset_h:.3f} h in), {len(steps)} samples, a trace hour every "
+        f"{3600.0 / question.time_scale:g} s"
+    )
     start = time.monotonic()
 
     def wait_until(at_s: float) -> float:
@@ -157,15 +197,24 @@ def _replay_capacity(question: ChaosQuestion, cluster: Cluster, after: int) -> l
     def report(action: CapacityAction, messages: list[str]) -> None:
         for message in messages:
             console.info(f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] {message}")
-        console.info(f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] capacity "
-                     f"{action.step.nodes}: {action.held} held, {action.free} free in {zone}")
+        console.info(
+            f"[{action.done_at_s:7.1f} s | trace {action.step.trace_at_h:8.3f} h] capacity "
+            f"{action.step.nodes}: {action.held} held, {action.free} free in {zone}"
+        )
 
     # `kill` (SIGTERM) ends chaos as Ctrl-C does, so replay_capacity's `finally` takes its capacity rule away:
     # by Python's default a SIGTERM ends the process at once, and the sandbox would go on refusing Spot there
     before = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        return replay_capacity(steps, Levels(case.levels), draws, _LiveSpot(cluster, zone, after),
-                               TraceCapacity(RealismControl(info.endpoint), zone), wait_until, report)
+        return replay_capacity(
+            steps,
+            Levels(case.levels),
+            draws,
+            _LiveSpot(cluster, zone, after),
+            TraceCapacity(RealismControl(info.endpoint), zone),
+            wait_until,
+            report,
+        )
     finally:
         signal.signal(signal.SIGTERM, before)
 

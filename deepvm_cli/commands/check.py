@@ -41,8 +41,13 @@ def check_command(
 
     defaults = Defaults()
     # the config file's region is the fallback after the plan's (as for `up`, a plan carries its region)
-    request = CheckRequest(cloud=defaults.fill(cloud, "cloud") or "auto", region=region, plan_path=plan,
-                           image_id=ami, configured_region=defaults.config.region)  # fmt: skip
+    request = CheckRequest(
+        cloud=defaults.fill(cloud, "cloud") or "auto",
+        region=region,
+        plan_path=plan,
+        image_id=ami,
+        configured_region=defaults.config.region,
+    )
     defaults.announce()
     with console.stages("checking"):
         report = run_check(request)

@@ -24,8 +24,13 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     config = defaults.config
     choice = choose_cluster(None, defaults)
     if as_json:
-        console.print_json({"file": str(config.path), "defaults": config.shown(),
-                            "cluster": {"name": choice.name, "source": choice.source.value}})  # fmt: skip
+        console.print_json(
+            {
+                "file": str(config.path),
+                "defaults": config.shown(),
+                "cluster": {"name": choice.name, "source": choice.source.value},
+            }
+        )
         return
     _show(config)
     console.info(f"a command given no cluster takes {choice.name} ({choice.origin()})")

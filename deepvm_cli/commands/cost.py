@@ -32,8 +32,12 @@ class CloudTotal:
     usd_per_hour: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"cloud": self.cloud.value, "clusters": self.clusters, "cost_usd": round(self.usd, 6),
-                "usd_per_hour": round(self.usd_per_hour, 6)}  # fmt: skip
+        return {
+            "cloud": self.cloud.value,
+            "clusters": self.clusters,
+            "cost_usd": round(self.usd, 6),
+            "usd_per_hour": round(self.usd_per_hour, 6),
+        }
 
 
 def totals(bills: Sequence[ClusterBill]) -> list[CloudTotal]:
@@ -89,8 +93,7 @@ def cost_report_command(
     finish_ended_clusters()  # a cluster its head took down ends at the head's time and cost, not now
     bills = cost_report()
     if as_json:
-        console.print_json({"clusters": [b.to_dict() for b in bills],
-                            "totals": [t.to_dict() for t in totals(bills)]})  # fmt: skip
+        console.print_json({"clusters": [b.to_dict() for b in bills], "totals": [t.to_dict() for t in totals(bills)]})
         return
     if not bills:
         console.info("no clusters recorded yet; `deepvm up` starts one")

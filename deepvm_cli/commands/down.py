@@ -56,18 +56,21 @@ def down_command(
     cloud: str | None = typer.Option(
         None, "--cloud", help="Where to sweep when the cluster is not in the local state (default: auto)."
     ),
-    region: str | None = typer.Option(
-        None, "--region", help="Region to sweep when the cluster is not recorded."
-    ),
+    region: str | None = typer.Option(None, "--region", help="Region to sweep when the cluster is not recorded."),
     cancel_jobs: bool = typer.Option(
         False, "--cancel-jobs", help="Cancel the cluster's running managed jobs (after a checkpoint) first."
     ),
     keep_outputs: bool = typer.Option(
-        False, "--keep-outputs", help="Keep the cluster's outputs bucket (its jobs' outputs, logs and checkpoints in "
-        "S3); by default it is deleted with the cluster."),
+        False,
+        "--keep-outputs",
+        help="Keep the cluster's outputs bucket (its jobs' outputs, logs and checkpoints in "
+        "S3); by default it is deleted with the cluster.",
+    ),
     cluster_id: str = typer.Option(
-        "", "--cluster-id", help="Which cluster of that name to sweep when it is not recorded here and several "
-        "are tagged (their ids are listed then)."
+        "",
+        "--cluster-id",
+        help="Which cluster of that name to sweep when it is not recorded here and several "
+        "are tagged (their ids are listed then).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print what was deleted as JSON."),
 ) -> None:
@@ -80,8 +83,10 @@ def down_command(
     defaults = Defaults(tolerant=True)  # a broken config file never stops a teardown
     choice = choose_cluster(name, defaults)
     if yes and choice.source is not Source.GIVEN:
-        raise InputError(f"down --yes deletes without asking, so it needs the cluster's name: `deepvm down "
-                         f"{choice.name} --yes` deletes {choice.name} ({choice.origin()})")  # fmt: skip
+        raise InputError(
+            f"down --yes deletes without asking, so it needs the cluster's name: `deepvm down "
+            f"{choice.name} --yes` deletes {choice.name} ({choice.origin()})"
+        )
     name = choice.name
     cloud = defaults.fill(cloud, "cloud") or "auto"
     region = defaults.fill(region, "region")
@@ -93,20 +98,22 @@ def down_command(
     if banner:
         console.info(banner)
     if not yes and not console.interactive():
-        raise InputError(f"down would delete cluster {name}; `deepvm down {name} --yes` confirms (no terminal to "
-                         "ask on)")  # fmt: skip
+        raise InputError(
+            f"down would delete cluster {name}; `deepvm down {name} --yes` confirms (no terminal to ask on)"
+        )
     running = _running_jobs(found, cancel_jobs) if found is not None and found.is_up else NONE_RUNNING
     if not yes:
         _confirm(choice, preview, running, cancel_jobs)
     if running.head is not None:
         _cancel(running.head, running.jobs)
     with progress_reporter(quiet=as_json) as report:
-        result = down(name, cloud=cloud, region=region, report=report, cluster_id=cluster_id,
-                      keep_outputs=keep_outputs)
+        result = down(name, cloud=cloud, region=region, report=report, cluster_id=cluster_id, keep_outputs=keep_outputs)
     forget_cluster(name)
     if result.unreadable_state:
-        console.warning(f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
-                        "aside (with its -wal and -shm files) before the next command")  # fmt: skip
+        console.warning(
+            f"{result.unreadable_state}: cluster {name} was found by its tags alone; move the file "
+            "aside (with its -wal and -shm files) before the next command"
+        )
     _summary(result, as_json)
 
 
@@ -115,8 +122,15 @@ def _summary(result: DownResult, as_json: bool) -> None:
     from provisioning.clusters.cost import cost_fields
 
     if as_json:
-        console.print_json({"name": result.name, "deleted": result.deleted, "had_record": result.had_record,
-                            **cost_fields(result.cost), "outputs_kept": result.outputs_kept or None})  # fmt: skip
+        console.print_json(
+            {
+                "name": result.name,
+                "deleted": result.deleted,
+                "had_record": result.had_record,
+                **cost_fields(result.cost),
+                "outputs_kept": result.outputs_kept or None,
+            }
+        )
         return
     for item in result.deleted:
         console.out.print(f"deleted {item}")
@@ -154,8 +168,10 @@ def _what(named: str, preview: DownPreview, running: RunningJobs, cancel_jobs: b
     nodes = Counter(n.market.value for n in view.nodes if n.state == RUNNING)
     shown = " + ".join(f"{count} {market}" for market, count in sorted(nodes.items(), reverse=True))
     total = sum(nodes.values())
-    return (f"cluster {named}: {total} node{'s' * (total != 1)} ({shown or 'none running'}), "
-            f"${view.usd_per_hour:.4f}/h, {running.text(cancel_jobs)}")  # fmt: skip
+    return (
+        f"cluster {named}: {total} node{'s' * (total != 1)} ({shown or 'none running'}), "
+        f"${view.usd_per_hour:.4f}/h, {running.text(cancel_jobs)}"
+    )
 
 
 def _running_jobs(cluster: Cluster, cancel_jobs: bool) -> RunningJobs:

@@ -157,8 +157,10 @@ def fetch_command(
         return
     summary = job_on(head, job)
     if summary is not None and summary.status is JobStatus.RUNNING:
-        console.info(f"job {job} is still running (step {summary.step}/{summary.total_steps}): `deepvm logs {job} "
-                     f"-f` follows it, and `deepvm fetch {job}` brings its outputs once it completes")
+        console.info(
+            f"job {job} is still running (step {summary.step}/{summary.total_steps}): `deepvm logs {job} "
+            f"-f` follows it, and `deepvm fetch {job}` brings its outputs once it completes"
+        )
         return
     cluster.refresh()  # nodes the head bought, and those gone since
     for text, verbatim in leftover_lines(collect(cluster, summary, job, where), row, where):
@@ -175,13 +177,17 @@ def _fetch_from_s3(place: OutputsPlace, where: Path) -> None:
     summary = s3_summary(place)
     if summary is not None:
         remember(place, summary)
-    console.info(f"{len(fetched)} file(s) of job {place.job_id} from {place.url} in {where}" + (
-        f" ({summary.status} at step {summary.step}/{summary.total_steps})" if summary else ""))  # fmt: skip
+    console.info(
+        f"{len(fetched)} file(s) of job {place.job_id} from {place.url} in {where}"
+        + (f" ({summary.status} at step {summary.step}/{summary.total_steps})" if summary else "")
+    )
     if summary is not None and summary.status is not JobStatus.COMPLETED:
         found = s3_checkpoint(place)
         if found is not None:
-            console.info(f"its checkpoint of step {found[1]} is in {found[0]}: `deepvm train "
-                         f"{place.row.spec_path} --resume` continues it on any cluster")  # fmt: skip
+            console.info(
+                f"its checkpoint of step {found[1]} is in {found[0]}: `deepvm train "
+                f"{place.row.spec_path} --resume` continues it on any cluster"
+            )
 
 
 def register(app: typer.Typer) -> None:

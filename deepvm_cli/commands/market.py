@@ -113,9 +113,12 @@ def _quota_line(catalog: Catalog, region: str) -> str:
     if not quotas:
         return "vCPU quotas: unknown (no limit applied)"
     # a group of one market only (P5 spot: on-demand P5 count against P) is said with its market
-    parts = [f"{group} {_vcpus(by.get('on-demand'))}/{_vcpus(by.get('spot'))}" if len(by) == 2
-             else f"{group} {' '.join(f'{market} {_vcpus(v)}' for market, v in by.items())}"
-             for group, by in sorted(quotas.items())]
+    parts = [
+        f"{group} {_vcpus(by.get('on-demand'))}/{_vcpus(by.get('spot'))}"
+        if len(by) == 2
+        else f"{group} {' '.join(f'{market} {_vcpus(v)}' for market, v in by.items())}"
+        for group, by in sorted(quotas.items())
+    ]
     return "vCPU quotas on-demand/spot: " + ", ".join(parts)
 
 
@@ -124,8 +127,15 @@ def _vcpus(value: float | None) -> str:
 
 
 def _table(title: str, caption: str, headers: tuple[str, ...], left: int) -> Table:
-    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, padding=0)
+    table = Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=0,
+    )
     for index, header in enumerate(headers):
         table.add_column(header, justify="left" if index < left else "right", no_wrap=True)
     return table
@@ -138,17 +148,23 @@ def _render(catalog: Catalog, rows: list[MarketRow], holders: bool) -> None:
     headers = GPU_HEADERS if wide else tuple(h for h in GPU_HEADERS if h not in GPU_WIDE_ONLY)
     for region in sorted({r.region for r in rows}):
         in_region = [r for r in rows if r.region == region]
-        gpu_table = _table(f"GPU instance types in {region} — {source}", _quota_line(catalog, region),
-                           headers, left=2)
+        gpu_table = _table(f"GPU instance types in {region} — {source}", _quota_line(catalog, region), headers, left=2)
         for r in in_region:
             t = r.instance_type
             if t.is_gpu:
                 zone, spot = r.cheapest_spot or ("-", None)
                 cells = {
-                    "type": t.name, "GPUs": f"{t.gpu_count}x {t.gpu_model or '?'}", "vCPU": str(t.vcpus),
-                    "GiB": _gib(t), "Gbps": f"{t.network_gbps:g}", "TFLOPS": f"{t.flops:g}",
-                    "od $/h": _money(r.on_demand_usd), "spot $/h": _money(spot), "zone": zone.removeprefix(region),
-                    "FLOPP sp": _short(r.flopp_spot), "FLOPP od": _short(r.flopp_on_demand),
+                    "type": t.name,
+                    "GPUs": f"{t.gpu_count}x {t.gpu_model or '?'}",
+                    "vCPU": str(t.vcpus),
+                    "GiB": _gib(t),
+                    "Gbps": f"{t.network_gbps:g}",
+                    "TFLOPS": f"{t.flops:g}",
+                    "od $/h": _money(r.on_demand_usd),
+                    "spot $/h": _money(spot),
+                    "zone": zone.removeprefix(region),
+                    "FLOPP sp": _short(r.flopp_spot),
+                    "FLOPP od": _short(r.flopp_on_demand),
                 }
                 gpu_table.add_row(*(cells[h] for h in headers))
         console.out.print(gpu_table)
@@ -158,20 +174,28 @@ def _render(catalog: Catalog, rows: list[MarketRow], holders: bool) -> None:
             for r in cpu_rows:
                 t = r.instance_type
                 zone, spot = r.cheapest_spot or ("-", None)
-                cpu_table.add_row(t.name, str(t.vcpus), _gib(t), f"{t.network_gbps:g}",
-                                  _money(r.on_demand_usd), _money(spot), zone.removeprefix(region))
+                cpu_table.add_row(
+                    t.name,
+                    str(t.vcpus),
+                    _gib(t),
+                    f"{t.network_gbps:g}",
+                    _money(r.on_demand_usd),
+                    _money(spot),
+                    zone.removeprefix(region),
+                )
             console.out.print(cpu_table)
     if not wide and any(r.instance_type.is_gpu for r in rows):  # on stderr: what is missing is no data
-        console.info(f"{' and '.join(GPU_WIDE_ONLY)} left out at {console.out.width} columns: {WIDE_COLUMNS} show "
-                     "them, and --json has every field")
+        console.info(
+            f"{' and '.join(GPU_WIDE_ONLY)} left out at {console.out.width} columns: {WIDE_COLUMNS} show "
+            "them, and --json has every field"
+        )
 
 
 def _gib(t: InstanceType) -> str:
     return "-" if t.memory_gib is None else f"{t.memory_gib:g}"
 
 
-GPU_HEADERS = ("type", "GPUs", "vCPU", "GiB", "Gbps", "TFLOPS", "od $/h", "spot $/h", "zone",
-               "FLOPP sp", "FLOPP od")
+GPU_HEADERS = ("type", "GPUs", "vCPU", "GiB", "Gbps", "TFLOPS", "od $/h", "spot $/h", "zone", "FLOPP sp", "FLOPP od")
 # Below this terminal width the network and on-demand FLOPP columns are left out (`--json` has them), so
 # that no price, type name or number is cut at 80 columns.
 WIDE_COLUMNS = 110

@@ -30,7 +30,9 @@ def plan(
     catalog_file: Path = plan_flags.catalog_option,
     objective: ObjectiveChoice = typer.Option(ObjectiveChoice.deepvm, "--objective", help="What 'best' means."),
     deadline: float = typer.Option(
-        None, "--deadline", callback=positive(plan_flags.MAX_HOURS),
+        None,
+        "--deadline",
+        callback=positive(plan_flags.MAX_HOURS),
         help="Hours: the cheapest plan that finishes --work.",
     ),
     work: float = typer.Option(
@@ -45,16 +47,21 @@ def plan(
     refresh: bool = plan_flags.refresh_option,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     interruptions: str = typer.Option(
-        None, "--interruptions",
+        None,
+        "--interruptions",
         help="Rank by expected goodput per dollar with Spot interruptions: a band (<5%, 5-10%, 10-15%, 15-20%, "
-             ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
+        ">20% per month), a rate per node-hour, a trace name or file, or 'auto' (each type's recorded band).",
     ),
     relaunch_time: float = typer.Option(
-        None, "--relaunch-time", callback=at_least(0, DAY_S),
+        None,
+        "--relaunch-time",
+        callback=at_least(0, DAY_S),
         help="With --interruptions: seconds a relaunch stops the cluster (6.3, measured).",
     ),
     replacement_delay: float = typer.Option(
-        None, "--replacement-delay", callback=at_least(0, DAY_S),
+        None,
+        "--replacement-delay",
+        callback=at_least(0, DAY_S),
         help="With --interruptions: seconds until a replacement spot node trains (300, estimated).",
     ),
     profile_files: list[Path] = plan_flags.profile_option,

@@ -35,9 +35,7 @@ def profile_command(
         None, "--sizes", help="Trainer node counts to measure, e.g. 1,2,4 (default: 1, 2, 4, ... and all of them)."
     ),
     steps: int = typer.Option(60, "--steps", min=1, max=MAX_STEPS, help="Steps in each measured repeat."),
-    warmup: int = typer.Option(
-        10, "--warmup", min=0, max=MAX_STEPS, help="Steps run and not measured, at each size."
-    ),
+    warmup: int = typer.Option(10, "--warmup", min=0, max=MAX_STEPS, help="Steps run and not measured, at each size."),
     repeats: int = typer.Option(3, "--repeats", min=1, max=100, help="Measured repeats at each size."),
     out: Path = typer.Option(Path("profile.json"), "--out", help="Where the profile is written."),
     plot: Path | None = typer.Option(None, "--plot", help="Also draw the points and the fitted curve (PNG)."),
@@ -78,8 +76,10 @@ def profile_command(
 
         def estimate(seconds: float) -> None:
             cost = target.usd_per_hour * seconds / 3600
-            report.note(f"estimate: about {seconds / 60:.1f} min more for the other sizes (~${cost:.4f}), if their "
-                        "steps are as fast as on 1 node (they are slower where nodes share a network)")  # fmt: skip
+            report.note(
+                f"estimate: about {seconds / 60:.1f} min more for the other sizes (~${cost:.4f}), if their "
+                "steps are as fast as on 1 node (they are slower where nodes share a network)"
+            )
 
         measured = measure(found, target, request, report, on_estimate=estimate)
     wall_s = time.monotonic() - started
@@ -142,8 +142,9 @@ def _render(profile: Profile, out: Path, plot: Path | None, wall_s: float, cost:
         table.add_column(column, justify="left" if column.startswith("samples") else "right")
     for size in profile.sizes:
         mean = sum(size.samples_per_s) / len(size.samples_per_s)
-        table.add_row(str(size.nodes), ", ".join(f"{r:,.1f}" for r in size.samples_per_s), f"{mean:,.1f}",
-                      f"{size.speedup:.3f}")  # fmt: skip
+        table.add_row(
+            str(size.nodes), ", ".join(f"{r:,.1f}" for r in size.samples_per_s), f"{mean:,.1f}", f"{size.speedup:.3f}"
+        )
     console.out.print(table)
     console.out.print(
         f"S(n) = c / (1 + exp(-a (n - b))): a = {estimate_text(fit.a)}, b = {estimate_text(fit.b)}, "
@@ -156,8 +157,11 @@ def _render(profile: Profile, out: Path, plot: Path | None, wall_s: float, cost:
     for message in profile.warnings:
         console.warning(message)
     console.info(f"took {wall_s / 60:.1f} min (~${cost:.4f} of cluster time)")
-    console.info(f"saved the profile to {out}" + (f" and its plot to {plot}" if plot else "")
-                 + f"; `deepvm plan --max-price X --profile {out}` plans with it")  # fmt: skip
+    console.info(
+        f"saved the profile to {out}"
+        + (f" and its plot to {plot}" if plot else "")
+        + f"; `deepvm plan --max-price X --profile {out}` plans with it"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -31,9 +31,7 @@ def sandbox_status(as_json: bool = typer.Option(False, "--json", help="Print JSO
     console.out.print(
         f"moto server: {'running' if moto['running'] else 'stopped'} (pid {moto['pid']}, {moto['endpoint']})"
     )
-    console.out.print(
-        f"supervisor: {'running' if supervisor['running'] else 'stopped'} (pid {supervisor['pid']})"
-    )
+    console.out.print(f"supervisor: {'running' if supervisor['running'] else 'stopped'} (pid {supervisor['pid']})")
     for host in report["hosts"]:
         console.out.print(
             f"host {host['instance_id']}: {host['address']} pids {host['pids'] or '-'}"
@@ -87,11 +85,15 @@ def sandbox_capacity(
     zone: str = typer.Option("*", "--zone", help="The pool's Availability Zone ('*': every zone)."),
     instance_type: str = typer.Option("*", "--type", help="The pool's instance type ('*': every type)."),
     market: str = typer.Option("*", "--market", help="spot, on-demand or '*' (both)."),
-    available: int | None = typer.Option(None, "--available", callback=at_least(0, _MOST_INSTANCES),
-                                         help="Instances the pool launches from now on; CreateFleet gets what is "
-                                         "left and Errors[] for the rest."),
-    for_s: float | None = typer.Option(None, "--for", callback=at_least(1, _WEEK_S),
-                                       help="Seconds the rule holds (default: until --clear)."),
+    available: int | None = typer.Option(
+        None,
+        "--available",
+        callback=at_least(0, _MOST_INSTANCES),
+        help="Instances the pool launches from now on; CreateFleet gets what is left and Errors[] for the rest.",
+    ),
+    for_s: float | None = typer.Option(
+        None, "--for", callback=at_least(1, _WEEK_S), help="Seconds the rule holds (default: until --clear)."
+    ),
     code: str = typer.Option("InsufficientInstanceCapacity", "--code", help="The error code EC2 answers with."),
     clear: bool = typer.Option(False, "--clear", help="Every pool has capacity without end again."),
 ) -> None:

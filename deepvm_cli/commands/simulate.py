@@ -43,40 +43,61 @@ def simulate(
     buffer_slots: int = plan_flags.buffer_slots_option,
     profile_files: list[Path] = plan_flags.profile_option,
     work: float = typer.Option(
-        None, "--work", callback=positive(plan_flags.MAX_WORK_PFLOP), help="Training work in PFLOP."),
+        None, "--work", callback=positive(plan_flags.MAX_WORK_PFLOP), help="Training work in PFLOP."
+    ),
     steps: int = typer.Option(
-        None, "--steps", callback=positive(MAX_STEPS), help="Or training steps (with --step-time)."),
+        None, "--steps", callback=positive(MAX_STEPS), help="Or training steps (with --step-time)."
+    ),
     step_time: float = typer.Option(
-        None, "--step-time", callback=positive(DAY_S), help="Seconds per step on the whole plan."),
+        None, "--step-time", callback=positive(DAY_S), help="Seconds per step on the whole plan."
+    ),
     trace: list[str] = typer.Option(
-        None, "--trace",
+        None,
+        "--trace",
         help="[ZONE=]NAME|FILE: a shipped trace or a trace file, for ZONE of the plan's region (default: the plan's "
-        "own zone); once per zone."),
+        "own zone); once per zone.",
+    ),
     interruption_rate: str = typer.Option(
-        None, "--interruption-rate", help="An AWS frequency band ('10-15%') or interruptions per node-hour."),
+        None, "--interruption-rate", help="An AWS frequency band ('10-15%') or interruptions per node-hour."
+    ),
     deadline: float = typer.Option(
-        None, "--deadline", callback=positive(plan_flags.MAX_HOURS), help="Hours: P(miss) and the on-demand fallback."),
+        None, "--deadline", callback=positive(plan_flags.MAX_HOURS), help="Hours: P(miss) and the on-demand fallback."
+    ),
     fallback_max_price: float = typer.Option(
-        None, "--fallback-max-price", callback=positive(MAX_PRICE),
+        None,
+        "--fallback-max-price",
+        callback=positive(MAX_PRICE),
         help="USD per hour the cluster may bill while the deadline holds on-demand stand-ins (default: the plan's "
-        "cap)."),
+        "cap).",
+    ),
     runs: int = typer.Option(1000, "--runs", callback=positive(MAX_RUNS), help="Simulated runs per policy."),
     seed: int = typer.Option(0, "--seed", callback=at_least(0, MAX_SEED), help="Random seed (same seed, same runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Path = typer.Option(None, "--plot", help="Write cost and makespan CDFs to this PNG."),
     notice_share: float = typer.Option(
-        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."),
+        1.0, "--notice-share", callback=at_least(0, 1), help="Share of reclaims with a notice (0-1)."
+    ),
     relaunch_time: float = typer.Option(
-        None, "--relaunch-time", callback=at_least(0, DAY_S),
-        help="Seconds from a notice to training again, flush included (6.3, measured)."),
+        None,
+        "--relaunch-time",
+        callback=at_least(0, DAY_S),
+        help="Seconds from a notice to training again, flush included (6.3, measured).",
+    ),
     restart_time: float = typer.Option(
-        None, "--restart-time", callback=at_least(0, DAY_S),
-        help="Seconds from a loss without notice to training again (7, measured)."),
+        None,
+        "--restart-time",
+        callback=at_least(0, DAY_S),
+        help="Seconds from a loss without notice to training again (7, measured).",
+    ),
     checkpoint_interval: float = typer.Option(
-        None, "--checkpoint-interval", callback=at_least(0, DAY_S), help="Seconds between checkpoints (600)."),
+        None, "--checkpoint-interval", callback=at_least(0, DAY_S), help="Seconds between checkpoints (600)."
+    ),
     replacement_delay: float = typer.Option(
-        None, "--replacement-delay", callback=at_least(0, DAY_S),
-        help="Seconds until a replacement node can join (300, estimated)."),
+        None,
+        "--replacement-delay",
+        callback=at_least(0, DAY_S),
+        help="Seconds until a replacement node can join (300, estimated).",
+    ),
 ) -> None:
     """Simulate the plan and its alternatives through Spot interruptions: makespan and cost, mean to p99."""
     recovery = _recovery(notice_share, relaunch_time, restart_time, checkpoint_interval, replacement_delay)
@@ -92,8 +113,9 @@ def simulate(
     from simulation.policies import plan_policies
     from simulation.recovery import Workload
 
-    plan, catalog, request = _plans(plan_file, max_price, region, catalog_file, offline, refresh, node_limit, mix,
-                                    checkpoint_size, buffer_slots)
+    plan, catalog, request = _plans(
+        plan_file, max_price, region, catalog_file, offline, refresh, node_limit, mix, checkpoint_size, buffer_slots
+    )
     catalog, _ = plan_flags.with_profiles(profile_files or [], catalog)
     policies = plan_policies(catalog, request, plan, with_deadline=deadline is not None)
     primary = policies[0].plan
@@ -124,12 +146,17 @@ def simulate(
         console.info(f"Wrote the CDFs to {plot}")
 
 
-def _recovery(notice_share: float, relaunch: float | None, restart: float | None, interval: float | None,
-              delay: float | None) -> RecoveryModel:
+def _recovery(
+    notice_share: float, relaunch: float | None, restart: float | None, interval: float | None, delay: float | None
+) -> RecoveryModel:
     from simulation.recovery import RecoveryModel
 
-    given = {"relaunch_s": relaunch, "restart_s": restart, "checkpoint_interval_s": interval,
-             "replacement_delay_s": delay}
+    given = {
+        "relaunch_s": relaunch,
+        "restart_s": restart,
+        "checkpoint_interval_s": interval,
+        "replacement_delay_s": delay,
+    }
     return RecoveryModel(notice_share=notice_share, **{name: v for name, v in given.items() if v is not None})
 
 
@@ -165,8 +192,9 @@ def _zone_traces(given: list[tuple[TraceSpec, Trace]], default: TraceFor, plan: 
     """The traces by zone of the plan's region (a zone outside it, or two traces for one: one line, exit 2)."""
     from simulation.zones import zone_traces
 
-    region_zones = sorted({p.availability_zone for p in catalog.prices
-                           if p.region == plan.region and p.availability_zone is not None})
+    region_zones = sorted(
+        {p.availability_zone for p in catalog.prices if p.region == plan.region and p.availability_zone is not None}
+    )
     return zone_traces(given, plan.availability_zone, plan.region, region_zones, default)
 
 
@@ -181,9 +209,11 @@ def _check_deadline(plan: Plan, catalog: Catalog, zones: ZoneTraces, workload: W
     if deadline >= earliest.hours:
         return
     cap = caps.fallback_usd_per_hour or caps.max_usd_per_hour
-    raise InputError(f"--deadline {deadline:g} h cannot be kept for sure: ${cap:g}/h of on-demand ({earliest.fill}) "
-                     f"does {earliest.pflop_per_hour:,.0f} PFLOP/h, so the earliest deadline it keeps is "
-                     f"{_hundredths_up(earliest.hours):.2f} h; give a later one, or more --fallback-max-price")
+    raise InputError(
+        f"--deadline {deadline:g} h cannot be kept for sure: ${cap:g}/h of on-demand ({earliest.fill}) "
+        f"does {earliest.pflop_per_hour:,.0f} PFLOP/h, so the earliest deadline it keeps is "
+        f"{_hundredths_up(earliest.hours):.2f} h; give a later one, or more --fallback-max-price"
+    )
 
 
 def _hundredths_up(hours: float) -> float:
@@ -196,9 +226,18 @@ def _hundredths_up(hours: float) -> float:
     return up if up >= hours else (math.ceil(hours * 100) + 1) / 100
 
 
-def _plans(plan_file: Path | None, max_price: float | None, region: str | None, catalog_file: Path | None,
-           offline: bool, refresh: bool, node_limit: int | None, mix: bool, checkpoint_size: float,
-           buffer_slots: int) -> tuple[Plan | None, Catalog, PlanRequest]:
+def _plans(
+    plan_file: Path | None,
+    max_price: float | None,
+    region: str | None,
+    catalog_file: Path | None,
+    offline: bool,
+    refresh: bool,
+    node_limit: int | None,
+    mix: bool,
+    checkpoint_size: float,
+    buffer_slots: int,
+) -> tuple[Plan | None, Catalog, PlanRequest]:
     """The plan to simulate (None: the planner's decision), its catalog, and the planning question whose
     price cap the baselines and the on-demand cluster share."""
     from provisioning.planner.request import PlanRequest
@@ -206,12 +245,20 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
     if plan_file is not None:
         if max_price is not None:
             raise InputError("give --plan FILE or --max-price X, not both (a plan file carries its price cap)")
-        planning = {"--region": region, "--catalog": catalog_file, "--offline": offline, "--refresh": refresh,
-                    "--node-limit": node_limit, "--mix": mix}
+        planning = {
+            "--region": region,
+            "--catalog": catalog_file,
+            "--offline": offline,
+            "--refresh": refresh,
+            "--node-limit": node_limit,
+            "--mix": mix,
+        }
         given = [flag for flag, value in planning.items() if value not in (None, False)]
         if given:
-            raise InputError(f"{', '.join(given)} plan anew; a --plan FILE carries its own region and catalog "
-                             "(drop them, or drop --plan)")
+            raise InputError(
+                f"{', '.join(given)} plan anew; a --plan FILE carries its own region and catalog "
+                "(drop them, or drop --plan)"
+            )
         return _saved_plan(plan_file)
     defaults = Defaults()
     max_price = defaults.fill(max_price, "max_price")
@@ -223,10 +270,17 @@ def _plans(plan_file: Path | None, max_price: float | None, region: str | None, 
     from provisioning.catalog.sources import resolve_catalog
 
     regions = plan_flags.regions(region)
-    request = PlanRequest(max_price=max_price, checkpoint_size_gib=checkpoint_size, buffer_slots=buffer_slots,
-                          node_limit=node_limit, mix=mix, regions=regions)
-    catalog = resolve_catalog(regions=list(regions) if regions else None, offline=offline,
-                              catalog_file=catalog_file, refresh=refresh)
+    request = PlanRequest(
+        max_price=max_price,
+        checkpoint_size_gib=checkpoint_size,
+        buffer_slots=buffer_slots,
+        node_limit=node_limit,
+        mix=mix,
+        regions=regions,
+    )
+    catalog = resolve_catalog(
+        regions=list(regions) if regions else None, offline=offline, catalog_file=catalog_file, refresh=refresh
+    )
     for message in catalog.warnings:
         console.warning(message)
     return None, catalog, request

@@ -49,8 +49,10 @@ def _job_state(job: JobRow, cluster_up: bool) -> str:
     if not cluster_up:
         return f"ended with its cluster (last heard running at step {job.step})"
     if job.controller == LOCAL and not controller_running(job.cluster):
-        return (f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
-                "--controller local --resume` continues)")  # fmt: skip
+        return (
+            f"interrupted (controller gone: `deepvm train {job.spec_path} --cluster {job.cluster} "
+            "--controller local --resume` continues)"
+        )
     return job.status.value
 
 
@@ -78,10 +80,9 @@ def render_jobs(jobs: list[JobRow], cluster_up: bool, limit: int = 3) -> None:
 
 def status_command(
     name: str | None = typer.Argument(
-        None, help="Cluster name (default: every cluster not terminated), or a managed job's id: its run summary."),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print JSON: one cluster object, or {clusters: [...]}."
+        None, help="Cluster name (default: every cluster not terminated), or a managed job's id: its run summary."
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: one cluster object, or {clusters: [...]}."),
 ) -> None:
     """Show clusters: nodes, roles, markets, states, uptime, $/h and cost so far; and their training jobs. Given a
     job's id: what the run cost, what on-demand would have cost, what it survived, why its cluster went down."""
@@ -99,16 +100,15 @@ def status_command(
             console.info(banner)
     if as_json:
         docs = [{**v.to_dict(), "jobs": [_job_doc(j, up(v)) for j in _jobs(v.cluster.name, up(v))]} for v in views]
-        console.print_json(docs[0] if name else {"clusters": docs,
-                                                 "jobs_of_clusters_down": [_job_doc(j, False) for j in past]})
+        console.print_json(
+            docs[0] if name else {"clusters": docs, "jobs_of_clusters_down": [_job_doc(j, False) for j in past]}
+        )
         return
     if not views:
         console.info(_start_hint())
     for view in views:
         if not view.refreshed and up(view):
-            console.warning(
-                f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)"
-            )
+            console.warning(f"{view.cluster.name}: node states as last recorded (the cloud could not be asked)")
         render_cluster(view)
         render_jobs(_jobs(view.cluster.name, up(view)), up(view))
     if past:

@@ -52,9 +52,11 @@ def train_command(
         None, "--cluster", help="Cluster made by `deepvm up` (default: the config file's, else the last one used)."
     ),
     resume: bool = typer.Option(
-        False, "--resume", help="Continue this job's newest unfinished run: with --controller local, on its cluster "
+        False,
+        "--resume",
+        help="Continue this job's newest unfinished run: with --controller local, on its cluster "
         "(after Ctrl-C or a crash); a managed job stopped at its time limit or failed, on any cluster, from the "
-        "checkpoint its head copied to S3."
+        "checkpoint its head copied to S3.",
     ),
     python: str | None = typer.Option(
         None,
@@ -90,33 +92,54 @@ def train_command(
     ),
     detach: bool = typer.Option(False, "--detach", help="Return as soon as the job runs (managed jobs)."),
     deadline: float | None = typer.Option(
-        None, "--deadline", callback=positive(MAX_HOURS),
+        None,
+        "--deadline",
+        callback=positive(MAX_HOURS),
         help="Hours from the job's start by which it must end: on-demand stand-ins when Spot would miss it "
-        "(default: the job file's limits.deadline, else none)."),
+        "(default: the job file's limits.deadline, else none).",
+    ),
     budget: float | None = typer.Option(
-        None, "--budget", callback=positive(MAX_USD),
-        help="USD the whole job may cost, replacements included: it stops with a checkpoint before (resumable)."),
+        None,
+        "--budget",
+        callback=positive(MAX_USD),
+        help="USD the whole job may cost, replacements included: it stops with a checkpoint before (resumable).",
+    ),
     fallback_max_price: float | None = typer.Option(
-        None, "--fallback-max-price", callback=positive(MAX_PRICE),
+        None,
+        "--fallback-max-price",
+        callback=positive(MAX_PRICE),
         help="USD per hour the cluster may bill while the deadline holds on-demand stand-ins (default: the plan's "
-        "cap)."),
+        "cap).",
+    ),
     down_when_done: bool | None = typer.Option(
-        None, "--down-when-done/--keep-up",
+        None,
+        "--down-when-done/--keep-up",
         help="The job's end (any end) takes the cluster down, its outputs copied to S3 first (default: the config "
-        "file's down_when_done, else --keep-up)."),
+        "file's down_when_done, else --keep-up).",
+    ),
     idle: float | None = typer.Option(
-        None, "--idle", callback=positive(MAX_IDLE_MINUTES),
+        None,
+        "--idle",
+        callback=positive(MAX_IDLE_MINUTES),
         help="Minutes without a training step after which the job ends as failed (and, with "
-        "--down-when-done, the cluster goes down)."),
+        "--down-when-done, the cluster goes down).",
+    ),
     max_duration: float | None = typer.Option(
-        None, "--max-duration", callback=positive(MAX_HOURS),
+        None,
+        "--max-duration",
+        callback=positive(MAX_HOURS),
         help="Hours after which the job stops with a checkpoint, its outputs and checkpoint "
-        "copied to S3 (resumable on any cluster with --resume)."),
+        "copied to S3 (resumable on any cluster with --resume).",
+    ),
     notify: str | None = typer.Option(
-        None, "--notify", help="http(s) URL the head posts signed JSON to on notice, replacement, fallback, failure, "
-        "completion and autodown (needs notify_secret in the config file)."),
+        None,
+        "--notify",
+        help="http(s) URL the head posts signed JSON to on notice, replacement, fallback, failure, "
+        "completion and autodown (needs notify_secret in the config file).",
+    ),
     notify_cmd: str | None = typer.Option(
-        None, "--notify-cmd", help="Shell command the head runs on those events instead (the JSON on its stdin)."),
+        None, "--notify-cmd", help="Shell command the head runs on those events instead (the JSON on its stdin)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Train JOB on the cluster; survive Spot interruptions with DeepCheck checkpoints."""
@@ -173,8 +196,10 @@ def train_command(
             if controller == "head":
                 result = run_managed(found, request, report, detach=detach, guarded=guarded)
             else:
-                console.warning("--controller local: the job's controller runs in this process; the job stops "
-                                "if it ends (Ctrl-C, sleep, a lost network)")  # fmt: skip
+                console.warning(
+                    "--controller local: the job's controller runs in this process; the job stops "
+                    "if it ends (Ctrl-C, sleep, a lost network)"
+                )
                 result = train(found, request, report)
         if isinstance(result, Detached):  # said once, below the bars (not between two of their redraws)
             for line in result.lines():
@@ -189,8 +214,9 @@ def train_command(
             console.out.print(line, markup=False, highlight=False)
 
 
-def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, detach: bool,
-                guarded: Guarded) -> TrainResult | Detached | None:
+def run_managed(
+    cluster: Cluster, request: TrainRequest, report: JobReporter, detach: bool, guarded: Guarded
+) -> TrainResult | Detached | None:
     """Submit the job to the cluster's head and follow it to its end (its result; None when it was
     cancelled), or until it runs (detach). Ctrl-C detaches: the job goes on."""
     from training.client.managed import follow_across, submit
@@ -216,8 +242,10 @@ def run_managed(cluster: Cluster, request: TrainRequest, report: JobReporter, de
         return None
     if end.status in (JobStatus.FAILED, JobStatus.STOPPED):  # stopped: resumable (its budget, --max-duration)
         raise ended_on_head(end.status, end.text)
-    raise CloudError(f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
-                     f"`deepvm jobs {job.cluster}` shows what its head knows")  # fmt: skip
+    raise CloudError(
+        f"job {job.job_id}'s log ended without a result ({end.status}: {end.text or 'no word'}); "
+        f"`deepvm jobs {job.cluster}` shows what its head knows"
+    )
 
 
 def _check_resumed_budget(limits: JobLimits, cluster: str, name: str, resumed: Resumed | None) -> None:
@@ -274,8 +302,9 @@ def billing_reminder(cluster: str, head_takes_it_down: bool = False) -> Iterator
 
 def _remind(cluster: str, head_takes_it_down: bool) -> None:
     if head_takes_it_down:
-        console.plain(f"cluster {cluster} goes down when the job ends (--down-when-done); `deepvm status` then "
-                      "shows it ended")  # fmt: skip
+        console.plain(
+            f"cluster {cluster} goes down when the job ends (--down-when-done); `deepvm status` then shows it ended"
+        )
         return
     from provisioning.clusters.handle import Cluster
     from provisioning.clusters.store import ClusterStatus
@@ -289,8 +318,11 @@ def _remind(cluster: str, head_takes_it_down: bool) -> None:
     if view is None or view.cluster.status is not ClusterStatus.UP:  # a sandbox found stopped meanwhile
         return
     rate = f"${view.usd_per_hour:.4f}/h"
-    bills = (f"still up ({rate} at AWS prices; the sandbox bills nothing)" if not view.cluster.cloud.bills
-             else f"still billing {rate}")  # fmt: skip
+    bills = (
+        f"still up ({rate} at AWS prices; the sandbox bills nothing)"
+        if not view.cluster.cloud.bills
+        else f"still billing {rate}"
+    )
     line = f"cluster {cluster} is {bills}: `deepvm down {cluster}` stops it"
     if not console.err.is_terminal or len(line) <= console.err.width:
         console.plain(line)  # unwrapped: one line, one command

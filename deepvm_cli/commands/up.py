@@ -28,9 +28,7 @@ from training.shared.guard import MAX_IDLE_MINUTES
 
 
 def up_command(
-    plan: Path | None = typer.Option(
-        None, "--plan", help="Plan file (default: the plan `deepvm plan` saved)."
-    ),
+    plan: Path | None = typer.Option(None, "--plan", help="Plan file (default: the plan `deepvm plan` saved)."),
     max_price: float | None = typer.Option(
         None, "--max-price", callback=positive(MAX_PRICE), help="Plan now for this USD/hour cap."
     ),
@@ -38,22 +36,18 @@ def up_command(
         None, "--name", help="Cluster name (default: the config file's cluster, else the last one used, else deepvm)."
     ),
     region: str | None = typer.Option(
-        None, "--region", callback=region_list,
+        None,
+        "--region",
+        callback=region_list,
         help="Region (must match the plan's; with --max-price, the config file's region by default).",
     ),
     cloud: str | None = typer.Option(
         None, "--cloud", help="auto | aws | sandbox (auto, the default: sandbox without AWS keys)."
     ),
-    on_shortage: ShortagePolicy = typer.Option(
-        ShortagePolicy.FAIL, "--on-shortage", help="fail | accept | next-plan"
-    ),
-    ssh_cidr: str | None = typer.Option(
-        None, "--ssh-cidr", help="Who may reach SSH (default: this machine)."
-    ),
+    on_shortage: ShortagePolicy = typer.Option(ShortagePolicy.FAIL, "--on-shortage", help="fail | accept | next-plan"),
+    ssh_cidr: str | None = typer.Option(None, "--ssh-cidr", help="Who may reach SSH (default: this machine)."),
     ami: str | None = typer.Option(None, "--ami", help="AMI id (default: the Deep Learning AMI)."),
-    subnet: str | None = typer.Option(
-        None, "--subnet", help="Subnet id (default: the zone's default subnet)."
-    ),
+    subnet: str | None = typer.Option(None, "--subnet", help="Subnet id (default: the zone's default subnet)."),
     ssh_user: str | None = typer.Option(None, "--ssh-user", help="Login user of the image."),
     instance_profile: str | None = typer.Option(
         None,
@@ -72,9 +66,12 @@ def up_command(
         900.0, "--timeout", callback=positive(DAY_S), help="Seconds to wait for running and reachable nodes."
     ),
     autodown: float | None = typer.Option(
-        None, "--autodown", callback=positive(MAX_IDLE_MINUTES),
+        None,
+        "--autodown",
+        callback=positive(MAX_IDLE_MINUTES),
         help="Minutes without a job after which the cluster's head takes it down (a watch on "
-        "the head; `deepvm status` then shows it ended)."),
+        "the head; `deepvm status` then shows it ended).",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking (scripts must pass it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be created; create nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the cluster as JSON."),
@@ -98,9 +95,7 @@ def up_command(
         console.info(target.banner)
     plans = _plans(plan, max_price, region, offline=not target.kind.bills)
     if region and plans[0].region != region:
-        raise InputError(
-            f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}"
-        )
+        raise InputError(f"the plan is for {plans[0].region}, not {region}; plan again with --region {region}")
     choice.announce("--name NAME")
     launchable = plans if on_shortage is ShortagePolicy.NEXT_PLAN else plans[:1]
     crowded = target.check_capacity(max(node_count(p) for p in launchable))

@@ -32,8 +32,12 @@ _DRAW_EVERY_S = 0.5  # a terminal redraws at most this often, however fast recor
 
 def watch_command(
     job: str | None = typer.Argument(None, help="Job id (default: the newest job submitted from this machine)."),
-    every: float = typer.Option(2.0, "--every", callback=positive(MAX_EVERY_S),
-                                help="Seconds between refreshes of the nodes and money (and between plain lines)."),
+    every: float = typer.Option(
+        2.0,
+        "--every",
+        callback=positive(MAX_EVERY_S),
+        help="Seconds between refreshes of the nodes and money (and between plain lines).",
+    ),
 ) -> None:
     """Watch a managed job: its loss and metrics, step and ETA, nodes, timeline of notices and relaunches,
     and money ($/h now, so far, projected, what on-demand would have cost). Ctrl-C leaves; the job goes on."""

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def _clock(timestamp: str) -> str:
-    """"2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
+    """ "2026-11-23 14:02" from an ISO timestamp (UTC, as stored): the minute is what a reader needs."""
     return timestamp.replace("T", " ")[:16] if timestamp else "-"
 
 
@@ -57,6 +57,4 @@ def render_cluster(view: ClusterView) -> None:
         )
     console.out.print(table)
     if c.plan.prices_as_of:
-        console.out.print(
-            f"prices as planned ({c.plan.catalog_source or 'catalog'}, as of {c.plan.prices_as_of})"
-        )
+        console.out.print(f"prices as planned ({c.plan.catalog_source or 'catalog'}, as of {c.plan.prices_as_of})")

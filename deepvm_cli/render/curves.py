@@ -40,21 +40,24 @@ def curves_json(types: Sequence[str], catalog: Catalog, profiles: Sequence[Profi
     for name in types:
         curve = scaling_of(catalog.types[name])
         used = by_type.get(name)
-        rows.append({
-            "instance_type": name,
-            "source": "profile" if used else curve_source(catalog.types[name]),
-            "profile": used.path if used else None,
-            "a": curve.a,
-            "b": curve.b,
-            "c": curve.c,
-            "model": curve.model.value,
-            "max_nodes": curve.max_nodes,
-        })  # fmt: skip
+        rows.append(
+            {
+                "instance_type": name,
+                "source": "profile" if used else curve_source(catalog.types[name]),
+                "profile": used.path if used else None,
+                "a": curve.a,
+                "b": curve.b,
+                "c": curve.c,
+                "model": curve.model.value,
+                "max_nodes": curve.max_nodes,
+            }
+        )
     return rows
 
 
-def curves_lines(types: Sequence[str], planned: Sequence[str], catalog: Catalog,
-                 profiles: Sequence[ProfileUsed]) -> list[str]:  # fmt: skip
+def curves_lines(
+    types: Sequence[str], planned: Sequence[str], catalog: Catalog, profiles: Sequence[ProfileUsed]
+) -> list[str]:
     """Lines for the terminal: every profile, the curve of each other type in the plans, and a count of
     the remaining types (all on defaults)."""
     by_type = {used.profile.instance_type: used for used in profiles}

@@ -22,8 +22,11 @@ def interruptions_json(report: InterruptionReport) -> dict[str, Any]:
         "stop_per_interruption_s": round(report.interruptions.recovery.stop_h * 3600, 6),
         "types": [_type_json(report, region, name) for region, name in types],
         "plans": [g.to_dict() for g in report.plans],
-        "without_interruptions": {"plan": report.without.plan.to_dict(), **report.without.to_dict(),
-                                  "objective_value_with_interruptions": report.without_value},
+        "without_interruptions": {
+            "plan": report.without.plan.to_dict(),
+            **report.without.to_dict(),
+            "objective_value_with_interruptions": report.without_value,
+        },
         "decision_changed": report.changed,
         "summary": report.summary(),
     }
@@ -61,10 +64,11 @@ def render_interruptions(report: InterruptionReport) -> None:
     ):
         table.add_row(label, show(old), show(new))
     objective = OBJECTIVE_LABEL[new.plan.objective]
-    table.add_row(f"{objective}, interruptions counted", number(report.without_value),
-                  number(new.plan.objective_value))
+    table.add_row(f"{objective}, interruptions counted", number(report.without_value), number(new.plan.objective_value))
     console.out.print(table)
     console.out.print(f"[bold]{'Changed' if report.changed else 'Unchanged'}:[/] {report.summary()}")
-    console.info(f"note: each interruption stops the cluster {recovery.stop_h * 3600:.1f} s (relaunch on the "
-                 f"survivors and again to fold the replacement in, {recovery.relaunch_s:g} s each) and leaves "
-                 f"its slot empty {recovery.replacement_delay_s:g} s (--relaunch-time, --replacement-delay)")
+    console.info(
+        f"note: each interruption stops the cluster {recovery.stop_h * 3600:.1f} s (relaunch on the "
+        f"survivors and again to fold the replacement in, {recovery.relaunch_s:g} s each) and leaves "
+        f"its slot empty {recovery.replacement_delay_s:g} s (--relaunch-time, --replacement-delay)"
+    )

@@ -19,6 +19,7 @@ from training.shared.records import LogKind, LogRecord
 if TYPE_CHECKING:
     from training.control.leftovers import Leftovers
 
+
 def screened(report: JobReporter) -> JobReporter:
     """`report`, without Open MPI's notes on what it does itself (training/shared/mpinotes.py): the MPI_ABORT
     banner around a rank's error, passing on deepvm's stop signal ("signal 10" reads like a crash). They
@@ -39,14 +40,18 @@ def describe_progress(p: Progress, width: int | None = None) -> str:
     A launched script that reports no steps has no step, loss or rate to show: what is known of it instead
     (script_fields)."""
     trainers = (f"{p.world_size} trainer" + ("" if p.world_size == 1 else "s"), 2)
-    fields = script_fields(p.script, trainers, p.cost_usd) if p.script is not None else [  # (text, rank: the
-        *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),  # lower, the longer it stays)
-        (f"loss {p.loss:.4f}", 0),
-        (f"{p.samples_per_s:,.1f} samples/s", 3),
-        trainers,
-        (f"${p.cost_usd:.4f}", 1),
-        *([("synthetic data", 5)] if p.synthetic else []),
-    ]
+    fields = (
+        script_fields(p.script, trainers, p.cost_usd)
+        if p.script is not None
+        else [  # (text, rank: the
+            *([(f"epoch {p.epoch}", 4)] if p.epoch is not None else []),  # lower, the longer it stays)
+            (f"loss {p.loss:.4f}", 0),
+            (f"{p.samples_per_s:,.1f} samples/s", 3),
+            trainers,
+            (f"${p.cost_usd:.4f}", 1),
+            *([("synthetic data", 5)] if p.synthetic else []),
+        ]
+    )
     text = _SEP.join(t for t, _ in fields)
     while width is not None and len(text) > width and len(fields) > 1:
         fields.remove(max(fields, key=lambda field: field[1]))
@@ -58,10 +63,20 @@ def script_fields(s: ScriptProgress, trainers: tuple[str, int], cost_usd: float)
     """A launched script's progress fields (describe_progress's, ranked alike): how long it has run, what is safe
     of its work (the newest kept file and its age) and its newest line, which goes first when room is short."""
     said = s.last_line.strip()
-    kept = (f"kept {s.newest}" + (f" (+{s.kept_files - 1} more)" if s.kept_files > 1 else "")
-            + f", written {duration(s.newest_age_s)} ago" if s.newest else "nothing kept yet")  # fmt: skip
-    return [(f"running {duration(s.running_s)}", 0), (kept, 1), trainers, (f"${cost_usd:.4f}", 1),
-            *([(f"> {said[:_SAID] + '...' * (len(said) > _SAID)}", 3)] if said else [])]  # fmt: skip
+    kept = (
+        f"kept {s.newest}"
+        + (f" (+{s.kept_files - 1} more)" if s.kept_files > 1 else "")
+        + f", written {duration(s.newest_age_s)} ago"
+        if s.newest
+        else "nothing kept yet"
+    )
+    return [
+        (f"running {duration(s.running_s)}", 0),
+        (kept, 1),
+        trainers,
+        (f"${cost_usd:.4f}", 1),
+        *([(f"> {said[:_SAID] + '...' * (len(said) > _SAID)}", 3)] if said else []),
+    ]
 
 
 def progress_line(p: Progress, eta: str = "", width: int | None = None) -> str:
@@ -117,9 +132,11 @@ class Detached:
     interrupted: bool  # Ctrl-C (else --detach)
 
     def lines(self) -> list[str]:
-        first = (f"detached: job {self.job_id} keeps running on the cluster's head node {self.head}"
-                 if self.interrupted else
-                 f"job {self.job_id} runs on the cluster's head node {self.head}; nothing of it runs on this machine")
+        first = (
+            f"detached: job {self.job_id} keeps running on the cluster's head node {self.head}"
+            if self.interrupted
+            else f"job {self.job_id} runs on the cluster's head node {self.head}; nothing of it runs on this machine"
+        )
         return [first, f"  follow it: deepvm logs {self.job_id} -f", f"  stop it:   deepvm cancel {self.job_id}"]
 
 
@@ -140,8 +157,11 @@ def record_line(record: LogRecord, width: int | None = None) -> str:
 def result_lines(result: TrainResult) -> list[str]:
     """A completed job's summary, as `deepvm train` prints it."""
     synthetic = " (synthetic data)" if result.synthetic else ""
-    trained = (f"step {result.steps}/{result.total_steps}, final loss {result.final_loss:.4f}{synthetic}"
-               if result.total_steps else "its script takes no steps (run.calls_step: false)")
+    trained = (
+        f"step {result.steps}/{result.total_steps}, final loss {result.final_loss:.4f}{synthetic}"
+        if result.total_steps
+        else "its script takes no steps (run.calls_step: false)"
+    )
     lines = [
         f"{result.job_id} completed: {trained}, {result.restarts} restarts, "
         f"{lost_work(result.lost_steps, result.lost_s)}, ${result.cost_usd:.4f}, {result.wall_s:.0f}s"
@@ -180,31 +200,48 @@ def leftover_lines(left: Leftovers, row: JobRow, out: Path) -> list[Line]:
     """What `deepvm fetch` says of a job that did not complete: how it ended, the metrics it brought, where the
     newest checkpoint lives, and how to go on from it."""
     job, s = row.job_id, left.summary
-    ended = (f"job {job} {s.status} at step {s.step} of {s.total_steps}" + (f": {s.message}" if s.message else "")
-             if s is not None else f"job {job} is over (its head no longer knows it)")
+    ended = (
+        f"job {job} {s.status} at step {s.step} of {s.total_steps}" + (f": {s.message}" if s.message else "")
+        if s is not None
+        else f"job {job} is over (its head no longer knows it)"
+    )
     lines: list[Line] = [(ended, False)]
     if left.out_from is not None:
         names = ", ".join(sorted(str(p.relative_to(out)) for p in left.fetched))
         lines.append((f"fetched what trainer 0 wrote ({names}) from {left.out_from} into", False))
         lines.append((f"    {out}", True))
     else:
-        figures = (f" (the head's figures: loss {s.loss:.4f}, ${s.cost_usd:.4f}; `deepvm jobs {row.cluster}`)"
-                   if s is not None and s.loss is not None else "")
+        figures = (
+            f" (the head's figures: loss {s.loss:.4f}, ${s.cost_usd:.4f}; `deepvm jobs {row.cluster}`)"
+            if s is not None and s.loss is not None
+            else ""
+        )
         lines.append((f"no metrics.json on any node: trainer 0 writes it when a launch ends cleanly{figures}", False))
     cancelled = s is not None and s.status is JobStatus.CANCELLED
     if left.checkpoint is None:
-        lines.append(("no complete checkpoint on any node's disk (levels without l2 keep checkpoints in the "
-                      "holders' memory, gone with the job)", False))
+        lines.append(
+            (
+                "no complete checkpoint on any node's disk (levels without l2 keep checkpoints in the "
+                "holders' memory, gone with the job)",
+                False,
+            )
+        )
     else:
         c = left.checkpoint
-        lines.append((f"newest checkpoint: step {c.step}, on {c.node}, deleted with the cluster "
-                      f"(`deepvm down {row.cluster}`):", False))
+        lines.append(
+            (
+                f"newest checkpoint: step {c.step}, on {c.node}, deleted with the cluster "
+                f"(`deepvm down {row.cluster}`):",
+                False,
+            )
+        )
         lines.append((f"    ~/{c.path}", True))
     if left.checkpoint is not None and not cancelled:
         lines.append(("resume from it (its controller then runs on this machine):", False))
         lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster} --controller local --resume", True))
     elif cancelled:
-        lines.append(("a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0:",
-                      False))
+        lines.append(
+            ("a cancelled job is not resumed (`deepvm cancel` is final); to start it again from step 0:", False)
+        )
         lines.append((f"    deepvm train {row.spec_path} --cluster {row.cluster}", True))
     return lines

@@ -30,7 +30,6 @@ _DEEPVM_UNITS = (
 )
 
 
-
 def plan_result_json(
     result: PlanResult, catalog: Catalog, saved: Path, profiles: Sequence[ProfileUsed] = ()
 ) -> dict[str, Any]:
@@ -58,14 +57,17 @@ def render_plan_result(
     profiles: Sequence[ProfileUsed] = (),
 ) -> None:
     out = console.out
-    out.print(f"[bold]deepvm plan[/] — prices from {catalog.source}"
-              + (f" as of {catalog.as_of}" if catalog.as_of else ""))
+    out.print(
+        f"[bold]deepvm plan[/] — prices from {catalog.source}" + (f" as of {catalog.as_of}" if catalog.as_of else "")
+    )
     out.print(_ranking_table(result))
     out.print(_architecture_table(result))
     best = result.plans[0]
-    out.print(f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
-              f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
-              f"{OBJECTIVE_LABEL[best.objective]} = {number(best.objective_value)}")
+    out.print(
+        f"\n[bold green]Decision:[/] {best.summary()}  —  ${best.price_per_hour:.4f}/h in "
+        f"{best.availability_zone}, {best.effective_flops:,.1f} effective TFLOPS, "
+        f"{OBJECTIVE_LABEL[best.objective]} = {number(best.objective_value)}"
+    )
     if best.objective is Objective.DEEPVM:
         console.info(_DEEPVM_UNITS)
     out.print(_plans_table("Ranked plans (decision first)", result.plans))
@@ -118,8 +120,13 @@ def _architecture_table(result: PlanResult) -> Table:
         if plan is None:
             table.add_row(arch.value, "no plan fits", "-", "-", "-")
         else:
-            table.add_row(arch.value, node_lines(plan), f"{plan.price_per_hour:.4f}",
-                          f"{plan.effective_flops:,.1f}", number(plan.objective_value))
+            table.add_row(
+                arch.value,
+                node_lines(plan),
+                f"{plan.price_per_hour:.4f}",
+                f"{plan.effective_flops:,.1f}",
+                number(plan.objective_value),
+            )
     return table
 
 
@@ -133,9 +140,14 @@ def _plans_table(title: str, plans: list[Plan], names: list[str] | None = None) 
     for column in ("$/h", "eff. TFLOPS", "objective"):
         table.add_column(column, justify="right", no_wrap=True)
     for i, plan in enumerate(plans):
-        table.add_row(names[i] if names else str(i + 1), f"{plan.architecture.value}\n{plan.availability_zone}",
-                      node_lines(plan), f"{plan.price_per_hour:.4f}", f"{plan.effective_flops:,.1f}",
-                      number(plan.objective_value))
+        table.add_row(
+            names[i] if names else str(i + 1),
+            f"{plan.architecture.value}\n{plan.availability_zone}",
+            node_lines(plan),
+            f"{plan.price_per_hour:.4f}",
+            f"{plan.effective_flops:,.1f}",
+            number(plan.objective_value),
+        )
     return table
 
 

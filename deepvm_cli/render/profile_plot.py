@@ -30,8 +30,13 @@ def _draw(profile: Profile, figure, axes) -> None:
     measured = fit.max_nodes_measured
     inside = [1 + i * (measured - 1) / 200 for i in range(201)]
     beyond = [measured + i * (profile.node_bound - measured) / 50 for i in range(51)]
-    axes.plot(inside, [speedup(curve, n) for n in inside], "-", color="C3",
-              label=f"S(n): a={fit.a.value:.3g}, b={fit.b.value:.3g}, c={fit.c.value:.3g} (RMSE {fit.rmse:.3f})")
+    axes.plot(
+        inside,
+        [speedup(curve, n) for n in inside],
+        "-",
+        color="C3",
+        label=f"S(n): a={fit.a.value:.3g}, b={fit.b.value:.3g}, c={fit.c.value:.3g} (RMSE {fit.rmse:.3f})",
+    )
     if profile.node_bound > measured:
         axes.plot(beyond, [speedup(curve, n) for n in beyond], "--", color="C3", label="extrapolated, as plans use it")
     axes.plot([1, profile.node_bound], [1, profile.node_bound], ":", color="grey", label="linear")

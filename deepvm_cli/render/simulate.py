@@ -23,17 +23,28 @@ from simulation.report import Quantiles, SimulationReport
 def render_simulation(report: SimulationReport) -> None:
     out = console.out
     deadline = f", deadline {report.deadline_h:g} h" if report.deadline_h is not None else ""
-    out.print(f"[bold]deepvm simulate[/] — {report.work_pflop:,.0f} PFLOP{deadline}, {report.runs:,} runs "
-              f"(seed {report.seed}), Spot nodes follow {report.trace}")
+    out.print(
+        f"[bold]deepvm simulate[/] — {report.work_pflop:,.0f} PFLOP{deadline}, {report.runs:,} runs "
+        f"(seed {report.seed}), Spot nodes follow {report.trace}"
+    )
     out.print(_quantile_table("Makespan (hours)", report, "makespan_h", "P(miss)", _miss))
-    out.print(_quantile_table("Cost (USD)", report, "cost_usd", "$/EFLOP",  # 1 EFLOP = 1,000 PFLOP: readable digits
-                              lambda p: f"{p.usd_per_pflop * 1000:.4g}"))
+    out.print(
+        _quantile_table(
+            "Cost (USD)",
+            report,
+            "cost_usd",
+            "$/EFLOP",  # 1 EFLOP = 1,000 PFLOP: readable digits
+            lambda p: f"{p.usd_per_pflop * 1000:.4g}",
+        )
+    )
     out.print(_plans_table(report))
     recovery = report.recovery
-    console.info(f"recovery: {recovery.notice_share:.0%} of reclaims with notice; a notice or a fold-in stops "
-                 f"training {recovery.relaunch_s:g} s; a loss without notice {recovery.restart_s:g} s and up to "
-                 f"{recovery.checkpoint_interval_s:g} s of work; replacements join {recovery.replacement_delay_s:g} s "
-                 "after a loss")
+    console.info(
+        f"recovery: {recovery.notice_share:.0%} of reclaims with notice; a notice or a fold-in stops "
+        f"training {recovery.relaunch_s:g} s; a loss without notice {recovery.restart_s:g} s and up to "
+        f"{recovery.checkpoint_interval_s:g} s of work; replacements join {recovery.replacement_delay_s:g} s "
+        "after a loss"
+    )
 
 
 def _quantile_table(title: str, report: SimulationReport, field: str, last: str, last_cell) -> Table:
@@ -54,8 +65,13 @@ def _plans_table(report: SimulationReport) -> Table:
     for column in ("$/h", "lost/run", "restarts"):
         table.add_column(column, justify="right")
     for policy in report.policies:
-        table.add_row(policy.policy.value, policy.plan.summary(), f"{policy.plan.price_per_hour:.3f}",
-                      f"{policy.interruptions_per_run:.3g}", f"{policy.restarts_per_run:.3g}")
+        table.add_row(
+            policy.policy.value,
+            policy.plan.summary(),
+            f"{policy.plan.price_per_hour:.3f}",
+            f"{policy.interruptions_per_run:.3g}",
+            f"{policy.restarts_per_run:.3g}",
+        )
     return table
 
 
@@ -74,8 +90,14 @@ def simulation_progress() -> Iterator[ProgressCallback]:
     if not console.err.is_terminal:
         yield _plain_progress()
         return
-    bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console.err, transient=True)
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console.err,
+        transient=True,
+    )
     tasks: dict[PolicyName, TaskID] = {}
 
     def update(policy: PolicyName, done: int, total: int) -> None:
@@ -115,8 +137,14 @@ def trace_progress(name: str) -> Iterator[Callable[[int, int], None]]:
 
         yield once
         return
-    bar = Progress(TextColumn(f"reading trace {name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console.err, transient=True)
+    bar = Progress(
+        TextColumn(f"reading trace {name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console.err,
+        transient=True,
+    )
     task = bar.add_task("", total=None)
     with bar:
         yield lambda done, total: bar.update(task, completed=done, total=total)

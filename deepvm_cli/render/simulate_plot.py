@@ -31,5 +31,8 @@ def plot_cdfs(comparison: Comparison, path: Path) -> None:
             axes.set_ylim(0, 1.0)
             axes.grid(alpha=0.3)
         left.legend(fontsize="small", loc="lower right")
-        figure.suptitle(f"deepvm simulate: {report.work_pflop:,.0f} PFLOP, {report.runs} runs (seed {report.seed}), "
-                        f"trace {report.trace}", fontsize="medium")
+        figure.suptitle(
+            f"deepvm simulate: {report.work_pflop:,.0f} PFLOP, {report.runs} runs (seed {report.seed}), "
+            f"trace {report.trace}",
+            fontsize="medium",
+        )

@@ -30,8 +30,12 @@ def render_launch(plans: tuple[Plan, ...], cloud: str) -> None:
         table.add_column(column, justify="right" if column.startswith(("count", "$")) else "left")
     for g in plan.nodes:
         table.add_row(
-            g.role.value, g.market.value, g.instance_type, str(g.count),
-            f"{g.usd_per_hour:.4f}", f"{g.count * g.usd_per_hour:.4f}",
+            g.role.value,
+            g.market.value,
+            g.instance_type,
+            str(g.count),
+            f"{g.usd_per_hour:.4f}",
+            f"{g.count * g.usd_per_hour:.4f}",
         )
     console.err.print(table)
     source = plan.catalog_source or "the plan"

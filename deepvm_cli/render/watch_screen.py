@@ -22,8 +22,17 @@ from training.shared.watch_records import Money, NodeView, TimelineEntry
 
 SIDE = 30  # columns beside the chart: the money and the other metrics
 CHART_ROWS = 8
-_KIND_STYLE = {"notice": "yellow", "node-lost": "red", "stall": "red", "retired": "red", "recovered": "green",
-               "replacement": "cyan", "completed": "green", "fallback": "magenta", "shortage": "magenta"}  # fmt: skip
+_KIND_STYLE = {
+    "notice": "yellow",
+    "node-lost": "red",
+    "stall": "red",
+    "retired": "red",
+    "recovered": "green",
+    "replacement": "cyan",
+    "completed": "green",
+    "fallback": "magenta",
+    "shortage": "magenta",
+}
 
 
 def screen(model: WatchModel, width: int, height: int) -> Text:
@@ -69,8 +78,12 @@ def plain_line(model: WatchModel) -> str:
     parts += [f"{name} {points[-1][1]:.4g}" for name, points in model.other_curves.items() if points]
     if model.snapshot is not None:
         money, projected = model.snapshot.money, model.projected_usd
-        parts += [f"${money.usd_per_hour:.4f}/h now", f"${money.usd:.4f} so far",
-                  "projected " + ("-" if projected is None else f"${projected:.4f}"), _on_demand(money)]  # fmt: skip
+        parts += [
+            f"${money.usd_per_hour:.4f}/h now",
+            f"${money.usd:.4f} so far",
+            "projected " + ("-" if projected is None else f"${projected:.4f}"),
+            _on_demand(money),
+        ]
         parts.append(_count_line(model))
     return " · ".join(parts)
 
@@ -96,9 +109,12 @@ def _chart_block(model: WatchModel, width: int, rows: int) -> list[Text]:
 
 def _money_lines(money: Money, projected: float | None) -> list[str]:
     on_demand = "unknown" if money.on_demand_usd is None else f"${money.on_demand_usd:.4f}"
-    lines = [f"$/h now      ${money.usd_per_hour:.4f}", f"so far       ${money.usd:.4f}",
-             "projected    " + ("-" if projected is None else f"${projected:.4f}"),
-             f"on-demand    {on_demand}"]  # fmt: skip
+    lines = [
+        f"$/h now      ${money.usd_per_hour:.4f}",
+        f"so far       ${money.usd:.4f}",
+        "projected    " + ("-" if projected is None else f"${projected:.4f}"),
+        f"on-demand    {on_demand}",
+    ]
     if money.on_demand_usd:
         lines.append(f"saved        {_saved(money)}")
     return lines

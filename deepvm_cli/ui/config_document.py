@@ -23,8 +23,11 @@ def _price(value: Any) -> float:
     """USD per hour, by --max-price's rule: a finite number above 0 and at most MAX_PRICE."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_PRICE
     if not ok:
-        raise PydanticCustomError("price", f"must be a number above 0 and at most {MAX_PRICE:,.0f} (USD per hour), "
-                                  "got {got}", {"got": show(value)})  # fmt: skip
+        raise PydanticCustomError(
+            "price",
+            f"must be a number above 0 and at most {MAX_PRICE:,.0f} (USD per hour), got {{got}}",
+            {"got": show(value)},
+        )
     return float(value)
 
 

@@ -68,8 +68,7 @@ def stages(first: str) -> Iterator[Callable[[str], None]]:
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    line = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                    transient=True)
+    line = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True)
     task = line.add_task(first, total=None)
     with line:
         yield lambda stage: line.update(task, description=stage, refresh=True)

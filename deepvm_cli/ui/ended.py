@@ -19,8 +19,9 @@ def finish_ended_clusters() -> None:
     except InputError:  # deepvm's home or state file is unusable: the command meets it itself, and says it once
         return
     except DeepvmError as exc:
-        console.warning(f"could not finish the teardown of a cluster its head took down ({exc}); "
-                        "`deepvm down NAME` does")  # fmt: skip
+        console.warning(
+            f"could not finish the teardown of a cluster its head took down ({exc}); `deepvm down NAME` does"
+        )
         return
     for done in finished:
         for line in done.lines():
@@ -43,9 +44,11 @@ def _lost_with_head(cluster: str) -> None:
     for row in jobs.for_cluster(cluster):
         if row.status.final:
             continue
-        console.info(f"job {row.job_id} was running on it ({reached(row.step, row.total_steps)}, "
-                     f"{row.saved(time.time())}, when last heard): it failed with its head, and its checkpoints and "
-                     "outputs on the cluster's disks are gone")  # fmt: skip
+        console.info(
+            f"job {row.job_id} was running on it ({reached(row.step, row.total_steps)}, "
+            f"{row.saved(time.time())}, when last heard): it failed with its head, and its checkpoints and "
+            "outputs on the cluster's disks are gone"
+        )
         jobs.put(replace(row, status=JobStatus.FAILED, message=f"its head died (cluster {cluster} torn down)"))
 
 

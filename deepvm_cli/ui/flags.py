@@ -46,8 +46,13 @@ def _range(*, low: float, low_allowed: bool, at_most: float) -> Check:
         if math.isnan(value) or math.isinf(value):
             raise InputError(f"{flag} must be a finite number, got {value}")
         if value < low or (value == low and not low_allowed):
-            rule = "a positive number" if not low_allowed else "a non-negative number" if low == 0 else (
-                f"at least {_shown(low)}")
+            rule = (
+                "a positive number"
+                if not low_allowed
+                else "a non-negative number"
+                if low == 0
+                else (f"at least {_shown(low)}")
+            )
             raise InputError(f"{flag} must be {rule}, got {value:g}")
         if value > at_most:
             raise InputError(f"{flag} must be at most {_shown(at_most)}, got {value:g}")

@@ -35,10 +35,12 @@ def job_guard(flags: GuardFlags, controller: str, defaults: Defaults) -> tuple[J
     """The guard the head is to keep, and the secret its hook signs with ("" for none)."""
     if controller == "local":
         if flags.asked:
-            raise InputError("--down-when-done, --idle, --max-duration and --notify are kept by the job's controller "
-                             "on the cluster's head, which --controller local does not run (its controller is this "
-                             "process, and a laptop that sleeps cannot take a cluster down): train with "
-                             "--controller head")  # fmt: skip
+            raise InputError(
+                "--down-when-done, --idle, --max-duration and --notify are kept by the job's controller "
+                "on the cluster's head, which --controller local does not run (its controller is this "
+                "process, and a laptop that sleeps cannot take a cluster down): train with "
+                "--controller head"
+            )
         return JobGuard(), ""
     secret = defaults.config.notify_secret if flags.notify else None
     notify = check_notify(flags.notify, flags.notify_cmd, secret)
@@ -47,6 +49,7 @@ def job_guard(flags: GuardFlags, controller: str, defaults: Defaults) -> tuple[J
         down = bool(defaults.fill(None, "down_when_done"))
         if down:
             console.info(f"down_when_done (from {defaults.config.path}): the job's end takes the cluster down")
-    guard = JobGuard(down_when_done=down, idle_minutes=flags.idle_minutes,
-                     max_duration_hours=flags.max_duration_hours, notify=notify)
+    guard = JobGuard(
+        down_when_done=down, idle_minutes=flags.idle_minutes, max_duration_hours=flags.max_duration_hours, notify=notify
+    )
     return guard, secret or ""

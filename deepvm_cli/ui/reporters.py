@@ -28,12 +28,14 @@ def plain_reporter() -> Iterator[JobReporter]:
             pushed.add(host)
             console.plain(f"pushed {total:,} bytes to {host}")
 
-    yield screened(JobReporter(
-        note=console.plain,
-        log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
-        progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
-        push=push,
-    ))
+    yield screened(
+        JobReporter(
+            note=console.plain,
+            log=lambda prefix, text: console.plain(f"[{prefix}] {text}"),
+            progress=lambda p: console.plain(progress_line(p, eta.update(p.step, p.total_steps))),
+            push=push,
+        )
+    )
 
 
 class _Bars(Progress):
@@ -76,13 +78,16 @@ def live_reporter() -> Iterator[JobReporter]:
         if p.script is not None:  # a launched script without steps: no bar of 0/0, its details say what is known
             return
         left = eta.update(p.step, p.total_steps)
-        bars.update(task("train", p.total_steps), completed=p.step, total=p.total_steps,
-                    eta=f"eta {left}" if left else "")
+        bars.update(
+            task("train", p.total_steps), completed=p.step, total=p.total_steps, eta=f"eta {left}" if left else ""
+        )
 
     with bars:
-        yield screened(JobReporter(
-            note=lambda text: bars.console.print(text, markup=False, highlight=False),
-            log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
-            progress=progress,
-            push=push,
-        ))
+        yield screened(
+            JobReporter(
+                note=lambda text: bars.console.print(text, markup=False, highlight=False),
+                log=lambda prefix, text: bars.console.print(f"[{prefix}] {text}", markup=False, highlight=False),
+                progress=progress,
+                push=push,
+            )
+        )

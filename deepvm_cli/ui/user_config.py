@@ -92,8 +92,10 @@ class Defaults:
     def announce(self) -> None:
         """One line naming the values taken from the file, if any."""
         if self._used:
-            taken = ", ".join(f"{key} {getattr(self.config, key):g}" if key == "max_price"
-                              else f"{key} {getattr(self.config, key)}" for key in self._used)  # fmt: skip
+            taken = ", ".join(
+                f"{key} {getattr(self.config, key):g}" if key == "max_price" else f"{key} {getattr(self.config, key)}"
+                for key in self._used
+            )
             console.info(f"{taken} (from {self.config.path})")
 
 
@@ -221,7 +223,9 @@ def _move_aside(path: Path, unreadable: InputError) -> Path:
             try:
                 os.rename(path, backup)
             except OSError as exc:
-                raise InputError(f"{unreadable}; cannot move it aside ({exc.strerror or exc}): remove it "
-                                 f"(`rm -r {path}`) and run this again") from None
+                raise InputError(
+                    f"{unreadable}; cannot move it aside ({exc.strerror or exc}): remove it "
+                    f"(`rm -r {path}`) and run this again"
+                ) from None
             return backup
     raise InputError(f"{unreadable}; {path}.broken-2 to -999 are taken: remove the old backups or the file itself")

@@ -41,8 +41,9 @@ def rights_rows(ctx: AwsContext, principal: Principal, image_id: str | None) -> 
         answer = answers.get(action)
         return (answer is not None and answer.code == ALLOWED) or _verdict(simulated, action) is Verdict.ALLOWED
 
-    return [_row(action, why, simulated.get(action), answers.get(action), held, without)
-            for action, why in wanted.items()]  # fmt: skip
+    return [
+        _row(action, why, simulated.get(action), answers.get(action), held, without) for action, why in wanted.items()
+    ]
 
 
 def _verdict(simulated: dict[str, Simulated], action: str) -> Verdict | None:
@@ -65,8 +66,9 @@ def _simulated(ctx: AwsContext, principal: Principal, actions: list[str]) -> tup
         return {}, f"IAM's policy simulator did not answer: {exc.code}{guessed}"
 
 
-def _row(action: str, why: str, simulated: Simulated | None, answer: Answer | None, held: Callable[[str], bool],
-         without: str) -> CheckRow:  # fmt: skip
+def _row(
+    action: str, why: str, simulated: Simulated | None, answer: Answer | None, held: Callable[[str], bool], without: str
+) -> CheckRow:
     def row(mark: Mark, detail: str, fix: str = "") -> CheckRow:
         return CheckRow(Section.RIGHTS, action, mark, detail, fix, needed_for=why)
 
@@ -79,12 +81,16 @@ def _row(action: str, why: str, simulated: Simulated | None, answer: Answer | No
         unproven = [a for a in answer.also if not held(a)]
         if not unproven:
             return row(Mark.MISSING, "EC2 DryRun: UnauthorizedOperation", add)
-        return row(Mark.UNKNOWN, f"EC2 DryRun refused a request that also needs {', '.join(unproven)}, itself "
-                                 "not shown held")  # fmt: skip
+        return row(
+            Mark.UNKNOWN, f"EC2 DryRun refused a request that also needs {', '.join(unproven)}, itself not shown held"
+        )
     if simulated is not None and simulated.verdict is Verdict.DENIED:
         if simulated.decision == "explicitDeny":
-            return row(Mark.MISSING, "IAM policy simulator: explicitDeny",
-                       f"remove the Deny of {action} (your policies, permissions boundary or an SCP)")
+            return row(
+                Mark.MISSING,
+                "IAM policy simulator: explicitDeny",
+                f"remove the Deny of {action} (your policies, permissions boundary or an SCP)",
+            )
         return row(Mark.MISSING, "IAM policy simulator: no statement allows it on every resource", add)
     if simulated is not None:  # conditional
         keys = ", ".join(simulated.missing_context)

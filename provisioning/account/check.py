@@ -126,10 +126,13 @@ def _region_row(ctx: AwsContext, region: str) -> CheckRow:
     if state.opt_in in _USABLE:
         return CheckRow(Section.REGION, region, Mark.OK, f"enabled ({state.opt_in})")
     fix = f"enable it: `aws account enable-region --region-name {region}` (or the console's AWS Regions page)"
-    return CheckRow(Section.REGION, region, Mark.MISSING, f"not enabled for the account ({state.opt_in or 'unlisted'})",
-                    fix)  # fmt: skip
+    return CheckRow(
+        Section.REGION, region, Mark.MISSING, f"not enabled for the account ({state.opt_in or 'unlisted'})", fix
+    )
 
 
 def _not_asked(why: str) -> tuple[CheckRow, ...]:
-    return tuple(CheckRow(section, section.value, Mark.UNKNOWN, f"not checked: {why}")
-                 for section in (Section.REGION, Section.RIGHTS, Section.QUOTAS, Section.IMAGE))  # fmt: skip
+    return tuple(
+        CheckRow(section, section.value, Mark.UNKNOWN, f"not checked: {why}")
+        for section in (Section.REGION, Section.RIGHTS, Section.QUOTAS, Section.IMAGE)
+    )

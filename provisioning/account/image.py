@@ -26,8 +26,12 @@ from provisioning.planner.plan import Plan, Role
 ANY_AMI = "pass `deepvm up --ami AMI_ID` (and --ssh-user) with an image of this region that can"
 
 
-def image_rows(ctx: AwsContext, kind: CloudKind, explicit: str | None, plan: Plan | None,
-               ) -> tuple[list[CheckRow], str | None]:  # fmt: skip
+def image_rows(
+    ctx: AwsContext,
+    kind: CloudKind,
+    explicit: str | None,
+    plan: Plan | None,
+) -> tuple[list[CheckRow], str | None]:
     """The rows, and the image id `up` would boot (None when it cannot be found)."""
     try:
         with asking("ssm:GetParameter"):  # no connection at all is a Refused too
@@ -35,8 +39,12 @@ def image_rows(ctx: AwsContext, kind: CloudKind, explicit: str | None, plan: Pla
     except CloudError as exc:
         return [CheckRow(Section.IMAGE, PYTORCH_DLAMI.name, Mark.MISSING, str(exc), ANY_AMI)], None
     if kind is CloudKind.SANDBOX:
-        rows = [CheckRow(Section.IMAGE, image_id, Mark.OK, "the sandbox's hosts boot this machine's system "
-                                                           "whatever the AMI"), _python_here()]  # fmt: skip
+        rows = [
+            CheckRow(
+                Section.IMAGE, image_id, Mark.OK, "the sandbox's hosts boot this machine's system whatever the AMI"
+            ),
+            _python_here(),
+        ]
     else:
         rows = [_record(ctx, image_id), _stack(explicit)]
     if plan is not None:
@@ -55,25 +63,36 @@ def _record(ctx: AwsContext, image_id: str) -> CheckRow:
     if facts.state != "available":
         return CheckRow(Section.IMAGE, image_id, Mark.MISSING, said, ANY_AMI)
     if facts.architecture != "x86_64":  # every family deepvm plans on is x86_64 (catalog/market/families.py)
-        return CheckRow(Section.IMAGE, image_id, Mark.MISSING, f"{said}: deepvm's instance families are x86_64",
-                        ANY_AMI)  # fmt: skip
+        return CheckRow(
+            Section.IMAGE, image_id, Mark.MISSING, f"{said}: deepvm's instance families are x86_64", ANY_AMI
+        )
     return CheckRow(Section.IMAGE, image_id, Mark.OK, said)
 
 
 def _stack(explicit: str | None) -> CheckRow:
     if explicit:
-        return CheckRow(Section.IMAGE, "PyTorch on the image", Mark.UNKNOWN,
-                        f"deepvm keeps no record of what {explicit} carries: jobs run the nodes' python3, which "
-                        "a job's `setup` can provide for")  # fmt: skip
-    return CheckRow(Section.IMAGE, "PyTorch on the image", Mark.OK,
-                    f"{PYTORCH_DLAMI.name} carries it in {PYTORCH_DLAMI.python}")  # fmt: skip
+        return CheckRow(
+            Section.IMAGE,
+            "PyTorch on the image",
+            Mark.UNKNOWN,
+            f"deepvm keeps no record of what {explicit} carries: jobs run the nodes' python3, which "
+            "a job's `setup` can provide for",
+        )
+    return CheckRow(
+        Section.IMAGE, "PyTorch on the image", Mark.OK, f"{PYTORCH_DLAMI.name} carries it in {PYTORCH_DLAMI.python}"
+    )
 
 
 def _python_here() -> CheckRow:
     python = sys.executable
     if importlib.util.find_spec("torch") is None:
-        return CheckRow(Section.IMAGE, "PyTorch on the hosts", Mark.MISSING, f"{python} cannot import torch",
-                        "install the project's dependencies: `make setup`")  # fmt: skip
+        return CheckRow(
+            Section.IMAGE,
+            "PyTorch on the hosts",
+            Mark.MISSING,
+            f"{python} cannot import torch",
+            "install the project's dependencies: `make setup`",
+        )
     return CheckRow(Section.IMAGE, "PyTorch on the hosts", Mark.OK, f"{python} has torch")
 
 
@@ -81,8 +100,14 @@ def _families(plan: Plan, explicit: str | None) -> list[CheckRow]:
     """One row per instance type and role of the plan: whether the image boots it and drives its GPUs."""
     if explicit:
         types = ", ".join(dict.fromkeys(g.instance_type for g in plan.nodes))
-        return [CheckRow(Section.IMAGE, "the plan's types", Mark.UNKNOWN,
-                         f"deepvm trusts {explicit} to boot {types} and drive their GPUs")]  # fmt: skip
+        return [
+            CheckRow(
+                Section.IMAGE,
+                "the plan's types",
+                Mark.UNKNOWN,
+                f"deepvm trusts {explicit} to boot {types} and drive their GPUs",
+            )
+        ]
     rows = []
     for instance_type, role in dict.fromkeys((g.instance_type, g.role) for g in plan.nodes):
         name = f"{instance_type} ({role.value})"

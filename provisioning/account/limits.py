@@ -45,8 +45,9 @@ def choose_plan(path: Path | None) -> PlanChoice:
     from provisioning.planner.plan_document import PlanDocumentError, read_plan_document
 
     if path is None and not saved_plan_path().exists():
-        return PlanChoice(CheckRow(Section.PLAN, "plan", Mark.UNKNOWN,
-                                   f"no saved plan to hold the quotas against; {PLAN_AGAIN}"))  # fmt: skip
+        return PlanChoice(
+            CheckRow(Section.PLAN, "plan", Mark.UNKNOWN, f"no saved plan to hold the quotas against; {PLAN_AGAIN}")
+        )
     where = path or saved_plan_path()
     try:
         try:
@@ -66,8 +67,13 @@ def choose_plan(path: Path | None) -> PlanChoice:
         return PlanChoice(CheckRow(Section.PLAN, str(where), Mark.MISSING, str(exc), PLAN_AGAIN), known, catalog)
     plan = checked.plan
     nodes = ", ".join(f"{g.count} {g.market.value} {g.instance_type} ({g.role.value})" for g in plan.nodes)
-    detail = "; ".join([f"{plan.architecture.value} in {plan.availability_zone}: {nodes}, ${plan.price_per_hour:.4f}/h",
-                        *catalog.warnings, *checked.warnings])  # fmt: skip
+    detail = "; ".join(
+        [
+            f"{plan.architecture.value} in {plan.availability_zone}: {nodes}, ${plan.price_per_hour:.4f}/h",
+            *catalog.warnings,
+            *checked.warnings,
+        ]
+    )
     return PlanChoice(CheckRow(Section.PLAN, str(where), Mark.OK, detail), plan, catalog)
 
 
@@ -91,8 +97,10 @@ def quota_rows(ctx: AwsContext, plan: Plan, catalog: Catalog) -> list[CheckRow]:
         if needed <= quota:
             rows.append(CheckRow(Section.QUOTAS, name, Mark.OK, said))
             continue
-        fix = (f"ask for {needed} or more: `aws service-quotas request-service-quota-increase --service-code ec2 "
-               f"--quota-code {code} --desired-value {needed} --region {plan.region}`")
+        fix = (
+            f"ask for {needed} or more: `aws service-quotas request-service-quota-increase --service-code ec2 "
+            f"--quota-code {code} --desired-value {needed} --region {plan.region}`"
+        )
         rows.append(CheckRow(Section.QUOTAS, name, Mark.MISSING, said, fix))
     return rows
 

@@ -81,8 +81,9 @@ class CheckReport:
         return {
             "cloud": self.cloud.value,
             "region": self.region,
-            "identity": None if self.identity is None else {
-                **asdict(self.identity), "partition": self.identity.partition, "kind": self.identity.kind},
+            "identity": None
+            if self.identity is None
+            else {**asdict(self.identity), "partition": self.identity.partition, "kind": self.identity.kind},
             "counts": {mark.word: self.count(mark) for mark in Mark},
             "rows": [row.to_dict() for row in self.rows],
-        }  # fmt: skip
+        }

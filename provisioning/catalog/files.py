@@ -46,8 +46,8 @@ def load_catalog_file(path: Path) -> Catalog:
             catalog = catalog_from_dict(data, source=source)
         else:
             raise InputError(
-                f"{path} is not a catalog: expected DeepVM's format (\"instances\", \"available_vcpus\") "
-                "or deepvm's (\"types\", \"prices\")"
+                f'{path} is not a catalog: expected DeepVM\'s format ("instances", "available_vcpus") '
+                'or deepvm\'s ("types", "prices")'
             )
     except CatalogFormatError as exc:
         raise InputError(f"{path}: {exc}") from None
@@ -65,7 +65,7 @@ def from_deepvm_dict(data: dict[str, Any], *, source: str, as_of: str = "") -> C
     """A Catalog from DeepVM's format; a problem is a CatalogFormatError naming the entry and field."""
     instances = data.get("instances")
     if not isinstance(instances, list):
-        raise CatalogFormatError("\"instances\" must be a list of instance types")
+        raise CatalogFormatError('"instances" must be a list of instance types')
     types: dict[str, InstanceType] = {}
     prices: list[Price] = []
     for index, raw in enumerate(instances):
@@ -77,8 +77,9 @@ def from_deepvm_dict(data: dict[str, Any], *, source: str, as_of: str = "") -> C
         on_demand, spot = field.price("ondemand_price"), field.price("spot_price")
         prices.append(Price(instance.name, DEEPVM_REGION, None, Market.ON_DEMAND, on_demand))
         prices.append(Price(instance.name, DEEPVM_REGION, DEEPVM_ZONE, Market.SPOT, spot))
-    return Catalog(types=types, prices=prices, quotas=_quotas(data.get("available_vcpus", {})),
-                   source=source, as_of=as_of)
+    return Catalog(
+        types=types, prices=prices, quotas=_quotas(data.get("available_vcpus", {})), source=source, as_of=as_of
+    )
 
 
 def _instance_type(field: FieldReader) -> InstanceType:
@@ -103,7 +104,7 @@ def _instance_type(field: FieldReader) -> InstanceType:
 
 def _quotas(available: Any) -> list[Quota]:
     if not isinstance(available, dict):
-        raise CatalogFormatError("\"available_vcpus\" must map type letters to {\"ondemand\", \"spot\"}")
+        raise CatalogFormatError('"available_vcpus" must map type letters to {"ondemand", "spot"}')
     quotas = []
     for letter, by_market in available.items():
         field = FieldReader(by_market, f"available_vcpus.{letter}")

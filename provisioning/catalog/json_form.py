@@ -1,10 +1,10 @@
 """One JSON form for a catalog, shared by the built-in snapshot and the on-disk cache of live AWS data.
 
-    {"as_of": "2026-11-01", "source": "snapshot",
-     "types": [{"name", "vcpus", "memory_gib", "network_gbps", "gpu_model", "gpu_count", "flops",
-                "scaling": {"a", "b", "c", "measured"} | null}],
-     "prices": {region: {"on-demand": {type: usd}, "spot": {az: {type: usd}}}},
-     "quotas": {region: {quota_group: {"spot": vcpus, "on-demand": vcpus}}}}
+{"as_of": "2026-11-01", "source": "snapshot",
+ "types": [{"name", "vcpus", "memory_gib", "network_gbps", "gpu_model", "gpu_count", "flops",
+            "scaling": {"a", "b", "c", "measured"} | null}],
+ "prices": {region: {"on-demand": {type: usd}, "spot": {az: {type: usd}}}},
+ "quotas": {region: {quota_group: {"spot": vcpus, "on-demand": vcpus}}}}
 """
 
 from __future__ import annotations
@@ -124,9 +124,7 @@ def _scaling(field: FieldReader) -> ScalingParams:
 
 def _region_prices(field: FieldReader, region: str) -> list[Price]:
     on_demand = FieldReader(field.raw.get("on-demand", {}), f"{field.where}.on-demand")
-    prices = [
-        Price(name, region, None, Market.ON_DEMAND, on_demand.price(name)) for name in on_demand.raw
-    ]
+    prices = [Price(name, region, None, Market.ON_DEMAND, on_demand.price(name)) for name in on_demand.raw]
     by_zone = FieldReader(field.raw.get("spot", {}), f"{field.where}.spot")
     for zone, raw in by_zone.raw.items():
         spot = FieldReader(raw, f"{by_zone.where}.{zone}")
@@ -188,8 +186,13 @@ class FieldReader:
         value = self._get(key, default)
         if value is default:
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value < 0 or value != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+            or value != int(value)
+        ):
             raise CatalogFormatError(f"{self.where}.{key} must be a whole number >= 0, not {value!r}")
         return int(value)
 
@@ -199,8 +202,9 @@ class FieldReader:
         if value is default:
             return value
         if not isinstance(value, str) or len(value) > 256 or not value.isprintable():
-            raise CatalogFormatError(f"{self.where}.{key} must be a string of at most 256 printable characters, "
-                                     f"not {value!r}")
+            raise CatalogFormatError(
+                f"{self.where}.{key} must be a string of at most 256 printable characters, not {value!r}"
+            )
         return value
 
     def name(self, key: str) -> str:

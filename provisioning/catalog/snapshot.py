@@ -36,8 +36,9 @@ def load_snapshot() -> Catalog:
     """The built-in catalog (source "snapshot"). Parsed once per process; each caller gets its own copy,
     so adding warnings or restricting regions never changes what the next caller sees."""
     cached = _parsed_snapshot()
-    return replace(cached, types=dict(cached.types), prices=list(cached.prices),
-                   quotas=list(cached.quotas), warnings=[])
+    return replace(
+        cached, types=dict(cached.types), prices=list(cached.prices), quotas=list(cached.quotas), warnings=[]
+    )
 
 
 def snapshot_notes() -> list[str]:

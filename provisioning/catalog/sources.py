@@ -48,8 +48,7 @@ def _live_or_snapshot(regions: list[str] | None, refresh: bool) -> Catalog:
     except AwsUnavailable as exc:
         snapshot = load_snapshot()
         label = snapshot_label(snapshot)
-        fallback = restrict(snapshot, regions, default_region=_default_region(regions), label=label,
-                            why=exc.reason)
+        fallback = restrict(snapshot, regions, default_region=_default_region(regions), label=label, why=exc.reason)
         fallback.warnings.append(f"{exc.reason}; using {label} ({snapshot_age(snapshot.as_of)}){_fix(exc.reason)}")
         return fallback
 
@@ -61,8 +60,10 @@ def _fix(reason: str) -> str:
     if reason.startswith((NO_CREDENTIALS, REFUSED_CREDENTIALS)):
         return "; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
     if reason.startswith(MISSING_RIGHT):
-        return ("; for live prices add that right to your identity's IAM policy (README: \"What deepvm needs "
-                "from your AWS account\")")
+        return (
+            "; for live prices add that right to your identity's IAM policy (README: \"What deepvm needs "
+            'from your AWS account")'
+        )
     return ""
 
 
@@ -96,8 +97,9 @@ def save_live_snapshot(path: Path, *, regions: list[str] | None, refresh: bool =
     return catalog
 
 
-def restrict(catalog: Catalog, regions: list[str] | None, *, default_region: str | None, label: str,
-             why: str | None = None) -> Catalog:
+def restrict(
+    catalog: Catalog, regions: list[str] | None, *, default_region: str | None, label: str, why: str | None = None
+) -> Catalog:
     """`catalog` limited to the requested regions, or an InputError naming the regions it does have.
 
     `why` explains (in the error) why this catalog is being used, e.g. when the snapshot stands in.
@@ -108,8 +110,7 @@ def restrict(catalog: Catalog, regions: list[str] | None, *, default_region: str
         raise InputError(f"{why}, and {exc}" if why else str(exc)) from None
 
 
-def _requested(regions: list[str] | None, available: list[str], default_region: str | None,
-               label: str) -> list[str]:
+def _requested(regions: list[str] | None, available: list[str], default_region: str | None, label: str) -> list[str]:
     if regions is None:
         if default_region is None:
             return list(available)

@@ -87,8 +87,7 @@ def pin_host_key(keys: ClusterKeys, instance_id: str, public: str) -> None:
     except FileExistsError:
         if path.read_text().strip() != public:
             raise CloudError(
-                f"{instance_id} now shows a host key other than the one pinned for it; refusing it "
-                f"(pinned: {path})"
+                f"{instance_id} now shows a host key other than the one pinned for it; refusing it (pinned: {path})"
             ) from None
         return
     with os.fdopen(fd, "w") as f:
@@ -130,8 +129,4 @@ def _write_private(path: Path, key: Ed25519PrivateKey) -> None:
 
 def _public_line(private_path: Path) -> str:
     key = serialization.load_ssh_private_key(private_path.read_bytes(), password=None)
-    return (
-        key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-    )
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()

@@ -29,8 +29,10 @@ def wait_reachable(
         answers = probe_all([e.host for e in pending])
         impostors = [e for e, a in zip(pending, answers, strict=True) if a is Answer.NOT_PINNED]
         if impostors:
-            raise CloudError(f"{impostors[0].instance_id} ({impostors[0].address}) presented a host key that is "
-                             "not the cluster's pinned key: refusing to connect")  # fmt: skip
+            raise CloudError(
+                f"{impostors[0].instance_id} ({impostors[0].address}) presented a host key that is "
+                "not the cluster's pinned key: refusing to connect"
+            )
         pending = [e for e, a in zip(pending, answers, strict=True) if a is not Answer.YES]
         on_progress(len(endpoints) - len(pending), len(endpoints))
         if not pending:

@@ -58,9 +58,17 @@ def connect(host: HostSpec, timeout_s: float = 10.0) -> paramiko.SSHClient:
         raise UnreadableKnownHosts(f"{host.where}: {why}") from None
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(host.address, port=host.port, username=host.user, key_filename=str(host.key_path),
-                       timeout=timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s, allow_agent=False,
-                       look_for_keys=False)  # fmt: skip
+        client.connect(
+            host.address,
+            port=host.port,
+            username=host.user,
+            key_filename=str(host.key_path),
+            timeout=timeout_s,
+            banner_timeout=timeout_s,
+            auth_timeout=timeout_s,
+            allow_agent=False,
+            look_for_keys=False,
+        )
     except paramiko.BadHostKeyException:
         client.close()
         raise HostKeyRefused(

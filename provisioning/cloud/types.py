@@ -169,8 +169,11 @@ class CloudResources:
 
     def with_fleets(self, fleet_ids: list[str], instance_ids: tuple[str, ...] = ()) -> CloudResources:
         """These resources and more fleets, with the instances they launched."""
-        return replace(self, fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))),
-                       instance_ids=tuple(dict.fromkeys((*self.instance_ids, *instance_ids))))  # fmt: skip
+        return replace(
+            self,
+            fleet_ids=tuple(dict.fromkeys((*self.fleet_ids, *fleet_ids))),
+            instance_ids=tuple(dict.fromkeys((*self.instance_ids, *instance_ids))),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -189,8 +192,10 @@ class CloudResources:
             return self.subnet_id
         found = dict(entry.split("=", 1) for entry in self.zone_subnets)
         if zone not in found:
-            raise CloudError(f"the cluster's VPC has no subnet recorded in {zone} (`up` found them in "
-                             f"{', '.join(sorted(found)) or 'no other zone'})")
+            raise CloudError(
+                f"the cluster's VPC has no subnet recorded in {zone} (`up` found them in "
+                f"{', '.join(sorted(found)) or 'no other zone'})"
+            )
         return found[zone]
 
     @property
@@ -198,8 +203,13 @@ class CloudResources:
         return ControllerAccess(self.controller_profile, self.controller_role, self.controller_owned, self.holders_role)
 
     def with_controller(self, access: ControllerAccess) -> CloudResources:
-        return replace(self, controller_profile=access.profile, controller_role=access.role,
-                       controller_owned=access.owned, holders_role=access.holders)  # fmt: skip
+        return replace(
+            self,
+            controller_profile=access.profile,
+            controller_role=access.role,
+            controller_owned=access.owned,
+            holders_role=access.holders,
+        )
 
 
 @dataclass(frozen=True)
@@ -301,9 +311,14 @@ class SshEndpoint:
     @property
     def host(self) -> HostSpec:
         """The login, named by role and instance id (as log prefixes show the node)."""
-        return HostSpec(name=f"{self.role.value}-{self.instance_id[2:10]}", address=self.address,
-                        key_path=Path(self.key_path), known_hosts=Path(self.known_hosts_path), port=self.port,
-                        user=self.user)  # fmt: skip
+        return HostSpec(
+            name=f"{self.role.value}-{self.instance_id[2:10]}",
+            address=self.address,
+            key_path=Path(self.key_path),
+            known_hosts=Path(self.known_hosts_path),
+            port=self.port,
+            user=self.user,
+        )
 
 
 def groups_by_type(groups: tuple[NodeGroup, ...]) -> dict[str, list[NodeGroup]]:

@@ -60,8 +60,9 @@ class ClusterEnd:
     def from_json(cls, text: str) -> ClusterEnd:
         data = json.loads(text)
         nodes = tuple(NodeRecord.from_dict(n) for n in data["nodes"])
-        spans = tuple(NodeSpan(**{**s, "started": _moment(s["started"]), "ended": _moment(s["ended"])})
-                      for s in data["spans"])  # fmt: skip
+        spans = tuple(
+            NodeSpan(**{**s, "started": _moment(s["started"]), "ended": _moment(s["ended"])}) for s in data["spans"]
+        )
         return cls(**{**data, "nodes": nodes, "spans": spans})
 
 
@@ -82,12 +83,16 @@ class Finished:
     def lines(self) -> list[str]:
         rest = ", ".join(self.deleted) if self.deleted else "nothing was left"
         kept = f"; its outputs stay in s3://{self.outputs_bucket} (`deepvm down {self.cluster}` deletes them)" * bool(
-            self.outputs_bucket)
+            self.outputs_bucket
+        )
         if self.end is not None:
-            return [f"cluster {self.cluster} was taken down by its head at {self.end.ended_at} ({self.end.reason}); "
-                    f"finished its teardown here: {rest}{kept}"]  # fmt: skip
-        return [f"cluster {self.cluster}'s head is gone and left no record: {self.lost}; tore down the rest: "
-                f"{rest}{kept}"]
+            return [
+                f"cluster {self.cluster} was taken down by its head at {self.end.ended_at} ({self.end.reason}); "
+                f"finished its teardown here: {rest}{kept}"
+            ]
+        return [
+            f"cluster {self.cluster}'s head is gone and left no record: {self.lost}; tore down the rest: {rest}{kept}"
+        ]
 
 
 def read_end(ctx: AwsContext, bucket: str) -> ClusterEnd | None:
@@ -131,8 +136,10 @@ def _finish(ctx: AwsContext, store: Store, row: ClusterRow, report: Reporter) ->
         # found gone just after the first read may have left one in between (seen in the sandbox).
         end = _end_of(ctx, row)
         if end is None:
-            lost = (f"its head {head.instance_id} is not running, so the job's controller, its log and the outputs "
-                    "and checkpoints on its disk that were not copied to S3 are lost")  # fmt: skip
+            lost = (
+                f"its head {head.instance_id} is not running, so the job's controller, its log and the outputs "
+                "and checkpoints on its disk that were not copied to S3 are lost"
+            )
             deleted = finish_down(row, store, "its head died", None, report)
             return Finished(row.name, None, tuple(deleted), bucket, lost)
     store.adopt_record(row.name, list(end.nodes), list(end.spans))

@@ -115,8 +115,10 @@ class Cluster:
         store = Store()
         found = cls.find(name, store)
         if found is None or not found.is_up:
-            raise NotFoundError(f"no running cluster named {name!r}{_why(why)}; {cluster_listing(store)}; "
-                                f"start it with `deepvm up --name {name}`")  # fmt: skip
+            raise NotFoundError(
+                f"no running cluster named {name!r}{_why(why)}; {cluster_listing(store)}; "
+                f"start it with `deepvm up --name {name}`"
+            )
         return found
 
     @classmethod
@@ -241,8 +243,10 @@ class Cluster:
                 tagged = query_instances(ctx, row.identity)
         except CloudError:
             return False
-        self._store.put_nodes(self.name, [replace(n, state=seen[n.instance_id].state if n.instance_id in seen
-                                                  else "terminated") for n in nodes])  # fmt: skip
+        self._store.put_nodes(
+            self.name,
+            [replace(n, state=seen[n.instance_id].state if n.instance_id in seen else "terminated") for n in nodes],
+        )
         for node, info in ((n, seen.get(n.instance_id)) for n in nodes):  # why EC2 ended what ran (StateReason)
             if node.state == RUNNING and info is not None and info.state != RUNNING and info.state_reason:
                 self.event("ended", f"{node.instance_id} {info.state}: {info.state_reason}")
@@ -255,8 +259,14 @@ class Cluster:
 
     # changes while it runs
 
-    def add_nodes(self, group: NodeGroup, report: Reporter = Reporter(), timeout_s: float = 900.0,
-                  inside_cluster: bool = False, zone: str | None = None) -> list[NodeRecord]:  # fmt: skip
+    def add_nodes(
+        self,
+        group: NodeGroup,
+        report: Reporter = Reporter(),
+        timeout_s: float = 900.0,
+        inside_cluster: bool = False,
+        zone: str | None = None,
+    ) -> list[NodeRecord]:
         """Buy `group` (its count of its type, market and role, at its price: a replacement like the plan's,
         an on-demand stand-in, a repair of another type) from the cluster's own launch template, in `zone`
         (default: the cluster's; another zone launches in the subnet `up` recorded there); return the nodes
@@ -269,10 +279,12 @@ class Cluster:
                 raise NotFoundError(f"no running cluster named {self.name!r}")
             where = zone or row.availability_zone
             ctx = started(self.target, row.region)
-            report.step(f"launching {group.count} {group.market.value} {group.instance_type} ({group.role.value}) "
-                        f"in {where}")
-            outcome = add_instances(ctx, row.identity, row.resources, (row.availability_zone, where), group,
-                                    uuid.uuid4().hex)  # fmt: skip
+            report.step(
+                f"launching {group.count} {group.market.value} {group.instance_type} ({group.role.value}) in {where}"
+            )
+            outcome = add_instances(
+                ctx, row.identity, row.resources, (row.availability_zone, where), group, uuid.uuid4().hex
+            )
             self._store.set_resources(self.name, outcome.resources)
             short = "; ".join(s.describe() for s in outcome.shortfalls)
             if short:
@@ -287,8 +299,16 @@ class Cluster:
                     self.retire(list(outcome.instance_ids), f"replacement failed: {exc}")
                 raise
 
-    def _settle(self, ctx: AwsContext, row: ClusterRow, group: NodeGroup, instance_ids: list[str],
-                report: Reporter, timeout_s: float, inside_cluster: bool) -> list[NodeRecord]:
+    def _settle(
+        self,
+        ctx: AwsContext,
+        row: ClusterRow,
+        group: NodeGroup,
+        instance_ids: list[str],
+        report: Reporter,
+        timeout_s: float,
+        inside_cluster: bool,
+    ) -> list[NodeRecord]:
         """Launched replacements until they run, are recorded, pinned and answer over SSH."""
         infos = wait_instances(ctx, instance_ids, timeout_s, lambda n, t: report.count("running", n, t))
         if group.role is Role.HOLDER:  # a holder's S3 rights come with deepvm's holders profile
@@ -299,8 +319,9 @@ class Cluster:
             added = [private_only(n) for n in added]
         self._store.put_nodes(self.name, added)
         self.event("replacement", f"added {', '.join(n.instance_id for n in added)}")
-        keys = pin_nodes(ctx, self.name, self._running(), timeout_s,
-                         lambda n, t: report.count("host keys pinned", n, t))  # fmt: skip
+        keys = pin_nodes(
+            ctx, self.name, self._running(), timeout_s, lambda n, t: report.count("host keys pinned", n, t)
+        )
         wait_reachable(endpoints(keys, added), timeout_s, lambda n, t: report.count("reachable over SSH", n, t))
         return added
 
@@ -315,8 +336,11 @@ class Cluster:
         if ctx is None:  # a sandbox that was stopped took its hosts with it
             return
         states = terminate_instances(ctx, instance_ids)
-        retired = [replace(n, state=states.get(n.instance_id, "shutting-down"))
-                   for n in self.nodes() if n.instance_id in instance_ids]  # fmt: skip
+        retired = [
+            replace(n, state=states.get(n.instance_id, "shutting-down"))
+            for n in self.nodes()
+            if n.instance_id in instance_ids
+        ]
         self._store.put_nodes(self.name, retired)  # closes their cost segments
         self.event("retired", f"terminated {', '.join(instance_ids)}: {why}")
         self.target.after_terminate(instance_ids)

@@ -20,8 +20,10 @@ _RUNNING = "running"
 def head_node(nodes: Sequence[NodeRecord]) -> NodeRecord | None:
     """The running on-demand anchor, else the first running on-demand holder (launch order); None when
     the cluster has no running on-demand node."""
-    running = sorted((n for n in nodes if n.state == _RUNNING and n.market is Market.ON_DEMAND),
-                     key=lambda n: (n.launched_at, n.instance_id))  # fmt: skip
+    running = sorted(
+        (n for n in nodes if n.state == _RUNNING and n.market is Market.ON_DEMAND),
+        key=lambda n: (n.launched_at, n.instance_id),
+    )
     for role in (Role.ANCHOR, Role.HOLDER):
         found = next((n for n in running if n.role is role), None)
         if found is not None:

@@ -133,8 +133,10 @@ def _launch(
     identity = ClusterIdentity.new(name)
     others = [c.cluster_id or "none" for c in clusters_named(ctx, name)]
     if others:  # not refused: they may be another user's; but if they are a lost record's, they bill
-        report.step(f"other clusters named {name} are in {plan.region} (ids {', '.join(others)}): another "
-                    f"user's, or ones this machine has no record of (`deepvm down {name} --cluster-id ID`)")
+        report.step(
+            f"other clusters named {name} are in {plan.region} (ids {', '.join(others)}): another "
+            f"user's, or ones this machine has no record of (`deepvm down {name} --cluster-id ID`)"
+        )
     image = target.image(ctx, plan, request.image_id)  # refused (a plan it cannot serve): nothing made
     _check_offered(ctx, plan)
     ssh_cidr = target.ssh_cidr(ctx, request.ssh_cidr)
@@ -219,7 +221,13 @@ def _launch(
         report.step(f"cleaning up after: {exc or type(exc).__name__}")
         try:
             _destroy(
-                store, identity, target, [plan.region], resources, report, final_status=ClusterStatus.FAILED,
+                store,
+                identity,
+                target,
+                [plan.region],
+                resources,
+                report,
+                final_status=ClusterStatus.FAILED,
                 reason=str(exc),
             )
         except (CloudError, BotoCoreError, ClientError) as cleanup:
@@ -270,7 +278,11 @@ def cost_report() -> list[ClusterBill]:
 
 
 def down(
-    name: str, cloud: str = "auto", region: str | None = None, report: Reporter = Reporter(), cluster_id: str = "",
+    name: str,
+    cloud: str = "auto",
+    region: str | None = None,
+    report: Reporter = Reporter(),
+    cluster_id: str = "",
     keep_outputs: bool = False,
 ) -> DownResult:
     """Delete everything of the cluster, recorded or only tagged; safe to run again. A state file that
@@ -288,12 +300,23 @@ def down(
             identity, _ = tagged_with(name, target, regions, store, unreadable, cluster_id)  # NotFoundError if none
         deleted = _destroy(store, identity, target, regions, known, report, keep_outputs=keep_outputs)
         cost = store.cost(name) if store is not None and row is not None else None
-    return DownResult(name=name, deleted=deleted, had_record=row is not None, unreadable_state=unreadable, cost=cost,
-                      cloud=target.kind, outputs_kept=known.outputs_bucket if keep_outputs else "")
+    return DownResult(
+        name=name,
+        deleted=deleted,
+        had_record=row is not None,
+        unreadable_state=unreadable,
+        cost=cost,
+        cloud=target.kind,
+        outputs_kept=known.outputs_bucket if keep_outputs else "",
+    )
 
 
 def tagged_with(
-    name: str, target: CloudTarget, regions: list[str], store: Store | None, unreadable: str = "",
+    name: str,
+    target: CloudTarget,
+    regions: list[str],
+    store: Store | None,
+    unreadable: str = "",
     cluster_id: str = "",
 ) -> tuple[ClusterIdentity, list[Leftover]]:
     """The cluster called `name` that is tagged in `regions` of `target` (for a cluster without a record)
@@ -315,9 +338,11 @@ def tagged_with(
     if len(found) > 1:
         ids = ", ".join(c.cluster_id or "none (made before ids)" for c, _ in found)
         pick = next(c.cluster_id for c, _ in found if c.cluster_id)
-        raise InputError(f"{len(found)} clusters named {name} are tagged in {where} (ids: {ids}), and this machine "
-                         "has no record of any; another user of the account may own some: pick one with "
-                         f"`deepvm down {name} --cluster-id {pick}`")  # fmt: skip
+        raise InputError(
+            f"{len(found)} clusters named {name} are tagged in {where} (ids: {ids}), and this machine "
+            "has no record of any; another user of the account may own some: pick one with "
+            f"`deepvm down {name} --cluster-id {pick}`"
+        )
     return found[0]
 
 
@@ -406,14 +431,24 @@ def _destroy(
     return deleted
 
 
-def finish_down(row: ClusterRow, store: Store, reason: str, ended_at: str | None, report: Reporter = Reporter()
-                ) -> list[str]:  # fmt: skip
+def finish_down(
+    row: ClusterRow, store: Store, reason: str, ended_at: str | None, report: Reporter = Reporter()
+) -> list[str]:
     """The rest of `down` for a cluster its head took down (or whose head died): whatever of it is left (its
     instances, fleets, template, security group, key pair, IAM roles) is deleted, its outputs bucket kept; its
     record ends at `ended_at` (the head's time) with `reason`. What was deleted."""
     with cluster_lock(row.name):
-        return _destroy(store, row.identity, target_for(row.cloud), [row.region], row.resources, report,
-                        reason=reason, keep_outputs=True, ended_at=ended_at)  # fmt: skip
+        return _destroy(
+            store,
+            row.identity,
+            target_for(row.cloud),
+            [row.region],
+            row.resources,
+            report,
+            reason=reason,
+            keep_outputs=True,
+            ended_at=ended_at,
+        )
 
 
 def _summary(plan: Plan) -> str:

@@ -21,17 +21,13 @@ def assign_roles(plan: Plan, infos: list[InstanceInfo], ssh_user: str, ssh_port:
     nodes = []
     for group in plan.nodes:
         for _ in range(group.count):
-            match = next(
-                (i for i in free if (i.instance_type, i.market) == (group.instance_type, group.market)), None
-            )
+            match = next((i for i in free if (i.instance_type, i.market) == (group.instance_type, group.market)), None)
             if match is None:
                 break
             free.remove(match)
             nodes.append(_node(match, group, ssh_user, ssh_port))
     if free:
-        raise CloudError(
-            f"EC2 launched instances the plan did not ask for: {', '.join(i.instance_id for i in free)}"
-        )
+        raise CloudError(f"EC2 launched instances the plan did not ask for: {', '.join(i.instance_id for i in free)}")
     return nodes
 
 

@@ -20,8 +20,11 @@ def on_demand_prices(plan: Plan) -> dict[str, float]:
     catalog = load_snapshot()
     prices: dict[str, float] = {}
     for group in plan.nodes:
-        price = group.usd_per_hour if group.market is Market.ON_DEMAND else catalog.on_demand_price(
-            group.instance_type, plan.region)  # fmt: skip
+        price = (
+            group.usd_per_hour
+            if group.market is Market.ON_DEMAND
+            else catalog.on_demand_price(group.instance_type, plan.region)
+        )
         if price is not None:
             prices.setdefault(group.instance_type, price)
     return prices

@@ -103,8 +103,10 @@ SCHEMA = Schema(
         "CREATE INDEX IF NOT EXISTS events_by_cluster ON events(cluster)",
         "CREATE INDEX IF NOT EXISTS costs_by_cluster ON costs(cluster)",
     ),
-    added_columns=(AddedColumn("clusters", "cluster_id", "TEXT NOT NULL DEFAULT ''"),
-                   AddedColumn("clusters", "node_python", "TEXT NOT NULL DEFAULT ''")),
+    added_columns=(
+        AddedColumn("clusters", "cluster_id", "TEXT NOT NULL DEFAULT ''"),
+        AddedColumn("clusters", "node_python", "TEXT NOT NULL DEFAULT ''"),
+    ),
 )
 
 _GONE = ("shutting-down", "terminated", "stopping", "stopped")
@@ -175,9 +177,15 @@ class ClusterBill:
 
     def to_dict(self) -> dict[str, object]:
         """The cluster as `cost-report --json` states it (cost fields as in `status` and `down`)."""
-        return {"name": self.name, "cloud": self.cloud.value, "region": self.region, "status": self.status.value,
-                "created_at": self.created_at, **cost_fields(self.cost),
-                "usd_per_hour": round(self.cost.usd_per_hour, 6)}  # fmt: skip
+        return {
+            "name": self.name,
+            "cloud": self.cloud.value,
+            "region": self.region,
+            "status": self.status.value,
+            "created_at": self.created_at,
+            **cost_fields(self.cost),
+            "usd_per_hour": round(self.cost.usd_per_hour, 6),
+        }
 
 
 @dataclass(frozen=True)
@@ -209,9 +217,18 @@ class Store:
                 db.execute(
                     "INSERT INTO past_clusters (name, cloud, region, status, created_at, launched_at, ended_at, "
                     "runtime_s, cost_usd) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (bill.name, bill.cloud.value, bill.region, bill.status.value, bill.created_at, iso(cost.launched),
-                     iso(cost.ended), cost.runtime_s, cost.usd),
-                )  # fmt: skip
+                    (
+                        bill.name,
+                        bill.cloud.value,
+                        bill.region,
+                        bill.status.value,
+                        bill.created_at,
+                        iso(cost.launched),
+                        iso(cost.ended),
+                        cost.runtime_s,
+                        cost.usd,
+                    ),
+                )
             db.execute("DELETE FROM clusters WHERE name = ?", (row.name,))
             db.execute(
                 "INSERT INTO clusters (name, cloud, region, availability_zone, status, plan_json, prices_as_of, "
@@ -245,9 +262,7 @@ class Store:
 
     def set_status(self, name: str, status: ClusterStatus, message: str = "") -> None:
         with self._db.transaction() as db:
-            db.execute(
-                "UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status.value, utc_now(), name)
-            )
+            db.execute("UPDATE clusters SET status = ?, updated_at = ? WHERE name = ?", (status.value, utc_now(), name))
             _event(db, name, status.value, message or f"status {status.value}")
 
     def set_resources(self, name: str, resources: CloudResources) -> None:
@@ -267,9 +282,7 @@ class Store:
         with self._db.transaction() as db:
             as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
             for node in nodes:
-                known = db.execute(
-                    "SELECT state FROM nodes WHERE instance_id = ?", (node.instance_id,)
-                ).fetchone()
+                known = db.execute("SELECT state FROM nodes WHERE instance_id = ?", (node.instance_id,)).fetchone()
                 db.execute(
                     "INSERT INTO nodes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(instance_id) DO UPDATE "
                     "SET state = excluded.state, private_ip = excluded.private_ip, "
@@ -338,9 +351,11 @@ class Store:
             as_of = db.execute("SELECT prices_as_of FROM clusters WHERE name = ?", (cluster,)).fetchone()[0]
             db.execute("DELETE FROM costs WHERE cluster = ?", (cluster,))
             for span in spans:
-                db.execute("INSERT INTO costs (cluster, instance_id, usd_per_hour, prices_as_of, started_at, ended_at) "
-                           "VALUES (?,?,?,?,?,?)", (cluster, span.instance_id, span.usd_per_hour, as_of,
-                                                    iso(span.started), iso(span.ended)))  # fmt: skip
+                db.execute(
+                    "INSERT INTO costs (cluster, instance_id, usd_per_hour, prices_as_of, started_at, ended_at) "
+                    "VALUES (?,?,?,?,?,?)",
+                    (cluster, span.instance_id, span.usd_per_hour, as_of, iso(span.started), iso(span.ended)),
+                )
         self.put_nodes(cluster, [replace(n, state="terminated") for n in nodes])  # every span is closed
         self.close_costs(cluster, max((iso(s.ended) or "" for s in spans), default="") or None)
 
@@ -415,10 +430,16 @@ def _segment(row: sqlite3.Row) -> CostSegment:
 
 def _past_bill(row: sqlite3.Row) -> ClusterBill:
     launched, ended = row["launched_at"], row["ended_at"]
-    cost = ClusterCost(usd=row["cost_usd"], usd_per_hour=0.0, launched=_parse(launched) if launched else None,
-                       ended=_parse(ended) if ended else None, runtime_s=row["runtime_s"])  # fmt: skip
-    return ClusterBill(row["name"], CloudKind(row["cloud"]), row["region"], ClusterStatus(row["status"]),
-                       row["created_at"], cost)
+    cost = ClusterCost(
+        usd=row["cost_usd"],
+        usd_per_hour=0.0,
+        launched=_parse(launched) if launched else None,
+        ended=_parse(ended) if ended else None,
+        runtime_s=row["runtime_s"],
+    )
+    return ClusterBill(
+        row["name"], CloudKind(row["cloud"]), row["region"], ClusterStatus(row["status"]), row["created_at"], cost
+    )
 
 
 def _node_record(row: sqlite3.Row) -> NodeRecord:

@@ -45,8 +45,9 @@ class CloudTarget(Protocol):
     def after_terminate(self, instance_ids: list[str]) -> None:
         """Return only once the terminated instances' machines are gone (the sandbox kills its hosts)."""
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
-                  rebalance_only: bool = False) -> str:  # fmt: skip
+    def interrupt(
+        self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str, rebalance_only: bool = False
+    ) -> str:
         """Deliver a Spot interruption notice now and the interruption after `after_s` (`rebalance_only`: a
         rebalance recommendation alone, where the cloud can); say what was done."""
 
@@ -93,8 +94,9 @@ class AwsTarget:
     def after_terminate(self, instance_ids: list[str]) -> None:
         return  # EC2 shuts the machines down itself
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
-                  rebalance_only: bool = False) -> str:  # fmt: skip
+    def interrupt(
+        self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str, rebalance_only: bool = False
+    ) -> str:
         if rebalance_only:
             raise InputError(
                 "--rebalance-only is a sandbox rehearsal: on AWS, FIS's send-spot-instance-interruptions "
@@ -125,9 +127,7 @@ def resolve_target(cloud: str) -> CloudTarget:
         cloud = CloudKind.AWS if has_aws_credentials() else CloudKind.SANDBOX
     if cloud == CloudKind.AWS:
         if not has_aws_credentials():
-            raise CloudError(
-                "no AWS credentials found (configure them as for the AWS CLI), or use --cloud sandbox"
-            )
+            raise CloudError("no AWS credentials found (configure them as for the AWS CLI), or use --cloud sandbox")
         return AwsTarget()
     from provisioning.sandbox.target import SandboxTarget
 

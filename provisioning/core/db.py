@@ -77,8 +77,9 @@ class Database:
         self.path = path or state_path()
         _check_file(self.path)
         with self._errors():
-            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                                       check_same_thread=False)  # fmt: skip
+            self._db = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             self._lock = threading.RLock()
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -131,8 +132,9 @@ class Database:
             if found > schema.version:
                 raise StateFileError(
                     f"{self.path} was written by a newer deepvm ({schema.name} tables version {found}, this one "
-                    f"knows {schema.version})", "upgrade deepvm to use it"
-                )  # fmt: skip
+                    f"knows {schema.version})",
+                    "upgrade deepvm to use it",
+                )
             db.execute(_VERSIONS)
             for statement in schema.statements:
                 db.execute(statement)
@@ -181,19 +183,21 @@ def _check_file(path: Path) -> None:
 
 
 def _move_aside(path: Path) -> str:
-    return (f"move it aside (with any {path.name}-wal and {path.name}-shm beside it) and run again; "
-            "a cluster it recorded can still be deleted by its tags: `deepvm down NAME`")  # fmt: skip
+    return (
+        f"move it aside (with any {path.name}-wal and {path.name}-shm beside it) and run again; "
+        "a cluster it recorded can still be deleted by its tags: `deepvm down NAME`"
+    )
 
 
 def _file_error(path: Path, exc: sqlite3.DatabaseError) -> StateFileError:
     name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+; which I/O error says what went wrong
     reason = f"{exc}: {name}" if name.startswith("SQLITE_IOERR") else str(exc)
     if "locked" in reason or "busy" in reason:
-        return StateFileError(f"{path} is locked by another deepvm process ({reason})",
-                              "run again when it is done")  # fmt: skip
+        return StateFileError(f"{path} is locked by another deepvm process ({reason})", "run again when it is done")
     if "readonly" in reason or "unable to open" in reason:
-        return StateFileError(f"cannot write {path} ({reason})",
-                              f"check that {path.parent} is a directory you may write to")  # fmt: skip
+        return StateFileError(
+            f"cannot write {path} ({reason})", f"check that {path.parent} is a directory you may write to"
+        )
     return StateFileError(f"{path} is damaged ({reason})", _move_aside(path))
 
 

@@ -54,9 +54,10 @@ def integer_in(low: int, high: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if type(value) is not int or not low <= value <= high:
             raise PydanticCustomError(
-                "count", "must be an integer from {low} to {high}, got {got}",
+                "count",
+                "must be an integer from {low} to {high}, got {got}",
                 {"low": low, "high": high, "got": show(value)},
-            )  # fmt: skip
+            )
         return value
 
     return check
@@ -107,7 +108,8 @@ def text(limit: int) -> BeforeValidator:
     def check(value: Any) -> str:
         if not isinstance(value, str) or len(value) > limit or not value.isprintable():
             raise PydanticCustomError(
-                "text", "must be a string of at most {limit} printable characters, got {got}",
+                "text",
+                "must be a string of at most {limit} printable characters, got {got}",
                 {"limit": limit, "got": show(value)},
             )
         return value

@@ -74,27 +74,38 @@ class Fill:
 
 def ground_groups(s: Situation) -> list[tuple[Pool, Role, int]]:
     """The plan's on-demand groups, in the cluster's zone."""
-    return [(Pool(s.zone, g.instance_type, Market.ON_DEMAND), g.role, g.count)
-            for g in s.plan if g.market is Market.ON_DEMAND]
+    return [
+        (Pool(s.zone, g.instance_type, Market.ON_DEMAND), g.role, g.count)
+        for g in s.plan
+        if g.market is Market.ON_DEMAND
+    ]
 
 
 def fallback_fill(s: Situation) -> Fill:
     """The whole fill for the cluster's zone, within the fallback cap (see the module docstring)."""
     ground = ground_groups(s)
     ground_usd = sum(count * (s.price(pool) or 0.0) for pool, _, count in ground)
-    ground_trainers = tuple((s.facts[pool.instance_type], count) for pool, role, count in ground
-                            if role in TRAINING_ROLES)
+    ground_trainers = tuple(
+        (s.facts[pool.instance_type], count) for pool, role, count in ground if role in TRAINING_ROLES
+    )
     planned = {g.instance_type for g in s.plan if g.role in TRAINING_ROLES}
-    usable = [o for o in s.offers if o.pool.zone == s.zone and o.pool.market is Market.ON_DEMAND
-              and s.facts[o.pool.instance_type].trains and not cooling(s, o.pool)]
+    usable = [
+        o
+        for o in s.offers
+        if o.pool.zone == s.zone
+        and o.pool.market is Market.ON_DEMAND
+        and s.facts[o.pool.instance_type].trains
+        and not cooling(s, o.pool)
+    ]
     same = [o for o in usable if o.pool.instance_type in planned]
     candidates = tuple((o, s.facts[o.pool.instance_type]) for o in (same or usable))
     return _best_fill(ground_trainers, candidates, s.limits.fallback_usd_per_hour - ground_usd)
 
 
 @lru_cache(maxsize=4096)
-def _best_fill(ground: tuple[tuple[TypeFacts, int], ...], candidates: tuple[tuple[Offer, TypeFacts], ...],
-               room_usd: float) -> Fill:
+def _best_fill(
+    ground: tuple[tuple[TypeFacts, int], ...], candidates: tuple[tuple[Offer, TypeFacts], ...], room_usd: float
+) -> Fill:
     """The fill of the highest rate (ties: cheaper) among the candidates, every count the room allows."""
     best: tuple[float, float] | None = None
     chosen = Fill(None, 0, ground, None)
@@ -212,8 +223,11 @@ def deadline_view(s: Situation) -> DeadlineView | None:
     remaining = max(0.0, s.progress.remaining_pflop)
     left_s = s.limits.deadline_s - s.timing.reserve_s - s.now_s
     slack = left_s - remaining / guaranteed * HOUR_S if guaranteed > 0 else -math.inf
-    ground = [h for h in s.holdings if h.pool.market is Market.ON_DEMAND and not h.stand_in
-              and h.pool.zone == s.zone and h.role in TRAINING_ROLES]
+    ground = [
+        h
+        for h in s.holdings
+        if h.pool.market is Market.ON_DEMAND and not h.stand_in and h.pool.zone == s.zone and h.role in TRAINING_ROLES
+    ]
     stand_ins = [h for h in s.stand_ins if h.pool.zone == s.zone]
     present = tuple(counts_of(s, ground + stand_ins, ready_only=True))
     held = fill.ground + tuple(counts_of(s, stand_ins, ready_only=False))

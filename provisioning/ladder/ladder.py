@@ -48,8 +48,9 @@ def decide(s: Situation) -> Decision:
     if stop is not None:
         return stop
     if s.moving_to is not None:
-        return Decision(Rung.MOVING, Reason(f"moving to {s.moving_to}: waiting for its nodes to join"),
-                        check_at_s=_wake(s, None))
+        return Decision(
+            Rung.MOVING, Reason(f"moving to {s.moving_to}: waiting for its nodes to join"), check_at_s=_wake(s, None)
+        )
     view = deadline_view(s)
     for rung in (_fallback, _short_roles, _return_to_spot):
         decision = rung(s, view)
@@ -66,9 +67,13 @@ def _budget(s: Situation) -> Decision | None:
     burn = s.usd_per_hour()
     if s.limits.spent_usd + burn * s.timing.stop_s / HOUR_S < budget:
         return None
-    return Decision(Rung.STOP, Reason(
-        f"spent ${s.limits.spent_usd:,.2f} of the ${budget:,.2f} budget: at ${burn:,.2f}/h a checkpoint and a clean "
-        f"stop ({s.timing.stop_s:.0f} s) would reach it; stopping (resumable)"))
+    return Decision(
+        Rung.STOP,
+        Reason(
+            f"spent ${s.limits.spent_usd:,.2f} of the ${budget:,.2f} budget: at ${burn:,.2f}/h a checkpoint and a "
+            f"clean stop ({s.timing.stop_s:.0f} s) would reach it; stopping (resumable)"
+        ),
+    )
 
 
 def _budget_wake(s: Situation) -> float | None:
@@ -99,10 +104,17 @@ def _fallback(s: Situation, view: DeadlineView | None) -> Decision | None:
     over = count * offer.usd_per_hour - room
     retire = _make_room(s, over) if over > 1e-9 else ()
     lost = " (it cannot be kept for sure: even the whole fill may finish late)" if view.broken else ""
-    text = (f"the deadline needs on-demand: slack {view.slack_s / 60:.1f} min against {view.fill.describe()} "
-            f"({view.guaranteed:,.0f} PFLOP/h); buying {count} stand-in{'s' if count > 1 else ''}{lost}")
-    return Decision(Rung.FALLBACK, Reason(text, slack_s=view.slack_s, deadline_at_risk=view.broken),
-                    orders=orders, retire=retire, check_at_s=_wake(s, view))
+    text = (
+        f"the deadline needs on-demand: slack {view.slack_s / 60:.1f} min against {view.fill.describe()} "
+        f"({view.guaranteed:,.0f} PFLOP/h); buying {count} stand-in{'s' if count > 1 else ''}{lost}"
+    )
+    return Decision(
+        Rung.FALLBACK,
+        Reason(text, slack_s=view.slack_s, deadline_at_risk=view.broken),
+        orders=orders,
+        retire=retire,
+        check_at_s=_wake(s, view),
+    )
 
 
 def _make_room(s: Situation, usd: float) -> tuple[Retire, ...]:
@@ -133,8 +145,11 @@ def _short_roles(s: Situation, view: DeadlineView | None) -> Decision | None:
             continue
         if cooling(s, pool):
             return _retry(s, view, (pool,), short, f"{short} {g.role.value} short: {pool} refused lately")
-        return Decision(Rung.BUY_LIKE_PLAN, Reason(f"{short} {g.role.value} short: buying like the plan", short=short),
-                        orders=(Order(pool, g.role, short),))
+        return Decision(
+            Rung.BUY_LIKE_PLAN,
+            Reason(f"{short} {g.role.value} short: buying like the plan", short=short),
+            orders=(Order(pool, g.role, short),),
+        )
     return _short_spot(s, view, held)
 
 
@@ -150,8 +165,9 @@ def _held_here(s: Situation) -> dict[tuple[Pool, Role], int]:
 def _spot_trainers_short(s: Situation, ready_only: bool = False) -> int:
     """The plan's Spot nodes the cluster lacks in its zone, counting those on their way unless `ready_only`."""
     planned = sum(g.count for g in s.plan if g.market is Market.SPOT)
-    held = sum(h.ready if ready_only else h.held for h in s.holdings
-               if h.pool.market is Market.SPOT and h.pool.zone == s.zone)  # fmt: skip
+    held = sum(
+        h.ready if ready_only else h.held for h in s.holdings if h.pool.market is Market.SPOT and h.pool.zone == s.zone
+    )
     return max(0, planned - held)
 
 
@@ -181,8 +197,11 @@ def _short_spot(s: Situation, view: DeadlineView | None, held: dict[tuple[Pool, 
         if cooling(s, pool):
             refused.append(pool)
             continue
-        return Decision(Rung.BUY_LIKE_PLAN, Reason(f"{short} Spot trainers short: buying like the plan", short=short),
-                        orders=(Order(pool, g.role, count),))
+        return Decision(
+            Rung.BUY_LIKE_PLAN,
+            Reason(f"{short} Spot trainers short: buying like the plan", short=short),
+            orders=(Order(pool, g.role, count),),
+        )
     if not refused:
         return None  # the cap leaves no room: the stand-ins (or repairs) hold it
     repair = _repair(s, short, room, refused)
@@ -190,14 +209,27 @@ def _short_spot(s: Situation, view: DeadlineView | None, held: dict[tuple[Pool, 
         return repair
     move = best_move(s)
     if move is not None:
-        text = (f"{move.zone} instead of {s.zone}: refused for {move.outage_s / 60:.1f} min, a move costs "
-                f"~{move.cost_s:.0f} s and trains at {move.rate_after:,.0f} PFLOP/h against {move.rate_now:,.0f}")
-        return Decision(Rung.MOVE, Reason(text, short=short, outage_s=move.outage_s, refused=tuple(refused)),
-                        orders=move.orders, move_to=move.zone)
-    waiting = tuple(o.pool for o in s.offers if o.pool.zone == s.zone and o.pool.market is Market.SPOT
-                    and cooling(s, o.pool))
-    return _retry(s, view, waiting, short, f"{short} Spot trainers short: {', '.join(map(str, waiting))} refused "
-                                           "lately, no other Spot type in the zone within the cap")
+        text = (
+            f"{move.zone} instead of {s.zone}: refused for {move.outage_s / 60:.1f} min, a move costs "
+            f"~{move.cost_s:.0f} s and trains at {move.rate_after:,.0f} PFLOP/h against {move.rate_now:,.0f}"
+        )
+        return Decision(
+            Rung.MOVE,
+            Reason(text, short=short, outage_s=move.outage_s, refused=tuple(refused)),
+            orders=move.orders,
+            move_to=move.zone,
+        )
+    waiting = tuple(
+        o.pool for o in s.offers if o.pool.zone == s.zone and o.pool.market is Market.SPOT and cooling(s, o.pool)
+    )
+    return _retry(
+        s,
+        view,
+        waiting,
+        short,
+        f"{short} Spot trainers short: {', '.join(map(str, waiting))} refused "
+        "lately, no other Spot type in the zone within the cap",
+    )
 
 
 def _repair(s: Situation, short: int, room: float, refused: list[Pool]) -> Decision | None:
@@ -207,8 +239,14 @@ def _repair(s: Situation, short: int, room: float, refused: list[Pool]) -> Decis
     best: tuple[float, float, Offer, int] | None = None
     for offer in s.offers:
         pool = offer.pool
-        if (pool.zone != s.zone or pool.market is not Market.SPOT or pool in refused or cooling(s, pool)
-                or not s.facts[pool.instance_type].trains or offer.capacity_seen == 0):
+        if (
+            pool.zone != s.zone
+            or pool.market is not Market.SPOT
+            or pool in refused
+            or cooling(s, pool)
+            or not s.facts[pool.instance_type].trains
+            or offer.capacity_seen == 0
+        ):
             continue
         most = min(short, affordable(room, offer.usd_per_hour))
         if offer.capacity_seen is not None:
@@ -221,10 +259,13 @@ def _repair(s: Situation, short: int, room: float, refused: list[Pool]) -> Decis
     if best is None or best[0] <= pflop_per_hour(base):
         return None
     _, _, offer, n = best
-    text = (f"{short} Spot trainers short and {', '.join(map(str, refused))} refused lately: repairing with {n} "
-            f"{offer.pool.instance_type} at ${offer.usd_per_hour:.4f}/h")
-    return Decision(Rung.REPAIR, Reason(text, short=short, refused=tuple(refused)),
-                    orders=(Order(offer.pool, Role.TRAINER, n),))
+    text = (
+        f"{short} Spot trainers short and {', '.join(map(str, refused))} refused lately: repairing with {n} "
+        f"{offer.pool.instance_type} at ${offer.usd_per_hour:.4f}/h"
+    )
+    return Decision(
+        Rung.REPAIR, Reason(text, short=short, refused=tuple(refused)), orders=(Order(offer.pool, Role.TRAINER, n),)
+    )
 
 
 def _retry(s: Situation, view: DeadlineView | None, refused: tuple[Pool, ...], short: int, text: str) -> Decision:
@@ -243,10 +284,15 @@ def _return_to_spot(s: Situation, view: DeadlineView | None) -> Decision | None:
     if short == 0:
         if _spot_trainers_short(s, ready_only=True):
             return None  # the Spot trainers on their way join first: a stand-in goes only once they train
-        text = (f"the Spot trainers are whole and the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} "
-                f"(slack {view.slack_s / 60:.1f} min): {'they go' if spare > 1 else 'it goes'}")
-        return Decision(Rung.RETURN_TO_SPOT, Reason(text, slack_s=view.slack_s),
-                        retire=(Retire(stand_in_pool, Role.TRAINER, spare, stand_in=True),))
+        text = (
+            f"the Spot trainers are whole and the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} "
+            f"(slack {view.slack_s / 60:.1f} min): {'they go' if spare > 1 else 'it goes'}"
+        )
+        return Decision(
+            Rung.RETURN_TO_SPOT,
+            Reason(text, slack_s=view.slack_s),
+            retire=(Retire(stand_in_pool, Role.TRAINER, spare, stand_in=True),),
+        )
     room = _room(s) + spare * view.fill.offer.usd_per_hour
     for g in s.plan:
         if g.market is not Market.SPOT:
@@ -258,8 +304,10 @@ def _return_to_spot(s: Situation, view: DeadlineView | None) -> Decision | None:
         count = min(short, affordable(room, price))
         if count <= 0:
             continue
-        text = (f"the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} (slack "
-                f"{view.slack_s / 60:.1f} min): buying {count} Spot trainers; the stand-ins go as they join")
+        text = (
+            f"the deadline allows {spare} fewer stand-in{'s' if spare > 1 else ''} (slack "
+            f"{view.slack_s / 60:.1f} min): buying {count} Spot trainers; the stand-ins go as they join"
+        )
         order = Order(pool, g.role, count, retires=Retire(stand_in_pool, Role.TRAINER, spare))
         return Decision(Rung.RETURN_TO_SPOT, Reason(text, short=short, slack_s=view.slack_s), orders=(order,))
     return None
@@ -279,11 +327,17 @@ def _spot_to_return_to(s: Situation) -> tuple[Pool, ...]:
 def _hold_reason(s: Situation, view: DeadlineView | None) -> Reason:
     short = _spot_trainers_short(s)
     if view is None:
-        return Reason("the cluster is as planned" if short == 0 else
-                      f"{short} Spot trainers short; the cap leaves no room", short=short)
-    return Reason(f"slack {view.slack_s / 60:.1f} min against {view.fill.describe()}; {view.stand_ins_held} "
-                  "stand-ins held" + ("" if short == 0 else f", {short} Spot trainers short"),
-                  short=short, slack_s=view.slack_s, deadline_at_risk=view.broken)
+        return Reason(
+            "the cluster is as planned" if short == 0 else f"{short} Spot trainers short; the cap leaves no room",
+            short=short,
+        )
+    return Reason(
+        f"slack {view.slack_s / 60:.1f} min against {view.fill.describe()}; {view.stand_ins_held} "
+        "stand-ins held" + ("" if short == 0 else f", {short} Spot trainers short"),
+        short=short,
+        slack_s=view.slack_s,
+        deadline_at_risk=view.broken,
+    )
 
 
 def _wake(s: Situation, view: DeadlineView | None, refused: tuple[Pool, ...] = ()) -> float | None:
@@ -301,4 +355,3 @@ def _rate_now(s: Situation, view: DeadlineView) -> float:
     if s.progress.pflop_per_hour > 0:
         return s.progress.pflop_per_hour
     return pflop_per_hour(counts_of(s, s.holdings, ready_only=True)) * view.efficiency
-

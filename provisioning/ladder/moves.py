@@ -64,8 +64,9 @@ def best_move(s: Situation) -> Move | None:
         return None
     e = efficiency(s)
     rate_now = pflop_per_hour(counts_of(s, s.holdings, ready_only=True)) * e
-    old_ground_usd = sum(h.held * s.offer_of[h.pool].usd_per_hour for h in s.holdings
-                         if h.pool.market is Market.ON_DEMAND)
+    old_ground_usd = sum(
+        h.held * s.offer_of[h.pool].usd_per_hour for h in s.holdings if h.pool.market is Market.ON_DEMAND
+    )
     best: Move | None = None
     for zone in s.zones:
         if zone == s.zone:

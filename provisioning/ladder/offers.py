@@ -37,18 +37,32 @@ class MarketOffers:
     def to_dict(self) -> dict[str, Any]:
         return {
             "offers": [[o.pool.zone, o.pool.instance_type, o.pool.market.value, o.usd_per_hour] for o in self.offers],
-            "types": [{"instance_type": t.instance_type, "tflops": t.tflops, "gpus": t.gpus,
-                       "scaling": None if t.scaling is None else _curve(t.scaling)} for t in self.types],
+            "types": [
+                {
+                    "instance_type": t.instance_type,
+                    "tflops": t.tflops,
+                    "gpus": t.gpus,
+                    "scaling": None if t.scaling is None else _curve(t.scaling),
+                }
+                for t in self.types
+            ],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MarketOffers:
         """The offers from their JSON form (written by to_dict: a malformed one is a bug, not user input)."""
-        offers = tuple(Offer(Pool(zone, name, Market(market)), float(usd))
-                       for zone, name, market, usd in data["offers"])
-        types = tuple(TypeFacts(t["instance_type"], float(t["tflops"]),
-                                None if t["scaling"] is None else _curve_of(t["scaling"]), int(t["gpus"]))
-                      for t in data["types"])  # fmt: skip
+        offers = tuple(
+            Offer(Pool(zone, name, Market(market)), float(usd)) for zone, name, market, usd in data["offers"]
+        )
+        types = tuple(
+            TypeFacts(
+                t["instance_type"],
+                float(t["tflops"]),
+                None if t["scaling"] is None else _curve_of(t["scaling"]),
+                int(t["gpus"]),
+            )
+            for t in data["types"]
+        )
         return cls(offers, types)
 
 
@@ -83,8 +97,9 @@ def market_offers(plan: Plan, catalog: Catalog, zones: Sequence[str], repairs: b
     plan_pools = {Pool(plan.availability_zone, g.instance_type, g.market) for g in plan.nodes}
     missing = plan_pools - {o.pool for o in offers}
     if missing:
-        raise InputError(f"the catalog {catalog.source} has no price for the plan's "
-                         f"{', '.join(sorted(map(str, missing)))}")
+        raise InputError(
+            f"the catalog {catalog.source} has no price for the plan's {', '.join(sorted(map(str, missing)))}"
+        )
     named = {o.pool.instance_type for o in offers} | {g.instance_type for g in plan.nodes}
     return MarketOffers(tuple(offers), tuple(type_facts(catalog, name) for name in sorted(named)))
 

@@ -177,8 +177,11 @@ class Situation:
         for h in self.holdings:
             if h.pool not in priced:
                 raise ValueError(f"no offer (price) for the held pool {h.pool}")
-        named = {h.pool.instance_type for h in self.holdings} | {g.instance_type for g in self.plan} | {
-            o.pool.instance_type for o in self.offers}
+        named = (
+            {h.pool.instance_type for h in self.holdings}
+            | {g.instance_type for g in self.plan}
+            | {o.pool.instance_type for o in self.offers}
+        )
         missing = named - known
         if missing:
             raise ValueError(f"no type facts for {', '.join(sorted(missing))}")

@@ -171,8 +171,9 @@ def select_candidates(
                     scored.append((value, -n, candidate))
             for value, minus_n, candidate in heapq.nlargest(keep, scored, key=lambda t: (t[0], t[1])):
                 selected.append((value, _price(price_of(-minus_n)), candidate))
-    shortlist = heapq.nsmallest(keep, selected, key=lambda t: (-t[0], t[1], t[2].trainer.itype.name,
-                                                               t[2].trainer.availability_zone))
+    shortlist = heapq.nsmallest(
+        keep, selected, key=lambda t: (-t[0], t[1], t[2].trainer.itype.name, t[2].trainer.availability_zone)
+    )
     return [candidate for _, _, candidate in shortlist]
 
 
@@ -189,9 +190,7 @@ def _best_counts(
     return tuple(heapq.nsmallest(keep, range(first, top + 1), key=lambda n: (-node_gain(scaling, n), n)))
 
 
-def _feasible_prefix_end(
-    first: int, cap: int, price_of: Callable[[int], float | None], limits: Limits
-) -> int:
+def _feasible_prefix_end(first: int, cap: int, price_of: Callable[[int], float | None], limits: Limits) -> int:
     """Largest n in [first, cap] whose cheapest plan is valid and fits the cap (binary search, R2)."""
 
     def ok(n: int) -> bool:

@@ -74,8 +74,10 @@ class HolderCosts:
     def _pareto(self, trainer: TrainerOption) -> list[_HolderTerms]:
         """The holder types no other type dominates (sorted so that a dominator always comes first)."""
         if trainer not in self._useful:
-            ordered = sorted(self._all_terms(trainer), key=lambda t: (
-                t.holder.on_demand_price, -t.saturation, t.for_memory, -t.cap, t.holder.itype.name))
+            ordered = sorted(
+                self._all_terms(trainer),
+                key=lambda t: (t.holder.on_demand_price, -t.saturation, t.for_memory, -t.cap, t.holder.itype.name),
+            )
             kept: list[_HolderTerms] = []
             for terms in ordered:
                 if not any(k.dominates(terms) for k in kept):
@@ -85,8 +87,11 @@ class HolderCosts:
 
     def cheapest_types(self, trainer: TrainerOption, trainers: int, keep: int) -> list[tuple[HolderOption, int]]:
         """The `keep` cheapest holder groups (type, count), ties by type name."""
-        groups = [(m * t.holder.on_demand_price, t.holder.itype.name, t.holder, m)
-                  for t in self._all_terms(trainer) if (m := t.needed(trainers)) is not None]
+        groups = [
+            (m * t.holder.on_demand_price, t.holder.itype.name, t.holder, m)
+            for t in self._all_terms(trainer)
+            if (m := t.needed(trainers)) is not None
+        ]
         return [(holder, m) for _, _, holder, m in sorted(groups, key=lambda g: g[:2])[:keep]]
 
 

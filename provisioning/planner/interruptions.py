@@ -102,8 +102,12 @@ class Interruptions:
 
     def to_dict(self) -> dict[str, str | float]:
         """What was counted, in a saved plan's request."""
-        return {"spec": self.spec, "label": self.label, "relaunch_s": self.recovery.relaunch_s,
-                "replacement_delay_s": self.recovery.replacement_delay_s}
+        return {
+            "spec": self.spec,
+            "label": self.label,
+            "relaunch_s": self.recovery.relaunch_s,
+            "replacement_delay_s": self.recovery.replacement_delay_s,
+        }
 
     def share(self, region: str, instance_type: str, spot: int, on_demand: int) -> float:
         """g for `spot` spot and `on_demand` on-demand trainers of one type (module docstring)."""
@@ -202,12 +206,16 @@ class InterruptionReport:
         label = self.interruptions.label
         if not self.changed:
             pool = self.interruptions.pool(new.plan.region, new.instance_type)
-            return (f"counting interruptions {label}, the best plan stays {new.plan.summary()}: they cost it "
-                    f"{_lost(new)} of its throughput (a spot node is reclaimed {_every(pool)} on average), "
-                    "not enough to change the ranking")
-        return (f"counting interruptions {label}, the best plan moves from {old.plan.summary()} to "
-                f"{new.plan.summary()}, because interruptions cost it {_lost(new)} of its throughput against "
-                f"{_lost(old)}{_reason(new, old, self.interruptions)}")
+            return (
+                f"counting interruptions {label}, the best plan stays {new.plan.summary()}: they cost it "
+                f"{_lost(new)} of its throughput (a spot node is reclaimed {_every(pool)} on average), "
+                "not enough to change the ranking"
+            )
+        return (
+            f"counting interruptions {label}, the best plan moves from {old.plan.summary()} to "
+            f"{new.plan.summary()}, because interruptions cost it {_lost(new)} of its throughput against "
+            f"{_lost(old)}{_reason(new, old, self.interruptions)}"
+        )
 
 
 def _lost(g: PlanGoodput) -> str:
@@ -224,8 +232,10 @@ def _reason(new: PlanGoodput, old: PlanGoodput, interruptions: Interruptions) ->
     new_pool = interruptions.pool(new.plan.region, new.instance_type)
     old_pool = interruptions.pool(old.plan.region, old.instance_type)
     if new_pool != old_pool:
-        reasons.append(f"{new.instance_type} spot nodes are reclaimed {_every(new_pool)} on average against "
-                       f"{_every(old_pool)} for {old.instance_type}")
+        reasons.append(
+            f"{new.instance_type} spot nodes are reclaimed {_every(new_pool)} on average against "
+            f"{_every(old_pool)} for {old.instance_type}"
+        )
     return f" ({'; '.join(reasons)})" if reasons else ""
 
 

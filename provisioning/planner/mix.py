@@ -77,10 +77,14 @@ def _undominated_holders(holders: list[HolderOption]) -> list[HolderOption]:
     """Holder types no other type of the region beats on price, network and memory at once."""
 
     def beats(a: HolderOption, b: HolderOption) -> bool:
-        return (a.region == b.region and a.on_demand_price <= b.on_demand_price
-                and a.itype.network_gbps >= b.itype.network_gbps
-                and (a.itype.memory_gib or 0) >= (b.itype.memory_gib or 0)
-                and a.itype.quota_group == b.itype.quota_group and a.itype.vcpus <= b.itype.vcpus)
+        return (
+            a.region == b.region
+            and a.on_demand_price <= b.on_demand_price
+            and a.itype.network_gbps >= b.itype.network_gbps
+            and (a.itype.memory_gib or 0) >= (b.itype.memory_gib or 0)
+            and a.itype.quota_group == b.itype.quota_group
+            and a.itype.vcpus <= b.itype.vcpus
+        )
 
     ordered = sorted(holders, key=lambda h: (h.region, h.on_demand_price, -h.itype.network_gbps, h.itype.name))
     kept: list[HolderOption] = []
@@ -90,9 +94,15 @@ def _undominated_holders(holders: list[HolderOption]) -> list[HolderOption]:
     return kept
 
 
-def plan_mix(catalog: Catalog, regions: list[str], holders: list[HolderOption], limits: Limits,
-             objective: Objective, known: Sequence[Plan] = (),
-             progress: Callable[[str], None] = lambda stage: None) -> Plan | None:
+def plan_mix(
+    catalog: Catalog,
+    regions: list[str],
+    holders: list[HolderOption],
+    limits: Limits,
+    objective: Objective,
+    known: Sequence[Plan] = (),
+    progress: Callable[[str], None] = lambda stage: None,
+) -> Plan | None:
     """The best mixed cluster for a value objective (deepvm or throughput), or None if none fits.
 
     `known`: plans found otherwise (single-type ones); the best of them is the floor that prunes shapes.
@@ -156,8 +166,14 @@ class _Shape:
 
 
 class _MixModel:
-    def __init__(self, offers: list[TrainerOption], holders: list[HolderOption], limits: Limits, objective: Objective,
-                 known: Sequence[Plan]):
+    def __init__(
+        self,
+        offers: list[TrainerOption],
+        holders: list[HolderOption],
+        limits: Limits,
+        objective: Objective,
+        known: Sequence[Plan],
+    ):
         self.offers, self.holders, self.limits, self.objective = offers, holders, limits, objective
         self._unit = 1.0
         self._unit = max(self._value_per_node(o) for o in offers)
@@ -172,8 +188,9 @@ class _MixModel:
         self.n = [add(f"n_{i}", 0, self._spot_cap(o), cat=pulp.LpInteger) for i, o in enumerate(offers)]
         self.used = [add(f"used_{i}", cat=pulp.LpBinary) for i in range(len(offers))]
         # integer in [0, 1] rather than binary: PuLP's binary category would overwrite the upper bound 0
-        self.anchor = [add(f"anc_{i}", 0, 1 if self._anchor_ok(o) else 0, cat=pulp.LpInteger)
-                       for i, o in enumerate(offers)]
+        self.anchor = [
+            add(f"anc_{i}", 0, 1 if self._anchor_ok(o) else 0, cat=pulp.LpInteger) for i, o in enumerate(offers)
+        ]
         pairs = [(a, h) for a in azs for h in holders if h.region == a[0]]
         self.u = {p: add(f"u_{i}", cat=pulp.LpBinary) for i, p in enumerate(pairs)}
         self.m = {p: add(f"m_{i}", 0, self._holder_cap(p[1]), cat=pulp.LpInteger) for i, p in enumerate(pairs)}
@@ -185,21 +202,28 @@ class _MixModel:
             for shape in self._shapes(a):
                 name = f"{i}_{shape.k}_{len(self.y)}"
                 self.y[shape] = add(f"y_{name}", cat=pulp.LpBinary)
-                self.f[shape] = {curve: add(f"F_{name}_{c}", 0, shape.most_weight)
-                                 for c, curve in enumerate(curves) if shape.admits(curve)}
+                self.f[shape] = {
+                    curve: add(f"F_{name}_{c}", 0, shape.most_weight)
+                    for c, curve in enumerate(curves)
+                    if shape.admits(curve)
+                }
         self.effective = pulp.LpAffineExpression(
-            [(f, shape.kappa) for shape, split in self.f.items() for f in split.values()])
+            [(f, shape.kappa) for shape, split in self.f.items() for f in split.values()]
+        )
         self._constraints(azs)
 
     def _levels(self, i: int, a: AZ) -> dict[int, tuple[pulp.LpVariable, pulp.LpVariable]]:
         """(l_as, h_as) for every n_sat of a trainer type of the AZ or a holder type of its region."""
         holders = [h for h in self.holders if h.region == a[0]]
         most = max((self._holder_cap(h) for h in holders), default=0)
-        levels = sorted({saturation_point(self.offers[j].itype.network_gbps) for j in self.here[a]}
-                        | {saturation_point(h.itype.network_gbps) for h in holders})
+        levels = sorted(
+            {saturation_point(self.offers[j].itype.network_gbps) for j in self.here[a]}
+            | {saturation_point(h.itype.network_gbps) for h in holders}
+        )
         add = self.problem.add_variable
-        return {s: (add(f"l_{i}_{s}", cat=pulp.LpBinary), add(f"h_{i}_{s}", 0, most, cat=pulp.LpInteger))
-                for s in levels}
+        return {
+            s: (add(f"l_{i}_{s}", cat=pulp.LpBinary), add(f"h_{i}_{s}", 0, most, cat=pulp.LpInteger)) for s in levels
+        }
 
     def _shapes(self, az: AZ) -> list[_Shape]:
         """Every (k, kappa) of an AZ whose best case, kappa W_d, reaches the floor."""
@@ -325,8 +349,11 @@ class _MixModel:
             split = pulp.lpSum(self.f[shape].values())
             p += split <= shape.most_weight * self.y[shape], f"c3_weight_{self.y[shape].name}"
         for c, curve in enumerate(sorted({self.offers[j].scaling for j in here}, key=repr)):
-            weight = pulp.lpSum(self._weight(self.offers[j]) * (self.n[j] + self.anchor[j])
-                                for j in here if self.offers[j].scaling == curve)
+            weight = pulp.lpSum(
+                self._weight(self.offers[j]) * (self.n[j] + self.anchor[j])
+                for j in here
+                if self.offers[j].scaling == curve
+            )
             split = pulp.lpSum(self.f[shape][curve] for shape in shapes if curve in self.f[shape])
             p += split <= weight, f"c4_weight_{i}_{c}"
         for j in here:
@@ -342,8 +369,10 @@ class _MixModel:
             fast = [self.u[pair] for pair in pairs if saturation_point(pair[1].itype.network_gbps) >= s]
             p += choose <= pulp.lpSum(fast), f"c6_holder_level_{i}_{s}"
             p += holders <= (holders.upBound or 0) * choose, f"c6_level_holders_{i}_{s}"
-        p += (pulp.lpSum(holders for _, holders in levels.values())
-              == pulp.lpSum(self.m[pair] for pair in pairs)), f"c6_holders_{i}"
+        p += (
+            (pulp.lpSum(holders for _, holders in levels.values()) == pulp.lpSum(self.m[pair] for pair in pairs)),
+            f"c6_holders_{i}",
+        )
         spot = pulp.lpSum(self.n[j] for j in self.here[a])
         most_spot = sum(self._spot_cap(self.offers[j]) for j in self.here[a])
         carried = pulp.lpSum(s * holders for s, (_, holders) in levels.items())
@@ -357,7 +386,8 @@ class _MixModel:
         usage: dict[tuple[str, str, Market], list[tuple[pulp.LpVariable, float]]] = {}
         for n, a, o in zip(self.n, self.anchor, self.offers):
             usage.setdefault((o.region, o.itype.quota_group_in(Market.SPOT), Market.SPOT), []).append(
-                (n, o.itype.vcpus))  # fmt: skip
+                (n, o.itype.vcpus)
+            )
             usage.setdefault((o.region, o.itype.quota_group, Market.ON_DEMAND), []).append((a, o.itype.vcpus))
         for (_, h), m in self.m.items():
             usage.setdefault((h.region, h.itype.quota_group, Market.ON_DEMAND), []).append((m, h.itype.vcpus))
@@ -413,7 +443,8 @@ class _MixModel:
         flops = k * sum(by_name[g.instance_type].itype.flops * g.count for g in trainers)
         z = k * sum(self._value_per_node(by_name[g.instance_type]) * g.count for g in trainers)
         return Plan(
-            architecture=Architecture.SINGLE_ANCHOR if any(g.role is Role.ANCHOR for g in nodes)
+            architecture=Architecture.SINGLE_ANCHOR
+            if any(g.role is Role.ANCHOR for g in nodes)
             else Architecture.TIERING,
             region=az[0],
             availability_zone=az[1],
@@ -433,5 +464,8 @@ class _MixModel:
         for g in trainers:
             per_type[g.instance_type] = per_type.get(g.instance_type, 0) + g.count
         mixed = ("mixed GPU types: K(n) is the smallest of the types' scaling factors",) if len(per_type) > 1 else ()
-        return mixed + tuple(note for name, count in sorted(per_type.items())
-                             for note in capped_notes(name, by_name[name].scaling, count))  # fmt: skip
+        return mixed + tuple(
+            note
+            for name, count in sorted(per_type.items())
+            for note in capped_notes(name, by_name[name].scaling, count)
+        )

@@ -29,8 +29,12 @@ def on_demand_plan(catalog: Catalog, request: PlanRequest, objective: Objective 
         raise ValueError(f"an on-demand cluster is ranked by Z or throughput, not {objective.value}")
     if request.max_price is None:
         return None
-    limits = Limits(max_price=request.max_price, checkpoint_gib=request.checkpoint_size_gib * request.buffer_slots,
-                    node_limit=request.node_limit, catalog=catalog)
+    limits = Limits(
+        max_price=request.max_price,
+        checkpoint_gib=request.checkpoint_size_gib * request.buffer_slots,
+        node_limit=request.node_limit,
+        catalog=catalog,
+    )
     regions = list(request.regions) if request.regions and request.regions != ("all",) else catalog.regions
     best: tuple[tuple[float, float], Plan] | None = None
     for option in trainer_options(catalog, regions):
@@ -53,18 +57,24 @@ def on_demand_plan(catalog: Catalog, request: PlanRequest, objective: Objective 
             nodes = [NodeGroup.of(itype, Market.ON_DEMAND, 1, Role.ANCHOR, price)]
             if count > 1:
                 nodes.append(NodeGroup.of(itype, Market.ON_DEMAND, count - 1, Role.TRAINER, price))
-            best = (rank, Plan(
-                architecture=Architecture.SINGLE_ANCHOR,
-                region=option.region,
-                availability_zone=option.availability_zone,
-                nodes=tuple(nodes),
-                price_per_hour=count * price,
-                effective_flops=itype.flops * gain,
-                objective_value=value,
-                objective=objective,
-                catalog_source=catalog.source,
-                prices_as_of=catalog.as_of,
-                notes=("on demand only: Z with on-demand prices" if objective is Objective.DEEPVM
-                       else "on demand only: the most effective TFLOPS within the cap",),
-            ))
+            best = (
+                rank,
+                Plan(
+                    architecture=Architecture.SINGLE_ANCHOR,
+                    region=option.region,
+                    availability_zone=option.availability_zone,
+                    nodes=tuple(nodes),
+                    price_per_hour=count * price,
+                    effective_flops=itype.flops * gain,
+                    objective_value=value,
+                    objective=objective,
+                    catalog_source=catalog.source,
+                    prices_as_of=catalog.as_of,
+                    notes=(
+                        "on demand only: Z with on-demand prices"
+                        if objective is Objective.DEEPVM
+                        else "on demand only: the most effective TFLOPS within the cap",
+                    ),
+                ),
+            )
     return None if best is None else best[1]

@@ -120,7 +120,7 @@ class PlanEntry:
 def read_plan_document(data: Any) -> tuple[PlanEntry, ...]:
     """The plans of a plan file: one plan (`Plan.to_dict()`) or ranked plans (`{"plans": [...], ...}`)."""
     if not isinstance(data, dict):
-        raise PlanDocumentError("", f"expected a JSON object (one plan, or {{\"plans\": [...]}}), got {show(data)}")
+        raise PlanDocumentError("", f'expected a JSON object (one plan, or {{"plans": [...]}}), got {show(data)}')
     if "plans" in data:
         ranked = _validate(RankedPlansDocument, data)
         cap = _price_cap(ranked)

@@ -45,8 +45,9 @@ def plan_cluster(
     regions = _regions(catalog, request)
     options = trainer_options(catalog, regions)
     if not options:
-        raise InputError(f"the catalog ({catalog.source}) has no GPU instance types with spot prices in "
-                         f"{', '.join(regions)}")
+        raise InputError(
+            f"the catalog ({catalog.source}) has no GPU instance types with spot prices in {', '.join(regions)}"
+        )
     holders = holder_options(catalog, regions)
     limits = _limits(catalog, request, request.max_price)
     costs = HolderCosts(holders, limits)
@@ -125,9 +126,11 @@ def _on_demand_if_better(plans: list[Plan], catalog: Catalog, request: PlanReque
     if od is None or od.objective_value <= plans[0].objective_value:
         return plans
     assert request.interruptions is not None
-    note = (f"on demand: counting interruptions {request.interruptions.label}, the best Spot plan "
-            f"({plans[0].summary()}) expects {plans[0].objective_value:,.0f}, on demand {od.objective_value:,.0f}")
-    return [replace(od, notes=(*od.notes, note)), *plans][:request.top]
+    note = (
+        f"on demand: counting interruptions {request.interruptions.label}, the best Spot plan "
+        f"({plans[0].summary()}) expects {plans[0].objective_value:,.0f}, on demand {od.objective_value:,.0f}"
+    )
+    return [replace(od, notes=(*od.notes, note)), *plans][: request.top]
 
 
 def _with_mix(single_type: list[Plan], mixed: Plan | None, top: int) -> list[Plan]:
@@ -163,11 +166,15 @@ def _spec(request: PlanRequest) -> ObjectiveSpec:
     if request.mix and (request.deadline_hours is not None or request.objective is Objective.COST):
         raise InputError("--mix plans for --objective deepvm or throughput (not cost or --deadline)")
     if request.mix and request.interruptions is not None:
-        raise InputError("--mix does not count --interruptions: a mixed cluster's loss depends on how many "
-                         "nodes of each type it has, which its MILP does not model; plan without --mix")
+        raise InputError(
+            "--mix does not count --interruptions: a mixed cluster's loss depends on how many "
+            "nodes of each type it has, which its MILP does not model; plan without --mix"
+        )
     if request.deadline_hours is not None:
         return objective_spec(
-            Objective.DEADLINE, deadline_hours=request.deadline_hours, work_pflop=request.work_pflop,
+            Objective.DEADLINE,
+            deadline_hours=request.deadline_hours,
+            work_pflop=request.work_pflop,
             interruptions=request.interruptions,
         )
     return objective_spec(request.objective, interruptions=request.interruptions)
@@ -233,8 +240,10 @@ def _to_plan(choice: Choice, spec: ObjectiveSpec, catalog: Catalog) -> Plan:
         h = choice.holder
         nodes.append(NodeGroup.of(h.itype, Market.ON_DEMAND, choice.holders, Role.HOLDER, h.on_demand_price))
     price = sum(g.count * g.usd_per_hour for g in nodes)
-    notes = () if option.itype.scaling or option.scaling.measured else (
-        f"{name}: no measured scaling curve; the default curve was used",
+    notes = (
+        ()
+        if option.itype.scaling or option.scaling.measured
+        else (f"{name}: no measured scaling curve; the default curve was used",)
     )
     notes += capped_notes(name, option.scaling, c.count)
     return Plan(
@@ -297,12 +306,16 @@ def _why_infeasible(
     )
     if cheapest is None:
         checkpoint = f"{request.checkpoint_size_gib:g} GiB x {request.buffer_slots} slots"
-        return (f"no cluster {goal} at any price: quotas, --node-limit or the checkpoint size "
-                f"({checkpoint}) rule out every GPU type")
+        return (
+            f"no cluster {goal} at any price: quotas, --node-limit or the checkpoint size "
+            f"({checkpoint}) rule out every GPU type"
+        )
     plan = _to_plan(cheapest, spec, catalog)
-    return (f"no cluster {goal} within ${request.max_price:g}/h: the cheapest, {plan.summary()} "
-            f"in {plan.availability_zone}, costs ${plan.price_per_hour:.4f}/h; "
-            f"try --max-price {_round_up(plan.price_per_hour)}")
+    return (
+        f"no cluster {goal} within ${request.max_price:g}/h: the cheapest, {plan.summary()} "
+        f"in {plan.availability_zone}, costs ${plan.price_per_hour:.4f}/h; "
+        f"try --max-price {_round_up(plan.price_per_hour)}"
+    )
 
 
 def _cheapest_first(spec: ObjectiveSpec):

@@ -63,8 +63,11 @@ def _runtime_paths() -> list[str]:
 def _make_host_key(console_fd: int, instance_id: str) -> None:
     """The host's own ed25519 key, made at its first boot, its public half printed to its console."""
     if not os.path.exists(_HOST_KEY):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{instance_id}",
-                        "-f", _HOST_KEY], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{instance_id}", "-f", _HOST_KEY],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     public = Path(_HOST_KEY + ".pub").read_text().strip()
     os.write(console_fd, host_key_block([public]).encode())
 

@@ -46,8 +46,9 @@ def post_interruption(host_dir: Path, deadline: datetime, now: datetime | None =
     """Post a rebalance recommendation and a Spot interruption notice ("terminate" at `deadline`), as
     AWS FIS's send-spot-instance-interruptions makes EC2 post them: both at once."""
     post_rebalance(host_dir, now)
-    write_text_atomic(host_dir / NOTICES / INSTANCE_ACTION,
-                      json.dumps({"action": "terminate", "time": iso_time(deadline)}))  # fmt: skip
+    write_text_atomic(
+        host_dir / NOTICES / INSTANCE_ACTION, json.dumps({"action": "terminate", "time": iso_time(deadline)})
+    )
 
 
 def post_rebalance(host_dir: Path, now: datetime | None = None) -> None:

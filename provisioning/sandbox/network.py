@@ -18,8 +18,7 @@ def sandbox_subnet(info: SandboxInfo, region: str, availability_zone: str) -> st
         if availability_zone not in network:
             ec2 = current.context(region).client("ec2")
             tags = [
-                {"ResourceType": kind, "Tags": [{"Key": SANDBOX_TAG, "Value": "true"}]}
-                for kind in ("vpc", "subnet")
+                {"ResourceType": kind, "Tags": [{"Key": SANDBOX_TAG, "Value": "true"}]} for kind in ("vpc", "subnet")
             ]
             if "vpc" not in network:
                 network["vpc"] = ec2.create_vpc(

@@ -79,8 +79,12 @@ _ERROR_MESSAGES = {  # what EC2 says for each code, shortened from the error cod
     "create the service-linked role for EC2 Spot Instances.",
 }
 MARKETS = ("spot", "on-demand", "*")
-CAPACITY_CODES = ("InsufficientInstanceCapacity", "UnfulfillableCapacity", "MaxSpotInstanceCountExceeded",
-                  "VcpuLimitExceeded")  # what EC2 answers a pool it cannot fill  # fmt: skip
+CAPACITY_CODES = (
+    "InsufficientInstanceCapacity",
+    "UnfulfillableCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "VcpuLimitExceeded",
+)  # what EC2 answers a pool it cannot fill
 
 
 @dataclass(frozen=True)
@@ -227,7 +231,8 @@ class RealismControl:
 
     @staticmethod
     def _send(url: str, method: str, body: str) -> None:
-        request = urllib.request.Request(url, data=body.encode(), method=method,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            url, data=body.encode(), method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as reply:
             reply.read()

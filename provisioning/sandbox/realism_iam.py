@@ -68,7 +68,7 @@ def answer(environ: dict[str, Any], realism: Realism) -> Wsgi | None:
 
 
 def _signing_name(authorization: str) -> str:
-    """"ec2" from SigV4's "Credential=KEY/20260101/us-east-1/ec2/aws4_request"."""
+    """ "ec2" from SigV4's "Credential=KEY/20260101/us-east-1/ec2/aws4_request"."""
     scope = authorization.partition("Credential=")[2].split(",")[0].split("/")
     return scope[3] if len(scope) >= 5 else ""
 
@@ -84,8 +84,10 @@ def _needed(service: str, operation: str, params: dict[str, str]) -> set[str]:
 
 
 def _refusal(service: str, json_api: bool, action: str) -> Wsgi:
-    message = (f"You are not authorized to perform this operation. User: {_CALLER} is not authorized to perform: "
-               f"{action} because no identity-based policy allows the {action} action (refused by the sandbox)")
+    message = (
+        f"You are not authorized to perform this operation. User: {_CALLER} is not authorized to perform: "
+        f"{action} because no identity-based policy allows the {action} action (refused by the sandbox)"
+    )
     if service == "ec2":
         return _ec2_error(403, "UnauthorizedOperation", message)
     from werkzeug.wrappers import Response
@@ -93,16 +95,20 @@ def _refusal(service: str, json_api: bool, action: str) -> Wsgi:
     if json_api:
         body = json.dumps({"__type": "AccessDeniedException", "message": message})
         return Response(body, status=400, mimetype="application/x-amz-json-1.1")
-    body = (f"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{_xml(message)}</Message>"
-            f"</Error><RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>")
+    body = (
+        f"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{_xml(message)}</Message>"
+        f"</Error><RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>"
+    )
     return Response(body, status=403, mimetype="text/xml")
 
 
 def _ec2_error(status: int, code: str, message: str) -> Wsgi:
     from werkzeug.wrappers import Response
 
-    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
-            f"<Message>{_xml(message)}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+        f"<Message>{_xml(message)}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
     return Response(body, status=status, mimetype="text/xml")
 
 

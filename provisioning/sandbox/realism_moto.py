@@ -65,8 +65,9 @@ class ServerState:
             born = self.born.get(key)
         return born is not None and time.monotonic() - born < seconds
 
-    def grant(self, zone: str, instance_type: str, market: str, wanted: int,
-              minimum: int) -> tuple[int, CapacityRule | None]:  # fmt: skip
+    def grant(
+        self, zone: str, instance_type: str, market: str, wanted: int, minimum: int
+    ) -> tuple[int, CapacityRule | None]:
         """How many of `wanted` instances the pool launches (0 below `minimum`), and the rule that
         limited it (None when none did)."""
         now = time.time()
@@ -214,9 +215,18 @@ def _public_parameters(original: Callable[..., Any], state: ServerState) -> Call
         value = state.realism.public_parameters.get(name)
         if found is not None or value is None:
             return found
-        return Parameter(account_id=self.account_id, name=name, value=value, parameter_type="String",
-                         description=None, allowed_pattern=None, keyid=None, last_modified_date=utcnow(),
-                         version=1, data_type="aws:ec2:image")  # fmt: skip
+        return Parameter(
+            account_id=self.account_id,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
 
     return get_parameter
 
@@ -228,8 +238,15 @@ def _capacity_schedule(original: Callable[..., Any], state: ServerState) -> Call
     """CreateFleet launches what the capacity schedule grants per market; what it refuses becomes Errors[]
     on the fleet (answered by `_fleet_errors_answered`). DescribeFleets still shows the target asked for."""
 
-    def create_fleet(self: Any, on_demand_options: Any, spot_options: Any, target_capacity_specification: Any,
-                     launch_template_configs: Any, *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+    def create_fleet(
+        self: Any,
+        on_demand_options: Any,
+        spot_options: Any,
+        target_capacity_specification: Any,
+        launch_template_configs: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         asked = dict(target_capacity_specification or {})
         config = (launch_template_configs or [{}])[0]
         override = dict((config.get("Overrides") or [{}])[0])
@@ -243,15 +260,17 @@ def _capacity_schedule(original: Callable[..., Any], state: ServerState) -> Call
             got, rule = state.grant(zone, instance_type, market, wanted, minimum) if wanted else (0, None)
             granted[key] = got
             if rule is not None:
-                errors.append({
-                    "LaunchTemplateAndOverrides": {
-                        "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification", {}),
-                        "Overrides": override,
-                    },
-                    "Lifecycle": market,
-                    "ErrorCode": rule.error_code,
-                    "ErrorMessage": rule.error_message(zone, instance_type),
-                })
+                errors.append(
+                    {
+                        "LaunchTemplateAndOverrides": {
+                            "LaunchTemplateSpecification": config.get("LaunchTemplateSpecification", {}),
+                            "Overrides": override,
+                        },
+                        "Lifecycle": market,
+                        "ErrorCode": rule.error_code,
+                        "ErrorMessage": rule.error_message(zone, instance_type),
+                    }
+                )
         granted["TotalTargetCapacity"] = int(granted.get("SpotTargetCapacity") or 0) + int(
             granted.get("OnDemandTargetCapacity") or 0
         )
@@ -336,10 +355,16 @@ def _inventory(regions: list[str]) -> str:
     for account_id in list(ec2_backends.keys()):
         for region in filter(None, regions):
             for instance in ec2_backends[account_id][region].all_instances():
-                row = InventoryRow(instance_id=instance.id, region=region, state=instance._state.name,
-                                   private_ip=instance.private_ip, instance_type=instance.instance_type,
-                                   availability_zone=instance.placement.zone or "", spot=instance.lifecycle == "spot",
-                                   image_id=instance.image_id or "")  # fmt: skip
+                row = InventoryRow(
+                    instance_id=instance.id,
+                    region=region,
+                    state=instance._state.name,
+                    private_ip=instance.private_ip,
+                    instance_type=instance.instance_type,
+                    availability_zone=instance.placement.zone or "",
+                    spot=instance.lifecycle == "spot",
+                    image_id=instance.image_id or "",
+                )
                 rows.append(asdict(row))
     return json.dumps(rows)
 

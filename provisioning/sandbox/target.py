@@ -59,16 +59,19 @@ class SandboxTarget:
         if stuck:
             raise CloudError(f"sandbox hosts did not stop: {', '.join(stuck)}")
 
-    def interrupt(self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str,
-                  rebalance_only: bool = False) -> str:  # fmt: skip
+    def interrupt(
+        self, ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str, rebalance_only: bool = False
+    ) -> str:
         if after_s < 0:
             raise InputError("--after must be 0 or more seconds")
         if not host_processes(instance_id):
             raise CloudError(f"{instance_id} has no running sandbox host")
         if rebalance_only:
             post_rebalance(host_dir(instance_id))
-            return (f"posted a rebalance recommendation alone to {instance_id}'s metadata; nothing interrupts "
-                    "it (--after does not apply)")  # fmt: skip
+            return (
+                f"posted a rebalance recommendation alone to {instance_id}'s metadata; nothing interrupts "
+                "it (--after does not apply)"
+            )
         deadline = datetime.now(timezone.utc) + timedelta(seconds=after_s)
         post_interruption(host_dir(instance_id), deadline)
         return (

@@ -94,8 +94,14 @@ def fit_speedup(points: Sequence[tuple[float, float]]) -> ScalingFit:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OptimizeWarning)  # "covariance could not be estimated": handled
-                found, covariance = curve_fit(logistic, nodes, speedups, p0=start, maxfev=20_000,
-                                              bounds=([1e-9, -np.inf, 1e-9], [np.inf, np.inf, np.inf]))  # fmt: skip
+                found, covariance = curve_fit(
+                    logistic,
+                    nodes,
+                    speedups,
+                    p0=start,
+                    maxfev=20_000,
+                    bounds=([1e-9, -np.inf, 1e-9], [np.inf, np.inf, np.inf]),
+                )
         except (RuntimeError, ValueError):  # no convergence from this start
             continue
         error = float(np.sum((speedups - logistic(nodes, *found)) ** 2))
@@ -160,20 +166,24 @@ def _warnings(points: Sequence[tuple[float, float]], error: float) -> tuple[str,
         by_count.setdefault(n, []).append(s)
     means = sorted((n, fmean(s)) for n, s in by_count.items())
     found = []
-    falls = [(n0, s0, n1, s1) for (n0, s0), (n1, s1) in itertools.pairwise(means)
-             if s1 < s0 * (1 - DROP_WARN_SHARE)]  # fmt: skip
+    falls = [(n0, s0, n1, s1) for (n0, s0), (n1, s1) in itertools.pairwise(means) if s1 < s0 * (1 - DROP_WARN_SHARE)]
     if falls:
         n0, s0, n1, s1 = falls[0]
         more = f" (and {len(falls) - 1} more drops)" if len(falls) > 1 else ""
-        found.append(f"the speed-up falls from {s0:.3g} on {_nodes(n0)} to {s1:.3g} on {_nodes(n1)}{more}: "
-                     "not a logistic curve")  # fmt: skip
+        found.append(
+            f"the speed-up falls from {s0:.3g} on {_nodes(n0)} to {s1:.3g} on {_nodes(n1)}{more}: not a logistic curve"
+        )
     top = max(s for _, s in means)
     if error > RMSE_WARN_SHARE * top:
-        found.append(f"the curve misses the measurements by {error:.3g} (RMSE), over {RMSE_WARN_SHARE:.0%} of "
-                     f"the largest speed-up ({top:.3g})")  # fmt: skip
+        found.append(
+            f"the curve misses the measurements by {error:.3g} (RMSE), over {RMSE_WARN_SHARE:.0%} of "
+            f"the largest speed-up ({top:.3g})"
+        )
     if len(means) <= _PARAMETERS:
-        found.append(f"{len(means)} node counts fix the 3 parameters exactly: the curve's shape beyond "
-                     f"{_nodes(means[-1][0])} is a guess; measure more sizes")  # fmt: skip
+        found.append(
+            f"{len(means)} node counts fix the 3 parameters exactly: the curve's shape beyond "
+            f"{_nodes(means[-1][0])} is a guess; measure more sizes"
+        )
     return tuple(found)
 
 

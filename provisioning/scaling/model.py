@@ -52,8 +52,10 @@ def capped_notes(instance_type: str, p: ScalingParams, count: int) -> tuple[str,
     """What a plan says when it holds as many nodes of a type as the type's curve is trusted for."""
     if p.max_nodes is None or count < p.max_nodes:
         return ()
-    return (f"{instance_type}: capped at {p.max_nodes} nodes, as far as its profiled scaling curve is trusted "
-            "(1.5 x the most nodes profiled)",)
+    return (
+        f"{instance_type}: capped at {p.max_nodes} nodes, as far as its profiled scaling curve is trusted "
+        "(1.5 x the most nodes profiled)",
+    )
 
 
 def effective_nodes(p: ScalingParams, n: int) -> float:

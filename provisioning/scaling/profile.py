@@ -135,8 +135,9 @@ class Profile(Strict):
         if counts[0] != 1:
             raise PydanticCustomError("sizes", "sizes must start at 1 node: speed-ups are over one node")
         if self.fit.max_nodes_measured != counts[-1]:
-            raise PydanticCustomError("fit", "fit.max_nodes_measured must be the largest size measured ({n})",
-                                      {"n": counts[-1]})  # fmt: skip
+            raise PydanticCustomError(
+                "fit", "fit.max_nodes_measured must be the largest size measured ({n})", {"n": counts[-1]}
+            )
         return self
 
     @property
@@ -147,8 +148,14 @@ class Profile(Strict):
     def scaling(self) -> ScalingParams:
         """The curve, as the planner uses it."""
         fit = self.fit
-        return ScalingParams(a=fit.a.value, b=fit.b.value, c=fit.c.value, measured=True, max_nodes=self.node_bound,
-                             model=ScalingModel.SPEEDUP)
+        return ScalingParams(
+            a=fit.a.value,
+            b=fit.b.value,
+            c=fit.c.value,
+            measured=True,
+            max_nodes=self.node_bound,
+            model=ScalingModel.SPEEDUP,
+        )
 
 
 @dataclass(frozen=True)
@@ -226,11 +233,14 @@ def load_profile(path: Path, catalog: Catalog) -> Profile:
     if itype is None:
         close = difflib.get_close_matches(profile.instance_type, list(catalog.types), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise InputError(f"{path}: instance_type: unknown instance type {profile.instance_type!r} in "
-                         f"{catalog.source}{hint}")  # fmt: skip
+        raise InputError(
+            f"{path}: instance_type: unknown instance type {profile.instance_type!r} in {catalog.source}{hint}"
+        )
     if not itype.is_gpu:
-        raise InputError(f"{path}: instance_type: {itype.name} is not a GPU type in {catalog.source}; "
-                         "only trainers' scaling is planned")  # fmt: skip
+        raise InputError(
+            f"{path}: instance_type: {itype.name} is not a GPU type in {catalog.source}; "
+            "only trainers' scaling is planned"
+        )
     return profile
 
 

@@ -57,7 +57,7 @@ def band_trace(band: str) -> Trace:
         name=f"band:{label}",
         kind=TraceKind.HAZARD,
         source=f"AWS interruption-frequency band {label}/month, read as {BAND_MIDPOINTS[label]:.1%} of nodes "
-               f"reclaimed per month: {hazard:.3g}/h",
+        f"reclaimed per month: {hazard:.3g}/h",
         hazard_per_h=hazard,
     )
 
@@ -65,8 +65,9 @@ def band_trace(band: str) -> Trace:
 def rate_trace(per_hour: float) -> Trace:
     """The synthetic trace of a constant hazard: `per_hour` reclaims per node-hour (0: never)."""
     if isinstance(per_hour, bool) or not math.isfinite(per_hour) or per_hour < 0:
-        raise TraceError(f"an interruption rate must be a finite number of reclaims per node-hour >= 0, "
-                         f"not {per_hour!r}")
+        raise TraceError(
+            f"an interruption rate must be a finite number of reclaims per node-hour >= 0, not {per_hour!r}"
+        )
     return Trace(
         name=f"rate:{per_hour:g}/h",
         kind=TraceKind.HAZARD,
@@ -103,9 +104,12 @@ def default_trace_for(instance_type: str, region: str) -> Trace:
     recorded = band is not None
     trace = band_trace(band if band is not None else snapshot.fallback_band)
     where = f"{instance_type} in {region}"
-    note = (f"{where}: band {band} from the {snapshot.source} snapshot of {snapshot.as_of}" if recorded else
-            f"{where}: no recorded band; assumed {snapshot.fallback_band} (the fallback: a type we know nothing "
-            "about is assumed to be reclaimed as often as the worst band)")
+    note = (
+        f"{where}: band {band} from the {snapshot.source} snapshot of {snapshot.as_of}"
+        if recorded
+        else f"{where}: no recorded band; assumed {snapshot.fallback_band} (the fallback: a type we know nothing "
+        "about is assumed to be reclaimed as often as the worst band)"
+    )
     return replace(trace, notes=(note,))
 
 
@@ -157,7 +161,7 @@ def _known_band(value: Any, where: str) -> str:
 
 
 def _normal_band(text: str) -> str:
-    """"5-10", " 5-10 % " and "5-10%" are the same band."""
+    """ "5-10", " 5-10 % " and "5-10%" are the same band."""
     compact = text.replace(" ", "")
     return compact if compact.endswith("%") else compact + "%"
 
@@ -165,8 +169,10 @@ def _normal_band(text: str) -> str:
 def _band_label(band: str) -> str:
     label = _normal_band(band)
     if label not in BAND_MIDPOINTS:
-        raise TraceError(f"unknown interruption band {band!r}; known: {', '.join(BAND_MIDPOINTS)} "
-                         "(per month), or a rate per node-hour such as 0.02")
+        raise TraceError(
+            f"unknown interruption band {band!r}; known: {', '.join(BAND_MIDPOINTS)} "
+            "(per month), or a rate per node-hour such as 0.02"
+        )
     return label
 
 

@@ -56,14 +56,21 @@ def parse_capacity(document: Any, where: str, source: str, request: int | None =
         kind=TraceKind.CAPACITY,
         source=source,
         capacity=series,
-        notes=(f"{len(counts)} samples every {gap:g} s ({series.horizon_h:.1f} h) of a request for {request} "
-               f"instances; no capacity at all {never:.0%} of the time",),
+        notes=(
+            f"{len(counts)} samples every {gap:g} s ({series.horizon_h:.1f} h) of a request for {request} "
+            f"instances; no capacity at all {never:.0%} of the time",
+        ),
     )
 
 
 def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+        or value != int(value)
+    ):
         raise TraceError(f"{where} must be a whole number of instances >= 0, not {value!r}")
     return int(value)
 
@@ -76,6 +83,8 @@ def _request(metadata: dict[str, Any], where: str, counts: list[int]) -> int:
         return request
     most = max(counts)
     if most == 0:
-        raise TraceError(f"{where}: every count in 'data' is 0 and metadata.request is not given: "
-                         "the request size is unknown (say it as metadata.request)")
+        raise TraceError(
+            f"{where}: every count in 'data' is 0 and metadata.request is not given: "
+            "the request size is unknown (say it as metadata.request)"
+        )
     return most

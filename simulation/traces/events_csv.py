@@ -59,8 +59,10 @@ def parse_events(text: str, where: str, source: str, progress: RowProgress | Non
         source=source,
         lifetimes_h=tuple(lifetimes),
         censored=tuple(censored),
-        notes=(f"{events} events over {last / MS_PER_HOUR:.1f} h: {len(lifetimes)} node lifetimes, "
-               f"{censored.count(False)} ended by a remove, {len(up_since)} still up at the end (censored)",),
+        notes=(
+            f"{events} events over {last / MS_PER_HOUR:.1f} h: {len(lifetimes)} node lifetimes, "
+            f"{censored.count(False)} ended by a remove, {len(up_since)} still up at the end (censored)",
+        ),
     )
 
 

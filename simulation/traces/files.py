@@ -24,8 +24,10 @@ from simulation.traces.events_csv import parse_events
 from simulation.traces.lifetimes_csv import ISO_TIME, parse_lifetimes
 
 MAX_TRACE_BYTES = 50 * MIB
-SHAPES = ("a lifetimes CSV (VM name,Start,Terminate), an events CSV (time_ms,add|remove,node) or a capacity "
-          'JSON ({"metadata": {"gap_seconds": 300}, "data": [count, ...]})')
+SHAPES = (
+    "a lifetimes CSV (VM name,Start,Terminate), an events CSV (time_ms,add|remove,node) or a capacity "
+    'JSON ({"metadata": {"gap_seconds": 300}, "data": [count, ...]})'
+)
 _EVENT_ROW = re.compile(r"\s*\d+\s*,\s*(add|remove)\s*,", re.IGNORECASE)
 _TIME = re.compile(r"\d{1,2}/\d{1,2}/\d{2} \d{1,2}:\d{2}")
 
@@ -40,9 +42,15 @@ def read_trace_file(path: Path, progress: RowProgress | None = None) -> Trace:
     return parse_trace_bytes(raw, str(path), f"file {path}", progress=progress)
 
 
-def parse_trace_bytes(raw: bytes, where: str, source: str, kind: TraceKind | None = None,
-                      sections: tuple[str, ...] | None = None, request: int | None = None,
-                      progress: RowProgress | None = None) -> Trace:
+def parse_trace_bytes(
+    raw: bytes,
+    where: str,
+    source: str,
+    kind: TraceKind | None = None,
+    sections: tuple[str, ...] | None = None,
+    request: int | None = None,
+    progress: RowProgress | None = None,
+) -> Trace:
     """Parse `raw` in format `kind` (detected from the content when None); `where` names it in errors.
     `sections` (lifetimes) and `request` (capacity) are what a shipped trace's catalog entry says."""
     text = "" if kind is TraceKind.CAPACITY else _text(raw, where)  # a capacity series is parsed as JSON bytes

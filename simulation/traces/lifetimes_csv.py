@@ -32,8 +32,9 @@ STOP_MARKER = "previous experiments"
 HEADER = "vm name"
 
 
-def parse_lifetimes(text: str, where: str, source: str, sections: tuple[str, ...] | None = None,
-                    progress: RowProgress | None = None) -> Trace:
+def parse_lifetimes(
+    text: str, where: str, source: str, sections: tuple[str, ...] | None = None, progress: RowProgress | None = None
+) -> Trace:
     """Every VM of the file (or of `sections` only) as a lifetime; TraceError naming the line otherwise."""
     lifetimes: list[float] = []
     censored: list[bool] = []
@@ -66,8 +67,10 @@ def parse_lifetimes(text: str, where: str, source: str, sections: tuple[str, ...
         source=source,
         lifetimes_h=tuple(lifetimes),
         censored=tuple(censored),
-        notes=(f"{len(lifetimes)} VMs, {preempted} preempted; lifetimes of {CENSOR_AT_H:g} h or more are "
-               "censored (GCE stops preemptible VMs after 24 h)",),
+        notes=(
+            f"{len(lifetimes)} VMs, {preempted} preempted; lifetimes of {CENSOR_AT_H:g} h or more are "
+            "censored (GCE stops preemptible VMs after 24 h)",
+        ),
     )
 
 
@@ -91,6 +94,8 @@ def _time(value: str, field: str, where: str, number: int) -> datetime:
     except ValueError:
         moment = None
     if moment is None:
-        raise TraceError(f"{where}:{number}: {field} {value!r} is not a time of the form M/D/YY H:MM or ISO 8601 "
-                         "(YYYY-MM-DDTHH:MM[:SS][+HH:MM])")
+        raise TraceError(
+            f"{where}:{number}: {field} {value!r} is not a time of the form M/D/YY H:MM or ISO 8601 "
+            "(YYYY-MM-DDTHH:MM[:SS][+HH:MM])"
+        )
     return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)

@@ -17,8 +17,10 @@ from simulation.traces.files import parse_trace_bytes
 DATA = "data/traces"
 GCE_SOURCE = "GCE preemptible GPU lifetimes, Feb 2019 (ICAC'19, cake-lab/transient-deep-learning; Apache-2.0)"
 BAMBOO_SOURCE = "AWS Spot cluster events (Bamboo, NSDI'23, uclasystem/bamboo; MIT)"
-CAPACITY_SOURCE = ("AWS p3.2xlarge Spot capacity of a standing request (Can't Be Late, NSDI'24, via "
-                   "andylizf/skynomad-artifact; Apache-2.0)")
+CAPACITY_SOURCE = (
+    "AWS p3.2xlarge Spot capacity of a standing request (Can't Be Late, NSDI'24, via "
+    "andylizf/skynomad-artifact; Apache-2.0)"
+)
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,23 @@ def _catalog() -> tuple[ShippedTrace, ...]:
     gce = "gce-preemptible-gpu-lifetimes-icac19.csv"
     traces = [
         ShippedTrace("gce", gce, TraceKind.LIFETIMES, GCE_SOURCE),
-        *(ShippedTrace(f"gce-{gpu.lower()}", gce, TraceKind.LIFETIMES, GCE_SOURCE, (gpu,))
-          for gpu in ("K80", "P100", "V100")),
+        *(
+            ShippedTrace(f"gce-{gpu.lower()}", gce, TraceKind.LIFETIMES, GCE_SOURCE, (gpu,))
+            for gpu in ("K80", "P100", "V100")
+        ),
         ShippedTrace("aws-g4dn-bamboo", "aws-g4dn-node-events-bamboo.csv", TraceKind.EVENTS, BAMBOO_SOURCE),
         ShippedTrace("aws-p3-bamboo", "aws-p3-node-events-bamboo.csv", TraceKind.EVENTS, BAMBOO_SOURCE),
     ]
     zones = {16: ("us-east-2b", "us-west-2a", "us-west-2c"), 4: ("us-east-1f", "us-east-2a", "us-west-2c")}
     for request, names in zones.items():
         traces.extend(
-            ShippedTrace(f"aws-v100-{request}-{zone}", f"aws-v100-{request}node-capacity/{zone}.json",
-                         TraceKind.CAPACITY, CAPACITY_SOURCE, request=request)
+            ShippedTrace(
+                f"aws-v100-{request}-{zone}",
+                f"aws-v100-{request}node-capacity/{zone}.json",
+                TraceKind.CAPACITY,
+                CAPACITY_SOURCE,
+                request=request,
+            )
             for zone in names
         )
     return tuple(traces)

@@ -90,8 +90,19 @@ def module_cluster(tag: str, plan: Plan | None = None):
         (root / "plan.json").write_text(json.dumps(chosen.to_dict()))
         jobs = root / "jobs"
         jobs.mkdir()
-        up = run_cli("up", "--plan", str(root / "plan.json"), "--name", "mg", "--cloud", "sandbox", "--yes",
-                     "--json", env=env, timeout=180)  # fmt: skip
+        up = run_cli(
+            "up",
+            "--plan",
+            str(root / "plan.json"),
+            "--name",
+            "mg",
+            "--cloud",
+            "sandbox",
+            "--yes",
+            "--json",
+            env=env,
+            timeout=180,
+        )
         assert up.returncode == 0, up.stderr
         try:
             yield env, jobs
@@ -167,8 +178,14 @@ def run_on_head(env: dict[str, str], script: str) -> str:
         "out = []; h = find_head('mg', sys.executable)\n"
         "sys.exit(run_command(h.host, sys.argv[1], lambda line: print(line.text)))"
     )
-    result = subprocess.run([sys.executable, "-c", code, script], cwd=REPO, env={**os.environ, **env},
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code, script],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -214,9 +231,14 @@ def node_processes(env: dict[str, str]) -> dict[int, str]:
 def job_processes(env: dict[str, str]) -> dict[int, str]:
     """A job's processes on the nodes; a node's warm server is the node's, not a job's (training.node.warm:
     each rank forked from it names itself `python -m training.node.rank ...`, and is counted)."""
-    return {pid: line for pid, line in node_processes(env).items()
-            if ("training." in line and "training.node.warm --serve" not in line)
-            or "mpirun" in line or "orted" in line or "prted" in line}  # fmt: skip
+    return {
+        pid: line
+        for pid, line in node_processes(env).items()
+        if ("training." in line and "training.node.warm --serve" not in line)
+        or "mpirun" in line
+        or "orted" in line
+        or "prted" in line
+    }
 
 
 def local_deepvm(env: dict[str, str]) -> list[str]:

@@ -50,8 +50,9 @@ def make_tiering_plan(spot: int = 3, holders: int = 1, az: str = AZ) -> Plan:
     """DeepVM's Tiering shape: spot GPU trainers + on-demand CPU checkpoint holders."""
     groups = (
         NodeGroup("g4dn.xlarge", Market.SPOT, spot, Role.TRAINER, snapshot_price("g4dn.xlarge", Market.SPOT, az)),
-        NodeGroup("c5.xlarge", Market.ON_DEMAND, holders, Role.HOLDER,
-                  snapshot_price("c5.xlarge", Market.ON_DEMAND, az)),
+        NodeGroup(
+            "c5.xlarge", Market.ON_DEMAND, holders, Role.HOLDER, snapshot_price("c5.xlarge", Market.ON_DEMAND, az)
+        ),
     )
     return Plan(
         architecture=Architecture.TIERING,

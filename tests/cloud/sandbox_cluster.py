@@ -26,8 +26,9 @@ def sandbox_cluster(root: Path, name: str, plan: Plan, env: dict[str, str] | Non
     must have gone well too."""
     env = {"DEEPVM_HOME": str(root / "home"), **(env or {})}
     plan_file = write_plans(root / f"{name}-plan.json", plan)
-    up = run_cli("up", "--yes", "--cloud", "sandbox", "--plan", str(plan_file), "--name", name, "--json", env=env,
-                 timeout=180)  # fmt: skip
+    up = run_cli(
+        "up", "--yes", "--cloud", "sandbox", "--plan", str(plan_file), "--name", name, "--json", env=env, timeout=180
+    )
     assert up.returncode == 0, up.stderr
     try:
         yield env

@@ -59,8 +59,19 @@ class Home:
         return result.stdout
 
     def up(self, name: str, *flags: str) -> None:
-        self.run("up", "--plan", str(self.root / "plan.json"), "--name", name, "--cloud", "sandbox", "--yes", "--json",
-                 *flags, timeout=180)  # fmt: skip
+        self.run(
+            "up",
+            "--plan",
+            str(self.root / "plan.json"),
+            "--name",
+            name,
+            "--cloud",
+            "sandbox",
+            "--yes",
+            "--json",
+            *flags,
+            timeout=180,
+        )
 
     def job(self, job_id: str) -> dict:
         (found,) = [j for j in json.loads(self.run("jobs", "--json")) if j["job_id"] == job_id]
@@ -118,8 +129,9 @@ def stopped(home):
 
 
 @pytest.mark.timeout(600)
-def test_a_job_stopped_at_its_time_limit_leaves_its_checkpoint_in_s3_and_an_autodown_job_ends_the_cluster(home,
-                                                                                                       stopped):
+def test_a_job_stopped_at_its_time_limit_leaves_its_checkpoint_in_s3_and_an_autodown_job_ends_the_cluster(
+    home, stopped
+):
     _, job_id, step = stopped
     bucket = home.bucket("ad")  # the job names no S3 prefix of its own
     listed = sandbox_client(home.env, "s3").list_objects_v2(Bucket=bucket, Prefix=f"deepvm-jobs/{job_id}/")
@@ -135,8 +147,9 @@ def test_a_job_stopped_at_its_time_limit_leaves_its_checkpoint_in_s3_and_an_auto
     try:
         job = home.root / "jobs" / "done.yaml"
         job.write_text(job_yaml(10, "autodown-done"))
-        home.run("train", str(job), "--cluster", "ad", "--detach", "--down-when-done", "--notify", receiver.url,
-                 timeout=300)  # fmt: skip
+        home.run(
+            "train", str(job), "--cluster", "ad", "--detach", "--down-when-done", "--notify", receiver.url, timeout=300
+        )
         done_id = next(j["job_id"] for j in json.loads(home.run("jobs", "--json")) if j["name"] == "autodown-done")
         said = home.taken_down("ad", timeout_s=240)
         assert "finished its teardown here" in said and f"(job {done_id} completed)" in said, said

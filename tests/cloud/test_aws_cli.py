@@ -65,9 +65,7 @@ def test_up_status_down(ctx, ami, tmp_path, isolated_env, cli):
     ec2 = ctx.client("ec2")
     # every resource carries the cluster tag
     assert len(_live_instances(ctx)) == 4 and all(_has_cluster_tag(i["Tags"]) for i in _live_instances(ctx))
-    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [named()]}])[
-        "SecurityGroups"
-    ]
+    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [named()]}])["SecurityGroups"]
     assert len(group) == 1 and _has_cluster_tag(group[0]["Tags"])
     templates = ec2.describe_launch_templates(LaunchTemplateNames=[named()])["LaunchTemplates"]
     assert _has_cluster_tag(templates[0]["Tags"])
@@ -175,8 +173,12 @@ def test_missing_deep_learning_ami_says_to_pass_ami(realism, tmp_path, cli):
     plan = write_plans(tmp_path / "plan.json", make_plan())
     result = cli("up", "--yes", "--cloud", "aws", "--plan", str(plan), "--no-wait")
     assert result.returncode == 4
-    assert "could not find Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.9 (Ubuntu 24.04) in us-east-1 " \
-           "(ParameterNotFound for /aws/service/deeplearning/" in result.stderr and "pass --ami" in result.stderr
+    assert (
+        "could not find Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.9 (Ubuntu 24.04) in us-east-1 "
+        "(ParameterNotFound for /aws/service/deeplearning/"
+        in result.stderr
+        and "pass --ami" in result.stderr
+    )
 
 
 def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami, tmp_path, cli):
@@ -187,9 +189,9 @@ def test_instance_profile_reaches_the_nodes_through_the_launch_template(ctx, ami
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1, on_demand=1))
     result = _up(cli, plan, ami, "--name", "c1", "--instance-profile", "deepvm-nodes")
     assert result.returncode == 0, result.stderr
-    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())[
-        "LaunchTemplateVersions"
-    ][0]["LaunchTemplateData"]
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
     assert data["IamInstanceProfile"] == {"Name": "deepvm-nodes"}
     assert cli("down", "c1", "--yes").returncode == 0
 

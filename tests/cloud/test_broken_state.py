@@ -149,8 +149,10 @@ def test_a_file_of_jobs_version_2_gains_the_ladder_column_and_keeps_the_money_gu
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)")
         db.execute("INSERT INTO schema_versions VALUES ('jobs', 2)")
-        db.execute(f"CREATE TABLE jobs ({_FIRST_JOB_COLUMNS}, controller TEXT NOT NULL DEFAULT 'local', "
-                   "outputs_url TEXT NOT NULL DEFAULT '', down_when_done INTEGER NOT NULL DEFAULT 0)")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE jobs ({_FIRST_JOB_COLUMNS}, controller TEXT NOT NULL DEFAULT 'local', "
+            "outputs_url TEXT NOT NULL DEFAULT '', down_when_done INTEGER NOT NULL DEFAULT 0)"
+        )
         db.execute(f"INSERT INTO jobs VALUES ({_FIRST_JOB}, 'i-head', 's3://b/j1', 1)")
     (job,) = JobStore(path).all()
     assert (job.controller, job.outputs_url, job.down_when_done, job.ladder) == ("i-head", "s3://b/j1", True, "")

@@ -56,8 +56,13 @@ def test_the_sandbox_schedule_follows_the_series_and_is_cleared_at_the_end(ctx, 
     theirs = CapacityRule(instance_type="p3.2xlarge", market="on-demand", available=5)
     realism.set(Realism(capacity=(theirs,)))
     cluster, seen = _Cluster(realism), []
-    steps = [CapacityStep(0.0, 0.0, 3), CapacityStep(30.0, 0.083, 1), CapacityStep(60.0, 0.167, 0),
-             CapacityStep(90.0, 0.25, 2), CapacityStep(120.0, 0.333, 3)]
+    steps = [
+        CapacityStep(0.0, 0.0, 3),
+        CapacityStep(30.0, 0.083, 1),
+        CapacityStep(60.0, 0.167, 0),
+        CapacityStep(90.0, 0.25, 2),
+        CapacityStep(120.0, 0.333, 3),
+    ]
 
     def wait_until(at_s: float) -> float:
         cluster.head_buys()
@@ -67,8 +72,16 @@ def test_the_sandbox_schedule_follows_the_series_and_is_cleared_at_the_end(ctx, 
         seen.append((action.step.nodes, action.held, action.free, realism.settings().capacity))
         if action.free == 0:  # a purchase now gets EC2's answer for an empty pool
             with pytest.raises(ShortageError, match=r"got 0/1 spot g4dn.xlarge \(InsufficientInstanceCapacity"):
-                up(_Fixed(ctx), UpRequest(name=f"probe{len(seen)}", plans=(make_plan(spot=1, on_demand=0),),
-                                          image_id=SANDBOX_IMAGE, wait_ssh=False, on_shortage=ShortagePolicy.ACCEPT))
+                up(
+                    _Fixed(ctx),
+                    UpRequest(
+                        name=f"probe{len(seen)}",
+                        plans=(make_plan(spot=1, on_demand=0),),
+                        image_id=SANDBOX_IMAGE,
+                        wait_ssh=False,
+                        on_shortage=ShortagePolicy.ACCEPT,
+                    ),
+                )
 
     draws = question().market_case().draws()
     actions = replay_capacity(steps, Levels(3), draws, cluster, TraceCapacity(realism, AZ), wait_until, report)
@@ -87,18 +100,27 @@ def test_a_replay_that_fails_halfway_still_takes_its_rule_away(realism):
             raise RuntimeError("the cloud went away")
 
     with pytest.raises(RuntimeError):
-        replay_capacity([CapacityStep(0.0, 0.0, 3), CapacityStep(1.0, 0.1, 0)], Levels(3),
-                        question().market_case().draws(), Broken(realism), TraceCapacity(realism, AZ),
-                        lambda at_s: at_s, lambda action, messages: None)  # fmt: skip
+        replay_capacity(
+            [CapacityStep(0.0, 0.0, 3), CapacityStep(1.0, 0.1, 0)],
+            Levels(3),
+            question().market_case().draws(),
+            Broken(realism),
+            TraceCapacity(realism, AZ),
+            lambda at_s: at_s,
+            lambda action, messages: None,
+        )
     assert realism.settings().capacity == ()
 
 
 def test_a_capacity_trace_needs_a_sandbox_cluster(ctx, moto, capsys):
-    up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=0),), image_id=SANDBOX_IMAGE,
-                              wait_ssh=False))  # fmt: skip
-    code = main(["chaos", "--cluster", "c1", "--trace", "aws-v100-16-us-west-2a", "--steps", "10",
-                 "--step-time", "1"])  # fmt: skip
+    up(
+        _Fixed(ctx),
+        UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=0),), image_id=SANDBOX_IMAGE, wait_ssh=False),
+    )
+    code = main(["chaos", "--cluster", "c1", "--trace", "aws-v100-16-us-west-2a", "--steps", "10", "--step-time", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("deepvm: error: aws-v100-16-us-west-2a is a capacity series: chaos replays it into "
-                          "the sandbox's capacity schedule, and cluster 'c1' is not a running sandbox cluster")
+    assert err.startswith(
+        "deepvm: error: aws-v100-16-us-west-2a is a capacity series: chaos replays it into "
+        "the sandbox's capacity schedule, and cluster 'c1' is not a running sandbox cluster"
+    )

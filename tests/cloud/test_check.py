@@ -102,19 +102,23 @@ def test_the_rights_probed_are_the_tables_for_plan_up_train_and_down():
 # --- what each answer means ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("decision", "missing", "verdict"), [
-    ("allowed", (), Verdict.ALLOWED),
-    ("explicitDeny", (), Verdict.DENIED),
-    ("implicitDeny", (), Verdict.DENIED),
-    ("implicitDeny", ("aws:RequestTag/deepvm:cluster",), Verdict.CONDITIONAL),
-    ("explicitDeny", ("aws:RequestTag/deepvm:cluster",), Verdict.DENIED),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("decision", "missing", "verdict"),
+    [
+        ("allowed", (), Verdict.ALLOWED),
+        ("explicitDeny", (), Verdict.DENIED),
+        ("implicitDeny", (), Verdict.DENIED),
+        ("implicitDeny", ("aws:RequestTag/deepvm:cluster",), Verdict.CONDITIONAL),
+        ("explicitDeny", ("aws:RequestTag/deepvm:cluster",), Verdict.DENIED),
+    ],
+)
 def test_the_simulators_decisions(decision, missing, verdict):
     assert Simulated("ec2:CreateFleet", decision, missing).verdict is verdict
 
 
-def _rights_row(simulated: Simulated | None, answer: Answer | None, held: set[str] = frozenset(),
-                without: str = "why") -> CheckRow:  # fmt: skip
+def _rights_row(
+    simulated: Simulated | None, answer: Answer | None, held: set[str] = frozenset(), without: str = "why"
+) -> CheckRow:
     return _row("ec2:CreateFleet", "buying nodes", simulated, answer, held.__contains__, without)
 
 
@@ -126,8 +130,9 @@ def test_dry_run_allowed_wins_over_a_simulator_that_found_no_grant_on_every_reso
 def test_an_explicit_deny_says_to_remove_it_and_a_missing_grant_to_add_it():
     denied = _rights_row(Simulated("ec2:CreateFleet", "explicitDeny"), None)
     assert denied.mark is Mark.MISSING and denied.fix.startswith("remove the Deny of ec2:CreateFleet")
-    lacking = _rights_row(Simulated("ec2:CreateFleet", "implicitDeny"),
-                          Answer("ec2:CreateFleet", "InvalidLaunchTemplateId.NotFound"))
+    lacking = _rights_row(
+        Simulated("ec2:CreateFleet", "implicitDeny"), Answer("ec2:CreateFleet", "InvalidLaunchTemplateId.NotFound")
+    )
     assert lacking.mark is Mark.MISSING and lacking.fix.startswith("add ec2:CreateFleet to your IAM policy")
 
 
@@ -136,8 +141,9 @@ def test_what_cannot_be_told_is_unknown_never_ok():
     assert conditional.mark is Mark.UNKNOWN and "ec2:CreateAction" in conditional.detail
     also = _rights_row(None, Answer("ec2:CreateFleet", "UnauthorizedOperation", also=("ec2:RunInstances",)))
     assert also.mark is Mark.UNKNOWN and "also needs ec2:RunInstances" in also.detail
-    pinned = _rights_row(None, Answer("ec2:CreateFleet", "UnauthorizedOperation", also=("ec2:RunInstances",)),
-                         held={"ec2:RunInstances"})  # fmt: skip
+    pinned = _rights_row(
+        None, Answer("ec2:CreateFleet", "UnauthorizedOperation", also=("ec2:RunInstances",)), held={"ec2:RunInstances"}
+    )
     assert pinned.mark is Mark.MISSING
     other = _rights_row(None, Answer("ec2:CreateFleet", "InvalidLaunchTemplateId.NotFound"), without="no simulator")
     assert other.mark is Mark.UNKNOWN and other.detail.endswith("not whether the right is held; no simulator")
@@ -170,9 +176,19 @@ def test_callers_and_the_principal_simulated_for_each():
     assert (session.kind, session.role_name) == ("assumed-role", "Admin")
     with Stubber(ctx.client("iam")) as iam:  # the role's ARN, with its path, from iam:GetRole
         arn = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/Admin"
-        iam.add_response("get_role", {"Role": {"Path": "/aws-reserved/sso.amazonaws.com/", "RoleName": "Admin",
-                                               "RoleId": "AROAEXAMPLEEXAMPLE123", "Arn": arn,
-                                               "CreateDate": "2026-01-01T00:00:00Z"}}, {"RoleName": "Admin"})
+        iam.add_response(
+            "get_role",
+            {
+                "Role": {
+                    "Path": "/aws-reserved/sso.amazonaws.com/",
+                    "RoleName": "Admin",
+                    "RoleId": "AROAEXAMPLEEXAMPLE123",
+                    "Arn": arn,
+                    "CreateDate": "2026-01-01T00:00:00Z",
+                }
+            },
+            {"RoleName": "Admin"},
+        )
         assert simulated_principal(ctx, session).arn == arn
         iam.add_client_error("get_role", "AccessDenied")
         guessed = simulated_principal(ctx, session)
@@ -183,14 +199,29 @@ def test_the_simulator_is_read_page_by_page_and_keeps_the_callers_spelling():
     ctx = AwsContext(region="us-east-1", credentials=("x", "x"))
     principal = "arn:aws:iam::123456789012:user/ana"
     with Stubber(ctx.client("iam")) as iam:
-        iam.add_response("simulate_principal_policy", {
-            "EvaluationResults": [{"EvalActionName": "ec2:createfleet", "EvalDecision": "allowed"}],
-            "IsTruncated": True, "Marker": "m1"}, {"PolicySourceArn": principal,
-                                                   "ActionNames": ["ec2:CreateFleet", "iam:PassRole"]})
-        iam.add_response("simulate_principal_policy", {
-            "EvaluationResults": [{"EvalActionName": "iam:PassRole", "EvalDecision": "implicitDeny",
-                                   "MissingContextValues": ["iam:PassedToService"]}], "IsTruncated": False},
-            {"PolicySourceArn": principal, "ActionNames": ["ec2:CreateFleet", "iam:PassRole"], "Marker": "m1"})
+        iam.add_response(
+            "simulate_principal_policy",
+            {
+                "EvaluationResults": [{"EvalActionName": "ec2:createfleet", "EvalDecision": "allowed"}],
+                "IsTruncated": True,
+                "Marker": "m1",
+            },
+            {"PolicySourceArn": principal, "ActionNames": ["ec2:CreateFleet", "iam:PassRole"]},
+        )
+        iam.add_response(
+            "simulate_principal_policy",
+            {
+                "EvaluationResults": [
+                    {
+                        "EvalActionName": "iam:PassRole",
+                        "EvalDecision": "implicitDeny",
+                        "MissingContextValues": ["iam:PassedToService"],
+                    }
+                ],
+                "IsTruncated": False,
+            },
+            {"PolicySourceArn": principal, "ActionNames": ["ec2:CreateFleet", "iam:PassRole"], "Marker": "m1"},
+        )
         found = simulate(ctx, principal, ["iam:PassRole", "ec2:CreateFleet"])
     assert found["ec2:CreateFleet"].verdict is Verdict.ALLOWED
     assert found["iam:PassRole"].verdict is Verdict.CONDITIONAL
@@ -199,13 +230,16 @@ def test_the_simulator_is_read_page_by_page_and_keeps_the_callers_spelling():
 # --- bad input, and no credentials -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["--cloud", "mars"], "--cloud must be one of auto, aws, sandbox, not 'mars'"),
-    (["--region", "us-east-1,eu-west-1"], "--region takes one region for check, got 'us-east-1,eu-west-1'"),
-    (["--region", "all"], "--region takes one region for check, got 'all'"),
-    (["--region", "mars-1"], "--region 'mars-1' is no EC2 region botocore knows (e.g. us-east-1, eu-west-1)"),
-    (["--region", ""], "--region needs a region name, a comma-separated list, or 'all'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--cloud", "mars"], "--cloud must be one of auto, aws, sandbox, not 'mars'"),
+        (["--region", "us-east-1,eu-west-1"], "--region takes one region for check, got 'us-east-1,eu-west-1'"),
+        (["--region", "all"], "--region takes one region for check, got 'all'"),
+        (["--region", "mars-1"], "--region 'mars-1' is no EC2 region botocore knows (e.g. us-east-1, eu-west-1)"),
+        (["--region", ""], "--region needs a region name, a comma-separated list, or 'all'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, line, capsys):
     code, out, err = run(capsys, "check", "--cloud", "aws", *args)
     assert (code, out, err) == (2, "", f"deepvm: error: {line}\n")
@@ -214,8 +248,10 @@ def test_bad_input_is_one_line_and_exit_2(args, line, capsys):
 def test_a_plan_for_another_region_is_refused(tmp_path, capsys):
     plan = write_plans(tmp_path / "plan.json", make_plan(spot=1))
     code, _, err = run(capsys, "check", "--cloud", "aws", "--plan", str(plan), "--region", "eu-west-1")
-    assert (code, err) == (2, "deepvm: error: the plan is for us-east-1, not eu-west-1; plan again with --region "
-                              "eu-west-1\n")  # fmt: skip
+    assert (code, err) == (
+        2,
+        "deepvm: error: the plan is for us-east-1, not eu-west-1; plan again with --region eu-west-1\n",
+    )
 
 
 def test_no_credentials_is_a_missing_row_with_its_fix_and_nothing_else_asked(monkeypatch, tmp_path, capsys):
@@ -247,12 +283,18 @@ def test_on_an_emulator_rights_no_probe_can_tell_are_unknown_and_the_image_is_re
     # moto alone carries GetConsoleOutput out whatever DryRun says; the realism layer answers as EC2 does
     assert rows["ec2:GetConsoleOutput"]["detail"] == "EC2 DryRun: allowed"
     assert rows["ec2:AssociateIamInstanceProfile"]["mark"] == "?"  # it takes no DryRun
-    assert rows["iam:CreateRole"] == {**rows["iam:CreateRole"], "mark": "?",
-                                      "detail": "no IAM policy simulator here (moto); only EC2 takes DryRun"}
+    assert rows["iam:CreateRole"] == {
+        **rows["iam:CreateRole"],
+        "mark": "?",
+        "detail": "no IAM policy simulator here (moto); only EC2 takes DryRun",
+    }
     assert rows[image]["mark"] == "✓" and rows[image]["detail"] == "deepvm-test: available, x86_64"
     assert rows["PyTorch on the image"]["mark"] == "?"
-    assert all(r["mark"] != "✓" for r in json.loads(out)["rows"] if r["section"] == "rights"
-               and not r["name"].startswith("ec2:"))  # fmt: skip
+    assert all(
+        r["mark"] != "✓"
+        for r in json.loads(out)["rows"]
+        if r["section"] == "rights" and not r["name"].startswith("ec2:")
+    )
 
 
 def _code(call) -> tuple[str, str]:
@@ -272,8 +314,11 @@ def test_the_realism_layer_answers_dry_run_as_ec2_and_refuses_as_iam(realism):
     tags = [{"ResourceType": "security-group", "Tags": [{"Key": "k", "Value": "v"}]}]
     code, message = _code(lambda: ec2.create_security_group(GroupName="t", Description="t", TagSpecifications=tags))
     assert code == "UnauthorizedOperation" and "is not authorized to perform: ec2:CreateTags" in message
-    fleet = {"Type": "instant", "TargetCapacitySpecification": {"TotalTargetCapacity": 1},
-             "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0", "Version": "1"}}]}
+    fleet = {
+        "Type": "instant",
+        "TargetCapacitySpecification": {"TotalTargetCapacity": 1},
+        "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": {"LaunchTemplateId": "lt-0", "Version": "1"}}],
+    }
     code, message = _code(lambda: ec2.create_fleet(DryRun=True, **fleet))  # an instant fleet runs instances
     assert code == "UnauthorizedOperation" and "ec2:RunInstances" in message
     assert _code(lambda: iam.get_role(RoleName="r"))[0] == "AccessDenied"
@@ -343,12 +388,17 @@ def test_a_right_the_sandbox_refuses_is_missing_with_the_action_to_add(sandbox, 
         realism.change(refused_actions=())
     assert code == 1
     lines = out.splitlines()
-    assert any(line.startswith("✗") and "ec2:RunInstances" in line and "UnauthorizedOperation" in line
-               for line in lines)  # fmt: skip
-    assert "  ✗ ec2:RunInstances: add ec2:RunInstances to your IAM policy (README \"What deepvm needs from your AWS " \
-           "account\")" in lines
-    assert "  ✗ ec2:DeleteVolume: add ec2:DeleteVolume to your IAM policy (README \"What deepvm needs from your AWS " \
-           "account\")" in lines
+    assert any(
+        line.startswith("✗") and "ec2:RunInstances" in line and "UnauthorizedOperation" in line for line in lines
+    )
+    assert (
+        '  ✗ ec2:RunInstances: add ec2:RunInstances to your IAM policy (README "What deepvm needs from your AWS '
+        'account")' in lines
+    )
+    assert (
+        '  ✗ ec2:DeleteVolume: add ec2:DeleteVolume to your IAM policy (README "What deepvm needs from your AWS '
+        'account")' in lines
+    )
     fleet = next(line for line in lines if "ec2:CreateFleet" in line)  # refused, but for want of RunInstances
     assert fleet.startswith("?") and "also needs ec2:RunInstances" in fleet
     assert any(line.startswith("✓") and "2 sandbox hosts" in line for line in lines)
@@ -396,9 +446,13 @@ def test_the_smoke_script_runs_whole_against_the_sandbox_and_its_sweep_finds_wha
     cluster = ClusterIdentity("smoke-left", "0a1b2c3d")
     ctx = running_sandbox().context("us-east-1")
     key = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH)
-    ctx.client("ec2").import_key_pair(KeyName=resource_name(cluster), PublicKeyMaterial=key,
-                                      TagSpecifications=[tag_spec("key-pair", cluster)])
+    ctx.client("ec2").import_key_pair(
+        KeyName=resource_name(cluster), PublicKeyMaterial=key, TagSpecifications=[tag_spec("key-pair", cluster)]
+    )
     left = aws_smoke.Smoke("sandbox", "us-east-1", "smoke-left", Path("."), yes=True)
-    with pytest.raises(aws_smoke.StepFailed, match=r"1 resource\(s\) of smoke-left are left: key pair "
-                                                    r"deepvm-smoke-left-0a1b2c3d \(aws ec2 delete-key-pair"):
+    with pytest.raises(
+        aws_smoke.StepFailed,
+        match=r"1 resource\(s\) of smoke-left are left: key pair "
+        r"deepvm-smoke-left-0a1b2c3d \(aws ec2 delete-key-pair",
+    ):
         left.sweep()

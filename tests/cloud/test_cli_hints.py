@@ -77,20 +77,24 @@ def test_up_and_down_print_commands_that_do_what_they_say_and_down_names_its_def
 
     code, _, refused = deepvm(*down)  # no terminal: it says how to confirm
     assert code == 2 and refused.splitlines() == [
-        "deepvm: error: down would delete cluster c1; `deepvm down c1 --yes` confirms (no terminal to ask on)"]
+        "deepvm: error: down would delete cluster c1; `deepvm down c1 --yes` confirms (no terminal to ask on)"
+    ]
     (confirmed,) = _hints(refused)
     assert left_of(ctx, "c1"), "nothing may be deleted before a yes"
 
     # c1 is the last cluster used: `down` alone takes it, and says so in its question, naming what goes
     code, _, asked = deepvm("down", answer="n\n")
     assert code == 1, asked
-    assert (f"Delete cluster c1 (the last one used; `deepvm down NAME` picks another): 4 nodes (3 spot + 1 on-demand), "
-            f"{PRICE}, ") in asked  # and its running jobs: moto's nodes have no SSH, so "unknown" here
+    assert (
+        f"Delete cluster c1 (the last one used; `deepvm down NAME` picks another): 4 nodes (3 spot + 1 on-demand), "
+        f"{PRICE}, "
+    ) in asked  # and its running jobs: moto's nodes have no SSH, so "unknown" here
     assert asked.rstrip().endswith("nothing deleted") and "error" not in asked
     code, _, refused = deepvm("down", "--yes")  # --yes asks nothing, so it never takes a default
     assert code == 2 and refused.splitlines() == [
         "deepvm: error: down --yes deletes without asking, so it needs the cluster's name: `deepvm down c1 --yes` "
-        "deletes c1 (the last one used)"]
+        "deletes c1 (the last one used)"
+    ]
     assert _hints(refused) == [confirmed] and left_of(ctx, "c1")
 
     code, _, deleted = deepvm(*confirmed)
@@ -104,14 +108,16 @@ def test_down_checks_the_cluster_exists_before_asking_and_lists_those_that_do(ct
     code, _, err = deepvm("down", "ghost", answer="y\n")
     assert code == 5 and err.splitlines() == [
         "deepvm: error: no cluster named 'ghost': not in the local state, and nothing tagged with it in us-east-1; "
-        "clusters: c1 (up)"]
+        "clusters: c1 (up)"
+    ]
     assert left_of(ctx, "c1")
 
 
 def test_status_without_clusters_says_how_to_start_one_and_up_does_it(moto, isolated_env, deepvm):
     _, _, bare = deepvm("status")
     assert bare.splitlines() == [
-        "no clusters and no saved plan; `deepvm plan --max-price X` plans one for X USD/h, then `deepvm up`"]
+        "no clusters and no saved plan; `deepvm plan --max-price X` plans one for X USD/h, then `deepvm up`"
+    ]
     plan, up = _hints(bare)
     code, _, err = deepvm(*[arg if arg != "X" else "0.7" for arg in plan], "--offline")  # X: the user's price
     assert code == 0, err
@@ -132,11 +138,13 @@ def test_the_config_file_cluster_comes_before_the_last_one_used(ctx, c1, isolate
     code, _, err = deepvm("down", answer="y\n")
     assert code == 5 and err.splitlines() == [
         "deepvm: error: no cluster named 'c2': not in the local state, and nothing tagged with it in us-east-1; "
-        "clusters: c1 (up)"]
+        "clusters: c1 (up)"
+    ]
     code, _, err = deepvm("train", str(REPO / "configs" / "resnet.yaml"))
     assert code == 5 and err.splitlines() == [
         f"deepvm: error: no running cluster named 'c2' (from {config}; --cluster NAME picks another); clusters: "
-        "c1 (up); start it with `deepvm up --name c2`"]
+        "c1 (up); start it with `deepvm up --name c2`"
+    ]
     assert left_of(ctx, "c1")
 
 

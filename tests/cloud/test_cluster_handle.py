@@ -26,8 +26,9 @@ from tests.cloud.plans import REGION, make_plan
 @pytest.fixture
 def cluster(ctx, ami) -> Cluster:
     """c1 up on the moto server: one on-demand anchor and two spot trainers (no SSH to wait for)."""
-    request = UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), ssh_cidr="198.51.100.7/32",
-                        image_id=ami, wait_ssh=False)  # fmt: skip
+    request = UpRequest(
+        name="c1", plans=(make_plan(spot=2, on_demand=1),), ssh_cidr="198.51.100.7/32", image_id=ami, wait_ssh=False
+    )
     lifecycle.up(AwsTarget(), request)
     return Cluster.open_running("c1")
 
@@ -55,9 +56,12 @@ def test_open_running_names_what_to_run(ctx):
 
 def test_refresh_records_a_node_the_head_bought(cluster, ctx, ami):
     bought = ctx.client("ec2").run_instances(
-        ImageId=ami, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
+        ImageId=ami,
+        InstanceType="g4dn.xlarge",
+        MinCount=1,
+        MaxCount=1,
         TagSpecifications=[{"ResourceType": "instance", "Tags": cluster_tags(cluster.row.identity)}],
-    )["Instances"][0]["InstanceId"]  # fmt: skip
+    )["Instances"][0]["InstanceId"]
     assert bought not in {n.instance_id for n in cluster.nodes()}
     assert cluster.refresh()
     (adopted,) = [n for n in cluster.nodes() if n.instance_id == bought]
@@ -69,11 +73,21 @@ def test_a_node_bought_as_another_type_is_adopted_with_the_role_and_price_it_was
     not the plan, say what they are; a node whose tags are not deepvm's own reading is left to the plan."""
     tags = cluster_tags(cluster.row.identity, **{ROLE_TAG: "trainer", PRICE_TAG: "0.331600"})
     ec2 = ctx.client("ec2")
-    repair = ec2.run_instances(ImageId=ami, InstanceType="g6.xlarge", MinCount=1, MaxCount=1,
-                               TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])["Instances"][0]
+    repair = ec2.run_instances(
+        ImageId=ami,
+        InstanceType="g6.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )["Instances"][0]
     edited = cluster_tags(cluster.row.identity, **{ROLE_TAG: "captain", PRICE_TAG: "x"})
-    odd = ec2.run_instances(ImageId=ami, InstanceType="p3.2xlarge", MinCount=1, MaxCount=1,
-                            TagSpecifications=[{"ResourceType": "instance", "Tags": edited}])["Instances"][0]
+    odd = ec2.run_instances(
+        ImageId=ami,
+        InstanceType="p3.2xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": edited}],
+    )["Instances"][0]
     assert cluster.refresh()
     nodes = {n.instance_id: n for n in cluster.nodes()}
     adopted = nodes[repair["InstanceId"]]
@@ -115,10 +129,12 @@ def test_a_replacement_that_never_becomes_usable_is_terminated(cluster, ctx):
     before = {n.instance_id for n in cluster.nodes()}
     with pytest.raises(Exception):  # noqa: B017 - whichever wait gives up first; the point is what is left
         cluster.add_nodes(NodeGroup("g4dn.xlarge", Market.SPOT, 1, Role.TRAINER, 0.2), timeout_s=1.0)
-    live = ctx.client("ec2").describe_instances(Filters=[
-        {"Name": f"tag:{CLUSTER_TAG}", "Values": ["c1"]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]},
-    ])["Reservations"]  # fmt: skip
+    live = ctx.client("ec2").describe_instances(
+        Filters=[
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": ["c1"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
     running = {i["InstanceId"] for r in live for i in r["Instances"]}
     assert running <= before  # the replacement was terminated; the cluster's own nodes still run
     assert len(running) == 3
@@ -139,6 +155,8 @@ def test_terminating_instances_is_idempotent(cluster, ctx):
     assert both == {gone: "terminated", other: both[other]} and both[other] in ("shutting-down", "terminated")
     state = ctx.client("ec2").describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]
     assert state["Name"] in ("shutting-down", "terminated")
+
+
 def _bought(cluster, group: NodeGroup, **options) -> list[str]:
     steps: list[str] = []
     with pytest.raises(Exception):  # noqa: B017 - moto's console shows no host key: what matters is what it bought
@@ -146,8 +164,9 @@ def _bought(cluster, group: NodeGroup, **options) -> list[str]:
     return [s for s in steps if s.startswith("launching")]
 
 
-def test_a_node_of_another_type_and_zone_is_bought_in_that_zones_subnet_with_its_role_and_price(cluster, ctx,
-                                                                                              monkeypatch):
+def test_a_node_of_another_type_and_zone_is_bought_in_that_zones_subnet_with_its_role_and_price(
+    cluster, ctx, monkeypatch
+):
     """What the ladder orders (a repair of a type the plan lacks; a zone of the region other than the cluster's)
     is what EC2 is asked for: in the subnet `up` recorded for that zone, tagged with the role and price."""
     monkeypatch.setattr(cluster_module, "pin_nodes", lambda *args, **kwargs: cluster.keys)
@@ -171,4 +190,5 @@ def test_a_zone_up_found_no_subnet_in_is_refused_before_anything_is_bought(clust
     with pytest.raises(CloudError, match=r"the cluster's VPC has no subnet recorded in us-west-2a"):
         cluster.add_nodes(NodeGroup("g4dn.xlarge", Market.SPOT, 1, Role.TRAINER, 0.2), zone="us-west-2a")
     assert _bought(cluster, NodeGroup("g4dn.xlarge", Market.SPOT, 2, Role.TRAINER, 0.2)) == [
-        f"launching 2 spot g4dn.xlarge (trainer) in {cluster.row.availability_zone}"]
+        f"launching 2 spot g4dn.xlarge (trainer) in {cluster.row.availability_zone}"
+    ]

@@ -86,9 +86,10 @@ def test_launching_needs_the_cluster_template_and_tags_what_it_creates():
     assert set(_actions(template)) == {"ec2:CreateFleet", "ec2:RunInstances"}
     assert template["Resource"] == f"arn:aws:ec2:{REGION}:*:launch-template/*"
     assert template["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
-    for sid, action, kinds in (("CreateClusterTaggedFleets", "ec2:CreateFleet", {"fleet", "instance", "volume"}),
-                               ("LaunchClusterTaggedResources", "ec2:RunInstances",
-                                {"instance", "volume", "network-interface"})):  # fmt: skip
+    for sid, action, kinds in (
+        ("CreateClusterTaggedFleets", "ec2:CreateFleet", {"fleet", "instance", "volume"}),
+        ("LaunchClusterTaggedResources", "ec2:RunInstances", {"instance", "volume", "network-interface"}),
+    ):
         created = statements[sid]
         assert created["Action"] == action and {r.rsplit(":", 1)[1] for r in created["Resource"]} == {
             f"{kind}/*" for kind in kinds
@@ -109,7 +110,8 @@ def test_the_controller_may_give_its_own_profile_to_an_instance_of_its_cluster_o
     statements = {s["Sid"]: s for s in _statements(controller_policy(C1, REGION, controller_role_arn=arn))}
     assert statements["PassTheControllerRoleToEc2"]["Resource"] == arn
     assert statements["PassTheControllerRoleToEc2"]["Condition"] == {
-        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
+    }
     give = statements["GiveClusterNodesTheirProfile"]
     assert give["Condition"] == {"StringEquals": {f"ec2:ResourceTag/{CLUSTER_ID_TAG}": "0a1b2c3d"}}
     assert "PassTheControllerRoleToEc2" not in {s["Sid"] for s in _statements(controller_policy(C1, REGION))}
@@ -197,9 +199,9 @@ def test_up_gives_the_head_alone_a_tag_scoped_role_and_down_deletes_it(ctx, ami,
     assert {"Key": CLUSTER_TAG, "Value": "c1"} in profile["Tags"]
 
     assert _associations(ctx) == {head: profile["Arn"]}  # the head only: trainers get no EC2 rights
-    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())[
-        "LaunchTemplateVersions"
-    ][0]["LaunchTemplateData"]
+    data = ctx.client("ec2").describe_launch_template_versions(LaunchTemplateName=named())["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
     assert "IamInstanceProfile" not in data
     row = Store().cluster("c1")
     assert row.resources.controller == ControllerAccess(profile=role_id, role=role_id, owned=True)
@@ -235,8 +237,9 @@ def test_with_the_nodes_profile_the_head_has_it_replaced_and_may_pass_its_role(c
     result = _up(cli, plan, ami, "--json", "--instance-profile", "nodes")
     assert result.returncode == 0, result.stderr
     document = iam.get_role_policy(RoleName=_role(), PolicyName="deepvm-controller")["PolicyDocument"]
-    assert document == controller_policy(identity(), REGION, node_role,
-                                         controller_role_arn=iam.get_role(RoleName=_role())["Role"]["Arn"])
+    assert document == controller_policy(
+        identity(), REGION, node_role, controller_role_arn=iam.get_role(RoleName=_role())["Role"]["Arn"]
+    )
     head = _head_id(json.loads(result.stdout)["nodes"])
     assert _associations(ctx)[head].endswith(f"instance-profile/deepvm/{_role()}")
     assert cli("down", "c1", "--yes").returncode == 0

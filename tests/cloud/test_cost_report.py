@@ -58,8 +58,22 @@ def _up(capsys, monkeypatch, tmp_path, ami, name: str) -> list[str]:
     head is then lost (terminated in the cloud, seen by a refresh), so no command tries to reach it over
     SSH. The running nodes' instance ids."""
     plan = write_plans(tmp_path / f"{name}.json", make_plan(spot=2, on_demand=1))
-    code, _, err = _cli(capsys, monkeypatch, "up", "--yes", "--cloud", "aws", "--plan", str(plan), "--ami", ami,
-                        "--no-wait", "--name", name, "--json")  # fmt: skip
+    code, _, err = _cli(
+        capsys,
+        monkeypatch,
+        "up",
+        "--yes",
+        "--cloud",
+        "aws",
+        "--plan",
+        str(plan),
+        "--ami",
+        ami,
+        "--no-wait",
+        "--name",
+        name,
+        "--json",
+    )
     assert code == 0, err
     start = (datetime.now(timezone.utc) - BACK).isoformat(timespec="seconds")
     with sqlite3.connect(Store().path) as db:
@@ -74,12 +88,30 @@ def _up(capsys, monkeypatch, tmp_path, ami, name: str) -> list[str]:
 
 
 def _job(cluster: str, job_id: str, status: JobStatus, step: int) -> JobRow:
-    return JobStore().put(JobRow(
-        job_id=job_id, cluster=cluster, name="resnet", spec_path="/jobs/resnet.yaml", status=status,
-        started_at=datetime.now(timezone.utc).isoformat(), updated_at="", step=step, total_steps=200, world_size=2,
-        loss=0.5, restarts=0, lost_steps=0, checkpoint_step=step, cost_base_usd=0.0, cost_usd=0.01,
-        out_dir="/tmp/out", python="python3", message="", controller="local",
-    ))  # fmt: skip
+    return JobStore().put(
+        JobRow(
+            job_id=job_id,
+            cluster=cluster,
+            name="resnet",
+            spec_path="/jobs/resnet.yaml",
+            status=status,
+            started_at=datetime.now(timezone.utc).isoformat(),
+            updated_at="",
+            step=step,
+            total_steps=200,
+            world_size=2,
+            loss=0.5,
+            restarts=0,
+            lost_steps=0,
+            checkpoint_step=step,
+            cost_base_usd=0.0,
+            cost_usd=0.01,
+            out_dir="/tmp/out",
+            python="python3",
+            message="",
+            controller="local",
+        )
+    )
 
 
 # the arithmetic
@@ -130,8 +162,9 @@ def test_down_ends_with_runtime_and_cost_and_status_shows_the_cluster_and_its_jo
         code, out, err = _cli(capsys, monkeypatch, "status", "c1", columns=columns)
         assert code == 0, err
         assert "/h" not in out.splitlines()[1] and "up 0m00s" not in out and "…" not in out
-        assert re.search(rf"^ran {minutes}m{seconds:02d}s to \d{{4}}-\d\d-\d\d \d\d:\d\d  cost \${usd:.4f} in all$",
-                         out, re.M), out  # fmt: skip
+        assert re.search(
+            rf"^ran {minutes}m{seconds:02d}s to \d{{4}}-\d\d-\d\d \d\d:\d\d  cost \${usd:.4f} in all$", out, re.M
+        ), out
     view = json.loads(_cli(capsys, monkeypatch, "status", "c1", "--json")[1])
     assert (view["status"], view["usd_per_hour"], view["runtime_s"]) == ("terminated", 0.0, doc["runtime_s"])
     assert [j["job_id"] for j in view["jobs"]] == ["resnet-2", "resnet-1"]
@@ -140,15 +173,18 @@ def test_down_ends_with_runtime_and_cost_and_status_shows_the_cluster_and_its_jo
     code, out, err = _cli(capsys, monkeypatch, "status", columns=80)
     assert code == 0, err
     text = " ".join(out.split())  # a job's line wraps at 80 columns, between words
-    assert text.startswith("jobs of clusters that are down, as last recorded here (2, newest first): "
-                           "job resnet-2 on c1 (down) ended with its cluster (last heard running at step 40) "
-                           "step 40/200")  # fmt: skip
+    assert text.startswith(
+        "jobs of clusters that are down, as last recorded here (2, newest first): "
+        "job resnet-2 on c1 (down) ended with its cluster (last heard running at step 40) "
+        "step 40/200"
+    )
     assert "job resnet-1 on c1 (down) completed step 200/200" in text
     assert "--resume" not in text  # no hint that could not work: the cluster is gone
     doc = json.loads(_cli(capsys, monkeypatch, "status", "--json")[1])
     assert doc["clusters"] == []
     assert [(j["job_id"], j["status"], j["cluster_up"]) for j in doc["jobs_of_clusters_down"]] == [
-        ("resnet-2", "running", False), ("resnet-1", "completed", False)
+        ("resnet-2", "running", False),
+        ("resnet-1", "completed", False),
     ]
 
 
@@ -239,16 +275,32 @@ def test_a_replaced_cluster_keeps_its_cost_in_the_history():
     store = Store()
     row = ClusterRow("c1", CloudKind.AWS, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", "")
     store.put_cluster(row)
-    node = NodeRecord("i-1", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running", "10.0.0.1", None,
-                      0.5, (T0 - timedelta(hours=2)).isoformat(), "root", 22)  # fmt: skip
+    node = NodeRecord(
+        "i-1",
+        "g4dn.xlarge",
+        Market.SPOT,
+        Role.TRAINER,
+        "us-east-1a",
+        "running",
+        "10.0.0.1",
+        None,
+        0.5,
+        (T0 - timedelta(hours=2)).isoformat(),
+        "root",
+        22,
+    )
     store.put_nodes("c1", [node])
     store.close_costs("c1")
     store.set_status("c1", ClusterStatus.TERMINATED)
     before = store.cost("c1")
     store.put_cluster(row)
     (past, current) = store.bills()
-    assert (past.name, past.status, past.cost.usd, past.cost.runtime_s) == ("c1", ClusterStatus.TERMINATED,
-                                                                           before.usd, before.runtime_s)  # fmt: skip
+    assert (past.name, past.status, past.cost.usd, past.cost.runtime_s) == (
+        "c1",
+        ClusterStatus.TERMINATED,
+        before.usd,
+        before.runtime_s,
+    )
     assert past.cost.ended == before.ended and past.cost.launched == before.launched
     assert (current.status, current.cost.usd) == (ClusterStatus.PROVISIONING, 0.0)
 

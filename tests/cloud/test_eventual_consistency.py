@@ -33,8 +33,10 @@ def _calls(ctx, operation: str) -> list[str]:
 def test_rules_of_a_new_security_group_are_retried_while_ec2_does_not_know_it(ctx, realism):
     realism.change(group_lag_s=1.5)
     authorized = _calls(ctx, "AuthorizeSecurityGroupIngress")
-    result = up(FixedTarget(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),),
-                                            image_id="ami-0000000000de3b0a1", wait_ssh=False))  # fmt: skip
+    result = up(
+        FixedTarget(ctx),
+        UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),), image_id="ami-0000000000de3b0a1", wait_ssh=False),
+    )
     assert len(result.view.nodes) == 2
     assert authorized[0] == "InvalidGroup.NotFound" and authorized[-2:] == ["ok", "ok"]  # both rules, later
 
@@ -44,8 +46,12 @@ def test_up_meets_the_sandboxs_whole_realism(ctx, realism):
     # the launch before the head gets it however slow this machine is
     realism.set(replace(SANDBOX, profile_lag_s=6.0))
     associated = _calls(ctx, "AssociateIamInstanceProfile")
-    result = up(FixedTarget(ctx), UpRequest(name="c1", plans=(make_tiering_plan(spot=2, holders=1),),
-                                            image_id="ami-0000000000de3b0a1", wait_ssh=False))  # fmt: skip
+    result = up(
+        FixedTarget(ctx),
+        UpRequest(
+            name="c1", plans=(make_tiering_plan(spot=2, holders=1),), image_id="ami-0000000000de3b0a1", wait_ssh=False
+        ),
+    )
     assert sorted(n.role.value for n in result.view.nodes) == ["holder", "trainer", "trainer"]
     assert associated[0] == "InvalidParameterValue" and associated[-1] == "ok"  # the head's profile, later
     assert len(Store().cluster("c1").resources.instance_ids) == 3

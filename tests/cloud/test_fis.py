@@ -12,8 +12,9 @@ from provisioning.core.errors import CloudError, InputError
 ROLE = "arn:aws:iam::123456789012:role/deepvm-fis"
 
 
-@pytest.mark.parametrize(("region", "partition"), [("us-east-1", "aws"), ("us-gov-west-1", "aws-us-gov"),
-                                                  ("cn-north-1", "aws-cn")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("region", "partition"), [("us-east-1", "aws"), ("us-gov-west-1", "aws-us-gov"), ("cn-north-1", "aws-cn")]
+)
 def test_fis_experiment_interrupts_exactly_that_instance(region, partition):
     ctx = AwsContext(region=region)
     with Stubber(ctx.client("sts")) as sts, Stubber(ctx.client("fis")) as fis:
@@ -53,9 +54,7 @@ def test_fis_experiment_interrupts_exactly_that_instance(region, partition):
         fis.assert_no_pending_responses()
 
 
-@pytest.mark.parametrize(
-    ("after", "role", "message"), [(60, ROLE, "between 120 and 900"), (120, "", "--fis-role-arn")]
-)
+@pytest.mark.parametrize(("after", "role", "message"), [(60, ROLE, "between 120 and 900"), (120, "", "--fis-role-arn")])
 def test_fis_limits_are_checked_before_any_call(after, role, message):
     with pytest.raises(InputError, match=message):
         send_spot_interruption(AwsContext(region="us-east-1"), "c1", "i-0abc", after, role)
@@ -65,9 +64,7 @@ def test_fis_refusal_is_one_cloud_error():
     ctx = AwsContext(region="us-east-1")
     with Stubber(ctx.client("sts")) as sts, Stubber(ctx.client("fis")) as fis:
         sts.add_response("get_caller_identity", {"Account": "123456789012", "Arn": ROLE}, {})
-        fis.add_client_error(
-            "create_experiment_template", "AccessDeniedException", "not allowed to pass role"
-        )
+        fis.add_client_error("create_experiment_template", "AccessDeniedException", "not allowed to pass role")
         with pytest.raises(CloudError, match="AccessDeniedException: not allowed to pass role"):
             send_spot_interruption(ctx, "c1", "i-0abc", 120, ROLE)
 
@@ -79,4 +76,5 @@ def test_a_rebalance_recommendation_alone_is_refused_on_aws_with_why():
         AwsTarget().interrupt(AwsContext(region="us-east-1"), "c1", "i-0abc", 120, ROLE, rebalance_only=True)
     assert str(caught.value).startswith(
         "--rebalance-only is a sandbox rehearsal: on AWS, FIS's send-spot-instance-interruptions makes EC2 post "
-        "the rebalance recommendation together with the interruption notice")
+        "the rebalance recommendation together with the interruption notice"
+    )

@@ -105,8 +105,13 @@ def test_a_pin_is_never_replaced(isolated_env):
 
 
 def _up(ctx) -> list:
-    request = UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id="ami-0000000000de3b0a1",
-                        wait_ssh=False, timeout_s=30)  # fmt: skip
+    request = UpRequest(
+        name="c1",
+        plans=(make_plan(spot=2, on_demand=1),),
+        image_id="ami-0000000000de3b0a1",
+        wait_ssh=False,
+        timeout_s=30,
+    )
     return up(FixedTarget(ctx), request).view.nodes
 
 

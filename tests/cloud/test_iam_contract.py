@@ -44,8 +44,9 @@ def _policies() -> dict[str, dict[str, Any]]:
     """Every policy document deepvm writes, in each of its shapes."""
     return {
         "trust": trust_policy(),
-        "controller": controller_policy(ClusterIdentity("c1", "0a1b2c3d"), REGION, NODE_ROLE, HOLDERS_ROLE,
-                                        CONTROLLER_ROLE),
+        "controller": controller_policy(
+            ClusterIdentity("c1", "0a1b2c3d"), REGION, NODE_ROLE, HOLDERS_ROLE, CONTROLLER_ROLE
+        ),
         "controller, before ids": controller_policy(ClusterIdentity("c1"), REGION),
         "head storage": job_storage_policy(STORAGE.head_areas),
         "holders storage": job_storage_policy(STORAGE.holders),
@@ -70,7 +71,7 @@ def _catalogue(action: str) -> list[dict[str, Any]]:
 
 
 def _resource_type(arn_format: str) -> str:
-    """"instance" from "arn:${Partition}:ec2:${Region}:${Account}:instance/${InstanceId}", "${BucketName}"
+    """ "instance" from "arn:${Partition}:ec2:${Region}:${Account}:instance/${InstanceId}", "${BucketName}"
     from S3's bucket format and from its object format (told apart by _s3_kind); "*" stays."""
     if arn_format.startswith("arn:${Partition}:s3:::"):
         return "${BucketName}" if arn_format.endswith(":::${BucketName}") else "${BucketName}/${ObjectName}"
@@ -146,8 +147,9 @@ def test_every_aws_call_in_the_source_has_a_row_and_runs_on_a_known_side():
     assert len(source_calls()) > 50  # the scan sees deepvm's calls at all
     unplaced = sorted({c.module for c in source_calls() if c.module not in RUNS_UNDER})
     assert unplaced == [], "say in rights.RUNS_UNDER whose credentials these modules run with"
-    rowless = sorted(f"{c.service}:{c.operation} ({c.module})" for c in _aws_calls()
-                     if rights.call(c.service, c.operation) is None)  # fmt: skip
+    rowless = sorted(
+        f"{c.service}:{c.operation} ({c.module})" for c in _aws_calls() if rights.call(c.service, c.operation) is None
+    )
     assert rowless == [], "add a row to rights.CALLS with the IAM actions AWS checks for each"
 
 

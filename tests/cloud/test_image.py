@@ -28,8 +28,9 @@ class FixedTarget(AwsTarget):
 
 def _parameters_asked(ctx) -> list[str]:
     asked: list[str] = []
-    ctx.client("ssm").meta.events.register("provide-client-params.ssm.GetParameter",
-                                           lambda params, **kwargs: asked.append(params["Name"]))  # fmt: skip
+    ctx.client("ssm").meta.events.register(
+        "provide-client-params.ssm.GetParameter", lambda params, **kwargs: asked.append(params["Name"])
+    )
     return asked
 
 
@@ -47,9 +48,11 @@ def test_the_default_image_is_the_pytorch_dlami_and_its_python_is_the_clusters(c
     asked = _parameters_asked(ctx)
     up(FixedTarget(ctx), UpRequest(name="c1", plans=(make_tiering_plan(spot=1, holders=1),), wait_ssh=False))
     assert asked == [PYTORCH_DLAMI.ssm_parameter] and PYTORCH_DLAMI.ssm_parameter == (
-        "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id")
+        "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id"
+    )
     data = ctx.client("ec2").describe_launch_template_versions(
-        LaunchTemplateId=Store().cluster("c1").resources.launch_template_id)["LaunchTemplateVersions"][0]
+        LaunchTemplateId=Store().cluster("c1").resources.launch_template_id
+    )["LaunchTemplateVersions"][0]
     assert data["LaunchTemplateData"]["ImageId"] == SANDBOX_IMAGE  # what the public parameter holds here
     cluster = Cluster.open("c1")
     assert cluster.row.node_python == "/opt/pytorch/bin/python" == cluster.node_python  # torch is there
@@ -70,13 +73,13 @@ def test_p3_trainers_are_refused_before_anything_is_made(ctx):
 
 
 def test_a_users_image_is_trusted_and_the_nodes_python3_is_theirs(ctx, ami):
-    up(FixedTarget(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),), image_id=ami,
-                                   wait_ssh=False))  # fmt: skip
+    up(FixedTarget(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),), image_id=ami, wait_ssh=False))
     assert Cluster.open("c1").row.node_python == "" and Cluster.open("c1").node_python == "python3"
 
 
 def test_next_plan_goes_on_to_a_plan_the_image_serves(ctx):
     p3, g4dn = make_plan(spot=1, on_demand=1, instance_type="p3.2xlarge"), make_plan(spot=1, on_demand=1)
-    result = up(FixedTarget(ctx), UpRequest(name="c1", plans=(p3, g4dn), on_shortage=ShortagePolicy.NEXT_PLAN,
-                                            wait_ssh=False))  # fmt: skip
+    result = up(
+        FixedTarget(ctx), UpRequest(name="c1", plans=(p3, g4dn), on_shortage=ShortagePolicy.NEXT_PLAN, wait_ssh=False)
+    )
     assert result.plan_index == 1 and {n.instance_type for n in result.view.nodes} == {"g4dn.xlarge"}

@@ -90,8 +90,10 @@ def test_train_grants_exactly_the_jobs_areas_and_a_later_job_takes_them_away(aws
     spec = _job(tmp_path, levels=["l1", "l2", "l3"], s3_prefix="s3://ckpts/team/run-7/")
     with pytest.raises(InputError) as caught:  # no such bucket: refused, nothing granted
         ready_job_storage(cluster, spec)
-    assert str(caught.value) == ("checkpoint.s3_prefix s3://ckpts/team/run-7/: the bucket ckpts does not exist; "
-                                 "create it (`aws s3 mb s3://ckpts --region us-east-1`) or name another")  # fmt: skip
+    assert str(caught.value) == (
+        "checkpoint.s3_prefix s3://ckpts/team/run-7/: the bucket ckpts does not exist; "
+        "create it (`aws s3 mb s3://ckpts --region us-east-1`) or name another"
+    )
     assert _policy(aws, access.role) is None and _policy(aws, access.holders) is None
 
     aws.client("s3").create_bucket(Bucket="ckpts")
@@ -115,11 +117,13 @@ def test_a_bucket_wide_prefix_and_a_dataset_the_head_trains_on(aws, ami, tmp_pat
     doc["checkpoint"] = {"every_steps": 2, "levels": ["l1", "l2", "l3"], "s3_prefix": "s3://ckpts"}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
     assert ready_job_storage(cluster, load_job_spec(tmp_path / "job.yaml")) == []
-    assert _policy(aws, access.role) == job_storage_policy((
-        S3Area("ckpts", "deepcheck/", writes=True),  # L3 where DeepCheck writes it for a bare bucket
-        S3Area("ckpts", "deepvm-jobs/", writes=True),  # the job's log mirror
-        S3Area("data", "cifar/", writes=False),  # the anchor trains: it reads the dataset
-    ))  # fmt: skip
+    assert _policy(aws, access.role) == job_storage_policy(
+        (
+            S3Area("ckpts", "deepcheck/", writes=True),  # L3 where DeepCheck writes it for a bare bucket
+            S3Area("ckpts", "deepvm-jobs/", writes=True),  # the job's log mirror
+            S3Area("data", "cifar/", writes=False),  # the anchor trains: it reads the dataset
+        )
+    )
 
 
 def test_holders_with_no_profile_at_all_are_refused_before_anything_is_staged(aws, ami, tmp_path):
@@ -185,8 +189,9 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("s3_prefix", ["s3://ckpts/team/run-7", "s3://ckpts"])
-def test_the_granted_areas_allow_every_call_deepcheck_and_the_log_mirror_make(s3_endpoint, tmp_path, monkeypatch,
-                                                                              s3_prefix):  # fmt: skip
+def test_the_granted_areas_allow_every_call_deepcheck_and_the_log_mirror_make(
+    s3_endpoint, tmp_path, monkeypatch, s3_prefix
+):
     spec = _job(tmp_path, levels=["l1", "l2", "l3"], s3_prefix=s3_prefix)
     storage = job_storage(spec, head_trains=False)
     bucket, prefix = l3_location(spec.checkpoint)

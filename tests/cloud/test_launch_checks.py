@@ -54,8 +54,10 @@ def test_a_holder_type_the_trainers_zone_does_not_offer_is_refused_before_anythi
 
 
 def test_next_plan_goes_on_past_a_plan_its_zone_cannot_launch(ctx):
-    result = up(FixedTarget(ctx), _request(_d3_holder_in_1f(), make_plan(spot=1, on_demand=1),
-                                           on_shortage=ShortagePolicy.NEXT_PLAN))  # fmt: skip
+    result = up(
+        FixedTarget(ctx),
+        _request(_d3_holder_in_1f(), make_plan(spot=1, on_demand=1), on_shortage=ShortagePolicy.NEXT_PLAN),
+    )
     assert result.plan_index == 1 and len(result.view.nodes) == 2
 
 

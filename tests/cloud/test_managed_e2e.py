@@ -61,8 +61,12 @@ def test_job_outlives_the_laptop_a_controller_crash_and_a_notice(cluster):
     job = write_job(jobs, LAPTOP_STEPS, "laptop", paced=True)
     train = subprocess.Popen(
         [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "mg"],
-        cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert train.stderr is not None
     seen = []
     for line in train.stderr:
@@ -148,8 +152,19 @@ def test_a_job_that_does_not_step_ends_at_idle_with_its_summary_and_the_hook_tol
     path = write_job(jobs, 40, "idle", paced=True)
     path.write_text(path.read_text().replace(f'["{PACE_S}",', '["600",'))  # never released (idle.release)
     hook = "deepvm-hook.jsonl"  # in the login user's home on the head
-    cli(env, "train", str(path), "--cluster", "mg", "--detach", "--idle", "0.3",
-        "--notify-cmd", f'{{ cat; echo; }} >> "$HOME/{hook}"', "--json")  # fmt: skip
+    cli(
+        env,
+        "train",
+        str(path),
+        "--cluster",
+        "mg",
+        "--detach",
+        "--idle",
+        "0.3",
+        "--notify-cmd",
+        f'{{ cat; echo; }} >> "$HOME/{hook}"',
+        "--json",
+    )
     job_id = newest_job(env)
     state = wait_for(env, job_id, step=10**9, timeout_s=240)  # until it is over
     assert state["status"] == "failed" and state["message"].endswith("(--idle)"), state
@@ -174,8 +189,7 @@ def test_zz_a_head_that_died_is_noticed_by_the_next_command_which_tears_down_the
     job, recorded failed; nothing of the cluster runs."""
     env, jobs = cluster
     plan = Path(env["DEEPVM_HOME"]).parent / "plan.json"
-    cli(env, "up", "--plan", str(plan), "--name", "mg", "--cloud", "sandbox", "--yes", "--autodown", "600",
-        timeout=180)  # fmt: skip
+    cli(env, "up", "--plan", str(plan), "--name", "mg", "--cloud", "sandbox", "--yes", "--autodown", "600", timeout=180)
     with detached(env, write_job(jobs, 400, "orphan", paced=True)) as job_id:
         wait_for(env, job_id, 1)
     nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
@@ -186,9 +200,11 @@ def test_zz_a_head_that_died_is_noticed_by_the_next_command_which_tears_down_the
         assert time.monotonic() < deadline, "the terminated head's host still runs"
         time.sleep(0.5)
     said = " ".join(cli(env, "status").stderr.split())
-    assert (f"cluster mg's head is gone and left no record: its head {head} is not running, so the job's "
-            "controller, its log and the outputs and checkpoints on its disk that were not copied to S3 are lost; "
-            "tore down the rest:") in said, said  # fmt: skip
+    assert (
+        f"cluster mg's head is gone and left no record: its head {head} is not running, so the job's "
+        "controller, its log and the outputs and checkpoints on its disk that were not copied to S3 are lost; "
+        "tore down the rest:"
+    ) in said, said
     assert f"job {job_id} was running on it (step " in said and "it failed with its head" in said, said
     assert "cluster mg" not in " ".join(cli(env, "status").stderr.split())  # said once, by the command that did it
     deadline = time.monotonic() + 30

@@ -210,7 +210,7 @@ def watch_through_a_notice(env: dict[str, str], job_id: str, node: str) -> None:
     lines = [line for line in re.split(r"[\r\n]", last) if line.strip()]
     starts = [i for i, line in enumerate(lines) if line.startswith(f"{job_id} · ")]
     assert starts and starts[0] == 0, "\n".join(lines)
-    drawn = lines[starts[-1]:]
+    drawn = lines[starts[-1] :]
     assert len(drawn) <= 24, "\n".join(drawn)
     assert all(len(line) <= 80 for line in drawn), "\n".join(repr(line) for line in drawn)
 
@@ -242,15 +242,28 @@ def test_a_tight_deadline_buys_an_on_demand_stand_in_that_goes_when_spot_returns
     cli(env, "sandbox", "capacity", "--zone", plan.availability_zone, "--market", "spot", "--available", "0")
     try:
         job = write_job(jobs, STAND_IN_STEPS, "standin", paced=True)
-        cli(env, "train", str(job), "--cluster", "mg", "--detach", "--deadline", f"{deadline_s / 3600:.6f}",
-            "--fallback-max-price", str(FALLBACK_USD), timeout=240)  # fmt: skip
+        cli(
+            env,
+            "train",
+            str(job),
+            "--cluster",
+            "mg",
+            "--detach",
+            "--deadline",
+            f"{deadline_s / 3600:.6f}",
+            "--fallback-max-price",
+            str(FALLBACK_USD),
+            timeout=240,
+        )
         job_id = newest_job(env)
         wait_for(env, job_id, 30)  # the ladder has been told the job's rate (fixed over its first 20 steps)
         _await(env, job_id, r"^ladder: hold: slack ", 60)
         slacks = re.findall(r"^ladder: hold: slack (\d+\.\d) min against ", cli(env, "logs", job_id).stdout, re.M)
         slack = float(slacks[-1])  # the newest: with the rate measured
-        assert slack >= TEN_MIN_S / 60, f"the slack ({slack} min) is under two joins before any notice: the " \
-                                         "deadline's arithmetic above no longer holds"
+        assert slack >= TEN_MIN_S / 60, (
+            f"the slack ({slack} min) is under two joins before any notice: the "
+            "deadline's arithmetic above no longer holds"
+        )
         status = json.loads(cli(env, "status", "mg", "--json").stdout)
         spot = [n["instance_id"] for n in status["nodes"] if n["market"] == "spot" and n["state"] == "running"]
         for node in spot:
@@ -292,8 +305,11 @@ def _on_demand_trainers(env: dict[str, str]) -> list[str]:
     deadline = time.monotonic() + 60
     while True:
         nodes = json.loads(cli(env, "status", "mg", "--json").stdout)["nodes"]
-        found = [n["instance_id"] for n in nodes
-                 if n["market"] == "on-demand" and n["role"] == "trainer" and n["state"] == "running"]  # fmt: skip
+        found = [
+            n["instance_id"]
+            for n in nodes
+            if n["market"] == "on-demand" and n["role"] == "trainer" and n["state"] == "running"
+        ]
         if found or time.monotonic() > deadline:
             return found
         time.sleep(2)

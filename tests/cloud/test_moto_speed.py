@@ -18,8 +18,11 @@ def test_the_kept_answers_are_motos_own_and_each_caller_gets_its_own_list():
     moto_speed.install()
     moto_speed.install()  # once per process: a second call changes nothing
     folder = os.path.dirname(moto.__file__)
-    packages = [name for name in sorted(os.listdir(folder))
-                if os.path.isdir(os.path.join(folder, name)) and not name.startswith("__")]  # fmt: skip
+    packages = [
+        name
+        for name in sorted(os.listdir(folder))
+        if os.path.isdir(os.path.join(folder, name)) and not name.startswith("__")
+    ]
     assert list(backends.list_of_moto_modules()) == packages and "ec2" in packages
     methods = [name for name, _ in inspect.getmembers(EC2Response, predicate=inspect.isfunction)]
     first = responses.method_names_from_class(EC2Response)

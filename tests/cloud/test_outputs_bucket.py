@@ -46,8 +46,9 @@ def test_made_once_tagged_and_deleted_with_the_cluster_objects_and_all(ctx):
 def test_a_bucket_of_that_name_deepvm_did_not_tag_is_never_touched(ctx):
     name = bucket_name(C1, REGION)
     s3 = ctx.client("s3")
-    s3.create_bucket(Bucket=name, **({} if REGION == "us-east-1" else
-                                     {"CreateBucketConfiguration": {"LocationConstraint": REGION}}))  # fmt: skip
+    s3.create_bucket(
+        Bucket=name, **({} if REGION == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": REGION}})
+    )
     s3.put_object(Bucket=name, Key="theirs", Body=b"keep me")
     assert bucket_of(ctx, C1) == "" and leftovers(ctx, C1) == []
     terminate_cluster(ctx, C1)
@@ -64,17 +65,32 @@ def test_the_heads_record_of_the_end_becomes_the_stores_history_at_the_heads_tim
     start = datetime(2026, 11, 25, 1, 0, tzinfo=timezone.utc)
     ended = start + timedelta(hours=2)
     zone = f"{REGION}a"
-    nodes = (NodeRecord("i-head", "m5.large", Market.ON_DEMAND, Role.HOLDER, zone, "running", "10.0.0.1", None, 0.1),
-             NodeRecord("i-new", "g4dn.xlarge", Market.SPOT, Role.TRAINER, zone, "running", "10.0.0.2", None, 0.2))
-    spans = (NodeSpan("i-head", "m5.large", 0.1, start, ended),
-             NodeSpan("i-new", "g4dn.xlarge", 0.2, start + timedelta(hours=1), ended))  # a replacement it bought
+    nodes = (
+        NodeRecord("i-head", "m5.large", Market.ON_DEMAND, Role.HOLDER, zone, "running", "10.0.0.1", None, 0.1),
+        NodeRecord("i-new", "g4dn.xlarge", Market.SPOT, Role.TRAINER, zone, "running", "10.0.0.2", None, 0.2),
+    )
+    spans = (
+        NodeSpan("i-head", "m5.large", 0.1, start, ended),
+        NodeSpan("i-new", "g4dn.xlarge", 0.2, start + timedelta(hours=1), ended),
+    )  # a replacement it bought
     end = ClusterEnd("c1", C1.cluster_id, "job j1 completed", ended.isoformat(), "j1", nodes, spans)
     ctx.client("s3").put_object(Bucket=bucket, Key=END_KEY, Body=end.to_json().encode())
     found = read_end(ctx, bucket)
     assert found == end
     store = Store(tmp_path / "state.db")
-    store.put_cluster(ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources(),
-                                 "root", "", cluster_id=C1.cluster_id))  # fmt: skip
+    store.put_cluster(
+        ClusterRow(
+            "c1",
+            CloudKind.AWS,
+            ClusterStatus.UP,
+            make_plan(),
+            "tok",
+            CloudResources(),
+            "root",
+            "",
+            cluster_id=C1.cluster_id,
+        )
+    )
     store.adopt_record("c1", list(found.nodes), list(found.spans))
     cost = store.cost("c1", now=ended + timedelta(days=3))  # looked at days later: still the head's end
     assert abs(cost.usd - (2 * 0.1 + 1 * 0.2)) < 1e-9
@@ -88,14 +104,23 @@ def test_a_head_that_writes_its_record_and_ends_between_two_looks_is_taken_down_
 
     bucket = ensure_bucket(ctx, C1)
     zone = f"{REGION}a"
-    head = NodeRecord("i-0123456789abcdef0", "m5.large", Market.ON_DEMAND, Role.HOLDER, zone, "running", "10.0.0.1",
-                      None, 0.1)  # fmt: skip
+    head = NodeRecord(
+        "i-0123456789abcdef0", "m5.large", Market.ON_DEMAND, Role.HOLDER, zone, "running", "10.0.0.1", None, 0.1
+    )
     now = datetime.now(timezone.utc)
     end = ClusterEnd("c1", C1.cluster_id, "job j1 completed", now.isoformat(), "j1", (head,), ())
     store = Store(tmp_path / "state.db")
-    row = ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok",
-                     CloudResources(outputs_bucket=bucket, head_takes_down=True), "root", "",
-                     cluster_id=C1.cluster_id)  # fmt: skip
+    row = ClusterRow(
+        "c1",
+        CloudKind.AWS,
+        ClusterStatus.UP,
+        make_plan(),
+        "tok",
+        CloudResources(outputs_bucket=bucket, head_takes_down=True),
+        "root",
+        "",
+        cluster_id=C1.cluster_id,
+    )
     store.put_cluster(row)
     store.put_nodes("c1", [head])
 

@@ -31,13 +31,18 @@ from tests.cloud.plans import make_plan
 
 
 def _launch(ctx, ami, count=1):
-    return [i["InstanceId"] for i in ctx.client("ec2").run_instances(ImageId=ami, MinCount=count,
-                                                                      MaxCount=count)["Instances"]]  # fmt: skip
+    return [
+        i["InstanceId"]
+        for i in ctx.client("ec2").run_instances(ImageId=ami, MinCount=count, MaxCount=count)["Instances"]
+    ]
 
 
 def _listed(ctx) -> list[str]:
-    pages = ctx.client("ec2").get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    pages = (
+        ctx.client("ec2")
+        .get_paginator("describe_instances")
+        .paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    )
     return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
 
@@ -67,23 +72,41 @@ def test_the_inventory_has_a_new_instance_at_once_and_follows_its_end(ctx, ami, 
 
 def test_the_capacity_schedule_holds_in_its_window_and_is_used_up(ctx, realism):
     now = time.time()
-    rules = (CapacityRule(instance_type="g5.xlarge", market="spot", available=0, ends_at=now - 1),  # over
-             CapacityRule(zone="us-east-1a", market="spot", available=2, error_code="UnfulfillableCapacity"))
+    rules = (
+        CapacityRule(instance_type="g5.xlarge", market="spot", available=0, ends_at=now - 1),  # over
+        CapacityRule(zone="us-east-1a", market="spot", available=2, error_code="UnfulfillableCapacity"),
+    )
     realism.set(Realism(capacity=rules))
     assert realism.settings().capacity == rules  # what the server holds, read back over its endpoint
-    up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=0, instance_type="g5.xlarge"),),
-                              image_id="ami-0000000000de3b0a1", wait_ssh=False,
-                              on_shortage=ShortagePolicy.ACCEPT))  # the expired rule no longer holds  # fmt: skip
-    second = up(_Fixed(ctx), UpRequest(name="c2", plans=(make_plan(spot=3, on_demand=1),),
-                                       image_id="ami-0000000000de3b0a1", wait_ssh=False,
-                                       on_shortage=ShortagePolicy.ACCEPT))  # fmt: skip
+    up(
+        _Fixed(ctx),
+        UpRequest(
+            name="c1",
+            plans=(make_plan(spot=1, on_demand=0, instance_type="g5.xlarge"),),
+            image_id="ami-0000000000de3b0a1",
+            wait_ssh=False,
+            on_shortage=ShortagePolicy.ACCEPT,
+        ),
+    )  # the expired rule no longer holds
+    second = up(
+        _Fixed(ctx),
+        UpRequest(
+            name="c2",
+            plans=(make_plan(spot=3, on_demand=1),),
+            image_id="ami-0000000000de3b0a1",
+            wait_ssh=False,
+            on_shortage=ShortagePolicy.ACCEPT,
+        ),
+    )
     (short,) = second.shortfalls  # one of the pool's two spot instances went to c1
     assert (short.got, short.wanted, short.reasons[0].split(":")[0]) == (1, 3, "UnfulfillableCapacity")
 
 
 def test_a_reclaimed_instance_ends_with_ec2s_state_reason_and_the_cluster_says_so(ctx, realism):
-    view = up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),),
-                                     image_id="ami-0000000000de3b0a1", wait_ssh=False)).view  # fmt: skip
+    view = up(
+        _Fixed(ctx),
+        UpRequest(name="c1", plans=(make_plan(spot=1, on_demand=1),), image_id="ami-0000000000de3b0a1", wait_ssh=False),
+    ).view
     spot = next(n for n in view.nodes if n.market.value == "spot")
     realism.reclaim("us-east-1", spot.instance_id, SPOT_TERMINATION)
     raw = ctx.client("ec2").describe_instances(InstanceIds=[spot.instance_id])["Reservations"][0]["Instances"][0]
@@ -110,7 +133,6 @@ class _Fixed(AwsTarget):
         return self.ctx
 
 
-
 def test_the_cli_shows_and_changes_a_running_sandboxs_realism(moto, tmp_path, capsys):
     # a sandbox whose control plane is the test's moto server (this process keeps it alive)
     save_info(SandboxInfo(moto_pid=os.getpid(), moto_port=int(moto.rsplit(":", 1)[1])))
@@ -123,7 +145,8 @@ def test_the_cli_shows_and_changes_a_running_sandboxs_realism(moto, tmp_path, ca
     settings.write_text('{"listing_lag_s": "soon"}')
     assert main(["sandbox", "realism", "--set", str(settings)]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"deepvm: error: {settings}: listing_lag_s must be a number of seconds from 0 to 60, not 'soon'")
+        f"deepvm: error: {settings}: listing_lag_s must be a number of seconds from 0 to 60, not 'soon'"
+    )
     assert main(["sandbox", "realism", "--reset"]) == 0
     assert json.loads(capsys.readouterr().out)["listing_lag_s"] == SANDBOX.listing_lag_s
 
@@ -135,23 +158,52 @@ def test_sandbox_capacity_empties_a_pool_for_a_while_and_clear_gives_it_back(mot
     save_info(SandboxInfo(moto_pid=os.getpid(), moto_port=int(moto.rsplit(":", 1)[1])))
     assert main(["sandbox", "capacity", "--market", "spot", "--available", "5"]) == 0
     capsys.readouterr()
-    assert main(["sandbox", "capacity", "--zone", "us-east-1a", "--type", "g4dn.xlarge", "--market", "spot",
-                 "--available", "0", "--for", "600"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sandbox",
+                "capacity",
+                "--zone",
+                "us-east-1a",
+                "--type",
+                "g4dn.xlarge",
+                "--market",
+                "spot",
+                "--available",
+                "0",
+                "--for",
+                "600",
+            ]
+        )
+        == 0
+    )
     shown = json.loads(capsys.readouterr().out)  # the schedule in force, newest rule first
     assert [(r["zone"], r["instance_type"], r["market"], r["available"]) for r in shown] == [
-        ("us-east-1a", "g4dn.xlarge", "spot", 0), ("*", "*", "spot", 5)]
+        ("us-east-1a", "g4dn.xlarge", "spot", 0),
+        ("*", "*", "spot", 5),
+    ]
     rules = RealismControl(moto).settings().capacity
     assert [r.zone for r in rules] == ["us-east-1a", "*"]
     assert rules[0].ends_at is not None and 590 < rules[0].ends_at - time.time() <= 600
-    view = up(_Fixed(ctx), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=SANDBOX_IMAGE,
-                                     wait_ssh=False, on_shortage=ShortagePolicy.ACCEPT))  # fmt: skip
+    view = up(
+        _Fixed(ctx),
+        UpRequest(
+            name="c1",
+            plans=(make_plan(spot=2, on_demand=1),),
+            image_id=SANDBOX_IMAGE,
+            wait_ssh=False,
+            on_shortage=ShortagePolicy.ACCEPT,
+        ),
+    )
     (short,) = view.shortfalls
     assert (short.got, short.wanted, short.reasons[0].split(":")[0]) == (0, 2, "InsufficientInstanceCapacity")
-    for bad, says in ((["--market", "spott", "--available", "0"], "--market must be one of spot, on-demand, *"),
-                      (["--available", "-1"], "--available must be a non-negative number, got -1"),
-                      (["--type", "g5.xlarge"], "--available N says what the pool may launch"),
-                      (["--available", "0", "--for", "0"], "--for must be at least 1, got 0"),
-                      (["--clear", "--available", "1"], "--clear and --available are alternatives")):
+    for bad, says in (
+        (["--market", "spott", "--available", "0"], "--market must be one of spot, on-demand, *"),
+        (["--available", "-1"], "--available must be a non-negative number, got -1"),
+        (["--type", "g5.xlarge"], "--available N says what the pool may launch"),
+        (["--available", "0", "--for", "0"], "--for must be at least 1, got 0"),
+        (["--clear", "--available", "1"], "--clear and --available are alternatives"),
+    ):
         assert main(["sandbox", "capacity", *bad]) == 2, bad
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and says in err, err

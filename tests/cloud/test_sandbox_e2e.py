@@ -186,10 +186,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     code, body = _imds(clients[spot], "latest/meta-data/spot/instance-action")
     assert code == "200" and json.loads(body)["action"] == "terminate"
     assert _imds(clients[spot], "latest/meta-data/events/recommendations/rebalance")[0] == "200"
-    assert (
-        _imds(clients[ids[0] if ids[0] != spot else ids[1]], "latest/meta-data/spot/instance-action")[0]
-        == "404"
-    )
+    assert _imds(clients[ids[0] if ids[0] != spot else ids[1]], "latest/meta-data/spot/instance-action")[0] == "404"
 
     # the node dies at the deadline, with every process of it, though no deepvm command is running
     spot_ip = endpoints[spot].address

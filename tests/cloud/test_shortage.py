@@ -36,8 +36,9 @@ def fleets(ctx, realism):
     """The CreateFleet requests of the test, as sent; listings lag on new instances all along."""
     realism.change(listing_lag_s=60)
     requests: list[dict] = []
-    ctx.client("ec2").meta.events.register("provide-client-params.ec2.CreateFleet",
-                                           lambda params, **kwargs: requests.append(params))  # fmt: skip
+    ctx.client("ec2").meta.events.register(
+        "provide-client-params.ec2.CreateFleet", lambda params, **kwargs: requests.append(params)
+    )
     return requests
 
 
@@ -90,8 +91,10 @@ def test_accept_keeps_the_smaller_cluster(ctx, realism, fleets):
 
 
 def test_next_plan_cleans_up_and_launches_the_alternative(ctx, realism, fleets):
-    _capacity(realism, CapacityRule(instance_type="g4dn.xlarge", market="spot", available=0,
-                                    error_code="UnfulfillableCapacity"))  # fmt: skip
+    _capacity(
+        realism,
+        CapacityRule(instance_type="g4dn.xlarge", market="spot", available=0, error_code="UnfulfillableCapacity"),
+    )
     first, second = make_plan(spot=3, on_demand=1), make_plan(spot=2, on_demand=1, instance_type="g5.xlarge")
     result = up(FixedTarget(ctx), _request(first, second, policy=ShortagePolicy.NEXT_PLAN))
     assert result.plan_index == 1 and len(fleets) == 2
@@ -106,8 +109,11 @@ def test_next_plan_cleans_up_and_launches_the_alternative(ctx, realism, fleets):
         ("VcpuLimitExceeded", "spot", "vCPU quota for g4dn.xlarge in us-east-1 (spot L-3819A6DF) is used up"),
         ("MaxSpotInstanceCountExceeded", "spot", "request-service-quota-increase"),
         ("UnauthorizedOperation", "on-demand", "the credentials lack a right the launch needs"),
-        ("AuthFailure.ServiceLinkedRoleCreationNotPermitted", "spot",
-         "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"),
+        (
+            "AuthFailure.ServiceLinkedRoleCreationNotPermitted",
+            "spot",
+            "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com",
+        ),
         ("InvalidParameterValue", "*", "check that --ami exists in us-east-1 and is built for g4dn.xlarge's"),
         ("SomethingNew.NobodyKnows", "spot", "deepvm does not know this code, so it retries nothing"),
     ],
@@ -136,11 +142,27 @@ def test_a_quota_refusal_fails_even_when_accepting_a_smaller_cluster(ctx, realis
 def test_up_says_a_refusal_in_one_line_with_exit_code_4(ctx, realism, tmp_path, capsys):
     _capacity(realism, CapacityRule(market="spot", error_code="AuthFailure.ServiceLinkedRoleCreationNotPermitted"))
     plans = write_plans(tmp_path / "plan.json", make_plan(spot=2, on_demand=1))
-    code = main(["up", "--yes", "--cloud", "aws", "--plan", str(plans), "--ami", "ami-0000000000de3b0a1",
-                 "--no-wait", "--name", "c1", "--on-shortage", "next-plan"])  # fmt: skip
+    code = main(
+        [
+            "up",
+            "--yes",
+            "--cloud",
+            "aws",
+            "--plan",
+            str(plans),
+            "--ami",
+            "ami-0000000000de3b0a1",
+            "--no-wait",
+            "--name",
+            "c1",
+            "--on-shortage",
+            "next-plan",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("deepvm: error:")]
     assert code == 4 and len(errors) == 1
-    assert errors[0].startswith("deepvm: error: EC2 refused to launch g4dn.xlarge spot: "
-                                "AuthFailure.ServiceLinkedRoleCreationNotPermitted: ")  # fmt: skip
+    assert errors[0].startswith(
+        "deepvm: error: EC2 refused to launch g4dn.xlarge spot: AuthFailure.ServiceLinkedRoleCreationNotPermitted: "
+    )
     assert "create-service-linked-role" in errors[0]
     assert _nothing_left(ctx)

@@ -17,13 +17,12 @@ from tests.cloud.plans import make_plan
 
 
 def _row(name: str = "c1") -> ClusterRow:
-    return ClusterRow(name, CloudKind.SANDBOX, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root",
-                      "")
+    return ClusterRow(
+        name, CloudKind.SANDBOX, ClusterStatus.PROVISIONING, make_plan(), "tok", CloudResources(), "root", ""
+    )
 
 
-def _node(
-    instance_id: str, state: str = "running", launched: str = "2026-11-21T10:00:00+00:00"
-) -> NodeRecord:
+def _node(instance_id: str, state: str = "running", launched: str = "2026-11-21T10:00:00+00:00") -> NodeRecord:
     return NodeRecord(
         instance_id,
         "g4dn.xlarge",
@@ -57,8 +56,9 @@ def test_the_head_s_instance_profile_is_kept_and_older_rows_read_without_one():
     controller = ControllerAccess(profile="deepvm-c1-controller", role="deepvm-c1-controller", owned=True)
     store.set_resources("c1", CloudResources("k").with_controller(controller))
     assert store.cluster("c1").resources.controller == controller
-    older = json.dumps({"key_name": "k", "security_group_id": "sg-1", "launch_template_id": "lt-1",
-                        "fleet_ids": ["fleet-1"]})  # fmt: skip
+    older = json.dumps(
+        {"key_name": "k", "security_group_id": "sg-1", "launch_template_id": "lt-1", "fleet_ids": ["fleet-1"]}
+    )
     with sqlite3.connect(store.path) as db:  # a row as an older deepvm wrote it
         db.execute("UPDATE clusters SET resources_json = ? WHERE name = 'c1'", (older,))
     assert store.cluster("c1").resources == CloudResources("k", "sg-1", "lt-1", ("fleet-1",))
@@ -120,9 +120,13 @@ def test_an_older_file_gets_node_python_and_keeps_its_clusters(tmp_path):
         db.execute("CREATE TABLE schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL)")
         db.execute("INSERT INTO schema_versions VALUES ('clusters', 2)")
         db.execute(_CLUSTERS_V2)
-        db.execute("INSERT INTO clusters VALUES ('old','aws','us-east-1','us-east-1a','up',?,'t','tok',?,'ubuntu',"
-                   "'t','t')", (json.dumps(make_plan().to_dict()), json.dumps({"key_name": "k",
-                   "security_group_id": "", "launch_template_id": "", "fleet_ids": []})))  # fmt: skip
+        db.execute(
+            "INSERT INTO clusters VALUES ('old','aws','us-east-1','us-east-1a','up',?,'t','tok',?,'ubuntu','t','t')",
+            (
+                json.dumps(make_plan().to_dict()),
+                json.dumps({"key_name": "k", "security_group_id": "", "launch_template_id": "", "fleet_ids": []}),
+            ),
+        )
     store = Store(path)
     assert store.cluster("old").node_python == "" and store.cluster("old").resources.key_name == "k"
     store.put_cluster(replace(_row("new"), node_python="/opt/pytorch/bin/python"))

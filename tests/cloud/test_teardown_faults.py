@@ -109,8 +109,9 @@ def test_up_failing_halfway_leaves_nothing_though_cleanup_meets_errors_too(ctx, 
 
 def test_down_removes_everything_it_can_and_names_what_is_left(ctx, aws, monkeypatch):
     monkeypatch.setattr(teardown, "_PASS_PAUSES_S", (0.0, 0.0))  # the refusal is for good: waiting changes nothing
-    nodes = up(AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI,
-                                      wait_ssh=False)).view.nodes  # fmt: skip
+    nodes = up(
+        AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI, wait_ssh=False)
+    ).view.nodes
     group = ctx.client("ec2").describe_security_groups(GroupNames=[named()])["SecurityGroups"][0]["GroupId"]
     aws.always["DeleteSecurityGroup"] = "UnauthorizedOperation"  # this one resource cannot be deleted
     aws.calls.clear()

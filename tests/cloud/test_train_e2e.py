@@ -64,8 +64,10 @@ shrink: {{keep_global_batch_by: per_trainer_batch}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 _STEP = re.compile(r"^step (\d+)/\d+ ")
-_REMINDER = re.compile(r"^cluster e2e is still up \(\$\d+\.\d{4}/h at AWS prices; the sandbox bills nothing\): "
-                       r"`deepvm down e2e` stops it$")
+_REMINDER = re.compile(
+    r"^cluster e2e is still up \(\$\d+\.\d{4}/h at AWS prices; the sandbox bills nothing\): "
+    r"`deepvm down e2e` stops it$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +90,19 @@ def cluster(tmp_path_factory):
 
 def start_train(env: dict[str, str], job: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "deepvm_cli", "train", str(job), "--cluster", "e2e", "--json",
-         "--controller", "local", *args],
+        [
+            sys.executable,
+            "-m",
+            "deepvm_cli",
+            "train",
+            str(job),
+            "--cluster",
+            "e2e",
+            "--json",
+            "--controller",
+            "local",
+            *args,
+        ],
         cwd=REPO,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
@@ -153,13 +166,32 @@ def test_profile_measures_one_two_three_trainers_and_plan_reads_it(cluster, tmp_
     `deepvm plan --profile` plans g4dn.xlarge with it (the sandbox's speeds say nothing of GPUs)."""
     env, _ = cluster
     out, picture = tmp_path / "profile.json", tmp_path / "profile.png"
-    result = run_cli("profile", "configs/resnet.yaml", "--cluster", "e2e", "--steps", "8", "--warmup", "2",
-                     "--repeats", "1", "--out", str(out), "--plot", str(picture), env=env, timeout=900)  # fmt: skip
+    result = run_cli(
+        "profile",
+        "configs/resnet.yaml",
+        "--cluster",
+        "e2e",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+        "--plot",
+        str(picture),
+        env=env,
+        timeout=900,
+    )
     print(result.stdout, result.stderr)  # the README's example (pytest -s)
     assert result.returncode == 0, result.stderr[-4000:]
     profile = json.loads(out.read_text())
     assert (profile["instance_type"], profile["cluster"], profile["job"]["name"]) == (
-        "g4dn.xlarge", "e2e", "resnet18-rehearsal")
+        "g4dn.xlarge",
+        "e2e",
+        "resnet18-rehearsal",
+    )
     assert [(s["nodes"], len(s["samples_per_s"])) for s in profile["sizes"]] == [(1, 1), (2, 1), (3, 1)]
     assert all(s["samples_per_s"][0] > 0 for s in profile["sizes"]) and profile["sizes"][0]["speedup"] == 1.0
     assert (profile["steps"], profile["warmup_steps"], profile["repeats"]) == (8, 2, 1)
@@ -469,8 +501,9 @@ def test_a_script_that_never_calls_step_runs_past_five_minutes(cluster):
     env, job = cluster
     own = job.parent.parent / "long" / "job.yaml"
     own.parent.mkdir()
-    (own.parent / "long.py").write_text("import time\nfor i in range(11):\n    print(f'waited {i * 30}s', flush=True)\n"
-                                        "    time.sleep(30)\n")  # fmt: skip
+    (own.parent / "long.py").write_text(
+        "import time\nfor i in range(11):\n    print(f'waited {i * 30}s', flush=True)\n    time.sleep(30)\n"
+    )
     own.write_text(f"name: {NAME}-long\nrun: {{script: long.py, calls_step: false}}\nenv: {{OMP_NUM_THREADS: '1'}}\n")
     seen: list[str] = []
     run = finish(start_train(env, own), seen)
@@ -493,8 +526,10 @@ def test_a_framework_script_with_its_one_line_adapter_loses_no_step_to_a_notice(
     own = job.parent.parent / framework / "job.yaml"
     own.parent.mkdir()
     (own.parent / script).write_text(text)
-    own.write_text(f"name: {NAME}-{framework}\nrun: {{script: {script}, calls_step: false}}\nlog_every: 5\n"
-                   f"checkpoint: {{files: [{kept}], levels: [l1, l2]}}\nenv: {{OMP_NUM_THREADS: '1'}}\n")
+    own.write_text(
+        f"name: {NAME}-{framework}\nrun: {{script: {script}, calls_step: false}}\nlog_every: 5\n"
+        f"checkpoint: {{files: [{kept}], levels: [l1, l2]}}\nenv: {{OMP_NUM_THREADS: '1'}}\n"
+    )
     seen: list[str] = []
     proc = start_train(env, own)
     read_until_step(proc, 10, seen)
@@ -506,7 +541,7 @@ def test_a_framework_script_with_its_one_line_adapter_loses_no_step_to_a_notice(
     done = [int(m[1]) for m in (re.search(r" DONE \d+ (\d+)$", line) for line in seen) if m]
     begun = [int(m[1]) for m in (re.search(rf" {begin} \d+ (\d+)\b", line) for line in seen) if m]
     stopped_at = done[0]  # the first attempt's train()/fit() returned at the stop, on every rank
-    assert stopped_at >= 10 and stopped_at in begun[len(begun) // 2:], said[-4000:]  # the relaunch began there
+    assert stopped_at >= 10 and stopped_at in begun[len(begun) // 2 :], said[-4000:]  # the relaunch began there
     notice = next(r for r in run["recoveries"] if r["reason"] == "notice")
     assert (notice["lost_steps"], notice["resumed_step"], notice["from_step"]) == (0, stopped_at, stopped_at), said
 
@@ -529,8 +564,14 @@ def test_ctrl_c_stops_as_asked_and_the_printed_hint_resumes_without_a_restart(cl
     assert hint, last
     argv = shlex.split(hint[1])
     assert argv[argv.index("--cluster") + 1] == "e2e" and "--resume" in argv
-    resumed = subprocess.run([sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"], cwd=REPO,
-                             env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "deepvm_cli", *argv[1:], "--json"],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _REMINDER.match(resumed.stderr.strip().splitlines()[-1]), resumed.stderr[-3000:]  # completed, still up
     result = json.loads(resumed.stdout)
@@ -592,8 +633,11 @@ def test_zz_down_leaves_nothing_running(cluster):
     env, _ = cluster
     down = run_cli("down", "e2e", "--yes", env=env, timeout=180)  # train's reminder's command (no terminal: --yes)
     assert down.returncode == 0, down.stderr
-    summary = re.fullmatch(r"cluster e2e is down: ran (\d+h\d\dm|\d+m\d\ds), cost \$(\d+\.\d{4}) at AWS prices "
-                           r"\(the sandbox bills nothing\)", down.stderr.strip().splitlines()[-1])
+    summary = re.fullmatch(
+        r"cluster e2e is down: ran (\d+h\d\dm|\d+m\d\ds), cost \$(\d+\.\d{4}) at AWS prices "
+        r"\(the sandbox bills nothing\)",
+        down.stderr.strip().splitlines()[-1],
+    )
     assert summary and summary[1] != "0m00s" and float(summary[2]) > 0, down.stderr
     assert run_cli("sandbox", "stop", env=env, timeout=120).returncode == 0
     assert _our_processes(env) == {}

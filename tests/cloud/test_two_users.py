@@ -35,8 +35,13 @@ def _as(user: Path, monkeypatch) -> None:
 
 
 def _up(ami: str) -> ClusterIdentity:
-    request = UpRequest(name=NAME, plans=(make_tiering_plan(spot=1, holders=2),), ssh_cidr="198.51.100.7/32",
-                        image_id=ami, wait_ssh=False)  # fmt: skip
+    request = UpRequest(
+        name=NAME,
+        plans=(make_tiering_plan(spot=1, holders=2),),
+        ssh_cidr="198.51.100.7/32",
+        image_id=ami,
+        wait_ssh=False,
+    )
     lifecycle.up(AwsTarget(), request)
     row = Store().cluster(NAME)
     assert row is not None
@@ -44,10 +49,12 @@ def _up(ami: str) -> ClusterIdentity:
 
 
 def _running(ctx, cluster: ClusterIdentity) -> set[str]:
-    reservations = ctx.client("ec2").describe_instances(Filters=[
-        {"Name": "tag:deepvm:cluster-id", "Values": [cluster.cluster_id]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]},
-    ])["Reservations"]  # fmt: skip
+    reservations = ctx.client("ec2").describe_instances(
+        Filters=[
+            {"Name": "tag:deepvm:cluster-id", "Values": [cluster.cluster_id]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
     return {i["InstanceId"] for r in reservations for i in r["Instances"]}
 
 

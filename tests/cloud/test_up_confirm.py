@@ -30,7 +30,11 @@ def _on_a_terminal(args, answer: str) -> subprocess.CompletedProcess[str]:
     try:
         os.write(master, answer.encode())
         return subprocess.run(
-            [sys.executable, "-m", "deepvm_cli", *args], cwd=REPO, stdin=slave, capture_output=True, text=True,
+            [sys.executable, "-m", "deepvm_cli", *args],
+            cwd=REPO,
+            stdin=slave,
+            capture_output=True,
+            text=True,
             timeout=120,
         )
     finally:

@@ -84,9 +84,7 @@ class Chain:
             raise AssertionError(f"job never restored (exit {proc.poll()}):\n{proc.communicate()[0][-3000:]}")
         events = _parse(self.log)
         restored = [n for w, n in events if w == "ready"][-1]
-        assert restored >= self.floor, (
-            f"restored step {restored} is older than reported-durable step {self.floor}"
-        )
+        assert restored >= self.floor, f"restored step {restored} is older than reported-durable step {self.floor}"
         self.result.restored.append(restored)
 
     def _victim(self, kind: str, proc: subprocess.Popen) -> tuple[str, int | None]:

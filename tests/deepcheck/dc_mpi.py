@@ -45,9 +45,7 @@ def mpi_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_mpi(
-    n: int, script: str, *args: str, timeout: float = 120, **env: str
-) -> subprocess.CompletedProcess[str]:
+def run_mpi(n: int, script: str, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """Run an MPI job to completion; fail the test with its output if it fails."""
     proc = subprocess.run(
         mpirun_cmd(n, script, *args),
@@ -58,7 +56,5 @@ def run_mpi(
         cwd=ROOT,
     )
     if proc.returncode != 0:
-        pytest.fail(
-            f"mpirun {script} {args} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
+        pytest.fail(f"mpirun {script} {args} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

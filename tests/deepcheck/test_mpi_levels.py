@@ -13,7 +13,6 @@ from dc_mpi import ROOT, run_mpi
 pytestmark = pytest.mark.mpi
 
 
-
 def test_l3_upload_and_restore_without_local_disk(tmp_path, s3_endpoint):
     client = boto3.client("s3", endpoint_url=s3_endpoint)
     bucket = f"ckpts-{uuid.uuid4().hex[:12]}"  # its own: the process's S3 server serves other tests' buckets too

@@ -53,9 +53,7 @@ def test_overlaps():
     ]
 
 
-@pytest.mark.parametrize(
-    ("args", "message"), [((10, 0, 1), "at least one trainer"), ((-1, 1, 1), "negative")]
-)
+@pytest.mark.parametrize(("args", "message"), [((10, 0, 1), "at least one trainer"), ((-1, 1, 1), "negative")])
 def test_bad_input(args, message):
     with pytest.raises(ConfigError, match=message):
         plan_shards(*args)

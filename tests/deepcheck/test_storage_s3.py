@@ -39,9 +39,7 @@ def test_corrupt_object_is_detected(store, tmp_path):
     m, data = _upload(store, tmp_path, 1)
     bad = bytearray(data[0])
     bad[0] ^= 1
-    store.client.put_object(
-        Bucket=store.cfg.bucket, Key=store.key(m.ckpt, "shard-00000.bin"), Body=bytes(bad)
-    )
+    store.client.put_object(Bucket=store.cfg.bucket, Key=store.key(m.ckpt, "shard-00000.bin"), Body=bytes(bad))
     with pytest.raises(CorruptCheckpointError, match="corrupt"):
         store.read_shard(m.ckpt, m.shards[0])
 

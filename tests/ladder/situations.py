@@ -50,16 +50,34 @@ def whole(spot_ready: int = 16, holder: int = 1) -> tuple[Holding, ...]:
     return (Holding(spot(), Role.TRAINER, spot_ready), Holding(od("z-a", CPU), Role.HOLDER, holder))
 
 
-def situation(holdings: tuple[Holding, ...] | None = None, *, now_s: float = 1000.0,
-              refusals: tuple[Refusals, ...] = (), capacity: dict[str, int | None] | None = None,
-              remaining: float = 10_000.0, deadline_s: float | None = None, budget: float | None = None,
-              spent: float = 0.0, fallback: float | None = None, moving_to: str | None = None) -> Situation:
+def situation(
+    holdings: tuple[Holding, ...] | None = None,
+    *,
+    now_s: float = 1000.0,
+    refusals: tuple[Refusals, ...] = (),
+    capacity: dict[str, int | None] | None = None,
+    remaining: float = 10_000.0,
+    deadline_s: float | None = None,
+    budget: float | None = None,
+    spent: float = 0.0,
+    fallback: float | None = None,
+    moving_to: str | None = None,
+) -> Situation:
     """The cluster (default: whole) at `now_s`; no rate measured, so the ladder counts the planner's model."""
-    return Situation(now_s=now_s, zone="z-a", zones=ZONES, plan=PLAN, types=TYPES,
-                     holdings=whole() if holdings is None else holdings, offers=offers(capacity), refusals=refusals,
-                     progress=Progress(remaining, 0.0),
-                     limits=Limits(CAP, CAP if fallback is None else fallback, deadline_s, budget, spent),
-                     timing=TIMING, moving_to=moving_to)
+    return Situation(
+        now_s=now_s,
+        zone="z-a",
+        zones=ZONES,
+        plan=PLAN,
+        types=TYPES,
+        holdings=whole() if holdings is None else holdings,
+        offers=offers(capacity),
+        refusals=refusals,
+        progress=Progress(remaining, 0.0),
+        limits=Limits(CAP, CAP if fallback is None else fallback, deadline_s, budget, spent),
+        timing=TIMING,
+        moving_to=moving_to,
+    )
 
 
 def refused(pool: Pool, first_s: float, last_s: float, in_row: int = 1) -> Refusals:

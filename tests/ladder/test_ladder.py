@@ -98,8 +98,10 @@ def test_a_move_waits_until_the_outage_has_cost_what_the_move_costs():
 
 
 def test_no_move_to_a_zone_seen_empty_or_refusing():
-    assert decide(situation(whole(spot_ready=0), refusals=_zone_out(0.0), capacity={"z-b": 0, "z-c": 0})).rung \
+    assert (
+        decide(situation(whole(spot_ready=0), refusals=_zone_out(0.0), capacity={"z-b": 0, "z-c": 0})).rung
         is Rung.RETRY
+    )
     both = (*_zone_out(0.0), refused(spot("z-b"), 0.0, 995.0))
     d = decide(situation(whole(spot_ready=0), refusals=both, capacity={"z-b": 16, "z-c": 4}))
     assert d.rung is Rung.MOVE and d.move_to == "z-c" and Order(spot("z-c"), Role.TRAINER, 4) in d.orders
@@ -109,8 +111,10 @@ def test_a_move_counts_the_head_it_leaves_behind_in_the_new_zones_bill():
     """The live head (the holder that runs the controller) stays in z-a: a move to z-b bills it beside the new
     cluster, so at the plan's own price as cap two Spot trainers fewer fit there; once left behind, it counts in
     the cluster's bill. A refusing on-demand pool rules its zone out as a refusing Spot pool does."""
-    base = replace(situation(whole(spot_ready=0), refusals=_zone_out(0.0), capacity={"z-b": 16}),
-                   limits=Limits(16 * 0.15 + HOLDER_USD, 16 * 0.15 + HOLDER_USD))
+    base = replace(
+        situation(whole(spot_ready=0), refusals=_zone_out(0.0), capacity={"z-b": 16}),
+        limits=Limits(16 * 0.15 + HOLDER_USD, 16 * 0.15 + HOLDER_USD),
+    )
     assert Order(spot("z-b"), Role.TRAINER, 16) in decide(base).orders
     head = Offer(od("z-a", CPU), HOLDER_USD)
     d = decide(replace(base, head=head))
@@ -160,8 +164,11 @@ def test_below_one_join_the_whole_fill_is_bought_and_the_risk_said_but_spot_is_n
 
 
 def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_joins():
-    held = (Holding(spot(), Role.TRAINER, 3), Holding(od("z-a", CPU), Role.HOLDER, 1),
-            Holding(od(), Role.TRAINER, 4, stand_in=True))
+    held = (
+        Holding(spot(), Role.TRAINER, 3),
+        Holding(od("z-a", CPU), Role.HOLDER, 1),
+        Holding(od(), Role.TRAINER, 4, stand_in=True),
+    )
     d = decide(situation(held, remaining=TEN_HOURS, deadline_s=_deadline_at(5000.0)))
     assert d.rung is Rung.RETURN_TO_SPOT
     # 13 short, 0.05 + 4 x 0.526 $/h of room; all 4 stand-ins may go, one as each of the first 4 joins
@@ -174,8 +181,11 @@ def test_stand_ins_go_back_for_spot_when_the_slack_allows_each_retired_as_spot_j
 def test_stand_ins_held_while_the_spot_pool_cools_ask_again_when_its_backoff_runs_out():
     """Spot could replace the stand-ins but its pool refused lately: the ladder holds, and asks again when the
     backoff runs out (not only at the job's next event: stand-ins training steadily make none)."""
-    held = (Holding(spot(), Role.TRAINER, 3), Holding(od("z-a", CPU), Role.HOLDER, 1),
-            Holding(od(), Role.TRAINER, 4, stand_in=True))
+    held = (
+        Holding(spot(), Role.TRAINER, 3),
+        Holding(od("z-a", CPU), Role.HOLDER, 1),
+        Holding(od(), Role.TRAINER, 4, stand_in=True),
+    )
     cool = (refused(spot(), 900.0, 990.0, in_row=3),)  # 60 s from 990 s: cooling until 1050 s
     d = decide(situation(held, refusals=cool, remaining=TEN_HOURS, deadline_s=_deadline_at(5000.0)))
     assert d.rung is Rung.HOLD and d.check_at_s == 1050.0
@@ -187,12 +197,24 @@ def test_with_the_spot_trainers_whole_and_training_the_spare_stand_ins_go_at_onc
     the slack no longer needs go without an order; while a Spot trainer is only on its way, they stay."""
     stand_ins = Holding(od(), Role.TRAINER, 4, stand_in=True)
     holder = Holding(od("z-a", CPU), Role.HOLDER, 1)
-    whole_again = decide(situation((Holding(spot(), Role.TRAINER, 16), holder, stand_ins), remaining=TEN_HOURS,
-                                   deadline_s=_deadline_at(5000.0), fallback=6.0))  # fmt: skip
+    whole_again = decide(
+        situation(
+            (Holding(spot(), Role.TRAINER, 16), holder, stand_ins),
+            remaining=TEN_HOURS,
+            deadline_s=_deadline_at(5000.0),
+            fallback=6.0,
+        )
+    )
     assert whole_again.rung is Rung.RETURN_TO_SPOT and whole_again.orders == ()
     assert whole_again.retire == (Retire(od(), Role.TRAINER, 4, stand_in=True),)
-    coming = decide(situation((Holding(spot(), Role.TRAINER, 15, coming=1), holder, stand_ins), remaining=TEN_HOURS,
-                              deadline_s=_deadline_at(5000.0), fallback=6.0))  # fmt: skip
+    coming = decide(
+        situation(
+            (Holding(spot(), Role.TRAINER, 15, coming=1), holder, stand_ins),
+            remaining=TEN_HOURS,
+            deadline_s=_deadline_at(5000.0),
+            fallback=6.0,
+        )
+    )
     assert coming.retire == () and coming.rung is not Rung.RETURN_TO_SPOT
 
 
@@ -213,8 +235,12 @@ def test_the_fill_is_the_plans_trainer_type_and_the_earliest_finish_is_the_fills
 
 
 def test_decisions_are_pure():
-    s = situation(whole(spot_ready=10), refusals=(refused(spot(), 900.0, 990.0),), deadline_s=_deadline_at(450.0),
-                  remaining=TEN_HOURS)
+    s = situation(
+        whole(spot_ready=10),
+        refusals=(refused(spot(), 900.0, 990.0),),
+        deadline_s=_deadline_at(450.0),
+        remaining=TEN_HOURS,
+    )
     before = repr(s)
     assert decide(s) == decide(s) and repr(s) == before
 

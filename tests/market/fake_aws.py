@@ -16,18 +16,36 @@ from provisioning.catalog.market.aws import AwsClients
 
 def price_item(instance_type: str, region: str, usd: float) -> str:
     """One PriceList entry as the Pricing API returns it (a JSON string)."""
-    return json.dumps({
-        "product": {"productFamily": "Compute Instance",
-                    "attributes": {"instanceType": instance_type, "regionCode": region,
-                                   "operatingSystem": "Linux", "tenancy": "Shared"},
-                    "sku": "SKU1"},
-        "serviceCode": "AmazonEC2",
-        "terms": {"OnDemand": {"SKU1.JRTCKXETXF": {
-            "priceDimensions": {"SKU1.JRTCKXETXF.6YS6EN2CT7": {
-                "unit": "Hrs", "pricePerUnit": {"USD": f"{usd:.10f}"},
-                "description": f"${usd} per On Demand Linux {instance_type} Instance Hour"}},
-            "sku": "SKU1", "effectiveDate": "2025-07-01T00:00:00Z"}}},
-    })
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "Compute Instance",
+                "attributes": {
+                    "instanceType": instance_type,
+                    "regionCode": region,
+                    "operatingSystem": "Linux",
+                    "tenancy": "Shared",
+                },
+                "sku": "SKU1",
+            },
+            "serviceCode": "AmazonEC2",
+            "terms": {
+                "OnDemand": {
+                    "SKU1.JRTCKXETXF": {
+                        "priceDimensions": {
+                            "SKU1.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": "Hrs",
+                                "pricePerUnit": {"USD": f"{usd:.10f}"},
+                                "description": f"${usd} per On Demand Linux {instance_type} Instance Hour",
+                            }
+                        },
+                        "sku": "SKU1",
+                        "effectiveDate": "2025-07-01T00:00:00Z",
+                    }
+                }
+            },
+        }
+    )
 
 
 class FakeMarketClients(AwsClients):

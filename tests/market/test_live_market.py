@@ -95,7 +95,7 @@ def test_stale_cache_stands_in_when_aws_is_unreachable(moto, cache, clock):
     catalog = LiveMarket(clients, cache=cache).catalog(["us-east-1"])
     assert catalog.spot_prices("g5.xlarge", "us-east-1")
     assert catalog.warnings == [
-        'AWS could not be reached (Could not connect to the endpoint URL: '
+        "AWS could not be reached (Could not connect to the endpoint URL: "
         '"https://ec2.us-east-1.amazonaws.com"); using spot prices in us-east-1 cached 2.0 h ago'
     ]
 
@@ -109,8 +109,10 @@ def test_nothing_cached_and_unreachable_raises_unavailable(moto, cache):
 
 def test_refused_quotas_only_warn(moto, cache):
     clients = FakeMarketClients()
-    denied = {"Error": {"Code": "AccessDeniedException", "Message": "not allowed"},
-              "ResponseMetadata": {"HTTPStatusCode": 400}}
+    denied = {
+        "Error": {"Code": "AccessDeniedException", "Message": "not allowed"},
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
     clients.failures["service-quotas"] = ClientError(denied, "GetServiceQuota")
     catalog = LiveMarket(clients, cache=cache).catalog(["us-east-1"])
     assert catalog.quotas == [] and catalog.prices
@@ -122,13 +124,19 @@ def test_refused_quotas_only_warn(moto, cache):
 
 def test_a_missing_pricing_right_is_named_not_taken_for_refused_credentials(moto, cache):
     clients = FakeMarketClients()
-    denied = {"Error": {"Code": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not "
-                        "authorized to perform: pricing:GetProducts"}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+    denied = {
+        "Error": {
+            "Code": "AccessDeniedException",
+            "Message": "User: arn:aws:iam::1:user/u is not authorized to perform: pricing:GetProducts",
+        },
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
     clients.failures["pricing"] = ClientError(denied, "GetProducts")
     with pytest.raises(AwsUnavailable) as caught:
         LiveMarket(clients, cache=cache).catalog(["us-east-1"])
     assert caught.value.reason.startswith(
-        "your AWS identity lacks the right pricing:GetProducts (AccessDeniedException: User: ")
+        "your AWS identity lacks the right pricing:GetProducts (AccessDeniedException: User: "
+    )
     assert "refused the credentials" not in caught.value.reason
 
 

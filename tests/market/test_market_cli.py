@@ -38,8 +38,7 @@ def test_offline_json_is_the_snapshot_with_flopp(cli):
 
 def test_gpu_filter_and_alias(cli):
     document, _ = _json(cli, "--offline", "--region", "all", "--gpu", "a100")
-    assert {(r["instance_type"], r["gpu_model"]) for r in document["instance_types"]} == {
-        ("p4d.24xlarge", "A100-40GB")}
+    assert {(r["instance_type"], r["gpu_model"]) for r in document["instance_types"]} == {("p4d.24xlarge", "A100-40GB")}
     assert len(document["instance_types"]) == 4
     result = cli("catalog", "--offline", "--gpu", "T4", "--json")
     assert result.returncode == 0
@@ -67,12 +66,19 @@ def test_human_view_names_the_snapshot_and_its_date(cli):
 
 
 def test_no_credentials_warns_on_stderr_and_uses_the_snapshot(tmp_path, cli):
-    env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none")}
+    env = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+    }
     document, stderr = _json(cli, env=env)
     assert document["source"] == "snapshot"
-    message = (f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}); for live "
-               "prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)")
+    message = (
+        f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}); for live "
+        "prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
+    )
     assert document["warnings"] == [message]
     assert f"warning: {message}" in " ".join(stderr.split())  # two lines at 120 columns
 
@@ -101,15 +107,24 @@ def test_moto_server_without_a_pricing_api_falls_back_with_the_reason(moto_serve
     ]
 
 
-@pytest.mark.parametrize(("args", "line", "code"), [
-    (["--offline", "--region", "us-est-1"],
-     f"deepvm: error: unknown region 'us-est-1' (did you mean us-east-1?); the built-in price snapshot of "
-     f"{SNAPSHOT_DATE} has eu-west-1, us-east-1, us-east-2, us-west-2", 2),
-    (["--offline", "--gpu", "T5"],
-     "deepvm: error: no GPU model 'T5' in the catalog (did you mean T4?); its GPU models: A100-40GB, A10G, "
-     "H100, L4, L40S, T4, V100", 2),
-    (["--catalog", "MISSING"], "deepvm: error: catalog file not found: MISSING", 2),
-])
+@pytest.mark.parametrize(
+    ("args", "line", "code"),
+    [
+        (
+            ["--offline", "--region", "us-est-1"],
+            f"deepvm: error: unknown region 'us-est-1' (did you mean us-east-1?); the built-in price snapshot of "
+            f"{SNAPSHOT_DATE} has eu-west-1, us-east-1, us-east-2, us-west-2",
+            2,
+        ),
+        (
+            ["--offline", "--gpu", "T5"],
+            "deepvm: error: no GPU model 'T5' in the catalog (did you mean T4?); its GPU models: A100-40GB, A10G, "
+            "H100, L4, L40S, T4, V100",
+            2,
+        ),
+        (["--catalog", "MISSING"], "deepvm: error: catalog file not found: MISSING", 2),
+    ],
+)
 def test_bad_input_is_one_line(args, line, code, tmp_path, cli):
     args = [a.replace("MISSING", str(tmp_path / "missing.json")) for a in args]
     result = cli("market", *args)
@@ -135,11 +150,18 @@ def test_bad_catalog_files_are_one_line(tmp_path, cli):
 
 
 def test_save_snapshot_without_credentials_is_one_line(tmp_path, cli):
-    env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none")}
+    env = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+    }
     result = cli("market", "--save-snapshot", str(tmp_path / "s.json"), env=env)
     assert (result.returncode, result.stderr) == (
-        4, "deepvm: error: cannot save a snapshot without live AWS data: no AWS credentials found\n")
+        4,
+        "deepvm: error: cannot save a snapshot without live AWS data: no AWS credentials found\n",
+    )
     assert not (tmp_path / "s.json").exists()
 
 

@@ -24,14 +24,27 @@ def test_snapshot_covers_every_family_in_three_regions_with_several_zones():
     assert set(GPU_FAMILIES) | set(HOLDER_FAMILIES) <= families
     assert set(REGIONS) <= set(catalog.regions)
     for region in REGIONS:
-        zones = {p.availability_zone for p in catalog.prices
-                 if p.region == region and p.market is Market.SPOT}
+        zones = {p.availability_zone for p in catalog.prices if p.region == region and p.market is Market.SPOT}
         assert len(zones) >= 3
     gpu_counts = {t.gpu_count for t in catalog.gpu_types()}
     assert {1, 4, 8} <= gpu_counts
-    for name in ("g4dn.xlarge", "g4dn.metal", "g5.48xlarge", "g6e.xlarge", "p3.2xlarge", "p3.16xlarge",
-                 "p4d.24xlarge", "p5.48xlarge", "c5.xlarge", "c5n.xlarge", "c6in.xlarge", "m6i.xlarge",
-                 "t3.xlarge", "d3.xlarge", "r6i.2xlarge"):
+    for name in (
+        "g4dn.xlarge",
+        "g4dn.metal",
+        "g5.48xlarge",
+        "g6e.xlarge",
+        "p3.2xlarge",
+        "p3.16xlarge",
+        "p4d.24xlarge",
+        "p5.48xlarge",
+        "c5.xlarge",
+        "c5n.xlarge",
+        "c6in.xlarge",
+        "m6i.xlarge",
+        "t3.xlarge",
+        "d3.xlarge",
+        "r6i.2xlarge",
+    ):
         assert name in catalog.types
 
 

@@ -20,8 +20,9 @@ from .fake_aws import FakeMarketClients
 
 SNAPSHOT_DATE = load_snapshot().as_of
 AGE = snapshot_age(SNAPSHOT_DATE)
-CREDENTIALS_FIX = ("; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
-                   "(as for the AWS CLI)")
+CREDENTIALS_FIX = (
+    "; for live prices set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (as for the AWS CLI)"
+)
 
 
 @pytest.fixture
@@ -71,7 +72,8 @@ def test_no_credentials_falls_back_to_the_snapshot_and_says_why(no_credentials):
     catalog = resolve_catalog(regions=None, offline=False, catalog_file=None)
     assert catalog.source == "snapshot" and catalog.regions == ["us-east-1"]
     assert catalog.warnings == [
-        f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}){CREDENTIALS_FIX}"]
+        f"no AWS credentials found; using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE}){CREDENTIALS_FIX}"
+    ]
 
 
 def test_unreachable_endpoint_falls_back_quickly(monkeypatch):
@@ -84,15 +86,16 @@ def test_unreachable_endpoint_falls_back_quickly(monkeypatch):
     assert time.monotonic() - started < 10
     assert catalog.source == "snapshot" and catalog.regions == ["us-west-2"]
     (warning,) = catalog.warnings
-    assert warning.startswith(f"AWS could not be reached (Could not connect to the endpoint URL: \"http://127.0.0.1:{port}/\"")
+    assert warning.startswith(
+        f'AWS could not be reached (Could not connect to the endpoint URL: "http://127.0.0.1:{port}/"'
+    )
     assert warning.endswith(f"using the built-in price snapshot of {SNAPSHOT_DATE} ({AGE})")  # not the user's to fix
 
 
 def test_fallback_to_a_region_the_snapshot_lacks_is_one_clear_error(no_credentials):
     with pytest.raises(InputError) as info:
         resolve_catalog(regions=["ap-south-1"], offline=False, catalog_file=None)
-    assert str(info.value).startswith(
-        "no AWS credentials found, and unknown region 'ap-south-1'; the built-in")
+    assert str(info.value).startswith("no AWS credentials found, and unknown region 'ap-south-1'; the built-in")
 
 
 @pytest.fixture
@@ -115,8 +118,10 @@ def test_a_missing_pricing_right_falls_back_saying_which_right(live_aws, monkeyp
     class NoPricing(FakeMarketClients):
         def __init__(self) -> None:
             super().__init__()
-            denied = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"},
-                      "ResponseMetadata": {"HTTPStatusCode": 400}}  # fmt: skip
+            denied = {
+                "Error": {"Code": "AccessDeniedException", "Message": "not authorized"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
             self.failures["pricing"] = ClientError(denied, "GetProducts")
 
     monkeypatch.setattr(live, "AwsClients", NoPricing)
@@ -158,16 +163,19 @@ def test_unknown_profile_is_an_input_error(monkeypatch):
     with pytest.raises(InputError) as info:
         resolve_catalog(regions=None, offline=False, catalog_file=None)
     assert str(info.value) == (
-        "The config profile (nope) could not be found; "
-        "set AWS_PROFILE to a profile in your AWS config, or unset it")
+        "The config profile (nope) could not be found; set AWS_PROFILE to a profile in your AWS config, or unset it"
+    )
 
 
-@pytest.mark.parametrize(("as_of", "today", "age"), [
-    ("2025-07-01", date(2026, 11, 23), "16 months old"),  # the issue's "17 months" ran from July to late November
-    ("2025-07-01T00:00:00Z", date(2026, 12, 1), "17 months old"),
-    ("2026-11-01", date(2026, 11, 23), "22 days old"),
-    ("2026-09-24", date(2026, 11, 23), "60 days old"),  # not two whole months yet
-    ("2026-11-23", date(2026, 11, 23), "0 days old"),
-])
+@pytest.mark.parametrize(
+    ("as_of", "today", "age"),
+    [
+        ("2025-07-01", date(2026, 11, 23), "16 months old"),  # the issue's "17 months" ran from July to late November
+        ("2025-07-01T00:00:00Z", date(2026, 12, 1), "17 months old"),
+        ("2026-11-01", date(2026, 11, 23), "22 days old"),
+        ("2026-09-24", date(2026, 11, 23), "60 days old"),  # not two whole months yet
+        ("2026-11-23", date(2026, 11, 23), "0 days old"),
+    ],
+)
 def test_the_snapshot_warning_says_how_old_the_prices_are(as_of, today, age):
     assert snapshot_age(as_of, today) == age

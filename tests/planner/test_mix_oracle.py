@@ -25,23 +25,35 @@ GPU_GROUPS = ("G and VT", "P", "G and VT")  # the third GPU type shares its quot
 def catalogs(draw) -> Catalog:
     """Two or three GPU types with their own scaling curves, spot in one or two AZs; one or two CPU types."""
     types, prices = {}, []
-    azs = ["ra", "rb"][:draw(st.integers(1, 2))]
+    azs = ["ra", "rb"][: draw(st.integers(1, 2))]
     for i in range(draw(st.integers(2, 3))):
         name = f"g{i}.x"
-        types[name] = InstanceType(name, GPU_GROUPS[i], 4, draw(st.sampled_from([None, 16.0])),
-                                   draw(st.sampled_from([0.3, 5.0, 25.0])), "T", 1, draw(st.floats(10, 500)),
-                                   ScalingParams(draw(st.floats(0.1, 0.9)), draw(st.floats(1.0, 3.0)),
-                                                 draw(st.floats(1.0, 4.0)),
-                                                 max_nodes=draw(st.one_of(st.none(), st.integers(1, 4))),
-                                                 model=draw(st.sampled_from(list(ScalingModel)))))
+        types[name] = InstanceType(
+            name,
+            GPU_GROUPS[i],
+            4,
+            draw(st.sampled_from([None, 16.0])),
+            draw(st.sampled_from([0.3, 5.0, 25.0])),
+            "T",
+            1,
+            draw(st.floats(10, 500)),
+            ScalingParams(
+                draw(st.floats(0.1, 0.9)),
+                draw(st.floats(1.0, 3.0)),
+                draw(st.floats(1.0, 4.0)),
+                max_nodes=draw(st.one_of(st.none(), st.integers(1, 4))),
+                model=draw(st.sampled_from(list(ScalingModel))),
+            ),
+        )
         offered = [az for az in azs if draw(st.booleans())] or azs[:1]
         prices += [Price(name, "r", az, Market.SPOT, draw(st.floats(0.05, 1.0))) for az in offered]
         if draw(st.booleans()):
             prices.append(Price(name, "r", None, Market.ON_DEMAND, draw(st.floats(0.2, 2.0))))
     for i in range(draw(st.integers(1, 2))):
         name = f"c{i}.x"
-        types[name] = InstanceType(name, "Standard", 4, draw(st.sampled_from([2.0, 8.0])),
-                                   draw(st.sampled_from([0.3, 5.0, 25.0])))
+        types[name] = InstanceType(
+            name, "Standard", 4, draw(st.sampled_from([2.0, 8.0])), draw(st.sampled_from([0.3, 5.0, 25.0]))
+        )
         prices.append(Price(name, "r", None, Market.ON_DEMAND, draw(st.floats(0.05, 1.0))))
     quotas = [Quota("r", g, m, QUOTA) for g in ("G and VT", "P", "Standard") for m in Market]
     return Catalog(types, prices, quotas, source="random")
@@ -71,11 +83,15 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
             return  # beyond a profiled curve's node bound (the anchor counts)
         k = min(scaling_factor(t.scaling, total) for t in used)
         spot = {t.name: catalog.spot_prices(t.name, "r")[az] for t in used}
-        weight = {t.name: t.flops / spot[t.name] * 3600 if request.objective is Objective.DEEPVM else t.flops
-                  for t in used}
+        weight = {
+            t.name: t.flops / spot[t.name] * 3600 if request.objective is Objective.DEEPVM else t.flops for t in used
+        }
         value = k * sum(weight[t.name] * counts[t.name] for t in used)
-        if best is None or value > best[0] * (1 + 1e-9) or (
-                math.isclose(value, best[0], rel_tol=1e-9) and price < best[1]):
+        if (
+            best is None
+            or value > best[0] * (1 + 1e-9)
+            or (math.isclose(value, best[0], rel_tol=1e-9) and price < best[1])
+        ):
             best = (value, price)
 
     for az in ("ra", "rb"):
@@ -87,8 +103,11 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
                 continue
             for anchor in offered:  # Single Anchor: one more node of `anchor`, on demand, and at least one spot node
                 od = catalog.on_demand_price(anchor.name, "r")
-                if (od is not None and (anchor.memory_gib is None or anchor.memory_gib >= need)
-                        and within_quota(trainers, {anchor.name: 1})):
+                if (
+                    od is not None
+                    and (anchor.memory_gib is None or anchor.memory_gib >= need)
+                    and within_quota(trainers, {anchor.name: 1})
+                ):
                     counts = dict(trainers)
                     counts[anchor.name] = counts.get(anchor.name, 0) + 1
                     consider(az, counts, spot_price + od)
@@ -97,18 +116,25 @@ def best_mixed(catalog: Catalog, request: PlanRequest) -> tuple[float, float] | 
                 for m in range(1, 4):
                     ok = m * w.memory_gib >= need and all(
                         n < saturation_point(min(t.network_gbps, w.network_gbps)) * m
-                        for t, c in zip(offered, spot_counts) if c)
+                        for t, c in zip(offered, spot_counts)
+                        if c
+                    )
                     if ok and within_quota(trainers, {w.name: m}):
                         consider(az, trainers, spot_price + m * catalog.on_demand_price(w.name, "r"))
     return best
 
 
 @settings(max_examples=examples(40))
-@given(catalog=catalogs(), max_price=st.floats(0.3, 5.0),
-       objective=st.sampled_from([Objective.DEEPVM, Objective.THROUGHPUT]), checkpoint=st.sampled_from([0.0, 5.0]))
+@given(
+    catalog=catalogs(),
+    max_price=st.floats(0.3, 5.0),
+    objective=st.sampled_from([Objective.DEEPVM, Objective.THROUGHPUT]),
+    checkpoint=st.sampled_from([0.0, 5.0]),
+)
 def test_mix_equals_brute_force(catalog, max_price, objective, checkpoint):
-    request = PlanRequest(max_price=max_price, objective=objective, mix=True, top=1,
-                          checkpoint_size_gib=checkpoint, buffer_slots=2)
+    request = PlanRequest(
+        max_price=max_price, objective=objective, mix=True, top=1, checkpoint_size_gib=checkpoint, buffer_slots=2
+    )
     expected = best_mixed(catalog, request)
     try:
         plan = plan_cluster(catalog, request, with_baselines=False, with_architectures=False).plans[0]
@@ -156,9 +182,12 @@ def test_saturation_point_never_decreases_with_bandwidth():
 
 
 @settings(max_examples=examples(100))
-@given(nodes=st.lists(st.builds(NodeBound, st.floats(0.01, 1.0), st.floats(0.05, 2.0), st.integers(0, 3)),
-                      min_size=1, max_size=3),
-       budget=st.floats(0.1, 6.0))
+@given(
+    nodes=st.lists(
+        st.builds(NodeBound, st.floats(0.01, 1.0), st.floats(0.05, 2.0), st.integers(0, 3)), min_size=1, max_size=3
+    ),
+    budget=st.floats(0.1, 6.0),
+)
 def test_weight_bound_is_never_below_the_heaviest_affordable_nodes(nodes, budget):
     """W(k) bounds the weight of any k nodes within the budget, equals it without a budget, -inf past the caps."""
     most = 10

@@ -60,8 +60,11 @@ def test_by_throughput_the_fastest_cluster_the_cap_buys_not_the_best_z(catalog, 
     clusters are faster, though g4dn's Z stays the best (3,016 TFLOPS by Z, 4,872 by throughput)."""
     plan = on_demand_plan(catalog, PlanRequest(max_price=cap), Objective.THROUGHPUT)
     flops, name, count = brute_force(catalog, cap, lambda itype, price, gain: itype.flops * gain)
-    assert (plan.objective, plan.objective_value, plan.effective_flops) == (Objective.THROUGHPUT,
-                                                                           pytest.approx(flops), pytest.approx(flops))
+    assert (plan.objective, plan.objective_value, plan.effective_flops) == (
+        Objective.THROUGHPUT,
+        pytest.approx(flops),
+        pytest.approx(flops),
+    )
     assert {g.instance_type for g in plan.nodes} == {name} and sum(g.count for g in plan.nodes) == count
     assert plan.price_per_hour <= cap + 1e-9
     by_z = on_demand_plan(catalog, PlanRequest(max_price=cap))

@@ -14,19 +14,25 @@ P4D = InstanceType("p4d.24xlarge", "P", 96, 1152.0, 400.0, "A100", 8, 2496.0)
 
 
 def _catalog(p_spot: float, p5_spot: float) -> Catalog:
-    prices = [Price("p5.48xlarge", "r", None, Market.ON_DEMAND, 55.0),
-              Price("p5.48xlarge", "r", "ra", Market.SPOT, 26.0),
-              Price("p4d.24xlarge", "r", None, Market.ON_DEMAND, 22.0),
-              Price("p4d.24xlarge", "r", "ra", Market.SPOT, 10.0)]  # fmt: skip
-    quotas = [Quota("r", "P", Market.ON_DEMAND, 192.0), Quota("r", "P", Market.SPOT, p_spot),
-              Quota("r", "P5", Market.SPOT, p5_spot)]  # fmt: skip
+    prices = [
+        Price("p5.48xlarge", "r", None, Market.ON_DEMAND, 55.0),
+        Price("p5.48xlarge", "r", "ra", Market.SPOT, 26.0),
+        Price("p4d.24xlarge", "r", None, Market.ON_DEMAND, 22.0),
+        Price("p4d.24xlarge", "r", "ra", Market.SPOT, 10.0),
+    ]
+    quotas = [
+        Quota("r", "P", Market.ON_DEMAND, 192.0),
+        Quota("r", "P", Market.SPOT, p_spot),
+        Quota("r", "P5", Market.SPOT, p5_spot),
+    ]
     return Catalog({"p5.48xlarge": P5, "p4d.24xlarge": P4D}, prices, quotas, source="test")
 
 
 def _spot_nodes(catalog: Catalog, instance_type: str) -> int:
     result = plan_cluster(catalog, PlanRequest(max_price=200.0))
-    return sum(g.count for p in result.plans for g in p.nodes
-               if g.instance_type == instance_type and g.market is Market.SPOT)  # fmt: skip
+    return sum(
+        g.count for p in result.plans for g in p.nodes if g.instance_type == instance_type and g.market is Market.SPOT
+    )
 
 
 def test_p5_spot_is_held_to_its_own_quota_not_the_p4_one():

@@ -37,8 +37,15 @@ def test_paper_real_world_winner_and_top_three(cli):
 def test_json_document_shape_and_saved_plan(isolated_env, cli):
     doc = plan_json(cli, "--max-price", "12", "--offline", "--region", "all")
     for plan in doc["plans"]:
-        assert set(plan) >= {"architecture", "price_per_hour", "objective_value", "effective_flops", "region",
-                             "availability_zone", "nodes"}
+        assert set(plan) >= {
+            "architecture",
+            "price_per_hour",
+            "objective_value",
+            "effective_flops",
+            "region",
+            "availability_zone",
+            "nodes",
+        }
         assert plan["price_per_hour"] <= 12 + 1e-9
         for node in plan["nodes"]:
             assert node["market"] in ("spot", "on-demand")
@@ -138,8 +145,11 @@ def test_a_bad_input_in_a_process_of_its_own_exits_2_with_one_line():
     ("text", "needle"),
     [
         ('{"instances": [', "line 1"),
-        ('{"instances": [{"name": "c5.xlarge", "type": "C", "ondemand_price": 0.17, "spot_price": 0.1, '
-         '"vCPU": 4, "memory": 8, "network_bandwidth": 10}], "available_vcpus": {}}', "no GPU instance types"),
+        (
+            '{"instances": [{"name": "c5.xlarge", "type": "C", "ondemand_price": 0.17, "spot_price": 0.1, '
+            '"vCPU": 4, "memory": 8, "network_bandwidth": 10}], "available_vcpus": {}}',
+            "no GPU instance types",
+        ),
     ],
 )
 def test_malformed_or_gpu_less_catalog_is_one_line(tmp_path, text, needle, cli):
@@ -151,8 +161,11 @@ def test_malformed_or_gpu_less_catalog_is_one_line(tmp_path, text, needle, cli):
 
 def test_no_credentials_falls_back_to_the_snapshot_with_a_warning(tmp_path, cli):
     env = {k: "" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env.update(
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     result = cli("plan", "--max-price", "5", "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert "no AWS credentials" in result.stderr and "snapshot" in result.stderr

@@ -27,8 +27,17 @@ _SCALING = {"a": 0.5, "b": 10.0, "c": 10.0, "measured": True}
 
 
 def _gpu(name: str, flops: float) -> dict:
-    return {"name": name, "quota_group": "G and VT", "vcpus": 4, "memory_gib": 16.0, "network_gbps": 25.0,
-            "gpu_model": "T4", "gpu_count": 1, "flops": flops, "scaling": _SCALING}
+    return {
+        "name": name,
+        "quota_group": "G and VT",
+        "vcpus": 4,
+        "memory_gib": 16.0,
+        "network_gbps": 25.0,
+        "gpu_model": "T4",
+        "gpu_count": 1,
+        "flops": flops,
+        "scaling": _SCALING,
+    }
 
 
 NEAR_TIE = {
@@ -37,11 +46,24 @@ NEAR_TIE = {
     "types": [
         _gpu("ga.xlarge", 100.0),
         _gpu("gb.xlarge", 50.0 / (1 + EPSILON)),
-        {"name": "c5.xlarge", "quota_group": "Standard", "vcpus": 4, "memory_gib": 8.0, "network_gbps": 10.0,
-         "gpu_model": None, "gpu_count": 0, "flops": 0.0, "scaling": None},
+        {
+            "name": "c5.xlarge",
+            "quota_group": "Standard",
+            "vcpus": 4,
+            "memory_gib": 8.0,
+            "network_gbps": 10.0,
+            "gpu_model": None,
+            "gpu_count": 0,
+            "flops": 0.0,
+            "scaling": None,
+        },
     ],
-    "prices": {"us-east-1": {"on-demand": {"gb.xlarge": 0.2, "c5.xlarge": 0.1},
-                             "spot": {"us-east-1a": {"ga.xlarge": 0.1, "gb.xlarge": 0.1}}}},
+    "prices": {
+        "us-east-1": {
+            "on-demand": {"gb.xlarge": 0.2, "c5.xlarge": 0.1},
+            "spot": {"us-east-1a": {"ga.xlarge": 0.1, "gb.xlarge": 0.1}},
+        }
+    },
     "quotas": {},
 }
 
@@ -78,13 +100,15 @@ def test_a_frequent_band_moves_a_near_tie_to_the_on_demand_anchor_and_a_rare_one
     info = frequent["interruptions"]
     assert info["decision_changed"] is True
     assert trainers(info["without_interruptions"]["plan"]) == [("ga.xlarge", "spot", 1)]
-    assert ("moves from 1 ga.xlarge spot + 1 c5.xlarge on-demand holder to 1 gb.xlarge on-demand anchor + "
-            "1 gb.xlarge spot") in info["summary"]
+    assert (
+        "moves from 1 ga.xlarge spot + 1 c5.xlarge on-demand holder to 1 gb.xlarge on-demand anchor + 1 gb.xlarge spot"
+    ) in info["summary"]
     assert "an on-demand anchor that is never reclaimed" in info["summary"]
     # the Z each plan is ranked by is its Z without interruptions times its goodput factor
     best, without = frequent["plans"][0], info["without_interruptions"]
-    assert best["objective_value"] == pytest.approx(2 * 50 / (1 + EPSILON) / 0.1 * 3600 * info["plans"][0]
-                                                    ["goodput_factor"], rel=1e-6)
+    assert best["objective_value"] == pytest.approx(
+        2 * 50 / (1 + EPSILON) / 0.1 * 3600 * info["plans"][0]["goodput_factor"], rel=1e-6
+    )
     assert without["objective_value_with_interruptions"] < best["objective_value"]
     assert without["goodput_factor"] < info["plans"][0]["goodput_factor"] < 1
 
@@ -105,8 +129,18 @@ def test_a_real_trace_trades_spot_nodes_for_goodput(cli):
 def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env, cli):
     doc = plan_json(cli, "--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "auto")
     info = doc["interruptions"]
-    assert set(info) >= {"spec", "label", "relaunch_s", "replacement_delay_s", "stop_per_interruption_s",
-                         "types", "plans", "without_interruptions", "decision_changed", "summary"}
+    assert set(info) >= {
+        "spec",
+        "label",
+        "relaunch_s",
+        "replacement_delay_s",
+        "stop_per_interruption_s",
+        "types",
+        "plans",
+        "without_interruptions",
+        "decision_changed",
+        "summary",
+    }
     assert info["spec"] == "auto" and info["relaunch_s"] == 6.3 and info["replacement_delay_s"] == 300
     assert len(info["plans"]) == len(doc["plans"])
     for row in info["plans"]:
@@ -122,8 +156,20 @@ def test_json_shape_and_the_document_is_still_a_plan_file(isolated_env, cli):
 
 
 def test_recovery_flags_change_the_factor(cli):
-    slow = plan_json(cli, "--offline", "--max-price", "3", "--region", "us-east-1", "--interruptions", "0.1",
-                     "--relaunch-time", "120", "--replacement-delay", "1800")
+    slow = plan_json(
+        cli,
+        "--offline",
+        "--max-price",
+        "3",
+        "--region",
+        "us-east-1",
+        "--interruptions",
+        "0.1",
+        "--relaunch-time",
+        "120",
+        "--replacement-delay",
+        "1800",
+    )
     info = slow["interruptions"]
     assert info["stop_per_interruption_s"] == 240 and info["replacement_delay_s"] == 1800
     default = plan_interruptions("0.1", RecoveryCosts())
@@ -173,9 +219,11 @@ def test_bad_input_is_one_line_and_nonzero(args, needle, cli):
 
 @pytest.mark.parametrize(
     ("text", "needle"),
-    [("0,add,node1\n5,remove,node2\n", ":2: node 'node2' is removed but was never added"),
-     ('{"metadata": {"gap_seconds": 300}, "data": [4, -1]}', "data[1] must be a whole number of instances >= 0"),
-     ("x,y\n", "not a trace deepvm reads")],
+    [
+        ("0,add,node1\n5,remove,node2\n", ":2: node 'node2' is removed but was never added"),
+        ('{"metadata": {"gap_seconds": 300}, "data": [4, -1]}', "data[1] must be a whole number of instances >= 0"),
+        ("x,y\n", "not a trace deepvm reads"),
+    ],
 )
 def test_a_malformed_trace_file_is_one_line_naming_it(tmp_path, text, needle, cli):
     path = tmp_path / "trace.csv"
@@ -209,7 +257,6 @@ def test_a_capacity_trace_is_there_its_mean_share_of_the_time():
     assert pool.mttf_h == pytest.approx(trace.mean_lifetime_h())
 
 
-
 def test_spot_a_trace_says_is_seldom_there_is_seen_coming_the_plan_starts_on_demand(tmp_path):
     """Capacity one sample in twenty: the best Spot plan's expected Z is below the on-demand cluster's."""
     from provisioning.catalog.model import Market
@@ -221,8 +268,9 @@ def test_spot_a_trace_says_is_seldom_there_is_seen_coming_the_plan_starts_on_dem
     catalog = resolve_catalog(regions=["us-east-1"], offline=True, catalog_file=None, refresh=False)
     best = {}
     for spec in (str(seldom), "aws-v100-16-us-east-2b"):
-        request = PlanRequest(max_price=12.0, regions=("us-east-1",),
-                              interruptions=plan_interruptions(spec, RecoveryCosts()))
+        request = PlanRequest(
+            max_price=12.0, regions=("us-east-1",), interruptions=plan_interruptions(spec, RecoveryCosts())
+        )
         best[spec] = plan_cluster(catalog, request, with_baselines=False, with_architectures=False).plans[0]
     assert all(g.market is Market.ON_DEMAND for g in best[str(seldom)].nodes)
     assert "on demand: counting interruptions as in trace" in best[str(seldom)].notes[-1]

@@ -16,8 +16,10 @@ from tests.cloud.plans import make_plan
 def test_the_ranked_plans_cap_is_each_plans_unless_below_its_price(where):
     cheap, dear = make_plan(spot=2), make_plan(spot=8)
     cap = (cheap.price_per_hour + dear.price_per_hour) / 2
-    document = {"plans": [cheap.to_dict(), dear.to_dict()],
-                **({"max_price": cap} if where == "max_price" else {"request": {"max_price": cap}})}  # fmt: skip
+    document = {
+        "plans": [cheap.to_dict(), dear.to_dict()],
+        **({"max_price": cap} if where == "max_price" else {"request": {"max_price": cap}}),
+    }
     first, second = (entry.plan for entry in read_plan_document(document))
     assert first.price_cap == pytest.approx(cap)
     assert second.price_cap is None  # a cap below the plan's price is not the one it was made under

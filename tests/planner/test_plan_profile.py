@@ -37,8 +37,13 @@ SETUP = ProfileSetup(
     measured_at="2026-11-24T10:00:00+00:00",
 )
 # A model that is mostly communication: 1.75x at best, reached by 4 nodes.
-POOR = [Measured(1, (100.0, 101.0)), Measured(2, (140.0, 142.0)), Measured(4, (165.0, 166.0)),
-        Measured(8, (175.0, 174.0)), Measured(16, (178.0, 177.0))]
+POOR = [
+    Measured(1, (100.0, 101.0)),
+    Measured(2, (140.0, 142.0)),
+    Measured(4, (165.0, 166.0)),
+    Measured(8, (175.0, 174.0)),
+    Measured(16, (178.0, 177.0)),
+]
 # Linear scaling, but measured on 3 nodes only.
 LINEAR_TO_3 = [Measured(1, (100.0, 100.5)), Measured(2, (199.0, 200.0)), Measured(3, (299.0, 301.0))]
 
@@ -77,8 +82,14 @@ def test_profile_caps_its_type_at_one_and_a_half_times_the_nodes_measured(tmp_pa
     assert trainers(plan_json(cli, "--region", "us-east-1", max_price="1")["plans"][0]) == [("g4dn.xlarge", 5)]
     doc = plan_json(cli, "--profile", str(path), "--region", "us-east-1", max_price="1")
     assert [trainers(p) for p in doc["plans"]] == [[("g4dn.xlarge", 4)]] * 3  # floor(1.5 x 3)
-    assert all(p["notes"] == ["g4dn.xlarge: capped at 4 nodes, as far as its profiled scaling curve is trusted "
-                              "(1.5 x the most nodes profiled)"] for p in doc["plans"])
+    assert all(
+        p["notes"]
+        == [
+            "g4dn.xlarge: capped at 4 nodes, as far as its profiled scaling curve is trusted "
+            "(1.5 x the most nodes profiled)"
+        ]
+        for p in doc["plans"]
+    )
     curves = {c["instance_type"]: c for c in doc["scaling_curves"]}
     assert curves["g4dn.xlarge"]["source"] == "profile" and curves["g4dn.xlarge"]["profile"] == str(path)
     assert curves["g4dn.xlarge"]["max_nodes"] == 4 and curves["g4dn.xlarge"]["model"] == "speedup"
@@ -92,8 +103,9 @@ def test_human_output_names_the_profile_and_the_defaults(tmp_path, cli):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     start = lines.index("Scaling curves")
-    assert lines[start + 1] == f"  g4dn.xlarge: profile {path} (allreduce-heavy, 5 sizes from 1 to 16 nodes, " \
-                               "2026-11-24)"
+    assert (
+        lines[start + 1] == f"  g4dn.xlarge: profile {path} (allreduce-heavy, 5 sizes from 1 to 16 nodes, 2026-11-24)"
+    )
     assert re.match(r"    a = [\d.]+ ± [\d.]+, b = .*, RMSE [\d.]+; at most 24 nodes$", lines[start + 2])
     assert lines[start + 3].endswith(": the default curve") or lines[start + 3].endswith("(default)")
     assert re.match(r"  \d+ other GPU types: defaults$", lines[start + 4])
@@ -164,8 +176,11 @@ def _set(path: str, value: object):
 
 
 BAD_DOCUMENTS = [
-    ("unknown-type", _set("instance_type", "g4dn.xlarg"),
-     "instance_type: unknown instance type 'g4dn.xlarg' in snapshot (did you mean g4dn.xlarge?)"),
+    (
+        "unknown-type",
+        _set("instance_type", "g4dn.xlarg"),
+        "instance_type: unknown instance type 'g4dn.xlarg' in snapshot (did you mean g4dn.xlarge?)",
+    ),
     ("cpu-type", _set("instance_type", "c5.xlarge"), "instance_type: c5.xlarge is not a GPU type in snapshot"),
     ("nan-a", _set("fit.a.value", math.nan), "fit.a.value: must be a finite number > 0, got NaN"),
     ("negative-c", _set("fit.c.value", -2.0), "fit.c.value: must be a finite number > 0, got -2.0"),
@@ -195,11 +210,14 @@ def test_bad_profile_documents_are_one_line_naming_the_field(tmp_path, mutation,
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"format": "deepvm-profile", "version": 1, "instance', "is not valid JSON"),
-    ("[1, 2]", "must be an object"),
-    ("", "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"format": "deepvm-profile", "version": 1, "instance', "is not valid JSON"),
+        ("[1, 2]", "must be an object"),
+        ("", "is not valid JSON"),
+    ],
+)
 def test_corrupt_files_through_the_cli_exit_2_with_one_line(tmp_path, content, message, cli):
     path = tmp_path / "corrupt.json"
     path.write_text(content)
@@ -213,6 +231,8 @@ def test_unknown_type_and_duplicates_through_the_cli(tmp_path, cli):
     good = write_profile(tmp_path / "good.json", LINEAR_TO_3)
     result = cli("plan", "--offline", "--max-price", "12", "--profile", str(good), "--profile", str(good))
     assert (result.returncode, result.stderr) == (
-        2, "deepvm: error: two profiles for g4dn.xlarge: plan with one profile per instance type\n")
+        2,
+        "deepvm: error: two profiles for g4dn.xlarge: plan with one profile per instance type\n",
+    )
     missing = cli("plan", "--offline", "--max-price", "12", "--profile", str(tmp_path / "none.json"))
     assert (missing.returncode, missing.stderr) == (2, f"deepvm: error: profile not found: {tmp_path / 'none.json'}\n")

@@ -26,18 +26,27 @@ def catalogs(draw) -> Catalog:
     for i in range(draw(st.integers(1, 3))):
         name = f"g{i}.x"
         types[name] = InstanceType(
-            name, "G and VT", draw(st.sampled_from([4, 8])),
+            name,
+            "G and VT",
+            draw(st.sampled_from([4, 8])),
             draw(st.one_of(st.none(), st.sampled_from([8.0, 16.0]))),
-            draw(st.sampled_from([1.7, 5.0, 10.0, 25.0])), "T", 1,
+            draw(st.sampled_from([1.7, 5.0, 10.0, 25.0])),
+            "T",
+            1,
             draw(st.floats(10, 500)),
-            ScalingParams(draw(st.floats(0.05, 0.5)), draw(st.floats(1.0, 6.0)), draw(st.floats(1.0, 8.0)),
-                          max_nodes=draw(st.one_of(st.none(), st.integers(1, 6))),  # a profiled curve's bound
-                          model=draw(st.sampled_from(list(ScalingModel)))),  # DeepVM's K or a speed-up
+            ScalingParams(
+                draw(st.floats(0.05, 0.5)),
+                draw(st.floats(1.0, 6.0)),
+                draw(st.floats(1.0, 8.0)),
+                max_nodes=draw(st.one_of(st.none(), st.integers(1, 6))),  # a profiled curve's bound
+                model=draw(st.sampled_from(list(ScalingModel))),
+            ),  # DeepVM's K or a speed-up
         )
     for i in range(draw(st.integers(0, 3))):
         name = f"c{i}.x"
-        types[name] = InstanceType(name, "Standard", 4, draw(st.sampled_from([2.0, 8.0, 32.0])),
-                                   draw(st.sampled_from([0.3, 5.0, 12.5, 30.0])))
+        types[name] = InstanceType(
+            name, "Standard", 4, draw(st.sampled_from([2.0, 8.0, 32.0])), draw(st.sampled_from([0.3, 5.0, 12.5, 30.0]))
+        )
     for region in regions:
         for name, t in types.items():
             if draw(st.booleans()) or not t.is_gpu:
@@ -60,6 +69,7 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
 
     def within_curve(v: InstanceType, n: int) -> bool:  # every node of the type, the anchor too
         return v.scaling.max_nodes is None or n <= v.scaling.max_nodes
+
     need_memory = request.checkpoint_size_gib * request.buffer_slots
     cpu = catalog.cpu_types()
 
@@ -76,6 +86,7 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
         for v in catalog.gpu_types():
             od_v = catalog.on_demand_price(v.name, region)
             for spot in catalog.spot_prices(v.name, region).values():
+
                 def value(n: int, v: InstanceType = v, spot: float = spot) -> tuple[float, float]:
                     gain = effective_nodes(v.scaling, n)
                     return v.flops / spot * 3600 * gain, v.flops * gain
@@ -85,8 +96,7 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
                     if od_v is None or n - 1 > limit or too_small or not within_curve(v, n):
                         continue
                     price = od_v + (n - 1) * spot
-                    use = {("G and VT", Market.SPOT): (n - 1) * v.vcpus,
-                           ("G and VT", Market.ON_DEMAND): v.vcpus}
+                    use = {("G and VT", Market.SPOT): (n - 1) * v.vcpus, ("G and VT", Market.ON_DEMAND): v.vcpus}
                     if price <= request.max_price + 1e-9 and quota_ok(region, use):
                         yield (*value(n), price, ("sa", region, v.name, n, None))
                 for n in range(1, limit + 1):  # Tiering
@@ -97,10 +107,13 @@ def enumerate_plans(catalog: Catalog, request: PlanRequest, max_nodes: int):
                         sat = saturation_point(min(v.network_gbps, w.network_gbps))
                         for m in range(1, limit + 1):
                             price = n * spot + m * od_w
-                            use = {("G and VT", Market.SPOT): n * v.vcpus,
-                                   ("Standard", Market.ON_DEMAND): m * w.vcpus}
-                            if (n / m < sat and m * w.memory_gib >= need_memory
-                                    and price <= request.max_price + 1e-9 and quota_ok(region, use)):
+                            use = {("G and VT", Market.SPOT): n * v.vcpus, ("Standard", Market.ON_DEMAND): m * w.vcpus}
+                            if (
+                                n / m < sat
+                                and m * w.memory_gib >= need_memory
+                                and price <= request.max_price + 1e-9
+                                and quota_ok(region, use)
+                            ):
                                 yield (*value(n), price, ("tier", region, v.name, n, w.name))
 
 
@@ -151,8 +164,15 @@ def close(a: float, b: float) -> bool:
 )
 def test_milp_ranking_equals_brute_force(catalog, max_price, objective, node_limit, checkpoint, work):
     deadline = {"deadline_hours": 1.0, "work_pflop": work} if objective is Objective.DEADLINE else {}
-    request = PlanRequest(max_price=max_price, objective=objective, node_limit=node_limit,
-                          checkpoint_size_gib=checkpoint, buffer_slots=2, top=3, **deadline)
+    request = PlanRequest(
+        max_price=max_price,
+        objective=objective,
+        node_limit=node_limit,
+        checkpoint_size_gib=checkpoint,
+        buffer_slots=2,
+        top=3,
+        **deadline,
+    )
     assert_milp_ranks_as(catalog, request, oracle_ranking(catalog, request, max_nodes=6))
 
 

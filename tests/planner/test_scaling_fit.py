@@ -23,8 +23,11 @@ RMSE = {
 
 def measured(instance_type: str) -> list[tuple[float, float]]:
     with (DATA / "scaling_resnet18.csv").open() as handle:
-        return [(float(r["nodes"]), float(r["speedup"])) for r in csv.DictReader(handle)
-                if r["instance_type"] == instance_type]
+        return [
+            (float(r["nodes"]), float(r["speedup"]))
+            for r in csv.DictReader(handle)
+            if r["instance_type"] == instance_type
+        ]
 
 
 def within(fit_value: float, sd: float | None, published: float, sds: float = 2.0) -> bool:
@@ -41,13 +44,16 @@ def test_fit_reproduces_deepvm_published_curves_within_uncertainty_or_better(ins
     published = MEASURED_SCALING[instance_type]
     fit = fit_speedup(points)
     ours, theirs = rmse(fit.params, points), rmse(published, points)
-    print(f"{instance_type}: a={fit.a.value:.4f}±{fit.a.sd:.4f} b={fit.b.value:.2f}±{fit.b.sd:.2f} "
-          f"c={fit.c.value:.3f}±{fit.c.sd:.3f} RMSE {ours:.3f}; DeepVM's a={published.a:.4f} b={published.b:.2f} "
-          f"c={published.c:.3f} RMSE {theirs:.3f}")
+    print(
+        f"{instance_type}: a={fit.a.value:.4f}±{fit.a.sd:.4f} b={fit.b.value:.2f}±{fit.b.sd:.2f} "
+        f"c={fit.c.value:.3f}±{fit.c.sd:.3f} RMSE {ours:.3f}; DeepVM's a={published.a:.4f} b={published.b:.2f} "
+        f"c={published.c:.3f} RMSE {theirs:.3f}"
+    )
     assert (round(ours, 3), round(theirs, 3)) == RMSE[instance_type]
     assert fit.rmse == pytest.approx(ours)
-    reproduced = all(within(e.value, e.sd, p) for e, p in ((fit.a, published.a), (fit.b, published.b),
-                                                           (fit.c, published.c)))
+    reproduced = all(
+        within(e.value, e.sd, p) for e, p in ((fit.a, published.a), (fit.b, published.b), (fit.c, published.c))
+    )
     assert reproduced or ours < theirs
     assert reproduced == (instance_type != "g4dn.xlarge")
     assert fit.max_nodes == 32
@@ -77,16 +83,19 @@ def test_three_sizes_fix_the_curve_and_leave_its_uncertainty_unknown():
     fit = fit_speedup([(1, 1.0), (2, 1.6), (3, 2.0)])
     assert fit.rmse < 1e-9
     assert (fit.a.sd, fit.b.sd, fit.c.sd) == (None, None, None)
-    assert fit.warnings == ("3 node counts fix the 3 parameters exactly: the curve's shape beyond 3 nodes is a "
-                            "guess; measure more sizes",)
+    assert fit.warnings == (
+        "3 node counts fix the 3 parameters exactly: the curve's shape beyond 3 nodes is a guess; measure more sizes",
+    )
 
 
 def test_falling_speed_up_warns_and_is_fitted_as_a_job_that_does_not_scale():
     """A job that gets slower with nodes: the steep curve that levelled off before one node, on which the
     planner's effective node count n K(n) stays below one node, not the flat one that scales linearly."""
     fit = fit_speedup([(1, 1.0), (2, 0.9), (3, 0.8), (4, 0.75)])
-    assert fit.warnings[0] == "the speed-up falls from 1 on 1 node to 0.9 on 2 nodes (and 2 more drops): " \
-                              "not a logistic curve"
+    assert (
+        fit.warnings[0] == "the speed-up falls from 1 on 1 node to 0.9 on 2 nodes (and 2 more drops): "
+        "not a logistic curve"
+    )
     assert all(effective_nodes(fit.params, n) < 1.0 for n in range(1, 50))
 
 
@@ -94,8 +103,10 @@ def test_small_drops_are_noise_and_high_rmse_warns():
     g4dn = fit_speedup(measured("g4dn.xlarge"))  # 5.49 at 28 nodes, 5.25 at 32: a 4% drop
     assert g4dn.warnings == ()
     zigzag = fit_speedup([(1, 1.0), (2, 3.0), (3, 1.5), (4, 4.0), (5, 2.0), (6, 4.2)])
-    assert any(w.startswith("the curve misses the measurements by") and "over 10% of the largest speed-up (4.2)" in w
-               for w in zigzag.warnings)
+    assert any(
+        w.startswith("the curve misses the measurements by") and "over 10% of the largest speed-up (4.2)" in w
+        for w in zigzag.warnings
+    )
 
 
 def test_one_size_cannot_be_fitted():

@@ -40,8 +40,16 @@ def mixed_plan() -> Plan:
         NodeGroup("c5.xlarge", Market.ON_DEMAND, 1, Role.HOLDER, 0.17),
     )
     k = min(scaling_factor(MEASURED_SCALING[t], 12) for t in ("g4dn.xlarge", "g5.xlarge"))
-    return Plan(Architecture.TIERING, "us-east-1", "us-east-1a", nodes, price_per_hour=8 * 0.1578 + 4 * 0.3018 + 0.17,
-                effective_flops=k * (8 * 377 + 4 * 696), objective_value=0.0, catalog_source="tests")
+    return Plan(
+        Architecture.TIERING,
+        "us-east-1",
+        "us-east-1a",
+        nodes,
+        price_per_hour=8 * 0.1578 + 4 * 0.3018 + 0.17,
+        effective_flops=k * (8 * 377 + 4 * 696),
+        objective_value=0.0,
+        catalog_source="tests",
+    )
 
 
 def hazard(per_hour: float) -> Trace:
@@ -60,9 +68,17 @@ def lifetimes(hours: list[float], censored: list[bool]) -> Trace:
 DAY = [1.0] * 6 + [0.5] * 3 + [1.0] * 4 + [0.0] * 2 + [0.75, 1.0, 1.0, 0.25, 1.0] + [1.0] * 8 + [0.0] + [1.0] * 19
 
 
-def case(plan: Plan, traces: Trace | tuple[Trace, ...], rules: PolicyRules = PolicyRules(replace=True), *,
-         hours: float = 20.0, runs: int = 64, seed: int = 1, deadline_h: float | None = None,
-         recovery: RecoveryModel = RecoveryModel()) -> SimCase:
+def case(
+    plan: Plan,
+    traces: Trace | tuple[Trace, ...],
+    rules: PolicyRules = PolicyRules(replace=True),
+    *,
+    hours: float = 20.0,
+    runs: int = 64,
+    seed: int = 1,
+    deadline_h: float | None = None,
+    recovery: RecoveryModel = RecoveryModel(),
+) -> SimCase:
     """`plan` doing `hours` of its own work (at full speed) on `traces` (one for every Spot group)."""
     cluster = sim_cluster(plan, paper_catalog())
     chosen = traces if isinstance(traces, tuple) else tuple(traces for _ in cluster.spot_groups)

@@ -17,13 +17,25 @@ PLAN = make_tiering_plan(spot=3, holders=1)
 CATALOG = catalog_of(PLAN)
 
 
-def question(scale: float = 180.0, notice_share: float = 0.5, seed: int = 3, step_s: float = 90.0,
-             seconds_per_step: tuple[float, ...] | None = None) -> ChaosQuestion:
+def question(
+    scale: float = 180.0,
+    notice_share: float = 0.5,
+    seed: int = 3,
+    step_s: float = 90.0,
+    seconds_per_step: tuple[float, ...] | None = None,
+) -> ChaosQuestion:
     """300 steps of 90 trace-seconds each, replacements joining 45 trace-minutes after a loss."""
-    return ChaosQuestion(PLAN, CATALOG, resolve_trace("aws-g4dn-bamboo"), seed, steps=300,
-                         step_time_s=step_s / scale, time_scale=scale,
-                         recovery=recovery_here(scale, notice_share, replacement_delay_s=2700.0 / scale),
-                         seconds_per_step=seconds_per_step)
+    return ChaosQuestion(
+        PLAN,
+        CATALOG,
+        resolve_trace("aws-g4dn-bamboo"),
+        seed,
+        steps=300,
+        step_time_s=step_s / scale,
+        time_scale=scale,
+        recovery=recovery_here(scale, notice_share, replacement_delay_s=2700.0 / scale),
+        seconds_per_step=seconds_per_step,
+    )
 
 
 def test_the_schedule_is_the_simulated_run_in_compressed_time():
@@ -55,7 +67,7 @@ def test_a_prediction_with_the_step_time_measured_later_sees_the_lives_the_sched
     for step_s in (60.0, 240.0):
         again = question(step_s=step_s)
         lost = [(e.at_h, e.slot, e.notice) for e in again.predict().events if e.kind is EventKind.LOST]
-        assert lost and lost == [(s.trace_at_h, s.slot, s.notice) for s in schedule][:len(lost)]
+        assert lost and lost == [(s.trace_at_h, s.slot, s.notice) for s in schedule][: len(lost)]
 
 
 def test_measured_step_times_set_the_speed_with_fewer_trainers():
@@ -82,10 +94,12 @@ def test_notice_share_splits_interrupts_from_terminations():
 def test_slots_go_to_live_nodes_oldest_first_and_replacements_take_the_vacant_one():
     slots = SlotMap.for_plan(PLAN, CATALOG)
     assert slots.slot_types == ("g4dn.xlarge",) * 3
-    nodes = [LiveNode("i-c", "g4dn.xlarge", "2026-11-23T10:00:02"),
-             LiveNode("i-a", "g4dn.xlarge", "2026-11-23T10:00:00"),
-             LiveNode("i-b", "g4dn.xlarge", "2026-11-23T10:00:01"),
-             LiveNode("i-x", "c5.xlarge", "2026-11-23T09:00:00")]
+    nodes = [
+        LiveNode("i-c", "g4dn.xlarge", "2026-11-23T10:00:02"),
+        LiveNode("i-a", "g4dn.xlarge", "2026-11-23T10:00:00"),
+        LiveNode("i-b", "g4dn.xlarge", "2026-11-23T10:00:01"),
+        LiveNode("i-x", "c5.xlarge", "2026-11-23T09:00:00"),
+    ]
     slots.update(nodes)
     assert slots.holder == {0: "i-a", 1: "i-b", 2: "i-c"}
     assert slots.take(1) == "i-b"
@@ -98,18 +112,29 @@ def test_slots_go_to_live_nodes_oldest_first_and_replacements_take_the_vacant_on
     assert slots.holder == {1: "i-d", 2: "i-c"}
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["--cluster", "nope", "--trace", "aws-g4dn-bamboo", "--steps", "10", "--step-time", "1"],
-     "deepvm: error: no cluster named 'nope'"),
-    (["--cluster", "c1", "--trace", "no-such-trace", "--steps", "10", "--step-time", "1"], "deepvm: error: "),
-    (["--trace", "aws-g4dn-bamboo", "--steps", "10", "--step-time", "1"],
-     "deepvm: error: no cluster named 'deepvm' (the default name; --cluster NAME picks another)"),
-    (["--cluster", "c1", "--trace", "gce", "--steps", "10"], "deepvm: error: --step-time is required"),
-    (["--cluster", "c1", "--trace", "gce", "--steps", "10", "--step-time", "1", "--time-scale", "0"],
-     "deepvm: error: --time-scale must be a positive number, got 0"),
-    (["--cluster", "c1", "--trace", "gce", "--steps", "10", "--step-time", "1", "--notice-share", "2"],
-     "deepvm: error: --notice-share must be at most 1, got 2"),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--cluster", "nope", "--trace", "aws-g4dn-bamboo", "--steps", "10", "--step-time", "1"],
+            "deepvm: error: no cluster named 'nope'",
+        ),
+        (["--cluster", "c1", "--trace", "no-such-trace", "--steps", "10", "--step-time", "1"], "deepvm: error: "),
+        (
+            ["--trace", "aws-g4dn-bamboo", "--steps", "10", "--step-time", "1"],
+            "deepvm: error: no cluster named 'deepvm' (the default name; --cluster NAME picks another)",
+        ),
+        (["--cluster", "c1", "--trace", "gce", "--steps", "10"], "deepvm: error: --step-time is required"),
+        (
+            ["--cluster", "c1", "--trace", "gce", "--steps", "10", "--step-time", "1", "--time-scale", "0"],
+            "deepvm: error: --time-scale must be a positive number, got 0",
+        ),
+        (
+            ["--cluster", "c1", "--trace", "gce", "--steps", "10", "--step-time", "1", "--notice-share", "2"],
+            "deepvm: error: --notice-share must be at most 1, got 2",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(args, line, capsys):
     code = main(["chaos", *args])
     err = capsys.readouterr().err

@@ -21,8 +21,16 @@ SCALE = 10.0  # a trace step of 5 minutes in 30 s
 
 
 def question(seed: int = 0, trace: str = "aws-v100-16-us-west-2a") -> ChaosQuestion:
-    return ChaosQuestion(PLAN, catalog_of(PLAN), resolve_trace(trace), seed, steps=300, step_time_s=0.6,
-                         time_scale=SCALE, recovery=recovery_here(SCALE, 1.0, replacement_delay_s=8.0))
+    return ChaosQuestion(
+        PLAN,
+        catalog_of(PLAN),
+        resolve_trace(trace),
+        seed,
+        steps=300,
+        step_time_s=0.6,
+        time_scale=SCALE,
+        recovery=recovery_here(SCALE, 1.0, replacement_delay_s=8.0),
+    )
 
 
 def test_the_samples_are_the_series_the_simulated_ladder_meets_from_the_same_start():
@@ -38,8 +46,9 @@ def test_the_samples_are_the_series_the_simulated_ladder_meets_from_the_same_sta
         assert step.at_s == pytest.approx(step.trace_at_h * SECONDS_PER_HOUR / SCALE)
         assert step.nodes == zone.capacity(offset, step.trace_at_h, case.levels)
         assert 0 <= step.nodes <= 3
-    assert [round((b.trace_at_h - a.trace_at_h) / step_h, 9) for a, b in pairwise(steps[1:])] == \
-        [1.0] * (len(steps) - 2)  # a sample every step of the series after the first (the start is mid-step)
+    assert [round((b.trace_at_h - a.trace_at_h) / step_h, 9) for a, b in pairwise(steps[1:])] == [1.0] * (
+        len(steps) - 2
+    )  # a sample every step of the series after the first (the start is mid-step)
     # this seed's stretch: full, empty for ten minutes, full again; the simulated run loses all three nodes
     assert [s.nodes for s in steps[:5]] == [3, 0, 0, 3, 3]
     run = run_market(case, draws, 0)
@@ -54,8 +63,17 @@ def test_the_ladders_backoff_is_the_heads_in_trace_time():
 
 def test_measured_step_times_set_the_simulated_rate():
     q = question(seed=10, trace="aws-v100-16-us-east-2b")  # one node of three lost for a while
-    measured = ChaosQuestion(q.plan, q.catalog, q.trace, q.seed, q.steps, q.step_time_s, q.time_scale, q.recovery,
-                             seconds_per_step=(0.6, 0.6, 0.6))  # fewer trainers: no slower (shared cores)
+    measured = ChaosQuestion(
+        q.plan,
+        q.catalog,
+        q.trace,
+        q.seed,
+        q.steps,
+        q.step_time_s,
+        q.time_scale,
+        q.recovery,
+        seconds_per_step=(0.6, 0.6, 0.6),
+    )  # fewer trainers: no slower (shared cores)
     case = measured.market_case()
     assert case.measured_rates == pytest.approx((case.full_rate,) * 3)
     slower = run_market(q.market_case(), q.market_case().draws(), 0)
@@ -66,9 +84,11 @@ def test_measured_step_times_set_the_simulated_rate():
 def test_live_nodes_take_the_lowest_free_level_and_a_drop_reclaims_those_above():
     draws = question().market_case().draws()
     levels = Levels(3)
-    nodes = [LiveNode("i-c", "g4dn.xlarge", "2026-11-25T10:00:02"),
-             LiveNode("i-a", "g4dn.xlarge", "2026-11-25T10:00:00"),
-             LiveNode("i-b", "g5.xlarge", "2026-11-25T10:00:01")]  # a repair of another type counts alike
+    nodes = [
+        LiveNode("i-c", "g4dn.xlarge", "2026-11-25T10:00:02"),
+        LiveNode("i-a", "g4dn.xlarge", "2026-11-25T10:00:00"),
+        LiveNode("i-b", "g5.xlarge", "2026-11-25T10:00:01"),
+    ]  # a repair of another type counts alike
     levels.update(nodes)
     assert levels.holder == {0: ("i-a", 0), 1: ("i-b", 0), 2: ("i-c", 0)}
     gone = levels.above(1, draws)

@@ -29,23 +29,30 @@ from tests.simulation.sim_cases import (
 HALF_NOTICE = RecoveryModel(notice_share=0.5)
 # relaunches as long as the time between events: losses and joins land while one is under way, before and
 # after it launches its nodes
-CROWDED = RecoveryModel(notice_share=0.5, relaunch_s=1800.0, restart_s=900.0, launch_s=1200.0,
-                        replacement_delay_s=1500.0)
+CROWDED = RecoveryModel(
+    notice_share=0.5, relaunch_s=1800.0, restart_s=900.0, launch_s=1200.0, replacement_delay_s=1500.0
+)
 CASES = {
     "deepvm on a hazard": lambda: case(paper_plan(), hazard(0.05)),
     "deepvm, relaunches crowded with events": lambda: case(paper_plan(), hazard(0.1), recovery=CROWDED),
-    "shrink-only, half the reclaims without notice": lambda: case(paper_plan(), hazard(0.08), PolicyRules(False),
-                                                                  recovery=HALF_NOTICE),
+    "shrink-only, half the reclaims without notice": lambda: case(
+        paper_plan(), hazard(0.08), PolicyRules(False), recovery=HALF_NOTICE
+    ),
     "deepvm on a capacity series": lambda: case(paper_plan(), capacity(DAY), recovery=HALF_NOTICE),
-    "restart-all on a capacity series": lambda: case(spot_only_plan(paper_plan(), paper_catalog()), capacity(DAY),
-                                                     PolicyRules(True, restart_all=True)),
-    "deadline fallback": lambda: case(paper_plan(), capacity(DAY), PolicyRules(True, deadline_fallback=True),
-                                      deadline_h=21.0),
+    "restart-all on a capacity series": lambda: case(
+        spot_only_plan(paper_plan(), paper_catalog()), capacity(DAY), PolicyRules(True, restart_all=True)
+    ),
+    "deadline fallback": lambda: case(
+        paper_plan(), capacity(DAY), PolicyRules(True, deadline_fallback=True), deadline_h=21.0
+    ),
     "single anchor (cost-first) on censored lifetimes": lambda: case(
-        paper_result().baselines["cost_first"], lifetimes([3.0, 9.0, 24.0, 1.5], [False, False, True, False]),
-        recovery=HALF_NOTICE),
+        paper_result().baselines["cost_first"],
+        lifetimes([3.0, 9.0, 24.0, 1.5], [False, False, True, False]),
+        recovery=HALF_NOTICE,
+    ),
     "two Spot pools, one by capacity, one by lifetimes": lambda: case(
-        mixed_plan(), (capacity(DAY, request=8), hazard(0.1)), recovery=HALF_NOTICE),
+        mixed_plan(), (capacity(DAY, request=8), hazard(0.1)), recovery=HALF_NOTICE
+    ),
 }
 
 
@@ -58,7 +65,10 @@ def test_engine_and_reference_agree_run_by_run(name):
     for run in range(24):
         one = run_one(sim, draws, run)
         assert (one.makespan_h, one.cost_usd, one.interruptions, one.restarts) == (
-            outcomes.makespan_h[run], outcomes.cost_usd[run], outcomes.interruptions[run], outcomes.restarts[run]
+            outcomes.makespan_h[run],
+            outcomes.cost_usd[run],
+            outcomes.interruptions[run],
+            outcomes.restarts[run],
         ), f"run {run}"
 
 
@@ -97,7 +107,6 @@ def test_capacity_drop_preempts_the_nodes_above_it_at_once():
     assert math.isclose(min(joins) - first, 1.0 + RecoveryModel().replacement_delay_h, abs_tol=1e-9)
 
 
-
 def test_lifetimes_drawn_in_many_small_blocks_agree_too():
     """Blocks of one node per slot: nearly every join needs a block no run needed before."""
     sim = case(paper_plan(), lifetimes([0.5, 2.0, 6.0], [False, False, True]), recovery=HALF_NOTICE)
@@ -107,4 +116,8 @@ def test_lifetimes_drawn_in_many_small_blocks_agree_too():
     for run in range(8):
         one = run_one(sim, draws, run)
         assert (one.makespan_h, one.cost_usd, one.interruptions, one.restarts) == (
-            outcomes.makespan_h[run], outcomes.cost_usd[run], outcomes.interruptions[run], outcomes.restarts[run])
+            outcomes.makespan_h[run],
+            outcomes.cost_usd[run],
+            outcomes.interruptions[run],
+            outcomes.restarts[run],
+        )

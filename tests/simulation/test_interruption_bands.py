@@ -15,8 +15,7 @@ from simulation.traces.bands import HOURS_PER_MONTH, parse_band_snapshot
 
 @pytest.mark.parametrize(
     ("band", "per_hour"),
-    [("<5%", 3.4682e-5), ("5-10%", 1.06797e-4), ("10-15%", 1.82920e-4), ("15-20%", 2.63523e-4),
-     (">20%", 3.94087e-4)],
+    [("<5%", 3.4682e-5), ("5-10%", 1.06797e-4), ("10-15%", 1.82920e-4), ("15-20%", 2.63523e-4), (">20%", 3.94087e-4)],
 )
 def test_band_midpoint_is_the_share_reclaimed_in_a_month(band, per_hour):
     hazard = band_hazard(band)
@@ -66,13 +65,22 @@ def test_default_trace_uses_the_recorded_band_or_says_it_fell_back():
 
 @pytest.mark.parametrize(
     ("change", "needle"),
-    [({"as_of": "July"}, "as_of must be a date"), ({"source": "aws"}, "source must be"),
-     ({"fallback_band": "30%"}, "fallback_band must be one of"),
-     ({"bands": {"us-east-1": {"g4dn.xlarge": "7%"}}}, "bands.us-east-1.g4dn.xlarge must be one of"),
-     ({"bands": {"mars": {}}}, "'mars' is not a region"), ({"bands": {"us-east-1": {"G4": "<5%"}}}, "'G4'")],
+    [
+        ({"as_of": "July"}, "as_of must be a date"),
+        ({"source": "aws"}, "source must be"),
+        ({"fallback_band": "30%"}, "fallback_band must be one of"),
+        ({"bands": {"us-east-1": {"g4dn.xlarge": "7%"}}}, "bands.us-east-1.g4dn.xlarge must be one of"),
+        ({"bands": {"mars": {}}}, "'mars' is not a region"),
+        ({"bands": {"us-east-1": {"G4": "<5%"}}}, "'G4'"),
+    ],
 )
 def test_snapshot_is_validated_on_load(change, needle):
-    document = {"as_of": "2025-07-01", "source": "estimate", "fallback_band": ">20%",
-                "bands": {"us-east-1": {"g4dn.xlarge": "5-10%"}}, **change}
+    document = {
+        "as_of": "2025-07-01",
+        "source": "estimate",
+        "fallback_band": ">20%",
+        "bands": {"us-east-1": {"g4dn.xlarge": "5-10%"}},
+        **change,
+    }
     with pytest.raises(TraceError, match=needle):
         parse_band_snapshot(document, "bands.json")

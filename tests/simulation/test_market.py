@@ -27,9 +27,13 @@ from simulation.zones import TraceSpec, ZoneTraces, parse_trace_flag, zone_trace
 
 REGION_ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f")
 OWN = "us-east-1c"  # where the planner puts the snapshot's cluster at $12/h (the cheapest g4dn.xlarge Spot)
-ALL_ZONES = {"us-east-1c": "aws-v100-16-us-east-2b", "us-east-1a": "aws-v100-16-us-west-2a",
-             "us-east-1b": "aws-v100-16-us-west-2c", "us-east-1d": "aws-v100-4-us-east-1f",
-             "us-east-1f": "aws-v100-4-us-east-2a"}
+ALL_ZONES = {
+    "us-east-1c": "aws-v100-16-us-east-2b",
+    "us-east-1a": "aws-v100-16-us-west-2a",
+    "us-east-1b": "aws-v100-16-us-west-2c",
+    "us-east-1d": "aws-v100-4-us-east-1f",
+    "us-east-1f": "aws-v100-4-us-east-2a",
+}
 
 
 @cache
@@ -58,8 +62,12 @@ def compare(names: tuple[PolicyName, ...], by_zone: dict[str, str], runs: int, d
 def test_the_bar_where_on_demand_keeps_the_deadline_deepvm_keeps_it_for_less():
     """us-east-2b's series in the plan's zone (capacity gone 37 % of the time), 6 h for what on demand does in
     5.47 h: deepvm misses at most 5 %, and costs less than on demand; deadline-fallback does neither."""
-    got = compare((PolicyName.DEEPVM, PolicyName.ON_DEMAND, PolicyName.DEADLINE_FALLBACK),
-                  {OWN: "aws-v100-16-us-east-2b"}, runs=40, deadline_h=6.0)
+    got = compare(
+        (PolicyName.DEEPVM, PolicyName.ON_DEMAND, PolicyName.DEADLINE_FALLBACK),
+        {OWN: "aws-v100-16-us-east-2b"},
+        runs=40,
+        deadline_h=6.0,
+    )
     deepvm, od, fallback = got[PolicyName.DEEPVM], got[PolicyName.ON_DEMAND], got[PolicyName.DEADLINE_FALLBACK]
     assert od.p_miss_deadline == 0.0 and od.makespan_h.p90 == pytest.approx(5.469, abs=1e-3)
     assert deepvm.p_miss_deadline <= 0.05
@@ -73,8 +81,13 @@ def test_with_every_zone_of_the_region_deepvm_moves_and_its_p90_falls_several_fo
     assert got[PolicyName.DEEPVM].traces == tuple(ALL_ZONES[z] for z in sorted(ALL_ZONES, key=lambda z: (z != OWN, z)))
 
 
-def _one_run(by_zone: dict[str, Trace], deadline_h: float | None, work: float = 27_000.0, run: int = 0,
-             fallback: float | None = None):
+def _one_run(
+    by_zone: dict[str, Trace],
+    deadline_h: float | None,
+    work: float = 27_000.0,
+    run: int = 0,
+    fallback: float | None = None,
+):
     given = [(TraceSpec(zone, trace.name), trace) for zone, trace in by_zone.items()]
     zones = zone_traces(given, OWN, "us-east-1", REGION_ZONES, default_trace_for)
     workload = Workload(work_pflop=work, runs=1, seed=3, deadline_h=deadline_h)
@@ -136,11 +149,14 @@ def test_the_series_share_one_clock_cut_to_the_shortest():
     assert zones.trace_for("g4dn.xlarge", "us-east-1", "us-east-1d") is kept[OWN]  # no trace: the plan's own
 
 
-@pytest.mark.parametrize(("flag", "zone", "spec"), [
-    ("us-east-1a=aws-v100-16-us-east-2b", "us-east-1a", "aws-v100-16-us-east-2b"),
-    ("aws-v100-16-us-east-2b", None, "aws-v100-16-us-east-2b"),
-    ("./traces/a.json", None, "./traces/a.json"),
-])
+@pytest.mark.parametrize(
+    ("flag", "zone", "spec"),
+    [
+        ("us-east-1a=aws-v100-16-us-east-2b", "us-east-1a", "aws-v100-16-us-east-2b"),
+        ("aws-v100-16-us-east-2b", None, "aws-v100-16-us-east-2b"),
+        ("./traces/a.json", None, "./traces/a.json"),
+    ],
+)
 def test_trace_flags(flag, zone, spec):
     assert parse_trace_flag(flag) == TraceSpec(zone, spec)
 
@@ -148,7 +164,9 @@ def test_trace_flags(flag, zone, spec):
 def test_zone_errors_are_one_line():
     with pytest.raises(InputError, match="us-west-2a is not a zone of the plan's region us-east-1"):
         traces({"us-west-2a": "aws-v100-16-us-east-2b"})
-    twice = [(TraceSpec(None, "aws-v100-16-us-east-2b"), resolve_trace("aws-v100-16-us-east-2b")),
-             (TraceSpec(OWN, "aws-v100-4-us-east-1f"), resolve_trace("aws-v100-4-us-east-1f"))]
+    twice = [
+        (TraceSpec(None, "aws-v100-16-us-east-2b"), resolve_trace("aws-v100-16-us-east-2b")),
+        (TraceSpec(OWN, "aws-v100-4-us-east-1f"), resolve_trace("aws-v100-4-us-east-1f")),
+    ]
     with pytest.raises(InputError, match="two traces for us-east-1c"):
         zone_traces(twice, OWN, "us-east-1", REGION_ZONES, default_trace_for)

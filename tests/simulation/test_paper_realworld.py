@@ -38,14 +38,23 @@ def test_predicted_makespans_rank_deepvm_cost_first_performance_first(models, mo
     assert rows[0].predicted_s == pytest.approx(rows[0].measured_s)  # the scale the others share
 
 
-@pytest.mark.parametrize("model, policy", [
-    ("profiled", "cost-first"),
-    ("profiled", "performance-first"),
-    ("default", "cost-first"),
-    pytest.param("default", "performance-first", marks=pytest.mark.xfail(
-        strict=True, reason="DeepVM's K(n) = 1 below b takes 7 g5.xlarge as linear: x1.31 predicted, x1.97 "
-                            "measured (-33 %); DeepVM measured x1.03 on 8 g5.xlarge")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "model, policy",
+    [
+        ("profiled", "cost-first"),
+        ("profiled", "performance-first"),
+        ("default", "cost-first"),
+        pytest.param(
+            "default",
+            "performance-first",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="DeepVM's K(n) = 1 below b takes 7 g5.xlarge as linear: x1.31 predicted, x1.97 "
+                "measured (-33 %); DeepVM measured x1.03 on 8 g5.xlarge",
+            ),
+        ),
+    ],
+)
 def test_baseline_ratio_to_deepvm_within_15_percent_of_measured(models, model, policy):
     row = next(r for r in models[model] if r.policy == policy)
     assert row.within_tolerance, f"{model}: {shown(models[model])}"

@@ -22,15 +22,22 @@ def test_every_policy_at_the_papers_price_cap():
     policies = plan_policies(paper_catalog(), PlanRequest(max_price=PAPER_CAP), None, with_deadline=True)
     by_name = {p.policy.value: p for p in policies}
     assert list(by_name) == ALL
-    assert by_name["deepvm"].plan == by_name["plan-only"].plan == by_name["shrink-only"].plan == by_name[
-        "deadline-fallback"].plan
+    assert (
+        by_name["deepvm"].plan
+        == by_name["plan-only"].plan
+        == by_name["shrink-only"].plan
+        == by_name["deadline-fallback"].plan
+    )
     assert by_name["deepvm"].rules.ladder and not by_name["plan-only"].rules.ladder
     assert by_name["deepvm"].plan.summary() == "17 g4dn.xlarge spot + 1 c5.xlarge on-demand holder"
     assert by_name["cost-first"].plan.summary() == "1 g4dn.xlarge on-demand anchor + 15 g4dn.xlarge spot"
     assert all(g.market is Market.ON_DEMAND for g in by_name["on-demand"].plan.nodes)
     assert by_name["on-demand"].plan.price_per_hour <= PAPER_CAP
-    assert (by_name["shrink-only"].rules.replace, by_name["spot-restart"].rules.restart_all,
-            by_name["deadline-fallback"].rules.deadline_fallback) == (False, True, True)
+    assert (
+        by_name["shrink-only"].rules.replace,
+        by_name["spot-restart"].rules.restart_all,
+        by_name["deadline-fallback"].rules.deadline_fallback,
+    ) == (False, True, True)
     without = plan_policies(paper_catalog(), PlanRequest(max_price=PAPER_CAP), None, with_deadline=False)
     assert "deadline-fallback" not in {p.policy.value for p in without}
 
@@ -38,7 +45,8 @@ def test_every_policy_at_the_papers_price_cap():
 def test_spot_only_plan_keeps_the_trainers_and_drops_the_holders():
     plan = spot_only_plan(paper_plan(), paper_catalog())
     assert [(g.instance_type, g.market, g.count, g.role) for g in plan.nodes] == [
-        ("g4dn.xlarge", Market.SPOT, 17, Role.TRAINER)]
+        ("g4dn.xlarge", Market.SPOT, 17, Role.TRAINER)
+    ]
     assert plan.price_per_hour == pytest.approx(17 * 0.1578)
     assert plan.effective_flops == paper_plan().effective_flops
 
@@ -62,8 +70,16 @@ def test_json_document_has_the_issues_shape(comparison):
     assert (doc["runs"], doc["seed"], doc["trace"], doc["work"]) == (200, 3, "rate:0.02/h", 400_000.0)
     assert [p["policy"] for p in doc["policies"]] == ALL
     for p in doc["policies"]:
-        assert set(p) == {"policy", "plan", "makespan_h", "cost_usd", "usd_per_pflop", "interruptions_per_run",
-                          "restarts_per_run", "p_miss_deadline"}
+        assert set(p) == {
+            "policy",
+            "plan",
+            "makespan_h",
+            "cost_usd",
+            "usd_per_pflop",
+            "interruptions_per_run",
+            "restarts_per_run",
+            "p_miss_deadline",
+        }
         for field in ("makespan_h", "cost_usd"):
             q = p[field]
             assert set(q) == {"mean", "p50", "p90", "p99"} and q["p50"] <= q["p90"] <= q["p99"]
@@ -78,4 +94,3 @@ def test_json_document_has_the_issues_shape(comparison):
     assert deepvm["p_miss_deadline"] > 0 and fallback["p_miss_deadline"] < deepvm["p_miss_deadline"]
     assert fallback["cost_usd"]["mean"] > deepvm["cost_usd"]["mean"]
     assert by_name["on-demand"]["p_miss_deadline"] == 1.0  # the on-demand cluster is slower than 17.5 h
-

@@ -19,21 +19,27 @@ RELAUNCH_H, LAUNCH_H, WORK_H = 0.2, 0.1, 1.6  # relaunch 12 min, its last 6 min 
 
 def one_loss(delay_h: float):
     """The 8 g4dn nodes of `mixed_plan` all die after 1 h (one event); the 4 g5 nodes never do."""
-    recovery = RecoveryModel(relaunch_s=RELAUNCH_H * 3600, launch_s=LAUNCH_H * 3600,
-                             replacement_delay_s=delay_h * 3600)
+    recovery = RecoveryModel(relaunch_s=RELAUNCH_H * 3600, launch_s=LAUNCH_H * 3600, replacement_delay_s=delay_h * 3600)
     sim = case(mixed_plan(), (lifetimes([1.0], [False]), hazard(0.0)), hours=WORK_H, runs=4, recovery=recovery)
     draws = sim.draws()
     one = run_one(sim, draws, 0, record=True)
     out = simulate(sim, draws)
     assert (one.makespan_h, one.cost_usd, one.interruptions, one.restarts) == (
-        out.makespan_h[0], out.cost_usd[0], out.interruptions[0], out.restarts[0])
+        out.makespan_h[0],
+        out.cost_usd[0],
+        out.interruptions[0],
+        out.restarts[0],
+    )
     return sim, one
 
 
-@pytest.mark.parametrize(("delay_h", "restarts", "back_at_h"), [
-    (0.05, 1, 1.0 + RELAUNCH_H),  # ready before the launch: the relaunch on the survivors takes it in
-    (0.15, 2, 1.0 + 2 * RELAUNCH_H),  # ready during the launch: folded in at a relaunch right after it
-])
+@pytest.mark.parametrize(
+    ("delay_h", "restarts", "back_at_h"),
+    [
+        (0.05, 1, 1.0 + RELAUNCH_H),  # ready before the launch: the relaunch on the survivors takes it in
+        (0.15, 2, 1.0 + 2 * RELAUNCH_H),  # ready during the launch: folded in at a relaunch right after it
+    ],
+)
 def test_a_replacement_ready_during_the_relaunch(delay_h, restarts, back_at_h):
     _, one = one_loss(delay_h)
     assert one.interruptions == 8 and one.restarts == restarts

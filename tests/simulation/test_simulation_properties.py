@@ -33,9 +33,12 @@ def test_on_demand_only_is_unaffected_by_any_trace(trace, seed, hours):
 
 
 @FAST
-@given(seed=st.integers(0, 2**31), hours=st.floats(0.1, 500.0),
-       plan=st.sampled_from(["deepvm", "cost_first", "performance_first"]),
-       trace=st.sampled_from([hazard(0.0), capacity([1.0])]))
+@given(
+    seed=st.integers(0, 2**31),
+    hours=st.floats(0.1, 500.0),
+    plan=st.sampled_from(["deepvm", "cost_first", "performance_first"]),
+    trace=st.sampled_from([hazard(0.0), capacity([1.0])]),
+)
 def test_no_interruptions_reproduce_the_planners_makespan(seed, hours, plan, trace):
     chosen = paper_plan() if plan == "deepvm" else paper_result().baselines[plan]
     sim = case(chosen, trace, hours=hours, runs=10, seed=seed)
@@ -47,17 +50,27 @@ def test_no_interruptions_reproduce_the_planners_makespan(seed, hours, plan, tra
 
 
 @FAST
-@given(seed=st.integers(0, 2**31), rate=st.floats(0.002, 0.05), factor=st.floats(2.0, 5.0),
-       notice=st.sampled_from([1.0, 0.5, 0.0]), rules=st.sampled_from(["deepvm", "shrink-only", "spot-restart"]))
+@given(
+    seed=st.integers(0, 2**31),
+    rate=st.floats(0.002, 0.05),
+    factor=st.floats(2.0, 5.0),
+    notice=st.sampled_from([1.0, 0.5, 0.0]),
+    rules=st.sampled_from(["deepvm", "shrink-only", "spot-restart"]),
+)
 def test_expected_cost_rises_with_the_interruption_rate(seed, rate, factor, notice, rules):
     """On the same seed, a higher hazard shortens every node's life (common random numbers): more
     interruptions, and a higher mean cost."""
     plan = spot_only_plan(paper_plan(), paper_catalog()) if rules == "spot-restart" else paper_plan()
-    policy = {"deepvm": PolicyRules(True), "shrink-only": PolicyRules(False),
-              "spot-restart": PolicyRules(True, restart_all=True)}[rules]
+    policy = {
+        "deepvm": PolicyRules(True),
+        "shrink-only": PolicyRules(False),
+        "spot-restart": PolicyRules(True, restart_all=True),
+    }[rules]
     recovery = RecoveryModel(notice_share=notice)
-    low, high = (simulate(case(plan, hazard(h), policy, hours=20.0, runs=100, seed=seed, recovery=recovery))
-                 for h in (rate, rate * factor))
+    low, high = (
+        simulate(case(plan, hazard(h), policy, hours=20.0, runs=100, seed=seed, recovery=recovery))
+        for h in (rate, rate * factor)
+    )
     assert high.interruptions.mean() > low.interruptions.mean()
     assert high.cost_usd.mean() > low.cost_usd.mean()
     assert high.makespan_h.mean() > low.makespan_h.mean()
@@ -67,8 +80,10 @@ def test_expected_cost_rises_with_the_interruption_rate(seed, rate, factor, noti
 @given(seed=st.integers(0, 2**31), trace=traces)
 def test_the_same_seed_gives_the_same_result(seed, trace):
     sim = case(paper_plan(), trace, hours=12.0, runs=30, seed=seed, recovery=RecoveryModel(notice_share=0.5))
-    first, again = simulate(sim), simulate(case(paper_plan(), trace, hours=12.0, runs=30, seed=seed,
-                                                recovery=RecoveryModel(notice_share=0.5)))
+    first, again = (
+        simulate(sim),
+        simulate(case(paper_plan(), trace, hours=12.0, runs=30, seed=seed, recovery=RecoveryModel(notice_share=0.5))),
+    )
     for field in ("makespan_h", "cost_usd", "interruptions", "restarts"):
         assert np.array_equal(getattr(first, field), getattr(again, field))
 

@@ -58,9 +58,14 @@ def test_bamboo_events_become_one_lifetime_per_up_interval(name, events, nodes):
 
 @pytest.mark.parametrize(
     ("name", "request_size", "hours"),
-    [("aws-v100-16-us-east-2b", 16, 270.6), ("aws-v100-16-us-west-2a", 16, 394.7),
-     ("aws-v100-16-us-west-2c", 16, 394.7), ("aws-v100-4-us-east-1f", 4, 305.3),
-     ("aws-v100-4-us-east-2a", 4, 427.6), ("aws-v100-4-us-west-2c", 4, 427.6)],
+    [
+        ("aws-v100-16-us-east-2b", 16, 270.6),
+        ("aws-v100-16-us-west-2a", 16, 394.7),
+        ("aws-v100-16-us-west-2c", 16, 394.7),
+        ("aws-v100-4-us-east-1f", 4, 305.3),
+        ("aws-v100-4-us-east-2a", 4, 427.6),
+        ("aws-v100-4-us-west-2c", 4, 427.6),
+    ],
 )
 def test_capacity_series_are_shares_of_their_request(name, request_size, hours):
     trace = resolve_trace(name)
@@ -80,8 +85,11 @@ def test_every_shipped_name_loads_from_the_package_data():
     for name in names:
         assert resolve_trace(name).name == name
     licences = resources.files("simulation").joinpath("data/traces/licenses")
-    assert {p.name for p in licences.iterdir()} >= {"bamboo-MIT.txt", "skynomad-NOTICE.txt",
-                                                    "transient-deep-learning-APACHE-2.0.txt"}
+    assert {p.name for p in licences.iterdir()} >= {
+        "bamboo-MIT.txt",
+        "skynomad-NOTICE.txt",
+        "transient-deep-learning-APACHE-2.0.txt",
+    }
     assert "Apache-2.0" in resources.files("simulation").joinpath("data/traces/README.md").read_text()
 
 
@@ -92,9 +100,13 @@ CAPACITY = json.dumps({"metadata": {"gap_seconds": 600}, "data": [3, 3, 1, 0, 2]
 
 @pytest.mark.parametrize(
     ("text", "kind"),
-    [(LIFETIMES, TraceKind.LIFETIMES), ("vm-0,2/19/19 22:53,2/20/19 09:50\n", TraceKind.LIFETIMES),
-     (EVENTS, TraceKind.EVENTS), ("time_ms,event,node\n" + EVENTS, TraceKind.EVENTS),
-     ("\n  " + CAPACITY, TraceKind.CAPACITY)],
+    [
+        (LIFETIMES, TraceKind.LIFETIMES),
+        ("vm-0,2/19/19 22:53,2/20/19 09:50\n", TraceKind.LIFETIMES),
+        (EVENTS, TraceKind.EVENTS),
+        ("time_ms,event,node\n" + EVENTS, TraceKind.EVENTS),
+        ("\n  " + CAPACITY, TraceKind.CAPACITY),
+    ],
 )
 def test_a_users_file_is_told_apart_by_content_not_by_extension(tmp_path, text, kind):
     path = tmp_path / "trace.dat"  # the extension says nothing
@@ -165,8 +177,12 @@ def test_unreadable_things_are_refused_before_reading(tmp_path):
     big = tmp_path / "big.csv"
     with open(big, "wb") as handle:  # sparse: no 50 MB written
         handle.truncate(MAX_TRACE_BYTES + 1)
-    for path, needle in ((big, "larger than 50 MiB"), (tmp_path, "is a directory"),
-                         ("/dev/zero", "not a regular file"), (tmp_path / "none.csv", "trace file not found")):
+    for path, needle in (
+        (big, "larger than 50 MiB"),
+        (tmp_path, "is a directory"),
+        ("/dev/zero", "not a regular file"),
+        (tmp_path / "none.csv", "trace file not found"),
+    ):
         with pytest.raises(TraceError, match=needle):
             resolve_trace(str(path))
     binary = tmp_path / "b.bin"
@@ -190,16 +206,21 @@ def test_unknown_names_suggest_the_closest(tmp_path, monkeypatch):
 def test_lifetimes_take_iso_8601_times(tmp_path):
     """Issue 23 point 10: only M/D/YY H:MM was read; ISO 8601 is what most logs write."""
     path = tmp_path / "iso.csv"
-    path.write_text("vm-a,2019-02-18T23:39,2019-02-19T01:09:30\n"
-                    "vm-b,2019-02-18 23:39:00+01:00,2019-02-18T23:00:00Z\n"  # offsets: compared in UTC
-                    "vm-c,2/18/19 23:39,2019-02-19T23:44\n")  # fmt: skip
+    path.write_text(
+        "vm-a,2019-02-18T23:39,2019-02-19T01:09:30\n"
+        "vm-b,2019-02-18 23:39:00+01:00,2019-02-18T23:00:00Z\n"  # offsets: compared in UTC
+        "vm-c,2/18/19 23:39,2019-02-19T23:44\n"
+    )
     trace = read_trace_file(path)
     assert trace.kind is TraceKind.LIFETIMES
     assert trace.lifetimes_h == pytest.approx((1.5 + 0.5 / 60, 0.35, 24 + 5 / 60))
     assert trace.censored == (False, False, True)
     path.write_text("vm-a,2019-02-18T23:39,2019-02-19T25:00\n")
-    with pytest.raises(TraceError, match=r":1: Terminate '2019-02-19T25:00' is not a time of the form M/D/YY H:MM "
-                                         r"or ISO 8601"):
+    with pytest.raises(
+        TraceError,
+        match=r":1: Terminate '2019-02-19T25:00' is not a time of the form M/D/YY H:MM "
+        r"or ISO 8601",
+    ):
         read_trace_file(path)
 
 

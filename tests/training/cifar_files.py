@@ -87,9 +87,7 @@ def fake_batches(per_batch: int = 6, seed: int = 0) -> dict[str, tuple[torch.Ten
     return out
 
 
-def write_batch_dir(
-    root: Path, per_batch: int = 6, seed: int = 0
-) -> dict[str, tuple[torch.Tensor, list[int]]]:
+def write_batch_dir(root: Path, per_batch: int = 6, seed: int = 0) -> dict[str, tuple[torch.Tensor, list[int]]]:
     """root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}; returns what was written."""
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)

@@ -82,8 +82,9 @@ class Rig:
             self.steps.append(p.step)
             self.elapsed_s += self.work_s_per_step / max(p.world_size, 1)
 
-        return JobReporter(note=self._note, progress=progress,
-                           log=lambda prefix, text: self.logs.append((prefix, text)))
+        return JobReporter(
+            note=self._note, progress=progress, log=lambda prefix, text: self.logs.append((prefix, text))
+        )
 
     def _note(self, text: str) -> None:
         self.notes.append(text)
@@ -97,12 +98,22 @@ class Rig:
         has seen took at the trainers there were), which never depends on the machine's load and stands
         still between attempts (so a relaunch takes no time on it, as the ladder is told from the start)."""
         request = replace(TrainRequest(self.job, self.cluster.name, "python3", cancel_file=self.cancel_file), **asked)
-        self.controller = Controller(load_job_spec(self.job), request, self.cluster, self.tmp / "runtime",
-                                     self.reporter(), self.buyer, self.nodes, tick_s=0.01)  # fmt: skip
+        self.controller = Controller(
+            load_job_spec(self.job),
+            request,
+            self.cluster,
+            self.tmp / "runtime",
+            self.reporter(),
+            self.buyer,
+            self.nodes,
+            tick_s=0.01,
+        )
         if clock is not None:
             start, wall = time.monotonic(), time.time()
-            clocks = {"fast": lambda: wall + (time.monotonic() - start) * 1000.0,
-                      "steps": lambda: wall + self.elapsed_s}  # fmt: skip
+            clocks = {
+                "fast": lambda: wall + (time.monotonic() - start) * 1000.0,
+                "steps": lambda: wall + self.elapsed_s,
+            }
             market = self.controller.market
             market.clock = self.buyer.clock = clocks[clock]
             self.cluster.bill_by(clocks[clock])
@@ -136,8 +147,10 @@ class Rig:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             pool = self.controller.pool if self.controller else None
-            if pool and any(i.startswith(instance_id_prefix) and s.status is NodeStatus.READY and i not in (T0, T1, T2)
-                            for i, s in list(pool.slots.items())):  # fmt: skip
+            if pool and any(
+                i.startswith(instance_id_prefix) and s.status is NodeStatus.READY and i not in (T0, T1, T2)
+                for i, s in list(pool.slots.items())
+            ):
                 return
             time.sleep(0.002)
         raise AssertionError("no replacement became ready")
@@ -146,5 +159,3 @@ class Rig:
 def attempts_of(result: TrainResult) -> list[tuple[int, int, int, Outcome]]:
     """(trainers, first step, last step, outcome) of each attempt."""
     return [(a.world_size, a.first_step, a.last_step, a.status) for a in result.attempts]
-
-

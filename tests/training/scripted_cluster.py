@@ -73,8 +73,9 @@ class FakeCluster:
 
     def __init__(self, work: Path, plan: Plan) -> None:
         self.plan = plan
-        self.keys = ClusterKeys(work, work / "login", "ssh-ed25519 LOGIN", work / "known_hosts", work / "internal",
-                                "ssh-ed25519 INTERNAL")  # fmt: skip
+        self.keys = ClusterKeys(
+            work, work / "login", "ssh-ed25519 LOGIN", work / "known_hosts", work / "internal", "ssh-ed25519 INTERNAL"
+        )
         self.records: list[NodeRecord] = []
         self.terminated_by_cloud: set[str] = set()  # the cloud took them; refresh sees it
         self.retired: list[tuple[tuple[str, ...], str]] = []
@@ -91,16 +92,28 @@ class FakeCluster:
         with self._lock:
             letter = {Role.TRAINER: "t", Role.HOLDER: "h", Role.ANCHOR: "a"}[group.role]
             number = sum(1 for r in self.records if r.role is group.role)
-            record = NodeRecord(f"i-{letter}{number:07d}", group.instance_type, group.market, group.role, zone,
-                                "running", f"10.0.0.{len(self.records) + 1}", None, group.usd_per_hour,
-                                launched_at=f"2026-11-25T10:{len(self.records):02d}:00+00:00")  # fmt: skip
+            record = NodeRecord(
+                f"i-{letter}{number:07d}",
+                group.instance_type,
+                group.market,
+                group.role,
+                zone,
+                "running",
+                f"10.0.0.{len(self.records) + 1}",
+                None,
+                group.usd_per_hour,
+                launched_at=f"2026-11-25T10:{len(self.records):02d}:00+00:00",
+            )
             self.records.append(record)
         return record
 
     def endpoints(self) -> list[SshEndpoint]:
         with self._lock:
-            return [SshEndpoint(r.instance_id, "127.0.0.1", r.private_ip or "", 22, "root", r.role, r.market, "/k",
-                                "/kh") for r in self.records if r.state == "running"]  # fmt: skip
+            return [
+                SshEndpoint(r.instance_id, "127.0.0.1", r.private_ip or "", 22, "root", r.role, r.market, "/k", "/kh")
+                for r in self.records
+                if r.state == "running"
+            ]
 
     def nodes(self) -> list[NodeRecord]:
         with self._lock:
@@ -163,8 +176,12 @@ class FakeBuyer:
         assert self.gate.wait(timeout=5), "the test never let the purchase through"
         note(f"launching {order.describe()}")
         g = order.group
-        keys = ((order.zone, g.instance_type, g.market), (order.zone, "*", g.market), (g.instance_type, g.market),
-                ("*", g.market))  # fmt: skip
+        keys = (
+            (order.zone, g.instance_type, g.market),
+            (order.zone, "*", g.market),
+            (g.instance_type, g.market),
+            ("*", g.market),
+        )
         pool = next((k for k in keys if k in self.capacity), keys[-1])
         with self._lock:
             self.orders.append(order)
@@ -278,8 +295,19 @@ class Stuck(Fault):
 
     def strike(self, mpirun: ScriptedMpirun) -> bool:
         for rank in range(mpirun.launch.trainer_ranks):
-            mpirun.emit(rank, Start(rank=rank, job="fake", synthetic=True, world_size=mpirun.launch.trainer_ranks,
-                                    device="cpu", total_steps=40, first_step=mpirun.first_step, pid=100 + rank))
+            mpirun.emit(
+                rank,
+                Start(
+                    rank=rank,
+                    job="fake",
+                    synthetic=True,
+                    world_size=mpirun.launch.trainer_ranks,
+                    device="cpu",
+                    total_steps=40,
+                    first_step=mpirun.first_step,
+                    pid=100 + rank,
+                ),
+            )
         while not mpirun.killed.wait(timeout=0.005):
             pass
         mpirun.exit(137)
@@ -337,8 +365,20 @@ class Launched(Fault):
         if world.kept_at:
             self._kept(mpirun, KeptHow.RESTORED)
         for rank in range(trainers):
-            mpirun.emit(rank, Start(rank=rank, job="fake", script="train.py", synthetic=False, world_size=trainers,
-                                    total_steps=0, first_step=0, device="the script's", pid=100 + rank))  # fmt: skip
+            mpirun.emit(
+                rank,
+                Start(
+                    rank=rank,
+                    job="fake",
+                    script="train.py",
+                    synthetic=False,
+                    world_size=trainers,
+                    total_steps=0,
+                    first_step=0,
+                    device="the script's",
+                    pid=100 + rank,
+                ),
+            )
         for n, text in enumerate(self.lines):
             time.sleep(self.every_s)
             mpirun.say(text, 0)
@@ -351,8 +391,9 @@ class Launched(Fault):
         for _ in range(self.adapter):
             time.sleep(STEP_S)
             step += 1
-            mpirun.emit(0, Step(rank=0, step=step, epoch=None, loss=0.5, global_loss=0.5, samples_per_s=100.0,
-                                synthetic=False))  # fmt: skip
+            mpirun.emit(
+                0, Step(rank=0, step=step, epoch=None, loss=0.5, global_loss=0.5, samples_per_s=100.0, synthetic=False)
+            )
             if step % world.every == 0:
                 self._save(mpirun, step)
         if self.notice_on:
@@ -378,13 +419,30 @@ class Launched(Fault):
     @staticmethod
     def _kept(mpirun: ScriptedMpirun, how: KeptHow) -> None:
         flushed = how is not KeptHow.KEPT
-        mpirun.emit(0, Kept(rank=0, how=how, version=1, files=1, bytes=1 << 20, newest=KEPT_FILE,
-                            written_at=mpirun.nodes.world.kept_at, level="L2" if flushed else None,
-                            seconds=0.001))  # fmt: skip
+        mpirun.emit(
+            0,
+            Kept(
+                rank=0,
+                how=how,
+                version=1,
+                files=1,
+                bytes=1 << 20,
+                newest=KEPT_FILE,
+                written_at=mpirun.nodes.world.kept_at,
+                level="L2" if flushed else None,
+                seconds=0.001,
+            ),
+        )
 
 
-ABORT_BANNER = ("-" * 74, "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD", "with errorcode 3.", "",
-                "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.", "-" * 74)  # fmt: skip
+ABORT_BANNER = (
+    "-" * 74,
+    "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+    "with errorcode 3.",
+    "",
+    "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.",
+    "-" * 74,
+)
 
 
 @dataclass
@@ -457,9 +515,14 @@ class ScriptedNodes:
     def called(self, what: str) -> list[tuple[str, ...]]:
         return [ids for kind, ids in self.calls if kind == what]
 
-    def prepare(self, hosts: Sequence[HostSpec], spot: set[str], job: JobToStage,
-                on_push: Callable[[PushProgress], None],
-                on_line: Callable[[OutputLine], None]) -> dict[str, NodeState]:  # fmt: skip
+    def prepare(
+        self,
+        hosts: Sequence[HostSpec],
+        spot: set[str],
+        job: JobToStage,
+        on_push: Callable[[PushProgress], None],
+        on_line: Callable[[OutputLine], None],
+    ) -> dict[str, NodeState]:
         ids = self._record("prepare", hosts)
         found = {h.name: self.notices.get(i) if h.name in spot else None for h, i in zip(hosts, ids)}
         return {name: NodeState("/home/u", notice) for name, notice in found.items()}
@@ -467,8 +530,9 @@ class ScriptedNodes:
     def probe(self, hosts: Sequence[HostSpec]) -> list[Answer]:
         return [Answer.NO if i in self.dead else Answer.YES for i in self._record("probe", hosts)]
 
-    def read_notices(self, hosts: Sequence[HostSpec], python: str,
-                     on_line: Callable[[OutputLine], None]) -> dict[str, Notice | None]:  # fmt: skip
+    def read_notices(
+        self, hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
+    ) -> dict[str, Notice | None]:
         return {h.name: self.notices.get(i) for h, i in zip(hosts, self._record("notices", hosts))}
 
     def ready_head(self, launch: Launch, internal_key: Path) -> Launch:
@@ -483,9 +547,18 @@ class ScriptedNodes:
 
     def fetch(self, host: HostSpec, remote_dir: str, local_dir: Path, names: Sequence[str] | None) -> None:
         self._record("fetch", [host])
-        metrics = RunMetrics(job="fake", status=EndStatus.COMPLETED, synthetic=True, world_size=3, first_step=0,
-                             steps=self.world.total_steps, total_steps=self.world.total_steps, final_loss=0.5,
-                             loss_curve=((self.world.total_steps, 0.5),), wall_s=1.0)  # fmt: skip
+        metrics = RunMetrics(
+            job="fake",
+            status=EndStatus.COMPLETED,
+            synthetic=True,
+            world_size=3,
+            first_step=0,
+            steps=self.world.total_steps,
+            total_steps=self.world.total_steps,
+            final_loss=0.5,
+            loss_curve=((self.world.total_steps, 0.5),),
+            wall_s=1.0,
+        )
         metrics.write(local_dir)
         (local_dir / "model.pt").write_bytes(b"weights")
 
@@ -564,12 +637,24 @@ class ScriptedMpirun:
         if 0 in faults and faults[0].strike(self):
             return
         if step > 0:
-            self.emit(0, Restored(rank=0, step=step, checkpoint=f"step-{step}", levels=("L1",), seconds=0.001,
-                                  fallbacks=()))  # fmt: skip
+            self.emit(
+                0, Restored(rank=0, step=step, checkpoint=f"step-{step}", levels=("L1",), seconds=0.001, fallbacks=())
+            )
         trainers = self.launch.trainer_ranks
         for rank in range(trainers):
-            self.emit(rank, Start(rank=rank, job="fake", synthetic=True, world_size=trainers, device="cpu",
-                                  total_steps=world.total_steps, first_step=step, pid=100 + rank))  # fmt: skip
+            self.emit(
+                rank,
+                Start(
+                    rank=rank,
+                    job="fake",
+                    synthetic=True,
+                    world_size=trainers,
+                    device="cpu",
+                    total_steps=world.total_steps,
+                    first_step=step,
+                    pid=100 + rank,
+                ),
+            )
         while step < world.total_steps:
             time.sleep(STEP_S)
             if self.killed.is_set():
@@ -577,8 +662,10 @@ class ScriptedMpirun:
                 return
             step += 1
             for rank in range(trainers):  # every trainer reports (log_every: 1), trainer 0 first
-                self.emit(rank, Step(rank=rank, step=step, epoch=0, loss=0.5, global_loss=0.5, samples_per_s=100.0,
-                                     synthetic=True))  # fmt: skip
+                self.emit(
+                    rank,
+                    Step(rank=rank, step=step, epoch=0, loss=0.5, global_loss=0.5, samples_per_s=100.0, synthetic=True),
+                )
             if world.metrics:
                 self.emit(0, Metrics(rank=0, point=MetricPoint(step, {"loss": step / 100, "attempt": self.number})))
             if step % world.every == 0:

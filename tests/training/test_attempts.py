@@ -58,8 +58,9 @@ def test_clean_stop_relaunches_at_once_even_without_progress():
 
 
 def test_failure_with_progress_recovers_and_resets_the_count():
-    decision = decide(Outcome.FAILED, made_progress=True, failures=TWO, max_failures=3, cancelling=False,
-                      error=TWO.last)  # fmt: skip
+    decision = decide(
+        Outcome.FAILED, made_progress=True, failures=TWO, max_failures=3, cancelling=False, error=TWO.last
+    )
     assert decision.action is Action.RECOVER and decision.failures == Failures()
 
 
@@ -89,8 +90,11 @@ def test_different_failures_are_retried_up_to_the_limit():
     other_code = ScriptError(0, EXIT_3.last_lines, 1)
     other_words = ScriptError(0, ("deepvm rank: exit3.py exited with 4",), 3)
     lost = ScriptError(None, ("ORTE has lost communication with a remote daemon.",), 1)
-    assert _row(EXIT_3, other_code, other_words) == [(Action.RECOVER, 1, False), (Action.RECOVER, 2, False),
-                                                     (Action.GIVE_UP, 3, False)]  # fmt: skip
+    assert _row(EXIT_3, other_code, other_words) == [
+        (Action.RECOVER, 1, False),
+        (Action.RECOVER, 2, False),
+        (Action.GIVE_UP, 3, False),
+    ]
     hang = ScriptError.of_hang("no progress within 60s", 137)
     assert _row(ScriptError(None, hang.last_lines, 137), hang)[-1] == (Action.RECOVER, 2, False)
     assert [a for a, _, _ in _row(lost, EXIT_3, lost, EXIT_3, max_failures=5)] == [Action.RECOVER] * 4
@@ -109,8 +113,10 @@ def test_progress_or_a_clean_stop_between_two_same_failures_starts_the_row_again
 
 def test_a_given_up_job_leads_with_the_scripts_own_cause_in_one_short_line():
     line = EXIT_3.given_up("trainer-5f5c0279", 2, repeated=True)
-    assert line == ("exit3.py exited with 3 (rank 0 on trainer-5f5c0279, mpirun exit 3): the same failure in 2 "
-                    "attempts in a row, without a step: not retried")
+    assert line == (
+        "exit3.py exited with 3 (rank 0 on trainer-5f5c0279, mpirun exit 3): the same failure in 2 "
+        "attempts in a row, without a step: not retried"
+    )
     long = ScriptError(None, ("x" * 700,), 1).given_up(None, 3, repeated=False)
     assert long.startswith("x" * 119 + "… (mpirun, mpirun exit 1): 3 attempts in a row failed") and len(long) < 200
     assert ScriptError(None, (), 137).cause == "no error output"

@@ -118,8 +118,9 @@ def test_a_recommendation_read_before_a_relaunch_keeps_the_node_in_it(rig):
     rig.world.faults = [RebalanceOn(1, 6, node=T1), Die(1, 9, nodes=(T0,))]
     result = rig.run()
     assert T1 in result.attempts[1].nodes and "i-t0000001 has a rebalance recommendation: training on it" in rig.notes
-    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == [((T0,), "unreachable over SSH after "
-                                                                                "the job failed")]  # fmt: skip
+    assert rig.buyer.bought == [(Role.TRAINER, 1)] and rig.cluster.retired == [
+        ((T0,), "unreachable over SSH after the job failed")
+    ]
     assert set(rig.controller.pool.excluded()) == {T0}
 
 
@@ -137,7 +138,12 @@ def test_a_node_lost_without_notice_is_retired_and_the_job_resumes_from_the_newe
     result = rig.run()
     lost = result.recoveries[0]
     assert (lost.reason, lost.nodes, lost.from_step, lost.resumed_step, lost.lost_steps) == (
-        RecoveryReason.NODE_LOST, (T0,), 9, 5, 4)  # fmt: skip
+        RecoveryReason.NODE_LOST,
+        (T0,),
+        9,
+        5,
+        4,
+    )
     assert attempts_of(result)[0] == (3, 0, 9, Outcome.FAILED) and attempts_of(result)[1][:2] == (2, 5)
     assert rig.cluster.retired == [((T0,), "unreachable over SSH after the job failed")]
     assert rig.nodes.called("probe") == [(T0, T1, T2, H0)]  # once, after the failure; not again before the relaunch
@@ -191,7 +197,6 @@ def test_a_node_that_hangs_is_noticed_by_the_stall_watch_killed_retired_and_repl
     assert [prefix.split()[-1] for prefix, _ in stacks] == ["r0", "r1", "r2"]  # every trainer's, before the kill
 
 
-
 def test_a_job_stuck_on_its_way_out_is_stopped_after_the_leave_grace_not_its_steps_limit_and_completes_again(rig):
     """After trainer 0's End no step comes: the limit is then the leave grace (here 0.4 s, below the steps' 2 s so
     that the note tells which fired), not the steps' (CI's reference run was killed 60 s after its last step by
@@ -202,9 +207,13 @@ def test_a_job_stuck_on_its_way_out_is_stopped_after_the_leave_grace_not_its_ste
     result = controller.run()
     assert (result.status, result.steps, result.lost_steps) == (JobStatus.COMPLETED, 40, 0)
     assert [(a.first_step, a.last_step, a.status) for a in result.attempts] == [
-        (0, 40, Outcome.FAILED), (40, 40, Outcome.COMPLETED)]  # fmt: skip
-    assert any(n.startswith("no exit 0s after trainer 0 ended its run (limit 0s): a node hangs on the way out")
-               for n in rig.notes), rig.notes  # fmt: skip
+        (0, 40, Outcome.FAILED),
+        (40, 40, Outcome.COMPLETED),
+    ]
+    assert any(
+        n.startswith("no exit 0s after trainer 0 ended its run (limit 0s): a node hangs on the way out")
+        for n in rig.notes
+    ), rig.notes
     assert [p.split()[-1] for p, text in rig.logs if "(most recent call first)" in text] == ["r0", "r1", "r2"]
 
 
@@ -270,7 +279,11 @@ def test_a_restarted_controller_resumes_its_job_from_the_newest_checkpoint(rig):
     result = rig.run(job_id="fake-1")
     restart = result.recoveries[0]
     assert (restart.reason, restart.from_step, restart.resumed_step, restart.lost_steps) == (
-        RecoveryReason.CONTROLLER_RESTART, 12, 10, 2)  # fmt: skip
+        RecoveryReason.CONTROLLER_RESTART,
+        12,
+        10,
+        2,
+    )
     assert result.restarts == 1 and result.job_id == "fake-1" and result.steps == 40
     assert any(n.startswith("controller restarted: resuming job fake-1") for n in rig.notes)
 
@@ -288,16 +301,22 @@ def test_resume_continues_a_failed_job_as_a_restart_and_refuses_when_there_is_no
 
 def test_a_script_that_exits_3_at_step_0_is_tried_twice_and_ends_with_its_own_error(rig):
     """Issue 23 point 2: it was tried three times, then reported as a ~700-character line of Open MPI's noise."""
-    exit_3 = ("Traceback (most recent call last):", '  File "exit3.py", line 3, in <module>', "SystemExit: 3",
-              "deepvm rank: exit3.py exited with 3")  # fmt: skip
+    exit_3 = (
+        "Traceback (most recent call last):",
+        '  File "exit3.py", line 3, in <module>',
+        "SystemExit: 3",
+        "deepvm rank: exit3.py exited with 3",
+    )
     rig.world.faults = [Crash(n, 0, said=exit_3, code=3, banner=True) for n in (1, 2, 3)]
-    cause = ("exit3.py exited with 3 (rank 0 on trainer-t0000000, mpirun exit 3): the same failure in 2 attempts in a "
-             "row, without a step: not retried")  # fmt: skip
+    cause = (
+        "exit3.py exited with 3 (rank 0 on trainer-t0000000, mpirun exit 3): the same failure in 2 attempts in a "
+        "row, without a step: not retried"
+    )
     with pytest.raises(TrainingFailed) as failed:
         rig.run()
     assert str(failed.value) == cause and rig.row().status is JobStatus.FAILED and rig.row().message == cause
     assert len(rig.nodes.attempts) == 2 and rig.nodes.called("probe") == [(T0, T1, T2, H0)]  # probed once, after 1
-    said = rig.notes[rig.notes.index("attempt 1: rank 0 on trainer-t0000000 failed (mpirun exit 3):"):][:5]
+    said = rig.notes[rig.notes.index("attempt 1: rank 0 on trainer-t0000000 failed (mpirun exit 3):") :][:5]
     assert said[1:] == [f"  {line}" for line in exit_3]
     assert not [n for n in rig.notes if "MPI_ABORT" in n or n.startswith("---")]  # the banner stays in the log
     assert rig.cluster.retired == [] and rig.buyer.bought == []
@@ -305,8 +324,11 @@ def test_a_script_that_exits_3_at_step_0_is_tried_twice_and_ends_with_its_own_er
 
 def test_failures_that_differ_are_retried_up_to_max_failures(rig):
     rig.world.faults = [Crash(n, 0, said=(f"RuntimeError: rendezvous {n} timed out",)) for n in (1, 2, 3, 4)]
-    with pytest.raises(TrainingFailed, match=r"^RuntimeError: rendezvous 3 timed out \(rank 0 on trainer-t0000000, "
-                                             r"mpirun exit 1\): 3 attempts in a row failed without a step: giving up$"):
+    with pytest.raises(
+        TrainingFailed,
+        match=r"^RuntimeError: rendezvous 3 timed out \(rank 0 on trainer-t0000000, "
+        r"mpirun exit 1\): 3 attempts in a row failed without a step: giving up$",
+    ):
         rig.run()
     assert len(rig.nodes.attempts) == 3 and rig.nodes.called("probe") == [(T0, T1, T2, H0)] * 2
 
@@ -315,8 +337,11 @@ def test_a_job_that_hangs_before_its_first_step_is_stopped_after_its_startup_gra
     """Issue 23 point 1: the grace was a fixed 900 s whatever --stall-timeout said. The script hangs, not a node:
     every node answers the probe and is kept, and the second identical hang ends the job."""
     rig.world.faults = [Stuck(n, 0) for n in (1, 2, 3)]
-    with pytest.raises(TrainingFailed, match=r"^no first step within the start-up grace of 0s \(killed as hung, "
-                                             r"mpirun exit 137\): the same failure in 2 attempts in a row"):
+    with pytest.raises(
+        TrainingFailed,
+        match=r"^no first step within the start-up grace of 0s \(killed as hung, "
+        r"mpirun exit 137\): the same failure in 2 attempts in a row",
+    ):
         rig.run(startup_grace_s=0.2, stall_timeout_s=600.0)
     assert len(rig.nodes.attempts) == 2 and rig.nodes.called("probe") == [(T0, T1, T2, H0)]
     stalls = [n for n in rig.notes if n.startswith("no first step ")]
@@ -339,11 +364,14 @@ def test_a_script_without_ctx_step_is_held_only_to_the_output_silence_its_job_fi
     stall.silence_s = 0.4
     result = controller.run()
     assert result.status is JobStatus.COMPLETED and [a.status for a in result.attempts] == [
-        Outcome.FAILED, Outcome.COMPLETED]  # fmt: skip
+        Outcome.FAILED,
+        Outcome.COMPLETED,
+    ]
     said = [n for n in rig.notes if n.startswith("no output line from any rank for ")]
     assert len(said) == 1 and "(stall.silence 0s): the script or a node hangs; stopping the job" in said[0], rig.notes
     assert rig.notes[rig.notes.index("attempt 1: killed as hung (mpirun exit 137):") + 1] == (
-        "  no output line within stall.silence of 0s")
+        "  no output line within stall.silence of 0s"
+    )
     assert [text for _, text in rig.logs].count("epoch 11") == 3  # every trainer's 12th line came before the kill
     assert rig.cluster.retired == []  # every node answered: the script hung, no node
 
@@ -365,21 +393,30 @@ def test_a_launched_scripts_notice_says_what_deepvm_does_and_its_recovery_counts
     time from the kept file's writing to the stop."""
     rig.launched_script()
     rig.world.total_steps = 0  # its metrics.json: a script that reports no steps
-    rig.world.faults = [Launched(1, 0, lines=("epoch 0", "epoch 1"), written_ago_s=40.0, notice_on=T1),
-                        Launched(2, 0, lines=("epoch 1",))]  # fmt: skip
+    rig.world.faults = [
+        Launched(1, 0, lines=("epoch 0", "epoch 1"), written_ago_s=40.0, notice_on=T1),
+        Launched(2, 0, lines=("epoch 1",)),
+    ]
     result = rig.run()
 
     (notice,) = [n for n in rig.notes if n.startswith("Spot interruption notice on trainer-t0000001")]
-    assert notice == ("Spot interruption notice on trainer-t0000001 (instance-action): stopping the script (SIGTERM) "
-                      "and keeping its files (checkpoint.files, $DEEPVM_CHECKPOINT_DIR), then without it")
+    assert notice == (
+        "Spot interruption notice on trainer-t0000001 (instance-action): stopping the script (SIGTERM) "
+        "and keeping its files (checkpoint.files, $DEEPVM_CHECKPOINT_DIR), then without it"
+    )
     (recovery,) = result.recoveries
     assert (recovery.reason, recovery.nodes, recovery.world_before, recovery.world_after) == (
-        RecoveryReason.NOTICE, (T1,), 3, 3)  # fmt: skip (the replacement was ready before the relaunch)
+        RecoveryReason.NOTICE,
+        (T1,),
+        3,
+        3,
+    )  # the replacement was ready before the relaunch
     assert recovery.lost_steps == 0 and recovery.lost_s == pytest.approx(40.0, abs=3.0)
     assert result.lost_s == pytest.approx(40.0, abs=3.0) and rig.row().lost_s == pytest.approx(40.0, abs=3.0)
     (recovered,) = [n for n in rig.notes if n.startswith("recovered (notice)")]
-    assert recovered.startswith("recovered (notice): 3 -> 3 trainers, ran again from its kept files, "
-                                "0m40s of work lost, ") and recovered.endswith(" from notice to running"), recovered
+    assert recovered.startswith(
+        "recovered (notice): 3 -> 3 trainers, ran again from its kept files, 0m40s of work lost, "
+    ) and recovered.endswith(" from notice to running"), recovered
     said = "\n".join(result_lines(result))
     assert "steps lost" not in said and "step 0/0" not in said, said
     assert ", 1 restarts, 0m40s of work lost, " in said and "ran again from its kept files (0m40s of work lost)" in said
@@ -401,8 +438,10 @@ def test_a_launched_scripts_node_going_as_its_notice_said_before_a_clean_end_is_
 
     assert [a.status for a in result.attempts] == [Outcome.FAILED, Outcome.COMPLETED]
     assert not [n for n in rig.notes if "without notice" in n], rig.notes
-    assert f"{T1} went as its interruption notice said, before the attempt ended cleanly; restarting from the newest " \
-           "complete checkpoint" in rig.notes
+    assert (
+        f"{T1} went as its interruption notice said, before the attempt ended cleanly; restarting from the newest "
+        "complete checkpoint" in rig.notes
+    )
     assert [kind for kind, _ in rig.cluster.events if kind in INTERRUPTIONS] == ["notice"]
     (recovery,) = result.recoveries
     assert (recovery.reason, recovery.nodes) == (RecoveryReason.NOTICE, (T1,))
@@ -413,8 +452,11 @@ def test_a_launched_script_that_keeps_its_files_makes_progress_though_it_reports
     so nodes lost hours apart, each after the script had saved, ended the job. Its kept files are its progress."""
     rig.launched_script()
     rig.world.total_steps = 0
-    rig.world.faults = [Launched(1, 0, lines=("epoch 0",), dies=T1), Launched(2, 0, lines=("epoch 1",), dies=T2),
-                        Launched(3, 0, lines=("epoch 2",))]  # fmt: skip
+    rig.world.faults = [
+        Launched(1, 0, lines=("epoch 0",), dies=T1),
+        Launched(2, 0, lines=("epoch 1",), dies=T2),
+        Launched(3, 0, lines=("epoch 2",)),
+    ]
     result = rig.run(max_failures=2)
     assert [a.status for a in result.attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.COMPLETED], rig.notes
 
@@ -431,11 +473,16 @@ def test_a_launched_script_shows_how_long_it_runs_its_last_line_and_its_newest_k
     assert rig.progress and all(p.script is not None and p.step == 0 for p in rig.progress)
     shown = [p.script for p in rig.progress if p.script is not None]
     assert {s.last_line for s in shown} >= set(lines[1:-1]) and shown[-1].running_s >= 0.1
-    assert all((s.newest, s.kept_files) == (KEPT_FILE, 1) and s.newest_age_s == pytest.approx(5.0, abs=2.0)
-               for s in shown if s.last_line not in ("", lines[0]))  # fmt: skip (kept after its first line)
+    assert all(
+        (s.newest, s.kept_files) == (KEPT_FILE, 1) and s.newest_age_s == pytest.approx(5.0, abs=2.0)
+        for s in shown
+        if s.last_line not in ("", lines[0])
+    )  # kept after its first line
     line = progress_line(replace(rig.progress[-1], script=replace(shown[-1], running_s=72.0, newest_age_s=5.0)))
-    assert line == f"running 1m12s · kept {KEPT_FILE}, written 0m05s ago · 3 trainers · $0.0000 · > {lines[-2]}" \
+    assert (
+        line == f"running 1m12s · kept {KEPT_FILE}, written 0m05s ago · 3 trainers · $0.0000 · > {lines[-2]}"
         or line == f"running 1m12s · kept {KEPT_FILE}, written 0m05s ago · 3 trainers · $0.0000 · > {lines[-1]}"
+    )
 
 
 def test_a_launched_script_whose_adapter_reports_steps_counts_the_steps_it_lost(rig):
@@ -448,7 +495,13 @@ def test_a_launched_script_whose_adapter_reports_steps_counts_the_steps_it_lost(
 
     (recovery,) = result.recoveries
     assert (recovery.reason, recovery.from_step, recovery.resumed_step, recovery.lost_steps, recovery.lost_s) == (
-        RecoveryReason.NODE_LOST, 8, 5, 3, None)  # fmt: skip
+        RecoveryReason.NODE_LOST,
+        8,
+        5,
+        3,
+        None,
+    )
     assert result.lost_steps == 3 and result.lost_s == 0.0
-    assert any(n.startswith("recovered (node-lost): 3 -> 3 trainers, resumed at step 5, 3 steps lost")
-               for n in rig.notes)
+    assert any(
+        n.startswith("recovered (node-lost): 3 -> 3 trainers, resumed at step 5, 3 steps lost") for n in rig.notes
+    )

@@ -34,8 +34,13 @@ class RecordingHandOver:
     def __call__(self, to: Successor, note: object) -> None:
         self.calls.append(to)
         row = self.rig.row()
-        self.seen = {"attempts": len(self.rig.nodes.attempts), "status": row.status, "message": row.message,
-                     "checkpoint": row.checkpoint_step, "running": set(self.rig.cluster.running())}  # fmt: skip
+        self.seen = {
+            "attempts": len(self.rig.nodes.attempts),
+            "status": row.status,
+            "message": row.message,
+            "checkpoint": row.checkpoint_step,
+            "running": set(self.rig.cluster.running()),
+        }
         if self.fail:
             raise HandOverFailed(self.fail)
 
@@ -109,8 +114,10 @@ def test_a_hand_over_that_fails_halfway_leaves_the_old_head_in_control_and_nothi
 
     (to,) = handover.calls
     said = [n for n in rig.notes if n.startswith("hand-over to ")]
-    assert said == [f"hand-over to {to.describe()} failed (copying the state to i-h0000001: connection refused): "
-                    f"{H0} stays the control node"]  # fmt: skip
+    assert said == [
+        f"hand-over to {to.describe()} failed (copying the state to i-h0000001: connection refused): "
+        f"{H0} stays the control node"
+    ]
     assert to.new.instance_id in result.attempts[-1].nodes
     zone = _zones(rig)
     assert {i for i in rig.cluster.running() if zone[i] == OLD} - {T1} == {H0}
@@ -120,14 +127,29 @@ def test_a_hand_over_that_fails_halfway_leaves_the_old_head_in_control_and_nothi
 
 
 def _node(instance_id: str, role: Role, zone: str, minute: int, market: Market = Market.ON_DEMAND) -> NodeRecord:
-    return NodeRecord(instance_id, "c5.xlarge", market, role, zone, "running", "10.0.0.9", None, 0.17,
-                      launched_at=f"2026-11-25T10:{minute:02d}:00+00:00")  # fmt: skip
+    return NodeRecord(
+        instance_id,
+        "c5.xlarge",
+        market,
+        role,
+        zone,
+        "running",
+        "10.0.0.9",
+        None,
+        0.17,
+        launched_at=f"2026-11-25T10:{minute:02d}:00+00:00",
+    )
 
 
 def test_the_successor_is_head_nodes_choice_in_the_new_zone_so_the_whole_clusters_rule_names_it_once_the_old_is_gone():
     head = _node("i-old", Role.HOLDER, OLD, 0)
-    nodes = [head, _node("i-h2", Role.HOLDER, NEW, 9), _node("i-h1", Role.HOLDER, NEW, 8),
-             _node("i-t1", Role.TRAINER, NEW, 7), _node("i-sp", Role.HOLDER, NEW, 6, Market.SPOT)]  # fmt: skip
+    nodes = [
+        head,
+        _node("i-h2", Role.HOLDER, NEW, 9),
+        _node("i-h1", Role.HOLDER, NEW, 8),
+        _node("i-t1", Role.TRAINER, NEW, 7),
+        _node("i-sp", Role.HOLDER, NEW, 6, Market.SPOT),
+    ]
     usable = {n.instance_id for n in nodes}
     found = successor(nodes, usable, "i-old", NEW)
     assert found is not None and (found.old, found.new.instance_id) == ("i-old", "i-h1")  # the earliest OD holder

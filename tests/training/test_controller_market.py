@@ -56,8 +56,10 @@ def test_an_empty_plan_pool_is_repaired_with_the_zones_fastest_spot_type_within_
     assert _spot_orders(rig) == [("g4dn.xlarge", 1), ("g6.xlarge", 1)]
     (repair,) = _said(rig, "repair")
     assert repair.endswith("g4dn.xlarge spot in us-east-1a refused lately: repairing with 1 g6.xlarge at $0.3316/h")
-    assert "no replacement node: no replacement launched: InsufficientInstanceCapacity for 1 spot g4dn.xlarge " \
-           "trainer in us-east-1a" in rig.notes
+    assert (
+        "no replacement node: no replacement launched: InsufficientInstanceCapacity for 1 spot g4dn.xlarge "
+        "trainer in us-east-1a" in rig.notes
+    )
     g6 = next(r.instance_id for r in rig.cluster.records if r.instance_type == "g6.xlarge")
     assert g6 in result.attempts[-1].nodes and result.attempts[-1].world_size == 3
     assert (result.steps, result.lost_steps) == (120, 0)
@@ -140,8 +142,9 @@ def test_a_tight_deadline_buys_on_demand_stand_ins_and_gives_them_back_once_spot
     retired = {i for ids, _ in rig.cluster.retired for i in ids}
     assert set(stand_ins) <= retired and not set(stand_ins) & set(rig.cluster.running(Role.TRAINER))
     trained = any(set(stand_ins) & set(a.nodes) for a in result.attempts)  # or let go before the fold-in ran
-    assert not trained or any(r.reason is RecoveryReason.LADDER and set(r.nodes) <= set(stand_ins)
-                              for r in result.recoveries)  # fmt: skip
+    assert not trained or any(
+        r.reason is RecoveryReason.LADDER and set(r.nodes) <= set(stand_ins) for r in result.recoveries
+    )
     assert not set(stand_ins) & set(result.attempts[-1].nodes)
     assert (result.steps, result.lost_steps) == (300, 0)
 
@@ -166,7 +169,8 @@ def test_the_budget_stops_the_job_with_a_checkpoint_and_resume_continues_it_with
 
 @pytest.mark.parametrize("managed", [False, True], ids=["local-controller", "head-controller"])
 def test_a_zone_without_spot_long_enough_moves_the_job_to_another_zone_with_one_relaunch_and_nothing_left(
-        tmp_path, managed):
+    tmp_path, managed
+):
     """us-east-1a has no Spot left after a notice; the cluster's VPC has a subnet in us-east-1c, and the job's
     checkpoints reach S3 (l3). Once the zone has refused long enough that moving pays, the ladder moves: the
     plan's holder and three Spot trainers are bought in us-east-1c while the two survivors train on, the job
@@ -236,8 +240,10 @@ def test_a_move_under_way_when_the_job_ends_is_called_off_and_what_it_bought_is_
     rig.cluster.zones = ("us-east-1a", "us-east-1c")
     controller = rig.build()
     rig.cluster.endpoints()  # the plan's nodes, in us-east-1a
-    arrived = [replace(r, instance_id=f"i-m{n:07d}", availability_zone="us-east-1c")
-               for n, r in enumerate(rig.cluster.records[:2])]  # fmt: skip
+    arrived = [
+        replace(r, instance_id=f"i-m{n:07d}", availability_zone="us-east-1c")
+        for n, r in enumerate(rig.cluster.records[:2])
+    ]
     rig.cluster.records += arrived
     controller.market.moving_to = "us-east-1c"
     controller.nodes.call_off_move()
@@ -258,10 +264,15 @@ def test_the_job_rate_is_fixed_over_a_whole_window_not_from_a_burst_of_first_lin
     records, slots = {}, []
     for k in range(3):
         iid = f"i-t{k}"
-        records[iid] = NodeRecord(iid, "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
-                                  f"127.0.0.{k}", None, 0.2)  # fmt: skip
-        slots.append(Slot(SshEndpoint(iid, f"127.0.0.{k}", f"127.0.0.{k}", 22, "root", Role.TRAINER, Market.SPOT,
-                                      "key", "known"), NodeStatus.READY))  # fmt: skip
+        records[iid] = NodeRecord(
+            iid, "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running", f"127.0.0.{k}", None, 0.2
+        )
+        slots.append(
+            Slot(
+                SshEndpoint(iid, f"127.0.0.{k}", f"127.0.0.{k}", 22, "root", Role.TRAINER, Market.SPOT, "key", "known"),
+                NodeStatus.READY,
+            )
+        )
     market.situation(slots, records, 600, 0.0)  # asked as the attempt starts: these trainers train
     for step in range(1, 6):  # a burst: five steps within 5 ms
         now[0] = 100.0 + step / 1000

@@ -33,42 +33,121 @@ from training.shared.events import (
 )
 from training.shared.scalars import MetricPoint
 
-WORKER_START = Start(rank=0, job="tiny", model="mlp", dataset="synthetic", synthetic=True, world_size=2, local_rank=0,
-                     batch=8, global_batch=16, lr=0.1, total_steps=20, first_step=4, device="cpu", pid=123)  # fmt: skip
-SCRIPT_START = Start(rank=1, job="own", script="train.py", synthetic=False, world_size=2, planned_world_size=3,
-                     total_steps=200, first_step=0, device="cuda:0", pid=456)  # fmt: skip
+WORKER_START = Start(
+    rank=0,
+    job="tiny",
+    model="mlp",
+    dataset="synthetic",
+    synthetic=True,
+    world_size=2,
+    local_rank=0,
+    batch=8,
+    global_batch=16,
+    lr=0.1,
+    total_steps=20,
+    first_step=4,
+    device="cpu",
+    pid=123,
+)
+SCRIPT_START = Start(
+    rank=1,
+    job="own",
+    script="train.py",
+    synthetic=False,
+    world_size=2,
+    planned_world_size=3,
+    total_steps=200,
+    first_step=0,
+    device="cuda:0",
+    pid=456,
+)
 WORKER_STEP = Step(rank=0, step=4, epoch=1, loss=2.1, global_loss=2.05, lr=0.1, samples_per_s=812.5, synthetic=True)
 SCRIPT_STEP = Step(rank=0, step=4, epoch=0, loss=2.1, global_loss=2.05, samples_per_s=40.0, synthetic=False)
 NOTICE = Notice("instance-action", '{"action": "terminate", "time": "2026-11-23T10:00:00Z"}', 1_800_000_000.5)
 
 # (record, its keys on the wire in order): one line per kind and per sender that fills different fields
 WIRE = [
-    (WORKER_START, ["event", "rank", "job", "model", "dataset", "synthetic", "world_size", "local_rank", "batch",
-                    "global_batch", "lr", "total_steps", "first_step", "device", "pid"]),
-    (SCRIPT_START, ["event", "rank", "job", "script", "synthetic", "world_size", "planned_world_size", "total_steps",
-                    "first_step", "device", "pid"]),
-    (Restored(rank=0, step=8, checkpoint="ckpt-8", levels=("L1", "L2"), seconds=0.25, fallbacks=("ckpt-10: bad",)),
-     ["event", "rank", "step", "checkpoint", "levels", "seconds", "fallbacks"]),
+    (
+        WORKER_START,
+        [
+            "event",
+            "rank",
+            "job",
+            "model",
+            "dataset",
+            "synthetic",
+            "world_size",
+            "local_rank",
+            "batch",
+            "global_batch",
+            "lr",
+            "total_steps",
+            "first_step",
+            "device",
+            "pid",
+        ],
+    ),
+    (
+        SCRIPT_START,
+        [
+            "event",
+            "rank",
+            "job",
+            "script",
+            "synthetic",
+            "world_size",
+            "planned_world_size",
+            "total_steps",
+            "first_step",
+            "device",
+            "pid",
+        ],
+    ),
+    (
+        Restored(rank=0, step=8, checkpoint="ckpt-8", levels=("L1", "L2"), seconds=0.25, fallbacks=("ckpt-10: bad",)),
+        ["event", "rank", "step", "checkpoint", "levels", "seconds", "fallbacks"],
+    ),
     (WORKER_STEP, ["event", "rank", "step", "epoch", "loss", "global_loss", "lr", "samples_per_s", "synthetic"]),
     (SCRIPT_STEP, ["event", "rank", "step", "epoch", "loss", "global_loss", "samples_per_s", "synthetic"]),
     (Saved(rank=0, step=8, stall_s=0.0123, bytes=4096), ["event", "rank", "step", "stall_s", "bytes"]),
-    (Flush(rank=0, step=9, reason="notice", level="L1", seconds=0.5, stall_s=0.01),
-     ["event", "rank", "step", "reason", "level", "seconds", "stall_s"]),
-    (Kept(rank=0, how="flushed", version=3, files=2, bytes=4096, newest="job/snapshot.pt", written_at=1.8e9,
-          level="L1", seconds=0.2),
-     ["event", "rank", "how", "version", "files", "bytes", "newest", "written_at", "level", "seconds"]),
-    (Kept(rank=0, how="kept", version=4, files=2, bytes=4096, newest="job/snapshot.pt", written_at=1.8e9, seconds=0.1),
-     ["event", "rank", "how", "version", "files", "bytes", "newest", "written_at", "seconds"]),
+    (
+        Flush(rank=0, step=9, reason="notice", level="L1", seconds=0.5, stall_s=0.01),
+        ["event", "rank", "step", "reason", "level", "seconds", "stall_s"],
+    ),
+    (
+        Kept(
+            rank=0,
+            how="flushed",
+            version=3,
+            files=2,
+            bytes=4096,
+            newest="job/snapshot.pt",
+            written_at=1.8e9,
+            level="L1",
+            seconds=0.2,
+        ),
+        ["event", "rank", "how", "version", "files", "bytes", "newest", "written_at", "level", "seconds"],
+    ),
+    (
+        Kept(
+            rank=0, how="kept", version=4, files=2, bytes=4096, newest="job/snapshot.pt", written_at=1.8e9, seconds=0.1
+        ),
+        ["event", "rank", "how", "version", "files", "bytes", "newest", "written_at", "seconds"],
+    ),
     (Resumed(rank=0, step=120, total_steps=500), ["event", "rank", "step", "total_steps"]),
     (NoticeSeen(rank=1, notice=NOTICE), ["event", "rank", "kind", "body", "seen_at"]),
-    (End(rank=0, status=EndStatus.COMPLETED, steps=20, final_loss=1.5, wall_s=12.5),
-     ["event", "rank", "status", "steps", "final_loss", "wall_s"]),
-    (End(rank=0, status=EndStatus.STOPPED, steps=9, final_loss=1.5),
-     ["event", "rank", "status", "steps", "final_loss"]),
+    (
+        End(rank=0, status=EndStatus.COMPLETED, steps=20, final_loss=1.5, wall_s=12.5),
+        ["event", "rank", "status", "steps", "final_loss", "wall_s"],
+    ),
+    (
+        End(rank=0, status=EndStatus.STOPPED, steps=9, final_loss=1.5),
+        ["event", "rank", "status", "steps", "final_loss"],
+    ),
     (WatcherOff(rank=0, reason="no instance metadata at http://169.254.169.254/"), ["event", "rank", "reason"]),
     (Holder(rank=2, pid=789, directory="/home/u/deepvm/jobs/j/checkpoints"), ["event", "rank", "pid", "directory"]),
     (Metrics(rank=0, point=MetricPoint(12, {"loss": 0.5, "train/acc": 0.75})), ["event", "rank", "step", "values"]),
-]  # fmt: skip
+]
 
 
 def emitted(event: Event, capsys: pytest.CaptureFixture[str]) -> str:

@@ -42,8 +42,11 @@ def head_log(monkeypatch):
     monkeypatch.setattr(outputs, "job_outputs", lambda row: outputs.OutputsPlace(outputs.Where.HEAD, row))
     monkeypatch.setattr(managed, "find_head", lambda cluster, python: "head")
     monkeypatch.setattr(managed, "follow_across", follow_across)
-    monkeypatch.setattr(managed, "follow", lambda head, job_id, on_record, tail=None, keep_following=True:
-                        follow_across(head, job_id, on_record, tail)[0])  # fmt: skip
+    monkeypatch.setattr(
+        managed,
+        "follow",
+        lambda head, job_id, on_record, tail=None, keep_following=True: follow_across(head, job_id, on_record, tail)[0],
+    )
     monkeypatch.setattr(managed, "job_on", job_on)
     return side
 
@@ -69,8 +72,7 @@ def test_a_log_into_a_pipe_has_each_line_as_the_script_printed_it(cli, head_log,
     """`deepvm logs JOB | grep ...` found nothing: rich wrapped the script's lines at the width (80 columns
     without a terminal), expanded its tabs and turned `:thumbs_up:` into an emoji. Into a pipe or a file each
     line is the script's, after the rank's prefix."""
-    head_log["records"] = [LogRecord(kind=LogKind.LOG, at=1.0, source="node-1 r0", rank=0, text=SCRIPT_LINE),
-                           COMPLETED]  # fmt: skip
+    head_log["records"] = [LogRecord(kind=LogKind.LOG, at=1.0, source="node-1 r0", rank=0, text=SCRIPT_LINE), COMPLETED]
     result = cli("logs", "job-1", *follow, env={"COLUMNS": "80"})
     assert result.returncode == 0, result
     assert result.stdout.splitlines() == [f"[node-1 r0] {SCRIPT_LINE}", "job completed: done"]

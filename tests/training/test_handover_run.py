@@ -24,8 +24,18 @@ from training.shared.jobstore import JobRow, JobStatus, JobStore
 from training.shared.layout import HANDED_OVER_MARK, MANAGED_HOME
 from training.shared.records import HeadJob, LogRecord
 
-NEW = NodeRecord("i-h0000001", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1c", "running", "10.0.0.9", None,
-                 0.17, launched_at="2026-11-25T10:09:00+00:00")  # fmt: skip
+NEW = NodeRecord(
+    "i-h0000001",
+    "c5.xlarge",
+    Market.ON_DEMAND,
+    Role.HOLDER,
+    "us-east-1c",
+    "running",
+    "10.0.0.9",
+    None,
+    0.17,
+    launched_at="2026-11-25T10:09:00+00:00",
+)
 TO = Successor("i-h0000000", NEW, "us-east-1c")
 HOLDERS = "arn:aws:iam::123456789012:instance-profile/deepvm/deepvm-c1-holders"
 
@@ -81,10 +91,39 @@ def _old_head(tmp_path: Path) -> tuple[Path, HeadJob]:
     (keys / "id_ed25519").write_bytes(b"INTERNAL KEY")
     (keys / "host_keys" / "i-h0000001").write_bytes(b"ssh-ed25519 HOST")
     handing = f"control passes to the new head {TO.describe()}"
-    JobStore(home / "state.db").put(JobRow("job-1", "c1", "fake", "job.yaml", JobStatus.RUNNING, "now", "", 47, 480,
-                                           3, 0.5, 1, 0, 47, 0.0, 0.1, "out", "python3", handing))  # fmt: skip
-    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_tiering_plan(), "tok", CloudResources("k"),
-                         "root", "2026-11-23T10:00:00+00:00")  # fmt: skip
+    JobStore(home / "state.db").put(
+        JobRow(
+            "job-1",
+            "c1",
+            "fake",
+            "job.yaml",
+            JobStatus.RUNNING,
+            "now",
+            "",
+            47,
+            480,
+            3,
+            0.5,
+            1,
+            0,
+            47,
+            0.0,
+            0.1,
+            "out",
+            "python3",
+            handing,
+        )
+    )
+    cluster = ClusterRow(
+        "c1",
+        CloudKind.SANDBOX,
+        ClusterStatus.UP,
+        make_tiering_plan(),
+        "tok",
+        CloudResources("k"),
+        "root",
+        "2026-11-23T10:00:00+00:00",
+    )
     job = HeadJob("job-1", cluster, (), "job.yaml", "python3", True, 3, None, {}, {"AWS_REGION": "us-east-1"}, "now")
     (root / "job.json").write_text(job.to_json())
     return home, job
@@ -134,11 +173,17 @@ def test_a_controller_that_does_not_start_there_gives_the_profile_back_and_the_o
     assert hands.profile == HOLDERS  # it keeps no right it was given for nothing
 
 
-@pytest.mark.parametrize(("fail", "said", "acts"), [
-    ("push", "copying the job's state to i-h0000001: push refused", ["push"]),
-    ("set_profile", "giving i-h0000001 the controller's instance profile: set_profile refused",
-     ["push", "profile_of", "set_profile"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fail", "said", "acts"),
+    [
+        ("push", "copying the job's state to i-h0000001: push refused", ["push"]),
+        (
+            "set_profile",
+            "giving i-h0000001 the controller's instance profile: set_profile refused",
+            ["push", "profile_of", "set_profile"],
+        ),
+    ],
+)
 def test_a_copy_or_a_profile_refused_starts_nothing_there(tmp_path, fail, said, acts):
     with pytest.raises(HandOverFailed, match=f"^{said}$") as failed:
         _run(tmp_path, fail=fail)
@@ -176,8 +221,10 @@ def test_a_head_that_cannot_terminate_itself_says_so_and_still_ends_as_handed_ov
     assert job_service.terminate_self(log, Refusing(), "i-old", "control passed to i-new") == job_service.HANDED_OVER
     log.close()
     texts = [LogRecord.from_json(line).text for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert texts == ["control passed to i-new; this head (i-old) terminates",
-                     "this head could not terminate itself (UnauthorizedOperation); its successor terminates it"]
+    assert texts == [
+        "control passed to i-new; this head (i-old) terminates",
+        "this head could not terminate itself (UnauthorizedOperation); its successor terminates it",
+    ]
 
 
 @pytest.mark.parametrize("fail", ["", "watch"])
@@ -196,5 +243,10 @@ def test_the_idle_watch_moves_too_after_the_job_and_one_that_does_not_start_is_s
     assert 'training.head.idle_cluster "$HOME/deepvm/managed/cluster"' in hands.acts[-1][1]
     assert (home / "jobs/job-1" / HANDED_OVER_MARK).exists()  # handed over either way
     said = [n for n in notes if "idle watch" in n]
-    assert said == ([] if not fail else ["the cluster's idle watch did not start on i-h0000001 (watch refused); "
-                                         "`deepvm up --autodown N` restarts it"])  # fmt: skip
+    assert said == (
+        []
+        if not fail
+        else [
+            "the cluster's idle watch did not start on i-h0000001 (watch refused); `deepvm up --autodown N` restarts it"
+        ]
+    )

@@ -51,9 +51,19 @@ class SignalAt(TrainerCallback):
 
 
 def _args(out: Path) -> TrainingArguments:
-    return TrainingArguments(output_dir=str(out), max_steps=30, per_device_train_batch_size=4, learning_rate=0.05,
-                             logging_steps=5, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
-                             dataloader_num_workers=0, seed=0)  # fmt: skip
+    return TrainingArguments(
+        output_dir=str(out),
+        max_steps=30,
+        per_device_train_batch_size=4,
+        learning_rate=0.05,
+        logging_steps=5,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
 
 
 @pytest.fixture
@@ -99,19 +109,29 @@ def test_the_stop_signal_saves_hfs_checkpoint_at_that_step_and_get_last_checkpoi
 def test_outside_deepvm_the_callback_does_nothing(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DEEPVM_CHECKPOINT_DIR", raising=False)
-    trainer = Trainer(model=Tiny(), args=_args(tmp_path / "out"), train_dataset=_data(64),
-                      callbacks=[DeepVMCallback()])  # fmt: skip
+    trainer = Trainer(model=Tiny(), args=_args(tmp_path / "out"), train_dataset=_data(64), callbacks=[DeepVMCallback()])
     trainer.train()
     assert trainer.state.global_step == 30 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert not event_lines(capfd.readouterr().out)
 
 
-@pytest.mark.parametrize(("output_dir", "patterns", "kept"), [
-    ("out", ["out"], True), ("out", ["out/"], True), ("out", ["./out"], True), ("runs/a", ["runs"], True),
-    ("out", ["out/checkpoint-*"], True), ("runs/a", ["**/a"], True), ("runs/a", ["runs/**"], True),
-    ("out", ["out/*.json"], False), ("out", ["other"], False), ("out", [], False), ("../out", ["out"], False),
-    ("ckpt/hf", [], True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("output_dir", "patterns", "kept"),
+    [
+        ("out", ["out"], True),
+        ("out", ["out/"], True),
+        ("out", ["./out"], True),
+        ("runs/a", ["runs"], True),
+        ("out", ["out/checkpoint-*"], True),
+        ("runs/a", ["**/a"], True),
+        ("runs/a", ["runs/**"], True),
+        ("out", ["out/*.json"], False),
+        ("out", ["other"], False),
+        ("out", [], False),
+        ("../out", ["out"], False),
+        ("ckpt/hf", [], True),
+    ],
+)
 def test_output_dir_is_kept_as_the_kept_files_match_it(tmp_path, monkeypatch, output_dir, patterns, kept):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DEEPVM_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
@@ -138,8 +158,10 @@ env: {OMP_NUM_THREADS: "1"}
 
 
 def _tagged(stdout: str, tag: str) -> dict[str, int]:
-    return {rank: int(step) for rank, step in (line.split()[1:3] for line in stdout.splitlines()
-                                               if line.startswith(tag + " "))}  # fmt: skip
+    return {
+        rank: int(step)
+        for rank, step in (line.split()[1:3] for line in stdout.splitlines() if line.startswith(tag + " "))
+    }
 
 
 @pytest.mark.mpi
@@ -150,8 +172,9 @@ def test_a_notice_stops_a_ddp_hf_trainer_with_its_checkpoint_and_every_rank_resu
     job.write_text(HF_JOB)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        first, stderr = output_with_a_notice_at(proc, lambda line: is_step(line, 20), lambda: post_notice(tmp_path),
-                                                timeout=120)  # fmt: skip
+        first, stderr = output_with_a_notice_at(
+            proc, lambda line: is_step(line, 20), lambda: post_notice(tmp_path), timeout=120
+        )
         events = event_lines(first)
         assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
         stopped = _tagged(first, "DONE")

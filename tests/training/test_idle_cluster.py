@@ -26,8 +26,16 @@ LOOK_S = 5.0  # what the test's clock moves at each look of the watch
 def test_the_cluster_goes_down_n_minutes_after_its_last_job_and_never_while_one_runs(tmp_path):
     root = tmp_path / "watch"
     root.mkdir()
-    cluster = ClusterRow("c1", CloudKind.AWS, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
-                         "2026-11-25T00:00:00+00:00")  # fmt: skip
+    cluster = ClusterRow(
+        "c1",
+        CloudKind.AWS,
+        ClusterStatus.UP,
+        make_plan(),
+        "tok",
+        CloudResources("k"),
+        "root",
+        "2026-11-25T00:00:00+00:00",
+    )
     (root / "watch.json").write_text(IdleWatch(cluster, (), 1.0, "bucket-1", {}).to_json())
     job = deepvm_home() / "jobs" / "job-1"
     job.mkdir(parents=True)

@@ -29,8 +29,9 @@ def test_a_new_job_starts_afresh_and_names_an_unfinished_earlier_run():
     choice = choose_job(REQUEST, "fake", None, [earlier], _new)
     assert choice.resumed is None and choice.row.status is JobStatus.RUNNING and choice.row.step == 0
     assert choice.row.job_id.startswith("fake-2") and choice.row.total_steps == 40
-    assert choice.note == ("an earlier run of fake (fake-1) ended at step 12; starting afresh "
-                           "(`--resume` would continue it)")
+    assert choice.note == (
+        "an earlier run of fake (fake-1) ended at step 12; starting afresh (`--resume` would continue it)"
+    )
     assert choose_job(REQUEST, "fake", None, [_row("fake-1", JobStatus.COMPLETED)], _new).note == ""
 
 
@@ -47,14 +48,20 @@ def test_a_stored_job_of_the_given_id_was_a_controller_that_restarted():
     assert choice.note == "controller restarted: resuming job fake-7 from its newest checkpoint (last at step 30)"
 
 
-@pytest.mark.parametrize(("status", "reason", "restarts"), [
-    (JobStatus.STOPPED, RecoveryReason.USER_RESUME, 1),  # the user stopped it: going on is no restart
-    (JobStatus.FAILED, RecoveryReason.CONTROLLER_RESTART, 2),
-    (JobStatus.RUNNING, RecoveryReason.CONTROLLER_RESTART, 2),  # its controller died
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "reason", "restarts"),
+    [
+        (JobStatus.STOPPED, RecoveryReason.USER_RESUME, 1),  # the user stopped it: going on is no restart
+        (JobStatus.FAILED, RecoveryReason.CONTROLLER_RESTART, 2),
+        (JobStatus.RUNNING, RecoveryReason.CONTROLLER_RESTART, 2),  # its controller died
+    ],
+)
 def test_resume_continues_the_newest_unfinished_run_of_the_name(status, reason, restarts):
-    runs = [_row("fake-3", status, restarts=1), _row("fake-2", JobStatus.FAILED), _row("other-1", JobStatus.FAILED,
-                                                                                         name="other")]  # fmt: skip
+    runs = [
+        _row("fake-3", status, restarts=1),
+        _row("fake-2", JobStatus.FAILED),
+        _row("other-1", JobStatus.FAILED, name="other"),
+    ]
     choice = choose_job(replace(REQUEST, resume=True, python="python3.11"), "fake", None, runs, _new)
     assert (choice.row.job_id, choice.resumed, choice.row.restarts) == ("fake-3", reason, restarts)
     assert choice.row.python == "python3.11" and choice.row.status is JobStatus.RUNNING

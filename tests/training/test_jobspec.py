@@ -13,7 +13,6 @@ from training.shared.jobspec import Cifar10Data, JobSpec, SyntheticData, load_jo
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -99,9 +98,7 @@ def test_unknown_dataset_kind(tmp_path):
 
 
 def test_missing_required_section(tmp_path):
-    text = "\n".join(
-        line for line in GOOD.splitlines() if not line.startswith(("dataset", "  kind", "  samples"))
-    )
+    text = "\n".join(line for line in GOOD.splitlines() if not line.startswith(("dataset", "  kind", "  samples")))
     path = write(tmp_path, text + "\n")
     assert error_of(path) == f"{path}:1: dataset: required field missing"
 
@@ -128,9 +125,7 @@ def test_cifar_s3_must_be_url(tmp_path):
 
 
 def test_cifar_spec(tmp_path):
-    spec = load_job_spec(
-        write(tmp_path, GOOD.replace("kind: synthetic\n  samples: 64", "kind: cifar10\n  path: d"))
-    )
+    spec = load_job_spec(write(tmp_path, GOOD.replace("kind: synthetic\n  samples: 64", "kind: cifar10\n  path: d")))
     assert isinstance(spec.dataset, Cifar10Data) and not spec.is_synthetic
 
 
@@ -203,8 +198,10 @@ def test_run_script_absolute_path(tmp_path):
 
 def test_run_needs_a_script(tmp_path):
     path = own_job(tmp_path, OWN.replace("  script: train.py\n", ""))
-    assert error_of(path) == (f"{path}:4: run: give exactly one of script (your script, started as torchrun starts "
-                              "it) or command (your own launch line, once per node)")
+    assert error_of(path) == (
+        f"{path}:4: run: give exactly one of script (your script, started as torchrun starts "
+        "it) or command (your own launch line, once per node)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -244,8 +241,17 @@ def test_run_bad_types(tmp_path, before, after, expected):
     assert error_of(path).startswith(f"{path}:{expected}")
 
 
-@pytest.mark.parametrize("field", ["model: {name: resnet99}", "dataset: {kind: synthetic}", "batch_size: 8",
-                                   "optimizer: {lr: 0.1}", "schedule: {name: none}", "shrink: {}"])  # fmt: skip
+@pytest.mark.parametrize(
+    "field",
+    [
+        "model: {name: resnet99}",
+        "dataset: {kind: synthetic}",
+        "batch_size: 8",
+        "optimizer: {lr: 0.1}",
+        "schedule: {name: none}",
+        "shrink: {}",
+    ],
+)
 def test_run_refuses_the_workers_fields(tmp_path, field):
     path = own_job(tmp_path, OWN + field + "\n")
     name = field.split(":")[0]
@@ -281,8 +287,8 @@ def test_several_errors_are_all_reported_each_with_its_line_and_a_suggestion(tmp
         ("log_every: 100000000000000000000", "11: log_every: must be at most 1000000000, got 100000000000000000000"),
         ("env: {A-B: x}", "11: env.A-B: 'A-B' is not an environment variable name"),
         ("env: {'': x}", "11: env.'': '' is not an environment variable name"),
-        ("env: {X: \"a\\0b\"}", "11: env.X: must not contain the character '\\x00'"),
-        ("setup: [\"echo \\u202e hi\"]", "11: setup.0: must not contain the character '\\u202e'"),
+        ('env: {X: "a\\0b"}', "11: env.X: must not contain the character '\\x00'"),
+        ('setup: ["echo \\u202e hi"]', "11: setup.0: must not contain the character '\\u202e'"),
         ("batch_size: 9", "11: batch_size: duplicate key (first given at line 10)"),
         ("env: {A: x, A: y}", "11: env.A: duplicate key (first given at line 11)"),
         ('"new\\nline": 1', "11: 'new\\nline': unknown field"),
@@ -302,8 +308,19 @@ def test_one_bad_value_is_one_line(tmp_path, line, expected):
 
 @pytest.mark.parametrize(
     ("name", "ok"),
-    [("resnet18-cifar10", True), ("a.b_c-9", True), ("x" * 64, True), ("x" * 65, False), ("../up", False),
-     ("a/b", False), ("-x", False), ("", False), ("a\x00b", False), ("bad\u202ename", False), ("a b", False)],
+    [
+        ("resnet18-cifar10", True),
+        ("a.b_c-9", True),
+        ("x" * 64, True),
+        ("x" * 65, False),
+        ("../up", False),
+        ("a/b", False),
+        ("-x", False),
+        ("", False),
+        ("a\x00b", False),
+        ("bad\u202ename", False),
+        ("a b", False),
+    ],
 )
 def test_the_job_name_is_a_directory_name(tmp_path, name, ok):
     path = write(tmp_path, GOOD.replace("name: t", f"name: {name!r}".replace("'", '"') if name else 'name: ""'))
@@ -327,9 +344,11 @@ def test_a_duplicate_key_and_its_mistakes_are_all_reported(tmp_path):
         ("a: " + "[" * 3000 + "]" * 3000 + "\n", "1: YAML nested more than 32 levels deep"),
         ("a:\n" + "".join("  " * i + "- \n" for i in range(1, 60)), "33: YAML nested more than 32 levels deep"),
         ("a: &a [*a]\n", "1: an alias refers to a node that contains it"),
-        ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
-         + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)),
-         "expands to more than 100,000 values (aliases)"),
+        (
+            "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+            "expands to more than 100,000 values (aliases)",
+        ),
         ("steps: 2024-13-45\n", "1: invalid YAML value '2024-13-45' (month must be in 1..12)"),
         ("steps: !!int x\n", "1: invalid YAML value 'x'"),
         ("steps: !!timestamp x\n", "1: invalid YAML value 'x'"),

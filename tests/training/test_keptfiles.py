@@ -32,15 +32,26 @@ def test_a_file_being_written_is_left_for_its_previous_version(tmp_path):
     (kept_dir / "state.json").write_text("{}")
     (work / "other.txt").write_text("not kept")
     first = files.changed(nobody_writing)
-    assert sorted((c.key, bytes(c.data)) for c in first) == [("checkpoint_dir/state.json", b"{}"),
-                                                              ("job/snapshot.pt", b"epoch 1")]  # fmt: skip
+    assert sorted((c.key, bytes(c.data)) for c in first) == [
+        ("checkpoint_dir/state.json", b"{}"),
+        ("job/snapshot.pt", b"epoch 1"),
+    ]
     files.took(first)
     assert files.changed(nobody_writing) == []  # nothing new
 
     # a writer in a session of its own (as a launched script is) holds the new version open mid-write
-    writer = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open('snapshot.pt', 'wb')\n"
-                               "f.write(b'epoch 2, half'); f.flush(); print('open', flush=True); time.sleep(60)"],
-                              cwd=work, stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nf = open('snapshot.pt', 'wb')\n"
+            "f.write(b'epoch 2, half'); f.flush(); print('open', flush=True); time.sleep(60)",
+        ],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert writer.stdout is not None and writer.stdout.readline() == "open\n"
         writing = open_for_writing(writer.pid)
@@ -56,8 +67,10 @@ def test_a_file_being_written_is_left_for_its_previous_version(tmp_path):
 
 
 def test_a_copy_is_put_back_whole_with_its_own_mtime_and_gone_files_are_found(tmp_path):
-    source, target = KeptFiles(tmp_path / "a", ["ckpt"], tmp_path / "ka"), KeptFiles(tmp_path / "b", ["ckpt"],
-                                                                                       tmp_path / "kb")  # fmt: skip
+    source, target = (
+        KeptFiles(tmp_path / "a", ["ckpt"], tmp_path / "ka"),
+        KeptFiles(tmp_path / "b", ["ckpt"], tmp_path / "kb"),
+    )
     (tmp_path / "a" / "ckpt" / "sub").mkdir(parents=True)
     (tmp_path / "a" / "ckpt" / "sub" / "model.bin").write_bytes(os.urandom(4096))
     os.utime(tmp_path / "a" / "ckpt" / "sub" / "model.bin", ns=(1_700_000_000 * 10**9,) * 2)

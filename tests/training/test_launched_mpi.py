@@ -36,16 +36,48 @@ def _tagged(stdout: str, tag: str) -> list[str]:
 
 
 def test_the_script_gets_torchruns_environment_and_none_of_mpis():
-    place = ScriptPlace(rank=3, world_size=4, local_rank=1, local_world_size=2, group_rank=1, group_world_size=2,
-                        master_addr="10.0.0.5", master_port=29400, run_id="job-7", restart_count=2, max_restarts=3)
-    env = worker_environment({"OMPI_COMM_WORLD_RANK": "3", "PMIX_RANK": "3", "PMI_SIZE": "4", "HOME": "/h",
-                              "OMP_NUM_THREADS": "2"}, place, {"DEEPVM_CHECKPOINT_DIR": "/k"})  # fmt: skip
+    place = ScriptPlace(
+        rank=3,
+        world_size=4,
+        local_rank=1,
+        local_world_size=2,
+        group_rank=1,
+        group_world_size=2,
+        master_addr="10.0.0.5",
+        master_port=29400,
+        run_id="job-7",
+        restart_count=2,
+        max_restarts=3,
+    )
+    env = worker_environment(
+        {"OMPI_COMM_WORLD_RANK": "3", "PMIX_RANK": "3", "PMI_SIZE": "4", "HOME": "/h", "OMP_NUM_THREADS": "2"},
+        place,
+        {"DEEPVM_CHECKPOINT_DIR": "/k"},
+    )
     assert not [k for k in env if k.startswith(("OMPI_", "PMIX_", "PMI_"))]
     assert (env["HOME"], env["OMP_NUM_THREADS"], env["DEEPVM_CHECKPOINT_DIR"]) == ("/h", "2", "/k")
-    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
-                                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE")} == {
-        "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default",
-        "MASTER_ADDR": "10.0.0.5", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    assert {
+        k: env[k]
+        for k in (
+            "RANK",
+            "LOCAL_RANK",
+            "GROUP_RANK",
+            "GROUP_WORLD_SIZE",
+            "ROLE_NAME",
+            "MASTER_ADDR",
+            "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_USE_AGENT_STORE",
+        )
+    } == {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "ROLE_NAME": "default",
+        "MASTER_ADDR": "10.0.0.5",
+        "TORCHELASTIC_RESTART_COUNT": "2",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+    }
 
 
 # the user's own launch line instead: torchrun itself (torch.distributed.run) on every node, its workers' place
@@ -61,22 +93,31 @@ env: {OMP_NUM_THREADS: "1"}
 
 @pytest.mark.parametrize("job_text", [JOB, COMMAND_JOB], ids=["script", "command"])
 def test_a_notice_stops_an_unchanged_torchrun_script_and_every_rank_resumes_from_rank_0s_snapshot(
-        tmp_path, warm, job_text):  # fmt: skip
+    tmp_path, warm, job_text
+):
     (tmp_path / "multinode.py").write_text(TORCHRUN_SCRIPT.format(epochs=EPOCHS, pause_s=0.1))
     job = tmp_path / "job.yaml"
     job.write_text(job_text)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        first, _ = output_with_a_notice_at(proc, lambda line: line.startswith("EPOCH 0 8"),
-                                           lambda: post_notice(tmp_path), timeout=180)  # fmt: skip
+        first, _ = output_with_a_notice_at(
+            proc, lambda line: line.startswith("EPOCH 0 8"), lambda: post_notice(tmp_path), timeout=180
+        )
         seen = [json.loads(e) for e in _tagged(first, "ENV")]
         assert sorted(s["env"]["RANK"] for s in seen) == ["0", "1"] and not any(s["mpi"] for s in seen)
         if job_text is JOB:  # started as a fork of the warm server, as `python multinode.py` would run
             assert all(s["warm"] and s["main"] == "__main__" for s in seen), seen
             assert {tuple(s["argv"]) for s in seen} == {(str((tmp_path / "multinode.py").resolve()),)}
-        assert {(s["env"]["WORLD_SIZE"], s["env"]["LOCAL_WORLD_SIZE"], s["env"]["GROUP_WORLD_SIZE"],
-                 s["env"]["TORCHELASTIC_RESTART_COUNT"], s["env"]["MASTER_ADDR"])
-                for s in seen} == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)
+        assert {
+            (
+                s["env"]["WORLD_SIZE"],
+                s["env"]["LOCAL_WORLD_SIZE"],
+                s["env"]["GROUP_WORLD_SIZE"],
+                s["env"]["TORCHELASTIC_RESTART_COUNT"],
+                s["env"]["MASTER_ADDR"],
+            )
+            for s in seen
+        } == {("2", "2", "1", "0", "127.0.0.1")}  # one node, two trainers (the holder: none)
         assert {s["env"]["TORCHELASTIC_RUN_ID"] for s in seen} != {"torchrun-style"} or job_text is JOB
         events = event_lines(first)
         assert [(e["status"]) for e in events if e["event"] == "end"] == ["stopped"]
@@ -135,8 +176,10 @@ def test_a_clean_stop_sends_the_jobs_stop_signal_and_keeps_what_the_script_saves
 
     (tmp_path / "graceful.py").write_text(GRACEFUL)
     job = tmp_path / "job.yaml"
-    job.write_text("run: {script: graceful.py, calls_step: false, stop_signal: SIGINT, stop_grace: 30}\n"
-                   "env: {OMP_NUM_THREADS: '1'}\n")  # fmt: skip
+    job.write_text(
+        "run: {script: graceful.py, calls_step: false, stop_signal: SIGINT, stop_grace: 30}\n"
+        "env: {OMP_NUM_THREADS: '1'}\n"
+    )
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
         assert proc.stdout is not None

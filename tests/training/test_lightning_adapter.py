@@ -43,15 +43,22 @@ class Tiny(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def _fit(root: Path, model: Tiny, max_steps: int, ckpt_path: str | None = None,
-         dirpath: Path | None = None) -> tuple[L.Trainer, DeepVMCallback]:  # fmt: skip
+def _fit(
+    root: Path, model: Tiny, max_steps: int, ckpt_path: str | None = None, dirpath: Path | None = None
+) -> tuple[L.Trainer, DeepVMCallback]:
     """`model` fit on CPU as a user's script would, with the callback; ModelCheckpoint's directory `dirpath`
     (None: Lightning's default, the logger's)."""
     data = TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)), torch.randn(64, 1))
     callback = DeepVMCallback()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, default_root_dir=root,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[callback, ModelCheckpoint(dirpath=dirpath)])  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback, ModelCheckpoint(dirpath=dirpath)],
+    )
     trainer.fit(model, DataLoader(data, batch_size=4), ckpt_path=ckpt_path)
     return trainer, callback
 
@@ -100,15 +107,18 @@ def test_outside_deepvm_the_callback_does_nothing(tmp_path, monkeypatch, capsys)
     assert Path(trainer.checkpoint_callback.dirpath).is_relative_to(tmp_path / "lightning_logs")  # Lightning's own
 
 
-@pytest.mark.parametrize(("directory", "files", "kept"), [
-    ("kept/checkpoints", [], True),  # under $DEEPVM_CHECKPOINT_DIR
-    ("ckpts", [], False),
-    ("ckpts", ["ckpts"], True),
-    ("ckpts", ["./ckpts/"], True),
-    ("runs/a/ckpts", ["runs"], True),  # a directory above it
-    ("ckpts", ["ckpts/*.ckpt"], True),  # its files
-    ("ckpts", ["other"], False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("directory", "files", "kept"),
+    [
+        ("kept/checkpoints", [], True),  # under $DEEPVM_CHECKPOINT_DIR
+        ("ckpts", [], False),
+        ("ckpts", ["ckpts"], True),
+        ("ckpts", ["./ckpts/"], True),
+        ("runs/a/ckpts", ["runs"], True),  # a directory above it
+        ("ckpts", ["ckpts/*.ckpt"], True),  # its files
+        ("ckpts", ["other"], False),
+    ],
+)
 def test_which_checkpoint_directories_deepvm_keeps(tmp_path, monkeypatch, directory, files, kept):
     monkeypatch.chdir(tmp_path)
     env = {"DEEPVM_CHECKPOINT_DIR": str(tmp_path / "kept"), "DEEPVM_KEPT_FILES": json.dumps(files)}
@@ -138,11 +148,14 @@ def test_a_notice_stops_lightning_ddp_at_a_step_and_every_rank_resumes_there(tmp
     job.write_text(JOB)
     with imds_endpoint(tmp_path) as url:
         proc = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
-        first, stderr = output_with_a_notice_at(proc, lambda line: is_step(line, 10), lambda: post_notice(tmp_path),
-                                                timeout=120)  # fmt: skip
+        first, stderr = output_with_a_notice_at(
+            proc, lambda line: is_step(line, 10), lambda: post_notice(tmp_path), timeout=120
+        )
         assert "not kept" not in stderr and "a new directory at each launch" not in stderr  # checkpoint.files
-        assert _tagged(first, "RESUMED") == {"0": ["0", "TorchElasticEnvironment"],
-                                             "1": ["0", "TorchElasticEnvironment"]}  # fmt: skip
+        assert _tagged(first, "RESUMED") == {
+            "0": ["0", "TorchElasticEnvironment"],
+            "1": ["0", "TorchElasticEnvironment"],
+        }
         events = event_lines(first)
         assert [e["status"] for e in events if e["event"] == "end"] == ["stopped"]
         stopped_at = [e["step"] for e in events if e["event"] == "step"][-1]
@@ -157,8 +170,10 @@ def test_a_notice_stops_lightning_ddp_at_a_step_and_every_rank_resumes_there(tmp
         second = launch_ranks(job, "trainer,trainer,holder", url, warm=warm)
         out, stderr = second.communicate(timeout=120)
     assert second.returncode == 0, stderr[-3000:]
-    assert _tagged(out, "RESUMED") == {"0": [str(stopped_at), "TorchElasticEnvironment"],
-                                       "1": [str(stopped_at), "TorchElasticEnvironment"]}  # 0 steps lost  # fmt: skip
+    assert _tagged(out, "RESUMED") == {
+        "0": [str(stopped_at), "TorchElasticEnvironment"],
+        "1": [str(stopped_at), "TorchElasticEnvironment"],
+    }  # 0 steps lost
     events = event_lines(out)
     assert [e["step"] for e in events if e["event"] == "resumed"] == [stopped_at]
     assert [e["status"] for e in events if e["event"] == "end"] == ["completed"]

@@ -22,8 +22,12 @@ from training.shared.scalars import MetricPoint
 
 def test_a_state_record_carries_the_status_string_and_reads_back_as_the_enum():
     record = LogRecord("state", 2.0, text="completed: step 20/20", status=JobStatus.COMPLETED)
-    assert json.loads(record.to_json()) == {"kind": "state", "at": 2.0, "text": "completed: step 20/20",
-                                            "status": "completed"}  # fmt: skip
+    assert json.loads(record.to_json()) == {
+        "kind": "state",
+        "at": 2.0,
+        "text": "completed: step 20/20",
+        "status": "completed",
+    }
     back = LogRecord.from_json(record.to_json())
     assert back == record and back.status is JobStatus.COMPLETED and back.status.final
 
@@ -36,18 +40,39 @@ def test_other_records_have_no_status():
 
 def test_a_job_summary_round_trips():
     at = "2026-11-23T10:00:00+00:00"
-    summary = JobSummary("resnet-1", "c1", "resnet", JobStatus.RUNNING, 5, 20, 1.25, 3, 4, 0, 0, 0.01, at, at,
-                         "attempt 1 running", True)  # fmt: skip
+    summary = JobSummary(
+        "resnet-1", "c1", "resnet", JobStatus.RUNNING, 5, 20, 1.25, 3, 4, 0, 0, 0.01, at, at, "attempt 1 running", True
+    )
     assert json.loads(summary.to_json())["status"] == "running"
     back = JobSummary.from_json(summary.to_json())
     assert back == summary and back.status is JobStatus.RUNNING and not back.status.final
 
 
 def test_the_head_job_keeps_the_cluster_status():
-    node = NodeRecord("i-1", "g4dn.xlarge", Market.ON_DEMAND, Role.ANCHOR, "us-east-1a", "running", "10.0.0.1",
-                      None, 0.526, "2026-11-23T10:00:00+00:00", "root", 22)  # fmt: skip
-    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
-                         "2026-11-23T10:00:00+00:00")  # fmt: skip
+    node = NodeRecord(
+        "i-1",
+        "g4dn.xlarge",
+        Market.ON_DEMAND,
+        Role.ANCHOR,
+        "us-east-1a",
+        "running",
+        "10.0.0.1",
+        None,
+        0.526,
+        "2026-11-23T10:00:00+00:00",
+        "root",
+        22,
+    )
+    cluster = ClusterRow(
+        "c1",
+        CloudKind.SANDBOX,
+        ClusterStatus.UP,
+        make_plan(),
+        "tok",
+        CloudResources("k"),
+        "root",
+        "2026-11-23T10:00:00+00:00",
+    )
     job = HeadJob("resnet-1", cluster, (node,), "resnet.yaml", "python3", True, 3, None, {}, {}, "now")
     assert json.loads(job.to_json())["cluster"]["status"] == "up"
     back = HeadJob.from_json(job.to_json())
@@ -56,8 +81,16 @@ def test_the_head_job_keeps_the_cluster_status():
 
 
 def test_the_head_job_carries_the_startup_grace_and_reads_an_older_one_without():
-    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
-                         "2026-11-23T10:00:00+00:00")  # fmt: skip
+    cluster = ClusterRow(
+        "c1",
+        CloudKind.SANDBOX,
+        ClusterStatus.UP,
+        make_plan(),
+        "tok",
+        CloudResources("k"),
+        "root",
+        "2026-11-23T10:00:00+00:00",
+    )
     job = HeadJob("j-1", cluster, (), "job.yaml", "python3", True, 3, 20.0, {}, {}, "now", startup_grace_s=45.0)
     assert HeadJob.from_json(job.to_json()).startup_grace_s == 45.0
     older = json.loads(job.to_json())
@@ -83,15 +116,20 @@ def test_a_result_of_before_reads_as_the_record_and_writes_back_with_its_values(
     (recovery,) = result.recoveries
     assert recovery.reason is RecoveryReason.NOTICE and recovery.nodes == ("i-2",) and recovery.phases is None
     again = json.loads(result.to_json())
-    assert again == {**json.loads(OLD_RESULT), "lost_s": 0.0,  # what it did not keep: phases, a script's lost time
-                     "recoveries": [{**json.loads(OLD_RESULT)["recoveries"][0], "phases": None, "lost_s": None}]}
+    assert again == {
+        **json.loads(OLD_RESULT),
+        "lost_s": 0.0,  # what it did not keep: phases, a script's lost time
+        "recoveries": [{**json.loads(OLD_RESULT)["recoveries"][0], "phases": None, "lost_s": None}],
+    }
     assert TrainResult.from_json(result.to_json()) == result
 
 
 def test_a_result_with_phases_round_trips():
     phases = RelaunchPhases(0.4, 1.0, 0.5, 3.0, 0.2, 0.6)
-    result = replace(TrainResult.from_json(OLD_RESULT), recoveries=[
-        replace(TrainResult.from_json(OLD_RESULT).recoveries[0], phases=phases)])  # fmt: skip
+    result = replace(
+        TrainResult.from_json(OLD_RESULT),
+        recoveries=[replace(TrainResult.from_json(OLD_RESULT).recoveries[0], phases=phases)],
+    )
     assert TrainResult.from_json(result.to_json()).recoveries[0].phases == phases and phases.total_s == 5.7
 
 
@@ -111,8 +149,16 @@ def test_a_diverged_runs_result_and_log_lines_are_strict_json_and_read_back_as_n
     result = replace(TrainResult.from_json(OLD_RESULT), final_loss=math.nan)
     assert json.loads(result.to_json(), parse_constant=_refuse)["final_loss"] is None
     assert math.isnan(TrainResult.from_json(result.to_json()).final_loss)
-    progress = Progress(step=3, total_steps=9, epoch=None, loss=math.nan, samples_per_s=math.inf, world_size=2,
-                        cost_usd=0.01, synthetic=False)  # fmt: skip
+    progress = Progress(
+        step=3,
+        total_steps=9,
+        epoch=None,
+        loss=math.nan,
+        samples_per_s=math.inf,
+        world_size=2,
+        cost_usd=0.01,
+        synthetic=False,
+    )
     point = MetricPoint(3, {"loss": math.nan, "grad_norm": -math.inf})
     for record in (LogRecord("progress", 1.0, progress=progress), LogRecord("metrics", 1.0, metrics=point)):
         line = record.to_json()

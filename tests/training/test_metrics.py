@@ -84,8 +84,12 @@ def _refuse(constant: str) -> float:
 def test_a_diverged_run_writes_strict_json_and_reads_it_back():
     """A loss that went NaN or infinite was written as `NaN` / `Infinity`, which jq, JSON.parse and serde refuse:
     the file is JSON with null in their place, and reads back with NaN there (the record's losses stay floats)."""
-    diverged = replace(RunMetrics.from_json(WORKER_FILE), final_loss=math.nan, samples_per_s=math.inf,
-                       loss_curve=((38, -math.inf), (40, math.nan), (41, 2.0)))  # fmt: skip
+    diverged = replace(
+        RunMetrics.from_json(WORKER_FILE),
+        final_loss=math.nan,
+        samples_per_s=math.inf,
+        loss_curve=((38, -math.inf), (40, math.nan), (41, 2.0)),
+    )
     data = json.loads(diverged.to_json(), parse_constant=_refuse)
     assert data["final_loss"] is None and data["samples_per_s"] is None
     assert data["loss_curve"] == [[38, None], [40, None], [41, 2.0]]

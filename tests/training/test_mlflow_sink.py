@@ -25,8 +25,27 @@ def tracking(tmp_path, monkeypatch) -> str:
 
 
 def row(tmp_path) -> JobRow:
-    return JobRow("lm-20261125T170000", "c1", "lm", "lm.yaml", JobStatus.RUNNING, "", "", 0, 40, 2, None, 0, 0, -1,
-                  0.0, 0.0, str(tmp_path / "out"), "python3", "")  # fmt: skip
+    return JobRow(
+        "lm-20261125T170000",
+        "c1",
+        "lm",
+        "lm.yaml",
+        JobStatus.RUNNING,
+        "",
+        "",
+        0,
+        40,
+        2,
+        None,
+        0,
+        0,
+        -1,
+        0.0,
+        0.0,
+        str(tmp_path / "out"),
+        "python3",
+        "",
+    )
 
 
 def run_steps(tmp_path, uri: str, first_step: int, steps: range, value: float) -> list[str]:

@@ -54,9 +54,22 @@ def mpirun_guard(tmp_path: Path, mode: str, *options: str) -> subprocess.Popen:
     script.write_text(RANK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_")}  # mpirun_guard allows root itself
     command = [
-        sys.executable, "-m", "training.head.mpirun_guard", *options, "--",
-        "mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--tag-output", sys.executable, str(script), mode,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "training.head.mpirun_guard",
+        *options,
+        "--",
+        "mpirun",
+        "-np",
+        "2",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--tag-output",
+        sys.executable,
+        str(script),
+        mode,
+    ]
     return subprocess.Popen(
         command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -179,8 +192,9 @@ def test_output_passes_through_the_exit_code_is_mpiruns_and_nothing_is_left(tmp_
     assert proc.returncode == 3
     tagged = sorted(m.groups()[1:] for m in map(_TAG.match, stderr.splitlines()) if m)
     assert [(rank, stream, text.split()[0]) for rank, stream, text in tagged] == [
-        ("0", "stderr", "oops"), ("1", "stderr", "oops")
-    ]  # fmt: skip
+        ("0", "stderr", "oops"),
+        ("1", "stderr", "oops"),
+    ]
     assert not [pid for *_, text in tagged if alive(pid := int(text.split()[1]))]  # swept up at the end
     assert "mpirun detected that one or more processes exited with non-zero status" in stderr  # its own lines
     proc.stdin.close()
@@ -205,8 +219,10 @@ def test_the_keeper_folds_repeated_death_signals_into_one_sigterm(tmp_path):
     script.write_text(COUNTER)
     signal_relay = subprocess.Popen(
         [sys.executable, "-m", "training.head.signal_relay", "--", sys.executable, str(script)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert signal_relay.stdout is not None and signal_relay.stdout.readline() == "ready\n"
     for _ in range(3):
         signal_relay.send_signal(signal.SIGTERM)

@@ -38,10 +38,19 @@ def node(tmp_path, monkeypatch) -> Path:
         shutil.copytree(local, home / remote, dirs_exist_ok=True)
         return []
 
-    def run(hosts: Sequence[HostSpec], command: str, on_line: Callable[[OutputLine], None],
-            env: dict[str, str] | None = None) -> dict[str, int]:  # fmt: skip
-        done = subprocess.run(["bash", "-c", command], cwd=home, env={**os.environ, **(env or {}), "HOME": str(home)},
-                              capture_output=True, text=True)  # fmt: skip
+    def run(
+        hosts: Sequence[HostSpec],
+        command: str,
+        on_line: Callable[[OutputLine], None],
+        env: dict[str, str] | None = None,
+    ) -> dict[str, int]:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=home,
+            env={**os.environ, **(env or {}), "HOME": str(home)},
+            capture_output=True,
+            text=True,
+        )
         for stream, text in (("stdout", done.stdout), ("stderr", done.stderr)):
             for line in text.splitlines():
                 on_line(OutputLine(hosts[0].name, stream, line))
@@ -57,8 +66,9 @@ def prepare(node: Path, job_dir: Path, setup: Sequence[str]) -> list[str]:
     """Prepare the node for job-1 with `setup`; the node's output lines."""
     job_dir.mkdir(exist_ok=True)
     (job_dir / "job.yaml").write_text("steps: 1\n")
-    job = JobToStage(stage_runtime(job_dir.parent / "runtime"), job_dir, "job-1", tuple(setup), {},
-                     sys.executable, INTERNAL)  # fmt: skip
+    job = JobToStage(
+        stage_runtime(job_dir.parent / "runtime"), job_dir, "job-1", tuple(setup), {}, sys.executable, INTERNAL
+    )
     lines: list[str] = []
     prepare_nodes([HOST], set(), job, lambda p: None, lambda line: lines.append(line.text))
     return lines

@@ -31,9 +31,20 @@ def _notifier(target: NotifyTarget, notes: list[str]) -> Notifier:
 
 
 def _summary() -> RunSummary:
-    return RunSummary(job_id="job-1", cluster="c1", status=JobStatus.COMPLETED, message="completed", step=10,
-                      total_steps=10, started_at="2026-11-25T01:00:00+00:00", ended_at="2026-11-25T02:00:00+00:00",
-                      cost_usd=1.5, on_demand_usd=4.0, interruptions=2, replacements=1)  # fmt: skip
+    return RunSummary(
+        job_id="job-1",
+        cluster="c1",
+        status=JobStatus.COMPLETED,
+        message="completed",
+        step=10,
+        total_steps=10,
+        started_at="2026-11-25T01:00:00+00:00",
+        ended_at="2026-11-25T02:00:00+00:00",
+        cost_usd=1.5,
+        on_demand_usd=4.0,
+        interruptions=2,
+        replacements=1,
+    )
 
 
 def test_events_arrive_in_order_signed_over_the_exact_body(receiver):
@@ -101,6 +112,5 @@ def test_the_secret_is_read_from_its_file_beside_job_json(tmp_path, receiver):
     notifier = Notifier.for_job(NotifyTarget(url=receiver.url), tmp_path, "job-1", "c1", lambda _: None)
     notifier.post(NotifyKind.COMPLETION, "done")
     notifier.close(timeout_s=10)
-    (headers, body), = receiver.posts
+    ((headers, body),) = receiver.posts
     assert headers[SIGNATURE_HEADER] == signature(SECRET, body)
-

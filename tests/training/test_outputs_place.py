@@ -33,22 +33,61 @@ def s3(s3_endpoint, monkeypatch):
 
 
 def _cluster(status: ClusterStatus) -> None:
-    Store().put_cluster(ClusterRow("c1", CloudKind.AWS, status, make_plan(), "tok", CloudResources("k"), "root",
-                                   "2026-11-25T01:00:00+00:00"))  # fmt: skip
+    Store().put_cluster(
+        ClusterRow(
+            "c1", CloudKind.AWS, status, make_plan(), "tok", CloudResources("k"), "root", "2026-11-25T01:00:00+00:00"
+        )
+    )
 
 
 def _row(status: JobStatus = JobStatus.RUNNING, outputs_url: str = f"s3://{BUCKET}", down: bool = False) -> JobRow:
-    return JobStore().put(JobRow(
-        job_id="job-1", cluster="c1", name="resnet", spec_path="job.yaml", status=status,
-        started_at="2026-11-25T01:00:00+00:00", updated_at="", step=40, total_steps=100, world_size=2, loss=None,
-        restarts=1, lost_steps=3, checkpoint_step=40, cost_base_usd=0.0, cost_usd=0.0, out_dir="/tmp/out",
-        python="python3", message="", controller="i-head", outputs_url=outputs_url, down_when_done=down))  # fmt: skip
+    return JobStore().put(
+        JobRow(
+            job_id="job-1",
+            cluster="c1",
+            name="resnet",
+            spec_path="job.yaml",
+            status=status,
+            started_at="2026-11-25T01:00:00+00:00",
+            updated_at="",
+            step=40,
+            total_steps=100,
+            world_size=2,
+            loss=None,
+            restarts=1,
+            lost_steps=3,
+            checkpoint_step=40,
+            cost_base_usd=0.0,
+            cost_usd=0.0,
+            out_dir="/tmp/out",
+            python="python3",
+            message="",
+            controller="i-head",
+            outputs_url=outputs_url,
+            down_when_done=down,
+        )
+    )
 
 
 def _summary(status: JobStatus) -> bytes:
-    return RunSummary(job_id="job-1", cluster="c1", status=status, message=f"{status}", step=50, total_steps=100,
-                      started_at="2026-11-25T01:00:00+00:00", ended_at="2026-11-25T03:00:00+00:00", cost_usd=1.25,
-                      on_demand_usd=3.5, interruptions=1, replacements=1).to_json().encode()  # fmt: skip
+    return (
+        RunSummary(
+            job_id="job-1",
+            cluster="c1",
+            status=status,
+            message=f"{status}",
+            step=50,
+            total_steps=100,
+            started_at="2026-11-25T01:00:00+00:00",
+            ended_at="2026-11-25T03:00:00+00:00",
+            cost_usd=1.25,
+            on_demand_usd=3.5,
+            interruptions=1,
+            replacements=1,
+        )
+        .to_json()
+        .encode()
+    )
 
 
 def test_the_head_while_the_cluster_is_up_s3_once_it_is_down_or_nowhere_with_why(s3):
@@ -58,8 +97,11 @@ def test_the_head_while_the_cluster_is_up_s3_once_it_is_down_or_nowhere_with_why
     _cluster(ClusterStatus.TERMINATED)
     place = job_outputs(_row())
     assert (place.where, place.url) == (Where.S3, f"s3://{BUCKET}/{FILES}/")
-    s3.put_object(Bucket=BUCKET, Key=f"{FILES}/log.jsonl",
-                  Body=b'{"kind":"note","at":1.0,"text":"attempt 1"}\n{"kind":"note","at":2.0,"text":"done"}\n')
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=f"{FILES}/log.jsonl",
+        Body=b'{"kind":"note","at":1.0,"text":"attempt 1"}\n{"kind":"note","at":2.0,"text":"done"}\n',
+    )
     assert [r.text for r in s3_log(place)] == ["attempt 1", "done"]
     gone = job_outputs(_row(outputs_url=""))
     assert gone.where is Where.NOWHERE and gone.why.startswith("cluster c1 is down and the job's outputs were not")

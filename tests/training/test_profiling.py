@@ -53,8 +53,9 @@ def test_measuring_spec_reports_every_step_and_never_checkpoints():
     assert (derived.steps, derived.epochs, derived.log_every) == (16, None, 1)
     assert derived.checkpoint.every_steps == 17 and derived.checkpoint.every_seconds is None
     assert derived.checkpoint.levels == ["l1"]
-    assert derived.model_copy(update={"steps": own.steps, "log_every": own.log_every,
-                                      "checkpoint": own.checkpoint}) == own  # fmt: skip
+    assert (
+        derived.model_copy(update={"steps": own.steps, "log_every": own.log_every, "checkpoint": own.checkpoint}) == own
+    )
 
 
 def test_measuring_spec_of_an_epochs_job_and_of_an_own_script(tmp_path):
@@ -78,8 +79,10 @@ def test_spec_hash_names_the_job_not_its_file(tmp_path):
 def test_repeat_rates_sum_each_trainers_harmonic_rate():
     """Trainer 0 does 3 steps at 10, 20, 20 samples/s of a 10-sample batch: 3 s for 30 samples, 10/s; the
     arithmetic mean (16.7/s) would be wrong."""
-    reported = {0: {1: 99.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 5.0, 6: 5.0, 7: 5.0},
-                1: {1: 1.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 10.0, 6: 10.0, 7: 10.0}}  # fmt: skip
+    reported = {
+        0: {1: 99.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 5.0, 6: 5.0, 7: 5.0},
+        1: {1: 1.0, 2: 10.0, 3: 20.0, 4: 20.0, 5: 10.0, 6: 10.0, 7: 10.0},
+    }
     assert repeat_rates(reported, trainers=2, warmup=1, steps=3, repeats=2) == (30.0, 15.0)
 
 
@@ -93,12 +96,28 @@ def test_repeat_rates_refuse_missing_steps_and_scripts_without_samples():
 def _cluster(status: ClusterStatus = ClusterStatus.UP) -> None:
     """A stored 3-trainer Tiering cluster (no cloud behind it: every check below comes before the cloud)."""
     store = Store()
-    store.put_cluster(ClusterRow("lab", CloudKind.SANDBOX, status, make_tiering_plan(), "tok", CloudResources(), "root",
-                                 ""))
-    nodes = [NodeRecord(f"i-{i:08x}", "g4dn.xlarge", Market.SPOT, Role.TRAINER, "us-east-1a", "running",
-                        f"127.1.1.{i + 4}", None, 0.15) for i in range(3)]  # fmt: skip
-    nodes.append(NodeRecord("i-000000ff", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1a", "running",
-                            "127.1.1.9", None, 0.17))  # fmt: skip
+    store.put_cluster(
+        ClusterRow("lab", CloudKind.SANDBOX, status, make_tiering_plan(), "tok", CloudResources(), "root", "")
+    )
+    nodes = [
+        NodeRecord(
+            f"i-{i:08x}",
+            "g4dn.xlarge",
+            Market.SPOT,
+            Role.TRAINER,
+            "us-east-1a",
+            "running",
+            f"127.1.1.{i + 4}",
+            None,
+            0.15,
+        )
+        for i in range(3)
+    ]
+    nodes.append(
+        NodeRecord(
+            "i-000000ff", "c5.xlarge", Market.ON_DEMAND, Role.HOLDER, "us-east-1a", "running", "127.1.1.9", None, 0.17
+        )
+    )
     store.put_nodes("lab", nodes)
 
 
@@ -111,19 +130,26 @@ def profile_error(cli: Cli, *args: str) -> tuple[int, str]:
 def test_sizes_above_the_trainer_count_and_a_cluster_that_is_down_are_one_line(cli):
     _cluster()
     assert profile_error(cli, "--cluster", "lab", "--sizes", "1,2,4") == (
-        2, "deepvm: error: --sizes 4: cluster lab has 3 trainer nodes; sizes go up to 3\n")
+        2,
+        "deepvm: error: --sizes 4: cluster lab has 3 trainer nodes; sizes go up to 3\n",
+    )
     Store().set_status("lab", ClusterStatus.TERMINATED)
     assert profile_error(cli, "--cluster", "lab") == (
-        5, "deepvm: error: cluster lab is terminated, not up; `deepvm up --name lab` starts one\n")
+        5,
+        "deepvm: error: cluster lab is terminated, not up; `deepvm up --name lab` starts one\n",
+    )
 
 
-@pytest.mark.parametrize("cluster, sizes, error, message", [
-    ("lab", (2, 3), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
-    ("lab", (1,), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
-    ("lab", (0, 1, 2), InputError, "--sizes 0: sizes are trainer node counts from 1"),
-    ("nope", None, NotFoundError, "no cluster named 'nope'; clusters: lab (up)"),
-    ("bad name!", None, InputError, "cluster name 'bad name!' is not allowed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cluster, sizes, error, message",
+    [
+        ("lab", (2, 3), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
+        ("lab", (1,), InputError, "--sizes must include 1 (speed-ups are over one node) and one more size at least"),
+        ("lab", (0, 1, 2), InputError, "--sizes 0: sizes are trainer node counts from 1"),
+        ("nope", None, NotFoundError, "no cluster named 'nope'; clusters: lab (up)"),
+        ("bad name!", None, InputError, "cluster name 'bad name!' is not allowed"),
+    ],
+)
 def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, message):
     _cluster()
     request = ProfileRequest(REPO / "configs" / "resnet.yaml", cluster, "python3", sizes)
@@ -134,9 +160,13 @@ def test_what_profile_refuses_before_anything_runs(cluster, sizes, error, messag
 
 def test_bad_sizes_text_and_step_counts_are_usage_errors(cli):
     assert profile_error(cli, "--sizes", "1,two") == (
-        2, "deepvm: error: --sizes must be comma-separated trainer node counts, e.g. 1,2,4; got '1,two'\n")
+        2,
+        "deepvm: error: --sizes must be comma-separated trainer node counts, e.g. 1,2,4; got '1,two'\n",
+    )
     assert profile_error(cli, "--steps", "0") == (
-        2, "deepvm: error: Invalid value for '--steps': Input should be greater than or equal to 1\n")
+        2,
+        "deepvm: error: Invalid value for '--steps': Input should be greater than or equal to 1\n",
+    )
 
 
 def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path, cli):
@@ -144,22 +174,35 @@ def test_a_bad_job_file_is_one_line_before_the_cluster_is_asked(tmp_path, cli):
     job.write_text("dataset: {kind: synthetic}\nsteps: 10\nmodle: {name: resnet18}\n")
     result = cli("profile", str(job), "--cluster", "nope")
     assert (result.returncode, result.stderr) == (
-        2, f"deepvm: error: {job}:3: modle: unknown field; did you mean model?\n")
+        2,
+        f"deepvm: error: {job}:3: modle: unknown field; did you mean model?\n",
+    )
 
 
 def test_json_output_holds_the_profile_as_written(tmp_path):
     from deepvm_cli.commands.profile import profile_json
     from provisioning.scaling.profile import JobIdentity, Measured, Profile, ProfileSetup, make_profile, save_profile
 
-    setup = ProfileSetup("g4dn.xlarge", JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"), "lab", 2, 8, 1,
-                         "2026-11-23T13:52:25+00:00")  # fmt: skip
+    setup = ProfileSetup(
+        "g4dn.xlarge",
+        JobIdentity(name="j", spec_sha256="0" * 64, file="j.yaml"),
+        "lab",
+        2,
+        8,
+        1,
+        "2026-11-23T13:52:25+00:00",
+    )
     profile = make_profile(setup, [Measured(1, (10.0,)), Measured(2, (18.0,)), Measured(3, (24.0,))])
     save_profile(profile, tmp_path / "p.json")
     doc = json.loads(json.dumps(profile_json(profile, tmp_path / "p.json", None, 131.94, 0.02358)))
     assert doc["profile"] == json.loads((tmp_path / "p.json").read_text())
     assert Profile.model_validate(doc["profile"]) == profile
-    assert (doc["saved_to"], doc["plot"], doc["wall_s"], doc["cost_usd"]) == (str(tmp_path / "p.json"), None, 131.9,
-                                                                              0.02358)
+    assert (doc["saved_to"], doc["plot"], doc["wall_s"], doc["cost_usd"]) == (
+        str(tmp_path / "p.json"),
+        None,
+        131.9,
+        0.02358,
+    )
 
 
 class _Measuring:
@@ -199,8 +242,11 @@ def test_a_size_runs_through_the_attempt_session_and_every_trainer_is_measured(t
 def test_a_size_that_hangs_fails_the_profile_and_stops_its_launch(tmp_path):
     session, launch, size, nodes = _size_launch(tmp_path, StallWatch(fixed_s=0.1))
     nodes.world.faults = [Hang(2, 3, node="i-t0000001")]
-    with pytest.raises(ProfileFailed, match=r"^no progress for 0s \(limit 0s\) on 2 trainer nodes: a node hangs; "
-                                            r"nothing was written$"):
+    with pytest.raises(
+        ProfileFailed,
+        match=r"^no progress for 0s \(limit 0s\) on 2 trainer nodes: a node hangs; "
+        r"nothing was written$",
+    ):
         session.run(2, launch, size)
     assert nodes.attempts[0].returncode == 137
 

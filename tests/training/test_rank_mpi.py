@@ -45,8 +45,12 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path, warm: Path) -> None
     assert "holder" in kinds and kinds.count("notice") >= 1
     saved = [e["step"] for e in events if e["event"] == "saved"]
     assert saved and all(s % 4 == 0 for s in saved)
-    (flush,) = [e for e in events if e["event"] == "flush"]
-    assert flush["reason"] == "notice" and flush["level"] in ("L1", "L2")
+    # post_notice writes a rebalance and then the interruption: a watcher's poll between the two sees the
+    # rebalance alone, and its early flush comes first
+    flushes = [e for e in events if e["event"] == "flush"]
+    assert [e["reason"] for e in flushes] in (["notice"], ["rebalance", "notice"])
+    flush = flushes[-1]
+    assert flush["level"] in ("L1", "L2")
     ends = [e for e in events if e["event"] == "end"]
     assert {e["status"] for e in ends} == {"stopped"} and {e["steps"] for e in ends} == {flush["step"]}
     assert 5 < flush["step"] < 40  # the notice came at step 5; the watcher polls every 2 s (40 steps: time for it)

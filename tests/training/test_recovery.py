@@ -56,7 +56,11 @@ def test_a_launched_script_without_steps_recovers_when_it_runs_again_having_lost
     recovery = log.script_running(attempt=2, world=2, at=now - 2)
     assert recovery is not None and recovery.lost_s == pytest.approx(40.0, abs=0.05)
     assert (recovery.from_step, recovery.resumed_step, recovery.lost_steps, recovery.lost_text) == (
-        0, 0, 0, "0m40s of work lost")  # fmt: skip
+        0,
+        0,
+        0,
+        "0m40s of work lost",
+    )
     assert recovery.phases is not None and recovery.phases.restore_s == 0.5
 
     log.trouble("node-lost", ("i-2",), attempt=2, world=2, at=now - 1)  # a loss before it kept anything new
@@ -75,8 +79,11 @@ def test_a_launched_script_whose_adapter_reported_steps_recovers_at_a_step_in_st
     log.attempt_ended(1, last_step=80, at=now - 5)
     assert log.script_running(attempt=2, world=3, at=now - 3) is None and log.open is not None
     recovery = log.stepped(attempt=2, first_step=50, step=51, world=3, at=now)
-    assert recovery is not None and (recovery.lost_steps, recovery.lost_s, recovery.lost_text) == (30, None,
-                                                                                                 "30 steps lost")
+    assert recovery is not None and (recovery.lost_steps, recovery.lost_s, recovery.lost_text) == (
+        30,
+        None,
+        "30 steps lost",
+    )
 
 
 def test_notice_flushed_at_the_stop_step_loses_nothing():
@@ -102,7 +109,8 @@ def test_the_phases_of_a_relaunch_add_up_to_the_time_from_the_notice_to_training
     log.started(at=105.6)
     recovery = log.stepped(attempt=2, first_step=19, step=20, world=2, at=106.0)
     assert recovery is not None and recovery.phases == RelaunchPhases(
-        checkpoint_s=0.5, teardown_s=1.0, launch_s=0.5, imports_s=3.0, restore_s=0.5, first_step_s=0.5)
+        checkpoint_s=0.5, teardown_s=1.0, launch_s=0.5, imports_s=3.0, restore_s=0.5, first_step_s=0.5
+    )
     assert recovery.phases.total_s == recovery.detect_to_resumed_s == 6.0
 
 
@@ -197,8 +205,9 @@ def test_rank_order_puts_the_anchor_first_and_holders_last():
 
 
 def test_mpirun_runs_on_the_head_with_the_internal_key_and_reaches_nodes_at_private_addresses():
-    nodes = arrange([_node(1, "trainer", "127.10.0.1"), _node(2, "trainer", "127.10.0.2"),
-                     _node(3, "holder", "127.10.0.3")])  # fmt: skip
+    nodes = arrange(
+        [_node(1, "trainer", "127.10.0.1"), _node(2, "trainer", "127.10.0.2"), _node(3, "holder", "127.10.0.3")]
+    )
     argv = mpirun_command(_launch(nodes))
     agent = shlex.split(argv[argv.index("plm_rsh_agent") + 1])
     assert agent[agent.index("-i") + 1] == "/home/u/deepvm/ssh/id_ed25519"  # on the head, never the user's key
@@ -278,8 +287,12 @@ KEY_2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGnjyRcRdyrVw3VgUmmUqR+nQc4MKe3vRFA
 def test_head_files_pin_each_nodes_host_key_under_its_private_address(tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text(f"[54.0.0.1]:2222 {KEY_1}\n[54.0.0.2]:2222 {KEY_2}\n")
-    nodes = arrange([_node(2, "holder", "10.0.0.2", port=2222, known=str(known)),
-                     _node(1, "trainer", "10.0.0.1", port=2222, known=str(known))])  # fmt: skip
+    nodes = arrange(
+        [
+            _node(2, "holder", "10.0.0.2", port=2222, known=str(known)),
+            _node(1, "trainer", "10.0.0.1", port=2222, known=str(known)),
+        ]
+    )
     files = head_files(_launch(nodes))
     assert files["/home/u/deepvm/jobs/job-1/hostfile"] == "10.0.0.1 slots=1\n10.0.0.2 slots=1\n"  # rank order
     assert files["/home/u/deepvm/jobs/job-1/known_hosts"] == f"[10.0.0.1]:2222 {KEY_1}\n[10.0.0.2]:2222 {KEY_2}\n"

@@ -109,15 +109,21 @@ def test_no_rank_needs_tensorboard_and_the_controller_imports_no_torch(tmp_path)
     """What the nodes run (a rank, deepvm's worker, a user's script through training.job) imports none of the
     writer's libraries: the runtime pushed to every node must not need them. And the controller, which trains
     nothing, writes its TensorBoard files without importing torch (seconds and hundreds of MB on the head)."""
-    code = ("import sys; import training.node.rank, training.node.worker, training.job, training.node.metrics_log; "
-            "print(sorted(m for m in ('tensorboardX', 'tensorboard', 'mlflow') if m in sys.modules))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         timeout=120)  # fmt: skip
+    code = (
+        "import sys; import training.node.rank, training.node.worker, training.job, training.node.metrics_log; "
+        "print(sorted(m for m in ('tensorboardX', 'tensorboard', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"
-    code = ("import sys; from pathlib import Path; import training.head.job_service\n"
-            "from training.control.scalar_sink import ScalarSink; from training.shared.scalars import MetricPoint\n"
-            f"sink = ScalarSink(Path({str(tmp_path)!r}), print); sink.launched(0)\n"
-            "sink.add(MetricPoint(1, {'loss': 0.5}), 1.0); sink.close(); print('torch' in sys.modules)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         timeout=120)  # fmt: skip
+    code = (
+        "import sys; from pathlib import Path; import training.head.job_service\n"
+        "from training.control.scalar_sink import ScalarSink; from training.shared.scalars import MetricPoint\n"
+        f"sink = ScalarSink(Path({str(tmp_path)!r}), print); sink.launched(0)\n"
+        "sink.add(MetricPoint(1, {'loss': 0.5}), 1.0); sink.close(); print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "False" and scalars(tmp_path, "loss") == [(1, 0.5)]

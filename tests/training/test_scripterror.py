@@ -18,15 +18,28 @@ from training.shared.mpinotes import LauncherNotes, aborted_rank
 from training.shared.progress import LAUNCHER
 
 RULE = "-" * 74
-BANNER = [RULE, "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD", "with errorcode 3.", "",
-          "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.",
-          "You may or may not see output from other processes, depending on", "exactly when Open MPI kills them.",
-          RULE]  # fmt: skip
-AGGREGATE = ["[vm:01759] 1 more process has sent help message help-mpi-api.txt / mpi-abort",
-             '[vm:01759] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages']
-TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
-             "    load(batch)", '  File "train.py", line 4, in load', "    raise ValueError('bad batch 7')",
-             "ValueError: bad batch 7"]  # fmt: skip
+BANNER = [
+    RULE,
+    "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD",
+    "with errorcode 3.",
+    "",
+    "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.",
+    "You may or may not see output from other processes, depending on",
+    "exactly when Open MPI kills them.",
+    RULE,
+]
+AGGREGATE = [
+    "[vm:01759] 1 more process has sent help message help-mpi-api.txt / mpi-abort",
+    '[vm:01759] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages',
+]
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "train.py", line 9, in <module>',
+    "    load(batch)",
+    '  File "train.py", line 4, in load',
+    "    raise ValueError('bad batch 7')",
+    "ValueError: bad batch 7",
+]
 
 
 def _out(rank: int | None, *texts: str, stream: str = "stderr") -> list[RankLine]:
@@ -34,31 +47,55 @@ def _out(rank: int | None, *texts: str, stream: str = "stderr") -> list[RankLine
 
 
 def test_the_failing_ranks_last_lines_not_the_banner():
-    output = (_out(0, "step 1", stream="stdout") + _out(1, *TRACEBACK) + _out(None, *BANNER)
-              + _out(0, "deepvm rank: killed while waiting for rank 1") + _out(None, *AGGREGATE))  # fmt: skip
+    output = (
+        _out(0, "step 1", stream="stdout")
+        + _out(1, *TRACEBACK)
+        + _out(None, *BANNER)
+        + _out(0, "deepvm rank: killed while waiting for rank 1")
+        + _out(None, *AGGREGATE)
+    )
     error = script_error(output, 1)
     assert error == ScriptError(1, tuple(TRACEBACK[-5:]), 1)
-    assert error.lines("trainer-5f5c0279") == ["rank 1 on trainer-5f5c0279 failed (mpirun exit 1):",
-                                               *(f"  {text}" for text in TRACEBACK[-5:])]
+    assert error.lines("trainer-5f5c0279") == [
+        "rank 1 on trainer-5f5c0279 failed (mpirun exit 1):",
+        *(f"  {text}" for text in TRACEBACK[-5:]),
+    ]
     assert script_error(output, 1) == error  # the same failure twice compares equal (the retry rule's test)
 
 
 def test_without_a_banner_the_first_rank_that_wrote_and_without_ranks_mpirun():
     assert script_error(_out(2, "deepvm rank: train.py exited with 3") + _out(0, "later"), 1) == ScriptError(
-        2, ("deepvm rank: train.py exited with 3",), 1)
-    launch = _out(None, RULE, "mpirun was unable to launch the specified application as it could not find",
-                  "an executable:", RULE)  # fmt: skip
+        2, ("deepvm rank: train.py exited with 3",), 1
+    )
+    launch = _out(
+        None, RULE, "mpirun was unable to launch the specified application as it could not find", "an executable:", RULE
+    )
     assert script_error(launch, 134).lines() == [
-        "mpirun failed (mpirun exit 134):", f"  {RULE}",
-        "  mpirun was unable to launch the specified application as it could not find", "  an executable:",
-        f"  {RULE}"]
+        "mpirun failed (mpirun exit 134):",
+        f"  {RULE}",
+        "  mpirun was unable to launch the specified application as it could not find",
+        "  an executable:",
+        f"  {RULE}",
+    ]
     assert script_error([], 1).lines() == ["mpirun failed (mpirun exit 1), with no error output"]
 
 
 def test_launcher_notes_drop_the_abort_banner_only():
     notes = LauncherNotes()
-    kept = [k for text in ["starting", *BANNER, *AGGREGATE, RULE, "ORTE was unable to start a daemon", RULE,
-                           "mpirun: Forwarding signal 10 to job", "bye"] for k in notes.keep(text)]
+    kept = [
+        k
+        for text in [
+            "starting",
+            *BANNER,
+            *AGGREGATE,
+            RULE,
+            "ORTE was unable to start a daemon",
+            RULE,
+            "mpirun: Forwarding signal 10 to job",
+            "bye",
+        ]
+        for k in notes.keep(text)
+    ]
     assert kept == ["starting", RULE, "ORTE was unable to start a daemon", RULE, "bye"]
     assert aborted_rank(BANNER[1]) == 1 and aborted_rank("MPI_ABORT was invoked") is None
 

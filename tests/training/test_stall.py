@@ -74,11 +74,15 @@ def test_the_job_files_stall_section_with_the_flags_in_its_place():
 def test_a_stall_says_whether_the_job_never_stepped():
     assert Stall(301.4, 300.0, Limit.STARTUP).text() == (
         "no first step 301s after the launch (start-up grace 300s): the job hangs before training; stopping the "
-        "job (stall.startup_grace or --startup-grace allows a slower start)")
+        "job (stall.startup_grace or --startup-grace allows a slower start)"
+    )
     assert Stall(61.0, 60.0, Limit.PROGRESS).text() == "no progress for 61s (limit 60s): a node hangs; stopping the job"
     # its cause names the limit, not the seconds it was found at: two hangs alike are the same failure
-    assert Stall(301.4, 300.0, Limit.STARTUP).cause == Stall(302.9, 300.0, Limit.STARTUP).cause == (
-        "no first step within the start-up grace of 300s")
+    assert (
+        Stall(301.4, 300.0, Limit.STARTUP).cause
+        == Stall(302.9, 300.0, Limit.STARTUP).cause
+        == ("no first step within the start-up grace of 300s")
+    )
 
 
 def test_once_trainer_0_ended_its_run_the_job_has_the_leave_grace_to_exit_whatever_its_steps_took():
@@ -98,8 +102,9 @@ def test_once_trainer_0_ended_its_run_the_job_has_the_leave_grace_to_exit_whatev
 
 def test_a_stall_on_the_way_out_says_so():
     stall = Stall(121.0, 120.0, Limit.LEAVING)
-    assert stall.text() == ("no exit 121s after trainer 0 ended its run (limit 120s): a node hangs on the way out; "
-                            "stopping the job")  # fmt: skip
+    assert stall.text() == (
+        "no exit 121s after trainer 0 ended its run (limit 120s): a node hangs on the way out; stopping the job"
+    )
     assert stall.cause == Stall(130.0, 120.0, Limit.LEAVING).cause == "no exit within 120s of the run's end"
 
 
@@ -149,6 +154,8 @@ def test_beside_the_step_limits_the_output_silence_limit_applies_and_the_first_t
 
 def test_a_silence_stall_says_no_rank_printed_and_which_key_allows_more():
     stall = Stall(1801.4, 1800.0, Limit.SILENCE)
-    assert stall.text() == ("no output line from any rank for 1801s (stall.silence 1800s): the script or a node hangs; "
-                            "stopping the job (a larger stall.silence allows a longer one)")  # fmt: skip
+    assert stall.text() == (
+        "no output line from any rank for 1801s (stall.silence 1800s): the script or a node hangs; "
+        "stopping the job (a larger stall.silence allows a longer one)"
+    )
     assert stall.cause == Stall(1830.0, 1800.0, Limit.SILENCE).cause == "no output line within stall.silence of 1800s"

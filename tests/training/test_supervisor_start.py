@@ -35,8 +35,12 @@ def _expand(home: Path, stand_in: str, line: str) -> list[str]:
     out = home / "out"
     record = f'{stand_in}() {{ printf "%s\\0" "$@" "--" >>"{out}"; printenv -0 {" ".join(ENV_NAMES)} >>"{out}"; }}'
     export = next(s for s in _script().splitlines() if s.startswith("export "))
-    subprocess.run(["bash", "-c", f"set -e\n{record}\n{export}\n{line}\nwait"], check=True, timeout=30,
-                   env={"HOME": str(home), "PATH": os.environ["PATH"]})  # fmt: skip
+    subprocess.run(
+        ["bash", "-c", f"set -e\n{record}\n{export}\n{line}\nwait"],
+        check=True,
+        timeout=30,
+        env={"HOME": str(home), "PATH": os.environ["PATH"]},
+    )
     return out.read_text().split("\0")[:-1]
 
 
@@ -59,13 +63,27 @@ def test_systemd_run_gets_the_exact_unit(tmp_path):
     argv, _ = _split(_expand(tmp_path, "sudo", line))
     home = str(tmp_path)
     assert argv == [
-        "-n", "systemd-run", "--quiet", "--collect", f"--unit=deepvm-job-{FILES.job_id}",
-        f"--uid={os.getuid()}", f"--gid={os.getgid()}", "-p", "Restart=on-failure", "-p", "RestartSec=2",
+        "-n",
+        "systemd-run",
+        "--quiet",
+        "--collect",
+        f"--unit=deepvm-job-{FILES.job_id}",
+        f"--uid={os.getuid()}",
+        f"--gid={os.getgid()}",
+        "-p",
+        "Restart=on-failure",
+        "-p",
+        "RestartSec=2",
         f"--working-directory={home}",
-        f"--setenv=DEEPVM_HOME={home}/deepvm/managed", f"--setenv=PYTHONPATH={home}/deepvm/runtime",
-        "--setenv=AWS_DEFAULT_REGION=us-east-1", "--setenv=AWS_ENDPOINT_URL=http://127.0.0.1:5000/a b'c",
-        PYTHON, "-m", "training.head.job_supervisor", f"{home}/deepvm/managed/jobs/{FILES.job_id}",
-    ]  # fmt: skip
+        f"--setenv=DEEPVM_HOME={home}/deepvm/managed",
+        f"--setenv=PYTHONPATH={home}/deepvm/runtime",
+        "--setenv=AWS_DEFAULT_REGION=us-east-1",
+        "--setenv=AWS_ENDPOINT_URL=http://127.0.0.1:5000/a b'c",
+        PYTHON,
+        "-m",
+        "training.head.job_supervisor",
+        f"{home}/deepvm/managed/jobs/{FILES.job_id}",
+    ]
 
 
 def test_both_launchers_run_the_same_command_with_the_same_environment(tmp_path):

@@ -32,8 +32,9 @@ def job(tmp_path: Path) -> Path:
 @pytest.fixture
 def lab() -> None:
     """A stored Tiering cluster that is up (its c5.xlarge holder: 0.17 $/h on demand); no cloud behind it."""
-    Store().put_cluster(ClusterRow("lab", CloudKind.SANDBOX, ClusterStatus.UP, make_tiering_plan(), "tok",
-                                   CloudResources(), "root", ""))
+    Store().put_cluster(
+        ClusterRow("lab", CloudKind.SANDBOX, ClusterStatus.UP, make_tiering_plan(), "tok", CloudResources(), "root", "")
+    )
 
 
 def train_error(*args: str, capsys) -> str:
@@ -51,11 +52,14 @@ def test_the_file_gives_the_limits_and_each_flag_takes_its_place(job):
         job_limits(JobLimits(budget_usd=5.0), None, None, 12.0)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (("--deadline", "0"), "--deadline must be a positive number, got 0"),
-    (("--budget", "nan"), "--budget must be a finite number, got nan"),
-    (("--fallback-max-price", "-1"), "--fallback-max-price must be a positive number, got -1"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--deadline", "0"), "--deadline must be a positive number, got 0"),
+        (("--budget", "nan"), "--budget must be a finite number, got nan"),
+        (("--fallback-max-price", "-1"), "--fallback-max-price must be a positive number, got -1"),
+    ],
+)
 def test_bad_flags_are_one_line(job, flags, message, capsys):
     assert train_error(str(job), *flags, capsys=capsys) == message
 
@@ -70,28 +74,65 @@ def test_bad_limits_in_the_file_name_line_and_field(tmp_path, capsys):
 
 def test_a_fallback_cap_that_buys_no_stand_in_is_refused(job, lab, capsys):
     err = train_error(str(job), "--cluster", "lab", "--fallback-max-price", "0.1", capsys=capsys)
-    assert err == ("--fallback-max-price $0.1/h leaves nothing for on-demand stand-ins beside the plan's own "
-                   "on-demand nodes ($0.1700/h)")
+    assert err == (
+        "--fallback-max-price $0.1/h leaves nothing for on-demand stand-ins beside the plan's own "
+        "on-demand nodes ($0.1700/h)"
+    )
 
 
 def test_a_budget_below_what_the_resumed_job_spent_is_refused(job, lab, capsys):
     at = "2026-11-25T10:00:00+00:00"
-    JobStore().put(JobRow("limited-1", "lab", "limited", str(job), JobStatus.STOPPED, at, at, 4, 10, 3, 1.5, 0, 0,
-                          3, 0.0, 62.5, "/tmp/out", "python3", "stopped"))  # fmt: skip
+    JobStore().put(
+        JobRow(
+            "limited-1",
+            "lab",
+            "limited",
+            str(job),
+            JobStatus.STOPPED,
+            at,
+            at,
+            4,
+            10,
+            3,
+            1.5,
+            0,
+            0,
+            3,
+            0.0,
+            62.5,
+            "/tmp/out",
+            "python3",
+            "stopped",
+        )
+    )
     err = train_error(str(job), "--cluster", "lab", "--controller", "local", "--resume", capsys=capsys)
     assert err == "--budget $50 is not above the $62.50 job limited-1 has spent already; give more to resume it"
 
 
 def test_the_head_job_carries_the_limits_and_reads_an_older_one_without():
-    cluster = ClusterRow("c1", CloudKind.SANDBOX, ClusterStatus.UP, make_plan(), "tok", CloudResources("k"), "root",
-                         "2026-11-23T10:00:00+00:00")  # fmt: skip
-    job = HeadJob("j-1", cluster, (), "job.yaml", "python3", True, 3, None, {}, {}, "now",
-                  limits=JobLimits(6.0, 50.0, 12.0))
-    assert json.loads(job.to_json())["limits"] == {"deadline_hours": 6.0, "budget_usd": 50.0,
-                                                    "fallback_max_price": 12.0}
+    cluster = ClusterRow(
+        "c1",
+        CloudKind.SANDBOX,
+        ClusterStatus.UP,
+        make_plan(),
+        "tok",
+        CloudResources("k"),
+        "root",
+        "2026-11-23T10:00:00+00:00",
+    )
+    job = HeadJob(
+        "j-1", cluster, (), "job.yaml", "python3", True, 3, None, {}, {}, "now", limits=JobLimits(6.0, 50.0, 12.0)
+    )
+    assert json.loads(job.to_json())["limits"] == {
+        "deadline_hours": 6.0,
+        "budget_usd": 50.0,
+        "fallback_max_price": 12.0,
+    }
     assert HeadJob.from_json(job.to_json()).limits == job.limits
     older = json.loads(job.to_json())
     del older["limits"]
-    assert HeadJob.from_json(json.dumps(older)).limits == JobLimits() == replace(job.limits, deadline_hours=None,
-                                                                                  budget_usd=None,
-                                                                                  fallback_max_price=None)
+    assert (
+        HeadJob.from_json(json.dumps(older)).limits
+        == JobLimits()
+        == replace(job.limits, deadline_hours=None, budget_usd=None, fallback_max_price=None)
+    )

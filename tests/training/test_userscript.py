@@ -63,8 +63,10 @@ class Rank:
         (self.dir / "train.py").write_text(script)
         job_file = self.dir / "job.yaml"
         counted = f"steps: {steps}\n" if steps is not None else ""
-        job_file.write_text(f"{counted}log_every: 2\ncheckpoint: {{every_steps: 4}}\n"
-                            f"run: {{script: train.py, args: {args}, calls_step: {str(steps is not None).lower()}}}\n")
+        job_file.write_text(
+            f"{counted}log_every: 2\ncheckpoint: {{every_steps: 4}}\n"
+            f"run: {{script: train.py, args: {args}, calls_step: {str(steps is not None).lower()}}}\n"
+        )
         spec = load_job_spec(job_file)
         checkpointer = Checkpointer(self.ck, spec.checkpoint, self.trainers)
         run_script(spec, job_file, self.env, "cpu", 1, self.out, checkpointer, self.trainers)
@@ -163,8 +165,11 @@ NO_STEP = "from training import job\nctx = job.attach()\nctx.restore()\nprint('s
 def test_a_script_that_never_calls_step_fails_the_job(rank):
     """Issue 23: it ended `completed: step 0/20`, exit 0. Now the rank fails before any End event calls the
     launch completed, and no metrics.json says it was."""
-    with pytest.raises(NoStepTaken, match=r"^train\.py returned without calling ctx\.step\(\) \(at step 0 of 6\): "
-                                          r".* or set run\.calls_step: false in the job spec"):
+    with pytest.raises(
+        NoStepTaken,
+        match=r"^train\.py returned without calling ctx\.step\(\) \(at step 0 of 6\): "
+        r".* or set run\.calls_step: false in the job spec",
+    ):
         rank.run(NO_STEP)
     assert not (rank.out / "metrics.json").exists()
 
@@ -178,9 +183,12 @@ def test_a_script_whose_spec_says_it_takes_no_steps_completes(rank):
 
 
 def test_the_script_runs_as_main_with_its_args_in_the_job_directory(rank):
-    rank.run("import json, os, sys\nfrom training import job\n"
-             "out = job.attach().out\n(out / 'seen.json').write_text(json.dumps([__name__, sys.argv, os.getcwd()]))\n",
-             "[--lr, 0.5]", steps=None)  # fmt: skip
+    rank.run(
+        "import json, os, sys\nfrom training import job\n"
+        "out = job.attach().out\n(out / 'seen.json').write_text(json.dumps([__name__, sys.argv, os.getcwd()]))\n",
+        "[--lr, 0.5]",
+        steps=None,
+    )
     name, argv, cwd = json.loads((rank.out / "seen.json").read_text())
     assert (name, argv, cwd) == ("__main__", [str(rank.dir / "train.py"), "--lr", "0.5"], str(rank.dir))
 
@@ -191,8 +199,10 @@ def test_attach_outside_deepvm_train():
 
 
 def test_ctx_log_sends_trainer_0s_scalars_before_its_end(rank, capsys):
-    logging = COUNTER.replace("    if ctx.step(", "    ctx.log(step, loss=torch.tensor(step / 10, requires_grad=True), "
-                                                  "**{'eval/acc': 0.5})\n    if ctx.step(")
+    logging = COUNTER.replace(
+        "    if ctx.step(",
+        "    ctx.log(step, loss=torch.tensor(step / 10, requires_grad=True), **{'eval/acc': 0.5})\n    if ctx.step(",
+    )
     rank.run(logging, "[0]")
     seen = events(capsys, "*")
     points = [(e["step"], e["values"]) for e in seen if e["event"] == "metrics"]

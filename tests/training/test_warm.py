@@ -62,8 +62,13 @@ def node(tmp_path):
 
 def starter(node, *args: str, **popen) -> subprocess.Popen:
     directory, env = node
-    return subprocess.Popen([sys.executable, "-m", "training.node.warm", str(directory), *args],
-                            cwd=directory.parent, env=env, text=True, **popen)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.node.warm", str(directory), *args],
+        cwd=directory.parent,
+        env=env,
+        text=True,
+        **popen,
+    )
 
 
 def report(node, code: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
@@ -77,8 +82,13 @@ def start_server(directory: Path, env: dict[str, str], runtime: Path = REPO) -> 
     code for the nodes in `runtime`; its socket, once there."""
     line = warm_server_line(sys.executable).replace('"$HOME/deepvm/runtime"', str(runtime))
     # from the node's home, as its SSH session starts it: no deepvm in the directory the server starts in
-    subprocess.run(["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))], env=env, check=True,
-                   cwd=directory.parent, timeout=30)  # fmt: skip
+    subprocess.run(
+        ["bash", "-c", line.replace('"$HOME/deepvm/warm"', str(directory))],
+        env=env,
+        check=True,
+        cwd=directory.parent,
+        timeout=30,
+    )
     socket_path = directory / f"{server_key(sys.executable)}.sock"
     deadline = time.monotonic() + 120
     while not socket_path.exists():
@@ -134,8 +144,15 @@ def test_a_rank_runs_the_deepvm_on_the_node_though_its_server_imported_an_older_
     server = int(start_server(directory, env, runtime).with_suffix(".lock").read_text())
 
     def probe() -> dict:
-        out = subprocess.run([sys.executable, "-m", "training.node.warm", str(directory), "ours_probe"], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "training.node.warm", str(directory), "ours_probe"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
         return json.loads(out.splitlines()[0])
 
     assert probe() == {"preloaded": True, "mark": None, "ppid": server}
@@ -154,7 +171,8 @@ def setproctitle(title):
 
 
 def test_a_start_while_the_server_still_imports_waits_for_it_and_one_whose_server_dies_meanwhile_runs_cold(
-        node, tmp_path):  # fmt: skip
+    node, tmp_path
+):
     """The first launch after preparing a node finds its server importing: its ranks wait for that import (one
     for the node) instead of importing torch each. A server that dies before it forked the rank leaves it cold."""
     directory, env = node
@@ -220,10 +238,31 @@ def test_ranks_started_warm_under_mpirun_initialise_mpi_and_finish_cleanly(node)
     server = warm_server(node)
     env = {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     result = subprocess.run(
-        ["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl_tcp_if_include", "lo",
-         "-x", "PYTHONPATH", sys.executable, "-m", "training.node.warm", str(directory), "warm_mpi_probe", str(server)],
-        cwd=directory.parent, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            "mpirun",
+            "-np",
+            "3",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+            "-x",
+            "PYTHONPATH",
+            sys.executable,
+            "-m",
+            "training.node.warm",
+            str(directory),
+            "warm_mpi_probe",
+            str(server),
+        ],
+        cwd=directory.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
     assert lines == [f"rank {r} of 3 total 6 warm True" for r in range(3)], result.stdout + result.stderr

@@ -40,9 +40,7 @@ class Recorder:
 
 
 def single(port: int) -> DistEnv:
-    return DistEnv(
-        rank=0, world_size=1, local_rank=0, local_size=1, master_addr="127.0.0.1", master_port=port
-    )
+    return DistEnv(rank=0, world_size=1, local_rank=0, local_size=1, master_addr="127.0.0.1", master_port=port)
 
 
 def run(tmp_path, name, steps=4, hooks=(), **options):

@@ -28,18 +28,30 @@ pytestmark = [
 
 
 def mpirun(job: Path, out: Path, *worker_args: str, np: int = 2, warm: Path | None = None) -> subprocess.Popen:
-    env = dict(
-        os.environ, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"
-    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     command = [
-        "mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none",
-        "-x", "PYTHONPATH", "-x", f"MASTER_PORT={free_port()}",
-        sys.executable, "-m", *through(warm), "training.node.worker", str(job), "--out", str(out), "--threads", "1",
+        "mpirun",
+        "-np",
+        str(np),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-x",
+        "PYTHONPATH",
+        "-x",
+        f"MASTER_PORT={free_port()}",
+        sys.executable,
+        "-m",
+        *through(warm),
+        "training.node.worker",
+        str(job),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
         *worker_args,
-    ]  # fmt: skip
-    return subprocess.Popen(
-        command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    ]
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def events(stdout: str) -> list[dict]:
@@ -87,15 +99,16 @@ def test_both_ranks_log_progress_and_rank0_saves(runs):
     assert sorted(steps) == [(0, 2), (0, 4), (0, 6), (1, 2), (1, 4), (1, 6)]
     for e in lines:
         if e["event"] == "step":
-            assert {"epoch", "loss", "global_loss", "lr", "samples_per_s"} <= set(e) and e[
-                "synthetic"
-            ] is True
+            assert {"epoch", "loss", "global_loss", "lr", "samples_per_s"} <= set(e) and e["synthetic"] is True
     starts = [e for e in lines if e["event"] == "start"]
     assert sorted(e["rank"] for e in starts) == [0, 1] and all(e["world_size"] == 2 for e in starts)
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["status"], metrics["steps"], metrics["world_size"], metrics["global_batch"]) == (
-        "completed", 6, 2, 8,
-    )  # fmt: skip
+        "completed",
+        6,
+        2,
+        8,
+    )
     build_model("resnet18", 4, width=8).load_state_dict(torch.load(out / "model.pt"))  # the job's whole model
     assert (out / "state.pt").exists()
 

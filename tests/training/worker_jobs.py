@@ -44,7 +44,11 @@ def free_port() -> int:
 
 
 def launch_ranks(
-    job: Path, roles: str, imds_url: str, planned_trainers: int = 2, warm: Path | None = None,
+    job: Path,
+    roles: str,
+    imds_url: str,
+    planned_trainers: int = 2,
+    warm: Path | None = None,
     extra: Sequence[str] = (),
 ) -> subprocess.Popen:
     """`python -m training.node.rank` under a local mpirun, one rank per role; out/ and ckpt/ beside the job file;
@@ -61,18 +65,45 @@ def launch_ranks(
         AWS_EC2_METADATA_SERVICE_ENDPOINT=imds_url,
     )
     command = [
-        "mpirun", "-np", str(len(roles.split(","))), "--oversubscribe", "--bind-to", "none",
-        "-x", "PYTHONPATH", "-x", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "-x", "OMP_NUM_THREADS=1",
-        sys.executable, "-W", "ignore", "-m", *through(warm), "training.node.rank", str(job),
-        "--out", str(job.parent / "out"), "--checkpoint-dir", str(job.parent / "ckpt"), "--roles", roles,
-        "--planned-trainers", str(planned_trainers), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        "mpirun",
+        "-np",
+        str(len(roles.split(","))),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-x",
+        "PYTHONPATH",
+        "-x",
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+        "-x",
+        "OMP_NUM_THREADS=1",
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        *through(warm),
+        "training.node.rank",
+        str(job),
+        "--out",
+        str(job.parent / "out"),
+        "--checkpoint-dir",
+        str(job.parent / "ckpt"),
+        "--roles",
+        roles,
+        "--planned-trainers",
+        str(planned_trainers),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
         *extra,
-    ]  # fmt: skip
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def events_with_a_notice_at(proc: subprocess.Popen, step: int, post_notice: Callable[[], None],
-                            timeout: float) -> list[dict]:  # fmt: skip
+def events_with_a_notice_at(
+    proc: subprocess.Popen, step: int, post_notice: Callable[[], None], timeout: float
+) -> list[dict]:
     """The rank events of a launch (launch_ranks) to its end, calling `post_notice` once its step `step` is
     seen; asserts the launch exited 0."""
     events: list[dict] = []
@@ -87,8 +118,9 @@ def events_with_a_notice_at(proc: subprocess.Popen, step: int, post_notice: Call
     return events
 
 
-def output_with_a_notice_at(proc: subprocess.Popen, line_seen: Callable[[str], bool], post_notice: Callable[[], None],
-                            timeout: float) -> tuple[str, str]:  # fmt: skip
+def output_with_a_notice_at(
+    proc: subprocess.Popen, line_seen: Callable[[str], bool], post_notice: Callable[[], None], timeout: float
+) -> tuple[str, str]:
     """A launch's (launch_ranks) whole stdout and stderr, calling `post_notice` once at the first stdout line for which
     `line_seen` holds; asserts the launch exited 0."""
     lines: list[str] = []
@@ -127,8 +159,10 @@ def warm_server(directory: Path) -> Iterator[Path]:
     launch, instead of each importing torch (4-5 CPU-s a rank on the shared cores)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "training.node.warm", "--serve", str(directory)],
-        env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not list(directory.glob("*.sock")):  # it listens before it imports: a starter then waits for it

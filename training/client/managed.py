@@ -121,8 +121,10 @@ def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded
     head = head_of(cluster, request.python, refreshed=True)
     busy = running_jobs(head)
     if busy:
-        raise InputError(f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
-                         f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)")  # fmt: skip
+        raise InputError(
+            f"cluster {head.cluster} is running job {busy[0].job_id}; wait for it (`deepvm logs "
+            f"{busy[0].job_id} -f`) or stop it (`deepvm cancel {busy[0].job_id}`)"
+        )
     keys = cluster.keys
     job_id = guarded.resumed_id or new_job_id(spec.name)
     files = JobFiles(job_id)
@@ -157,22 +159,43 @@ def submit(cluster: Cluster, request: TrainRequest, report: JobReporter, guarded
     internal = keys.internal_key_path.read_bytes()
     cluster_dir = files.cluster_dir(head.cluster)
     pins = {f"{cluster_dir}/{HOST_KEYS_DIR}/{iid}": f"{key}\n".encode() for iid, key in pinned_host_keys(keys).items()}
-    write_files(head.host, {
-        f"{cluster_dir}/id_ed25519": internal,  # the head logs in to the nodes with the internal key
-        f"{cluster_dir}/internal_ed25519": internal,
-        **pins,  # each node's host key as pinned here: the head checks them as this machine does
-        files.record: record.to_json().encode(),
-        **({f"{files.root}/{SECRET_FILE}": guarded.secret.encode()} if guarded.secret else {}),  # 0600, no argv
-    })  # fmt: skip
+    write_files(
+        head.host,
+        {
+            f"{cluster_dir}/id_ed25519": internal,  # the head logs in to the nodes with the internal key
+            f"{cluster_dir}/internal_ed25519": internal,
+            **pins,  # each node's host key as pinned here: the head checks them as this machine does
+            files.record: record.to_json().encode(),
+            **({f"{files.root}/{SECRET_FILE}": guarded.secret.encode()} if guarded.secret else {}),  # 0600, no argv
+        },
+    )
     out = request.out_dir or deepvm_home() / "jobs" / job_id
-    job = JobStore().put(JobRow(
-        job_id=job_id, cluster=head.cluster, name=spec.name, spec_path=str(request.job_path.resolve()),
-        status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=spec.steps or 0,
-        world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0, cost_usd=0.0,
-        out_dir=str(out), python=request.python, message=f"submitted to the head {head.instance_id}",
-        controller=head.instance_id, outputs_url=guarded.guard.outputs_url,
-        down_when_done=guarded.guard.down_when_done,
-    ))  # fmt: skip
+    job = JobStore().put(
+        JobRow(
+            job_id=job_id,
+            cluster=head.cluster,
+            name=spec.name,
+            spec_path=str(request.job_path.resolve()),
+            status=JobStatus.RUNNING,
+            started_at=utc_now(),
+            updated_at="",
+            step=0,
+            total_steps=spec.steps or 0,
+            world_size=0,
+            loss=None,
+            restarts=0,
+            lost_steps=0,
+            checkpoint_step=-1,
+            cost_base_usd=0.0,
+            cost_usd=0.0,
+            out_dir=str(out),
+            python=request.python,
+            message=f"submitted to the head {head.instance_id}",
+            controller=head.instance_id,
+            outputs_url=guarded.guard.outputs_url,
+            down_when_done=guarded.guard.down_when_done,
+        )
+    )
     run_on_head(head, start_script(files, request.python, record.service_env), report.note)
     report.note(f"job {job_id} runs under its controller on {head.instance_id}")
     return Submitted(job, head)
@@ -210,8 +233,14 @@ def query_script(head: Head, args: str) -> str:
     return f"{HEAD_ENV} && {shlex.quote(head.python)} -m training.head.query {args}"
 
 
-def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], start: int = 0,
-           tail: int | None = None, keep_following: bool = True) -> FollowEnd:  # fmt: skip
+def follow(
+    head: Head,
+    job_id: str,
+    on_record: Callable[[LogRecord], None],
+    start: int = 0,
+    tail: int | None = None,
+    keep_following: bool = True,
+) -> FollowEnd:
     """Hand each record of the job's log to on_record, from line `start` (or the last `tail` lines), until
     the job is over (or the log's current end, without keep_following). The end's status is the last state
     record read: lines that begin after the job's end (`--tail 1` of a job that completed: its last line is the
@@ -243,8 +272,13 @@ def follow(head: Head, job_id: str, on_record: Callable[[LogRecord], None], star
     return state
 
 
-def follow_across(head: Head, job_id: str, on_record: Callable[[LogRecord], None], tail: int | None = None,
-                  wait_s: float = _NEW_HEAD_WAIT_S) -> tuple[FollowEnd, Head]:  # fmt: skip
+def follow_across(
+    head: Head,
+    job_id: str,
+    on_record: Callable[[LogRecord], None],
+    tail: int | None = None,
+    wait_s: float = _NEW_HEAD_WAIT_S,
+) -> tuple[FollowEnd, Head]:
     """follow (from the log's first line, or its last `tail` lines, until the job is over), across a hand-over of
     control to a new head (training/control/handover.py): when the head stops answering after its log said it
     hands control over, the cluster's head is found again (find_head reads the nodes from the cloud) and its log
@@ -290,8 +324,10 @@ def _next_head(old: Head, wait_s: float) -> Head:
         if head.instance_id != old.instance_id:
             return head
         if time.monotonic() >= deadline:
-            raise TransportError(f"{old.host.where} handed control over and stopped answering, and no new head "
-                                 f"of cluster {old.cluster} runs yet; `deepvm logs JOB -f` finds it later")
+            raise TransportError(
+                f"{old.host.where} handed control over and stopped answering, and no new head "
+                f"of cluster {old.cluster} runs yet; `deepvm logs JOB -f` finds it later"
+            )
         time.sleep(_NEW_HEAD_POLL_S)
 
 
@@ -329,10 +365,22 @@ def _remember(summaries: list[JobSummary]) -> None:
     for s in summaries:
         mine = jobs.get(s.job_id)
         if mine is not None and s.cluster:
-            jobs.put(replace(mine, status=s.status, step=s.step, total_steps=s.total_steps, loss=s.loss,
-                             world_size=s.world_size, checkpoint_step=s.checkpoint_step, restarts=s.restarts,
-                             lost_steps=s.lost_steps, cost_usd=s.cost_usd, message=s.message,
-                             ladder=s.ladder))  # fmt: skip
+            jobs.put(
+                replace(
+                    mine,
+                    status=s.status,
+                    step=s.step,
+                    total_steps=s.total_steps,
+                    loss=s.loss,
+                    world_size=s.world_size,
+                    checkpoint_step=s.checkpoint_step,
+                    restarts=s.restarts,
+                    lost_steps=s.lost_steps,
+                    cost_usd=s.cost_usd,
+                    message=s.message,
+                    ladder=s.ladder,
+                )
+            )
 
 
 def cancel(head: Head, job_id: str, now: bool) -> None:

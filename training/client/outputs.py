@@ -69,8 +69,12 @@ def job_outputs(row: JobRow) -> OutputsPlace:
         return in_s3(row)
     if up:
         return OutputsPlace(Where.HEAD, row)
-    return OutputsPlace(Where.NOWHERE, row, why=f"cluster {row.cluster} is down and the job's outputs were not "
-                        "copied to S3 (`train --down-when-done` or `--max-duration` copies them)")  # fmt: skip
+    return OutputsPlace(
+        Where.NOWHERE,
+        row,
+        why=f"cluster {row.cluster} is down and the job's outputs were not "
+        "copied to S3 (`train --down-when-done` or `--max-duration` copies them)",
+    )
 
 
 def in_s3(row: JobRow) -> OutputsPlace:
@@ -150,8 +154,9 @@ def resumable(rows: list[JobRow], name: str) -> JobRow | None:
     that did not complete or get cancelled, as far as this machine heard: what a managed `train --resume`
     looks at (its summary in S3 then says whether it stopped or failed, and its checkpoint where it is)."""
     over = (JobStatus.COMPLETED, JobStatus.CANCELLED)
-    return next((r for r in rows if r.name == name and r.status not in over and r.outputs_url
-                 and r.controller != "local"), None)  # fmt: skip
+    return next(
+        (r for r in rows if r.name == name and r.status not in over and r.outputs_url and r.controller != "local"), None
+    )
 
 
 def remember(place: OutputsPlace, summary: RunSummary) -> JobRow:
@@ -159,8 +164,9 @@ def remember(place: OutputsPlace, summary: RunSummary) -> JobRow:
     cluster went down while nobody here looked is otherwise "running" as last heard)."""
     from training.shared.jobstore import JobStore
 
-    return JobStore().put(replace(place.row, status=summary.status, step=summary.step, message=summary.message,
-                                  cost_usd=summary.cost_usd))  # fmt: skip
+    return JobStore().put(
+        replace(place.row, status=summary.status, step=summary.step, message=summary.message, cost_usd=summary.cost_usd)
+    )
 
 
 @dataclass(frozen=True)
@@ -179,23 +185,29 @@ def find_resumed(name: str) -> Resumed:
 
     row = resumable(JobStore().all(), name)
     if row is None:
-        raise InputError(f"nothing to resume: no job named {name!r} was submitted from this machine with its outputs "
-                         "copied to S3 (`--max-duration` or `--down-when-done`), or it completed or was cancelled; "
-                         "`--controller local --resume` continues a local run on its cluster")  # fmt: skip
+        raise InputError(
+            f"nothing to resume: no job named {name!r} was submitted from this machine with its outputs "
+            "copied to S3 (`--max-duration` or `--down-when-done`), or it completed or was cancelled; "
+            "`--controller local --resume` continues a local run on its cluster"
+        )
     place = in_s3(row)  # a job stopped at its time limit on a cluster still up has its checkpoint there too
     summary = s3_summary(place)
     if summary is None or summary.status not in (JobStatus.STOPPED, JobStatus.FAILED):
         state = "still running" if summary is None else str(summary.status)
-        raise InputError(f"job {row.job_id} is {state}: only a job that stopped or failed is resumed from S3 "
-                         f"(`deepvm status {row.job_id}` says more)")  # fmt: skip
+        raise InputError(
+            f"job {row.job_id} is {state}: only a job that stopped or failed is resumed from S3 "
+            f"(`deepvm status {row.job_id}` says more)"
+        )
     found = s3_checkpoint(place)
     if found is None:
-        raise InputError(f"job {row.job_id} left no checkpoint in {place.url}: nothing to resume from; run it "
-                         "again without --resume")  # fmt: skip
+        raise InputError(
+            f"job {row.job_id} left no checkpoint in {place.url}: nothing to resume from; run it again without --resume"
+        )
     url, step = found
     bucket, prefix = split_s3_url(url)
-    start = ResumeFrom(url, step, row.restarts, row.lost_steps, summary.cost_usd, summary.on_demand_usd,
-                       summary.started_at)  # fmt: skip
+    start = ResumeFrom(
+        url, step, row.restarts, row.lost_steps, summary.cost_usd, summary.on_demand_usd, summary.started_at
+    )
     return Resumed(row.job_id, start, (S3Area(bucket, f"{prefix}/", writes=False),))
 
 

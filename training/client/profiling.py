@@ -119,16 +119,22 @@ def profile_target(request: ProfileRequest, cluster: Cluster) -> ProfileTarget:
     sizes = _sizes(request.sizes, len(trainers), name)
     types = sorted({n.instance_type for n in trainers})
     if len(types) > 1:
-        raise InputError(f"cluster {name} trains on {' and '.join(types)}: a profile measures one instance type "
-                         "(profile on a cluster of one trainer type)")  # fmt: skip
+        raise InputError(
+            f"cluster {name} trains on {' and '.join(types)}: a profile measures one instance type "
+            "(profile on a cluster of one trainer type)"
+        )
     view = cluster.view()  # node states from the cloud now
     running = _trainer_nodes(view.nodes)
     if view.cluster.status is not ClusterStatus.UP or len(running) < sizes[-1]:
-        raise NotFoundError(f"cluster {name} is {view.cluster.status} with {len(running)} trainer nodes running; "
-                            f"profiling up to {sizes[-1]} needs them running")  # fmt: skip
+        raise NotFoundError(
+            f"cluster {name} is {view.cluster.status} with {len(running)} trainer nodes running; "
+            f"profiling up to {sizes[-1]} needs them running"
+        )
     if not any(n.state == RUNNING and n.role in (Role.ANCHOR, Role.HOLDER) for n in view.nodes):
-        raise NotFoundError(f"cluster {name} has no on-demand node running (anchor or holder): its jobs, the "
-                            "profile's too, launch from there")  # fmt: skip
+        raise NotFoundError(
+            f"cluster {name} has no on-demand node running (anchor or holder): its jobs, the "
+            "profile's too, launch from there"
+        )
     _no_running_job(cluster, request.python)
     return ProfileTarget(
         cluster=name,
@@ -157,8 +163,10 @@ def _no_running_job(cluster: Cluster, python: str) -> None:
     busy = running_jobs(head)
     if busy:
         job = busy[0].job_id
-        raise InputError(f"cluster {cluster.name} is running job {job}, which would skew the measurements; profile "
-                         f"once it ends (`deepvm logs {job} -f`) or stop it (`deepvm cancel {job}`)")  # fmt: skip
+        raise InputError(
+            f"cluster {cluster.name} is running job {job}, which would skew the measurements; profile "
+            f"once it ends (`deepvm logs {job} -f`) or stop it (`deepvm cancel {job}`)"
+        )
 
 
 def spec_hash(spec: JobSpec) -> str:
@@ -175,15 +183,18 @@ def _trainer_nodes(nodes: list[NodeRecord]) -> list[NodeRecord]:
 
 def _sizes(asked: tuple[int, ...] | None, trainer_nodes: int, cluster: str) -> tuple[int, ...]:
     if trainer_nodes < 2:
-        raise InputError(f"cluster {cluster} has {trainer_nodes} trainer node(s) running: a profile measures "
-                         "2 sizes at least")  # fmt: skip
+        raise InputError(
+            f"cluster {cluster} has {trainer_nodes} trainer node(s) running: a profile measures 2 sizes at least"
+        )
     if asked is None:
         return default_sizes(trainer_nodes)
     sizes = tuple(sorted(set(asked)))
     too_big = [n for n in sizes if n > trainer_nodes]
     if too_big:
-        raise InputError(f"--sizes {','.join(map(str, too_big))}: cluster {cluster} has {trainer_nodes} trainer "
-                         f"nodes; sizes go up to {trainer_nodes}")  # fmt: skip
+        raise InputError(
+            f"--sizes {','.join(map(str, too_big))}: cluster {cluster} has {trainer_nodes} trainer "
+            f"nodes; sizes go up to {trainer_nodes}"
+        )
     if sizes[0] < 1:
         raise InputError(f"--sizes {sizes[0]}: sizes are trainer node counts from 1")
     if sizes[0] != 1 or len(sizes) < 2:
@@ -206,8 +217,9 @@ def derived_spec(job_path: Path, total_steps: int) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def repeat_rates(reported: dict[int, dict[int, float]], trainers: int, warmup: int, steps: int,
-                 repeats: int) -> tuple[float, ...]:  # fmt: skip
+def repeat_rates(
+    reported: dict[int, dict[int, float]], trainers: int, warmup: int, steps: int, repeats: int
+) -> tuple[float, ...]:
     """The job's global samples/s in each repeat, from every trainer's per-step rates ({trainer: {step:
     samples/s since its previous report}}): per trainer k / sum(1 / rate) over the repeat's k steps, summed."""
     rates = []
@@ -221,15 +233,22 @@ def repeat_rates(reported: dict[int, dict[int, float]], trainers: int, warmup: i
             if missing:
                 raise ProfileFailed(f"trainer {trainer} reported no progress for step {missing[0]}")
             if any(seen[step] <= 0 for step in window):
-                raise ProfileFailed("the job reports no samples per step: a `run:` script must pass samples= to "
-                                    "ctx.step() to be profiled")  # fmt: skip
+                raise ProfileFailed(
+                    "the job reports no samples per step: a `run:` script must pass samples= to "
+                    "ctx.step() to be profiled"
+                )
             total += steps / sum(1.0 / seen[step] for step in window)
         rates.append(round(total, 4))
     return tuple(rates)
 
 
-def measure(cluster: Cluster, target: ProfileTarget, request: ProfileRequest, report: JobReporter,
-            on_estimate: Callable[[float], None] = lambda seconds: None) -> list[Measured]:  # fmt: skip
+def measure(
+    cluster: Cluster,
+    target: ProfileTarget,
+    request: ProfileRequest,
+    report: JobReporter,
+    on_estimate: Callable[[float], None] = lambda seconds: None,
+) -> list[Measured]:
     """Run the job at each size on `cluster` (profile_target's) and measure it; `on_estimate` gets the
     seconds the remaining sizes should take, once the first size has run."""
     with train_lock(target.cluster), tempfile.TemporaryDirectory(prefix="deepvm-profile-") as work:
@@ -237,15 +256,17 @@ def measure(cluster: Cluster, target: ProfileTarget, request: ProfileRequest, re
 
 
 class _Profiler:
-    def __init__(self, cluster: Cluster, target: ProfileTarget, request: ProfileRequest, report: JobReporter,
-                 work: Path) -> None:  # fmt: skip
+    def __init__(
+        self, cluster: Cluster, target: ProfileTarget, request: ProfileRequest, report: JobReporter, work: Path
+    ) -> None:
         self.target, self.request, self.report = target, request, report
         self.job_id = new_job_id(f"{target.spec.name}-profile")
         self.cluster = cluster
         env = {**self.cluster.node_env(), **target.spec.env}
         runtime, job_dir, key = stage_runtime(work / "runtime"), request.job_path.resolve().parent, self.cluster.keys
-        self.job = JobToStage(runtime, job_dir, self.job_id, tuple(target.spec.setup), env, request.python,
-                              key.internal_public)  # fmt: skip
+        self.job = JobToStage(
+            runtime, job_dir, self.job_id, tuple(target.spec.setup), env, request.python, key.internal_public
+        )
         self.access = SshNodes()
         self.started = time.monotonic()
 
@@ -253,8 +274,14 @@ class _Profiler:
         """A session for one launch (its own stall watch, as each size's pace is its own; the job file's limits,
         as `deepvm train` has them); Ctrl-C ends the profile: nothing is written."""
         spec = self.target.spec
-        return AttemptSession(self.access, self.job, self.cluster.keys.internal_key_path, self.report,
-                              StallWatch.of(spec.stall, None, None, spec.calls_step), ctrl_c_stops=False)  # fmt: skip
+        return AttemptSession(
+            self.access,
+            self.job,
+            self.cluster.keys.internal_key_path,
+            self.report,
+            StallWatch.of(spec.stall, None, None, spec.calls_step),
+            ctrl_c_stops=False,
+        )
 
     def run(self, on_estimate: Callable[[float], None]) -> list[Measured]:
         endpoints = {e.instance_id: e for e in self.cluster.endpoints()}
@@ -268,8 +295,10 @@ class _Profiler:
             measured = []
             for n in self.target.sizes:
                 began = time.monotonic()
-                chosen = [cluster_node(endpoints[c.instance_id], facts.get(c.instance_type, UNKNOWN))
-                          for c in trainers[:n] + holders]  # fmt: skip
+                chosen = [
+                    cluster_node(endpoints[c.instance_id], facts.get(c.instance_type, UNKNOWN))
+                    for c in trainers[:n] + holders
+                ]
                 measured.append(Measured(n, self._measure(self._launch(chosen, states, n), n)))
                 if n == self.target.sizes[0]:
                     on_estimate(self._remaining(time.monotonic() - began))
@@ -292,8 +321,10 @@ class _Profiler:
         states = self._session().prepare(endpoints)
         noticed = [e.host.name for e in endpoints if states[e.instance_id].notice is not None]
         if noticed:
-            raise ProfileFailed(f"{noticed[0]} has a Spot interruption notice: profile once the cluster is whole "
-                                "again (`deepvm status` shows its nodes)")  # fmt: skip
+            raise ProfileFailed(
+                f"{noticed[0]} has a Spot interruption notice: profile once the cluster is whole "
+                "again (`deepvm status` shows its nodes)"
+            )
         homes = {state.home for state in states.values()}
         if len(homes) != 1:
             raise InputError(f"the nodes' login users have different home directories ({sorted(homes)})")
@@ -306,10 +337,18 @@ class _Profiler:
 
     def _launch(self, nodes: list[Node], states: dict[str, NodeState], n: int) -> Launch:
         home = states[nodes[0].instance_id].home
-        self.report.note(f"{n} trainer node{'s' if n > 1 else ''}: {self.target.warmup_steps} warm-up steps, then "
-                         f"{self.target.repeats} x {self.target.steps} measured")  # fmt: skip
-        return Launch.on(nodes, JobPaths(home, self.job_id), DERIVED_SPEC, self.request.python,
-                         sum(node.ranks for node in nodes if node.trains), self.job.env)  # fmt: skip
+        self.report.note(
+            f"{n} trainer node{'s' if n > 1 else ''}: {self.target.warmup_steps} warm-up steps, then "
+            f"{self.target.repeats} x {self.target.steps} measured"
+        )
+        return Launch.on(
+            nodes,
+            JobPaths(home, self.job_id),
+            DERIVED_SPEC,
+            self.request.python,
+            sum(node.ranks for node in nodes if node.trains),
+            self.job.env,
+        )
 
     def _measure(self, launch: Launch, n: int) -> tuple[float, ...]:
         """Run one launch to its end; the global samples/s of each repeat."""

@@ -47,14 +47,17 @@ def ready_job_storage(cluster: Cluster, spec: JobSpec, head_reads: tuple[S3Area,
     if storage.holders and holders:
         warnings += _ready_holders(ctx, cluster.name, access, holders, storage.holders[0])
     if not access.owned and access.profile:
-        warnings.append(f"deepvm cannot see whether --controller-profile {access.profile} (the head's) may use "
-                        f"{_areas(storage.head_areas)}; the job's L3 and log need that")  # fmt: skip
+        warnings.append(
+            f"deepvm cannot see whether --controller-profile {access.profile} (the head's) may use "
+            f"{_areas(storage.head_areas)}; the job's L3 and log need that"
+        )
     _put(ctx, access, storage)
     return warnings
 
 
-def _ready_holders(ctx: AwsContext, cluster: str, access: ControllerAccess, holders: list[NodeRecord],
-                   area: S3Area) -> list[str]:  # fmt: skip
+def _ready_holders(
+    ctx: AwsContext, cluster: str, access: ControllerAccess, holders: list[NodeRecord], area: S3Area
+) -> list[str]:
     """Holders besides the head: with deepvm's holders role, each gets its profile where it lacks it (a
     cluster whose holder was bought by an older deepvm); without one, a holder with no profile at all
     cannot write L3 (refused), and one with the user's profile may or may not (said)."""
@@ -73,8 +76,10 @@ def _ready_holders(ctx: AwsContext, cluster: str, access: ControllerAccess, hold
             "--instance-profile NAME for a role that may write there"
         )
     profiles = ", ".join(sorted(set(held.values())))
-    return [f"deepvm cannot see whether the holders' instance profile ({profiles}) may write {_areas((area,))}; "
-            "the job's L3 needs that"]  # fmt: skip
+    return [
+        f"deepvm cannot see whether the holders' instance profile ({profiles}) may write {_areas((area,))}; "
+        "the job's L3 needs that"
+    ]
 
 
 def _profiles(ctx: AwsContext, instance_ids: list[str]) -> dict[str, str]:
@@ -91,8 +96,10 @@ def _check_bucket(ctx: AwsContext, bucket: str, spec: JobSpec) -> None:
     except ClientError as exc:
         if error_code(exc) in _MISSING_BUCKET:
             where = spec.checkpoint.s3_prefix or f"s3://{bucket}"
-            raise InputError(f"checkpoint.s3_prefix {where}: the bucket {bucket} does not exist; create it "
-                             f"(`aws s3 mb s3://{bucket} --region {ctx.region}`) or name another") from exc  # fmt: skip
+            raise InputError(
+                f"checkpoint.s3_prefix {where}: the bucket {bucket} does not exist; create it "
+                f"(`aws s3 mb s3://{bucket} --region {ctx.region}`) or name another"
+            ) from exc
     except BotoCoreError as exc:
         raise CloudError(f"checking the bucket {bucket}: {exc}") from exc
 

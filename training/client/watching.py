@@ -100,7 +100,9 @@ def finished_run(place: OutputsPlace) -> tuple[list[LogRecord], Snapshot]:
 def _fetched_log(row: JobRow, why: str) -> list[LogRecord]:
     path = Path(row.out_dir) / LOG_COPY
     if not path.is_file():
-        raise NotFoundError(f"job {row.job_id}'s cluster {row.cluster} is gone and no copy of its log is here "
-                            f"({path}{'; ' + why if why else ''}); `deepvm fetch {row.job_id}` brings it while "
-                            "the cluster is up")  # fmt: skip
+        raise NotFoundError(
+            f"job {row.job_id}'s cluster {row.cluster} is gone and no copy of its log is here "
+            f"({path}{'; ' + why if why else ''}); `deepvm fetch {row.job_id}` brings it while "
+            "the cluster is up"
+        )
     return [r for r in map(watch_line, path.read_text().splitlines()) if isinstance(r, LogRecord)]

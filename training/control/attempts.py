@@ -120,8 +120,14 @@ def progressed(first_step: int, last_step: int) -> bool:
     return last_step > first_step >= 0
 
 
-def decide(outcome: Outcome, made_progress: bool, failures: Failures, max_failures: int, cancelling: bool,
-           error: ScriptError | None = None) -> Decision:  # fmt: skip
+def decide(
+    outcome: Outcome,
+    made_progress: bool,
+    failures: Failures,
+    max_failures: int,
+    cancelling: bool,
+    error: ScriptError | None = None,
+) -> Decision:
     """What to do after an attempt ended; `failures`: the row before it; `error`: its cause, when it failed."""
     if outcome is Outcome.COMPLETED:
         return Decision(Action.FINISH, Failures())

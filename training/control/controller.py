@@ -95,8 +95,9 @@ from training.shared.wording import count
 _FETCH = ("model.pt", METRICS_FILE)
 
 
-def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter(),
-          handover: HeadHandOver | None = None) -> TrainResult:  # fmt: skip
+def train(
+    cluster: Cluster, request: TrainRequest, report: JobReporter = JobReporter(), handover: HeadHandOver | None = None
+) -> TrainResult:
     """Run the job on `cluster` (the caller's handle of the running cluster `request` names) until it
     completes (see the module docstring); `handover`: how the head hands control of a moved cluster over."""
     spec = load_job_spec(request.job_path)
@@ -110,9 +111,18 @@ def train(cluster: Cluster, request: TrainRequest, report: JobReporter = JobRepo
 class Controller:
     """One job's controller; see the module docstring. It is the session's AttemptListener."""
 
-    def __init__(self, spec: JobSpec, request: TrainRequest, cluster: ClusterHandle, runtime_dir: Path,
-                 report: JobReporter, buyer: NodeBuyer, access: NodeAccess | None = None,
-                 tick_s: float = 1.0, handover: HeadHandOver | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: JobSpec,
+        request: TrainRequest,
+        cluster: ClusterHandle,
+        runtime_dir: Path,
+        report: JobReporter,
+        buyer: NodeBuyer,
+        access: NodeAccess | None = None,
+        tick_s: float = 1.0,
+        handover: HeadHandOver | None = None,
+    ) -> None:
         self.spec, self.request, self.cluster, self.report = spec, request, cluster, report
         self.handover = handover  # hands the job to a head in a moved cluster's new zone (None: the head stays)
         if request.handed_from and request.head:  # before the pool is read: the old head never joins a launch
@@ -126,19 +136,46 @@ class Controller:
         self.recovery = RecoveryLog()
         self.job = self._begin()
         head = own_head(cluster.nodes(), request.inside_cluster, request.head)  # the node this controller runs on
-        self.market = LiveMarket(plan, offers, request.limits, self.job.row.started_at,
-                                 movable=can_continue_without_holders(spec.checkpoint.levels),
-                                 head=None if head is None else head.instance_id,
-                                 zone=head.availability_zone if request.head and head else None)  # fmt: skip
+        self.market = LiveMarket(
+            plan,
+            offers,
+            request.limits,
+            self.job.row.started_at,
+            movable=can_continue_without_holders(spec.checkpoint.levels),
+            head=None if head is None else head.instance_id,
+            zone=head.availability_zone if request.head and head else None,
+        )
         node_env = request.node_env if request.node_env is not None else cluster.node_env()
         self.env = {**node_env, **spec.env}  # the job's own settings win
-        job = JobToStage(runtime_dir, request.job_path.resolve().parent, self.job.job_id, tuple(spec.setup),
-                         self.env, request.python, cluster.keys.internal_public)  # fmt: skip
-        self.session = AttemptSession(access or SshNodes(), job, cluster.keys.internal_key_path, report,
-                                      StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s,
-                                                    spec.calls_step), tick_s=tick_s)  # fmt: skip
-        self.nodes = ClusterNodes(cluster, self.pool, self.session, buyer, report, self._event, self.market,
-                                  self.job.state, self.job.ladder_said, request.replace_nodes)  # fmt: skip
+        job = JobToStage(
+            runtime_dir,
+            request.job_path.resolve().parent,
+            self.job.job_id,
+            tuple(spec.setup),
+            self.env,
+            request.python,
+            cluster.keys.internal_public,
+        )
+        self.session = AttemptSession(
+            access or SshNodes(),
+            job,
+            cluster.keys.internal_key_path,
+            report,
+            StallWatch.of(spec.stall, request.stall_timeout_s, request.startup_grace_s, spec.calls_step),
+            tick_s=tick_s,
+        )
+        self.nodes = ClusterNodes(
+            cluster,
+            self.pool,
+            self.session,
+            buyer,
+            report,
+            self._event,
+            self.market,
+            self.job.state,
+            self.job.ladder_said,
+            request.replace_nodes,
+        )
         self.stops = JobStops(request, cluster.name, self.job, self.session, self.nodes, report)
         self.attempts: list[AttemptRecord] = []
         self.started = time.monotonic()
@@ -148,9 +185,15 @@ class Controller:
     def _begin(self) -> JobRecord:
         request, jobs = self.request, JobStore()
         known = jobs.get(request.job_id) if request.job_id is not None else None
-        choice = choose_job(request, self.spec.name, known, jobs.for_cluster(self.cluster.name),
-                            lambda job_id: fresh_row(request, self.spec.name, self.spec.steps or 0, self.cluster.name,
-                                                     job_id, self.cluster.cost().usd))  # fmt: skip
+        choice = choose_job(
+            request,
+            self.spec.name,
+            known,
+            jobs.for_cluster(self.cluster.name),
+            lambda job_id: fresh_row(
+                request, self.spec.name, self.spec.steps or 0, self.cluster.name, job_id, self.cluster.cost().usd
+            ),
+        )
         if choice.resumed is not None:  # it continues from its newest checkpoint: a recovery opens
             row = choice.row
             self.recovery.trouble(choice.resumed, (), 0, row.world_size, time.monotonic(), row.step)
@@ -171,8 +214,14 @@ class Controller:
                 self.stops.check_limits(None)
                 end = self.session.run(len(self.attempts) + 1, self._next_launch(), self)
                 self._ended(end)
-                decision = decide(end.outcome, self.script.progressed(end), failures,
-                                  self.request.max_failures, self.stops.stopping, end.error)  # fmt: skip
+                decision = decide(
+                    end.outcome,
+                    self.script.progressed(end),
+                    failures,
+                    self.request.max_failures,
+                    self.stops.stopping,
+                    end.error,
+                )
                 failures = decision.failures
                 if decision.action is Action.FINISH:
                     return self._finish(end)
@@ -202,8 +251,18 @@ class Controller:
         self.recovery.attempt_ended(end.number, end.last_step, end.exited_at)
         self.pool.attempt_ended(clean=end.returncode == 0, at=end.exited_at)
         self.market.attempt_ended()
-        self.attempts.append(AttemptRecord(end.number, end.node_ids, end.trainers, end.first_step, end.last_step,
-                                           end.outcome, end.returncode, end.startup_s))  # fmt: skip
+        self.attempts.append(
+            AttemptRecord(
+                end.number,
+                end.node_ids,
+                end.trainers,
+                end.first_step,
+                end.last_step,
+                end.outcome,
+                end.returncode,
+                end.startup_s,
+            )
+        )
 
     # --- 1) the next launch -----------------------------------------------------------------------------
     def _next_launch(self) -> Launch:
@@ -255,9 +314,17 @@ class Controller:
         if len(set(speeds)) > 1:  # a mixed plan: per-trainer batch in proportion to speed
             per = self.spec.shrink.keep_global_batch_by == "per_trainer_batch"
             batches = split_batch(self.spec.batch_size * (self.planned_trainers if per else len(speeds)), speeds)
-        return Launch.on(nodes, JobPaths(str(homes.pop()), self.job.job_id), self.request.job_path.name,
-                         self.request.python, self.planned_trainers, self.env, batches,
-                         restart_count=len(self.attempts), max_restarts=self.request.max_failures)  # fmt: skip
+        return Launch.on(
+            nodes,
+            JobPaths(str(homes.pop()), self.job.job_id),
+            self.request.job_path.name,
+            self.request.python,
+            self.planned_trainers,
+            self.env,
+            batches,
+            restart_count=len(self.attempts),
+            max_restarts=self.request.max_failures,
+        )
 
     def _await_replacement(self, holders_lost: bool) -> None:
         """With no holder or no trainer left, wait for the next post (a node on its way) or the ladder's timer
@@ -269,8 +336,11 @@ class Controller:
         what = "checkpoint holder" if holders_lost else "trainer"
         if (why := self.nodes.nothing_coming()) is not None:
             raise TrainingFailed(f"no {what} node is left and none is on its way: {why}")
-        self.nodes.waiting("no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
-                           if holders_lost else "no trainer left: waiting for the replacement node")  # fmt: skip
+        self.nodes.waiting(
+            "no checkpoint holder left: waiting for a replacement; the job continues from S3 (L3)"
+            if holders_lost
+            else "no trainer left: waiting for the replacement node"
+        )
         wait_s = self.market.wait_s()
         until = None if wait_s is None else time.monotonic() + wait_s
         while (item := self.session.wait_for_post(timeout_s=self.session.tick_s)) is None:
@@ -289,9 +359,11 @@ class Controller:
         self.script.launched()
         self.job.attempt_started(run.number, run.trainers)
         holders = len(launch.nodes) - len(launch.trainers)
-        self.report.note(f"attempt {run.number}: {count(run.trainers, 'trainer')}"
-                         + (f" + {count(holders, 'holder')}" if holders else "")
-                         + f" ({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})")
+        self.report.note(
+            f"attempt {run.number}: {count(run.trainers, 'trainer')}"
+            + (f" + {count(holders, 'holder')}" if holders else "")
+            + f" ({', '.join(n.name + (f' x{n.ranks}' if n.ranks > 1 else '') for n in launch.nodes)})"
+        )
 
     def on_event(self, event: Event, node: Node | None, at: float, run: AttemptRun) -> None:
         if self.script.heard(event, at, run):  # a launched script's own: its kept files, an adapter's resume
@@ -312,8 +384,10 @@ class Controller:
             case Saved() | Flush():
                 self.job.checkpointed(event.step)
                 if isinstance(event, Flush):
-                    self.report.note(f"checkpoint of step {event.step} safe at {event.level} "
-                                     f"in {event.seconds:.2f}s ({event.reason})")  # fmt: skip
+                    self.report.note(
+                        f"checkpoint of step {event.step} safe at {event.level} "
+                        f"in {event.seconds:.2f}s ({event.reason})"
+                    )
                     if event.ends_run:  # a recommendation's is no recovery's
                         self.recovery.checkpointed(at)
             case NoticeSeen() if node is not None:
@@ -357,10 +431,16 @@ class Controller:
             self._fold_in(run)
         if self.market.stepped(event.step):  # the rate moved: the deadline's slack with it
             self._ask(run)
-        progress = Progress(step=event.step, total_steps=self.job.row.total_steps, epoch=event.epoch,
-                            loss=event.global_loss, samples_per_s=event.samples_per_s * run.trainers,
-                            world_size=run.trainers, cost_usd=self.job.row.cost_usd,
-                            synthetic=event.synthetic)  # fmt: skip (trainer 0's rate x trainers: equal batches)
+        progress = Progress(
+            step=event.step,
+            total_steps=self.job.row.total_steps,
+            epoch=event.epoch,
+            loss=event.global_loss,
+            samples_per_s=event.samples_per_s * run.trainers,
+            world_size=run.trainers,
+            cost_usd=self.job.row.cost_usd,
+            synthetic=event.synthetic,
+        )  # trainer 0's rate x trainers: equal batches
         self.job.progressed(event.step, progress.loss)
         self.report.progress(replace(progress, cost_usd=self.job.row.cost_usd))
 
@@ -426,8 +506,13 @@ class Controller:
         self.report.note("probing the nodes")
         found = self.nodes.after_failure(end.node_ids)
         dead = found.all
-        reason = (RecoveryReason.NODE_LOST if found.without_notice else
-                  RecoveryReason.NOTICE if found.noticed else RecoveryReason.RESTART)  # fmt: skip
+        reason = (
+            RecoveryReason.NODE_LOST
+            if found.without_notice
+            else RecoveryReason.NOTICE
+            if found.noticed
+            else RecoveryReason.RESTART
+        )
         self.recovery.trouble(reason, dead, end.number, end.trainers, time.monotonic(), end.last_step)
         self.cluster.refresh()  # node states (and their costs) from the cloud
         self._check_holders()
@@ -436,14 +521,25 @@ class Controller:
 
     def _finish(self, end: AttemptEnd) -> TrainResult:
         out = Path(self.job.row.out_dir)
-        self.session.fetch(end.launch.trainers[0].host, end.launch.paths.out, out, _FETCH if self.spec.run is None
-                           else None)  # fmt: skip
+        self.session.fetch(
+            end.launch.trainers[0].host, end.launch.paths.out, out, _FETCH if self.spec.run is None else None
+        )
         metrics = RunMetrics.read(out)
         self.nodes.replacements.wait(timeout_s=300)
         self.nodes.call_off_move()  # a move's nodes, bought for a relaunch that will not come
         self.nodes.release_stand_ins()  # they go with the job, and nothing it drained or lost is left billing
         self.job.completed(metrics, out)
-        self._event("completed", f"step {metrics.steps}, loss {metrics.final_loss:.4f}" if metrics.total_steps else
-                    "its script completed (it reports no steps)")  # fmt: skip
-        return train_result(self.job.row, self.cluster.name, metrics, self.attempts, self.recovery.closed,
-                            time.monotonic() - self.started)  # fmt: skip
+        self._event(
+            "completed",
+            f"step {metrics.steps}, loss {metrics.final_loss:.4f}"
+            if metrics.total_steps
+            else "its script completed (it reports no steps)",
+        )
+        return train_result(
+            self.job.row,
+            self.cluster.name,
+            metrics,
+            self.attempts,
+            self.recovery.closed,
+            time.monotonic() - self.started,
+        )

@@ -44,22 +44,26 @@ def start_script(files: JobFiles, python: str, service_env: dict[str, str]) -> s
     supervisor = supervisor_command(files, python)
     root = f'"$HOME/{files.root}"'
     needs = f"import importlib.util as u; [u.find_spec(m) or exit(m) for m in {list(_CONTROLLER_NEEDS)!r}]"
-    lacking = ("the head's Python lacks $missing, which the job's controller needs there: install it in the "
-               "image, or train with --controller local")  # fmt: skip
-    return "\n".join([
-        "set -e",
-        _export(exports),
-        f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
-        "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
-        "  " + systemd_launch(f"deepvm-job-{files.job_id}", supervisor, list(exports)),
-        "else",
-        "  " + detached_launch(supervisor, f"{root}/supervisor.out"),
-        "fi",
-        # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
-        # job whose supervisor is still starting for one that is over
-        f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
-        f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
-    ])  # fmt: skip
+    lacking = (
+        "the head's Python lacks $missing, which the job's controller needs there: install it in the "
+        "image, or train with --controller local"
+    )
+    return "\n".join(
+        [
+            "set -e",
+            _export(exports),
+            f'missing=$({py} -c "{needs}" 2>&1) || {{ echo "{lacking}" >&2; exit 1; }}',
+            "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null && sudo -n true 2>/dev/null; then",
+            "  " + systemd_launch(f"deepvm-job-{files.job_id}", supervisor, list(exports)),
+            "else",
+            "  " + detached_launch(supervisor, f"{root}/supervisor.out"),
+            "fi",
+            # return once the supervisor runs (it writes its pid first), so that a follower never mistakes a
+            # job whose supervisor is still starting for one that is over
+            f"for _ in $(seq 300); do [ -e {root}/supervisor.pid ] && exit 0; sleep 0.1; done",
+            f'echo "the job\'s supervisor did not start on the head:" >&2; tail -5 {root}/supervisor.out >&2; exit 1',
+        ]
+    )
 
 
 def supervisor_command(files: JobFiles, python: str) -> str:
@@ -73,8 +77,10 @@ def systemd_launch(unit: str, command: str, env_names: list[str]) -> str:
     2 s after a failure, collected when it ends; it gets the named variables of the launching shell (sudo
     and systemd pass on no environment of their own accord)."""
     setenv = " ".join(f'--setenv={name}="${name}"' for name in env_names)
-    return (f"sudo -n systemd-run --quiet --collect --unit={shlex.quote(unit)} --uid=\"$(id -u)\" "
-            f'--gid="$(id -g)" -p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" {setenv} {command}')
+    return (
+        f'sudo -n systemd-run --quiet --collect --unit={shlex.quote(unit)} --uid="$(id -u)" '
+        f'--gid="$(id -g)" -p Restart=on-failure -p RestartSec=2 --working-directory="$HOME" {setenv} {command}'
+    )
 
 
 def detached_launch(command: str, log: str) -> str:
@@ -90,13 +96,15 @@ def idle_watch_script(python: str, service_env: dict[str, str]) -> str:
     hands control over on the new head (training/control/handover.py)."""
     root = f'"$HOME/{WATCH_DIR}"'
     command = f"{shlex.quote(python)} -m training.head.idle_cluster {root}"
-    return "\n".join([
-        "set -e",
-        head_exports(service_env),
-        f"old=$(cat {root}/watch.pid 2>/dev/null || true)",
-        '[ -n "$old" ] && grep -q training.head.idle_cluster /proc/$old/cmdline 2>/dev/null && kill "$old" || true',
-        f"rm -f {root}/watch.pid",
-        detached_launch(command, f"{root}/watch.out"),
-        f"for _ in $(seq 100); do [ -e {root}/watch.pid ] && exit 0; sleep 0.1; done",
-        f'echo "the idle watch did not start on the head:" >&2; tail -5 {root}/watch.out >&2; exit 1',
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "set -e",
+            head_exports(service_env),
+            f"old=$(cat {root}/watch.pid 2>/dev/null || true)",
+            '[ -n "$old" ] && grep -q training.head.idle_cluster /proc/$old/cmdline 2>/dev/null && kill "$old" || true',
+            f"rm -f {root}/watch.pid",
+            detached_launch(command, f"{root}/watch.out"),
+            f"for _ in $(seq 100); do [ -e {root}/watch.pid ] && exit 0; sleep 0.1; done",
+            f'echo "the idle watch did not start on the head:" >&2; tail -5 {root}/watch.out >&2; exit 1',
+        ]
+    )

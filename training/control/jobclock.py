@@ -68,8 +68,9 @@ class JobLimited(JobFailed):
 class JobClock:
     """The job's limits against the clocks; see the module docstring."""
 
-    def __init__(self, timers: JobTimers, wall: Callable[[], float] = time.time,
-                 mono: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, timers: JobTimers, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic
+    ) -> None:
         self.timers, self._wall, self._mono = timers, wall, mono
         self.started_wall = timers.started_wall if timers.started_wall is not None else wall()
         self.last_step = mono()
@@ -83,11 +84,15 @@ class JobClock:
         the controller waits for between attempts ("a trainer", "a checkpoint holder"), said in the reason."""
         max_s, idle_s = self.timers.max_duration_s, self.timers.idle_s
         if max_s is not None and self._wall() - self.started_wall >= max_s:
-            return LimitReached(LimitKind.MAX_DURATION, JobStatus.STOPPED,
-                                f"stopped at its time limit (--max-duration {_hours(max_s)})")  # fmt: skip
+            return LimitReached(
+                LimitKind.MAX_DURATION, JobStatus.STOPPED, f"stopped at its time limit (--max-duration {_hours(max_s)})"
+            )
         if idle_s is not None and self._mono() - self.last_step >= idle_s:
-            why = (f"no {waiting_for} could be bought within the plan's cap, budget and deadline" if waiting_for
-                   else "no step was trained")  # fmt: skip
+            why = (
+                f"no {waiting_for} could be bought within the plan's cap, budget and deadline"
+                if waiting_for
+                else "no step was trained"
+            )
             return LimitReached(LimitKind.IDLE, JobStatus.FAILED, f"{why} for {_minutes(idle_s)} (--idle)")
         return None
 

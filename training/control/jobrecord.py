@@ -77,26 +77,47 @@ def new_job_id(name: str) -> str:
     return f"{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
 
 
-def fresh_row(request: TrainRequest, name: str, total_steps: int, cluster: str, job_id: str,
-              cost_base_usd: float) -> JobRow:  # fmt: skip
+def fresh_row(
+    request: TrainRequest, name: str, total_steps: int, cluster: str, job_id: str, cost_base_usd: float
+) -> JobRow:
     """A new job's row, before anything ran; `cost_base_usd`: what the cluster has cost so far."""
     out = request.out_dir or deepvm_home() / "jobs" / job_id
-    return JobRow(job_id=job_id, cluster=cluster, name=name, spec_path=str(request.job_path.resolve()),
-                  status=JobStatus.RUNNING, started_at=utc_now(), updated_at="", step=0, total_steps=total_steps,
-                  world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=cost_base_usd,
-                  cost_usd=0.0, out_dir=str(out), python=request.python, message="starting")  # fmt: skip
+    return JobRow(
+        job_id=job_id,
+        cluster=cluster,
+        name=name,
+        spec_path=str(request.job_path.resolve()),
+        status=JobStatus.RUNNING,
+        started_at=utc_now(),
+        updated_at="",
+        step=0,
+        total_steps=total_steps,
+        world_size=0,
+        loss=None,
+        restarts=0,
+        lost_steps=0,
+        checkpoint_step=-1,
+        cost_base_usd=cost_base_usd,
+        cost_usd=0.0,
+        out_dir=str(out),
+        python=request.python,
+        message="starting",
+    )
 
 
-def choose_job(request: TrainRequest, name: str, known: JobRow | None, previous: Sequence[JobRow],
-               new_row: Callable[[str], JobRow]) -> JobChoice:  # fmt: skip
+def choose_job(
+    request: TrainRequest, name: str, known: JobRow | None, previous: Sequence[JobRow], new_row: Callable[[str], JobRow]
+) -> JobChoice:
     """Which job `request` (of the job spec named `name`) runs (see the module docstring). `known`: the
     stored job of the request's id; `previous`: the cluster's jobs, newest first; `new_row(job_id)`: a
     fresh job's row."""
     if known is not None and not (request.resume and known.status is JobStatus.STOPPED):
-        row = replace(known, status=JobStatus.RUNNING, restarts=known.restarts + 1,
-                      message="resumed after a controller restart")  # fmt: skip
-        note = (f"controller restarted: resuming job {known.job_id} from its newest checkpoint "
-                f"(last at step {known.step})")  # fmt: skip
+        row = replace(
+            known, status=JobStatus.RUNNING, restarts=known.restarts + 1, message="resumed after a controller restart"
+        )
+        note = (
+            f"controller restarted: resuming job {known.job_id} from its newest checkpoint (last at step {known.step})"
+        )
         return JobChoice(row, RecoveryReason.CONTROLLER_RESTART, note)
     unfinished = [j for j in previous if j.name == name and j.status in _UNFINISHED]
     if known is not None:  # stopped elsewhere and seeded here to be resumed (training/head/resume.py)
@@ -109,14 +130,22 @@ def choose_job(request: TrainRequest, name: str, known: JobRow | None, previous:
             )
         job = unfinished[0]
         asked = job.status is JobStatus.STOPPED  # the user stopped it: going on is no restart
-        row = replace(job, status=JobStatus.RUNNING, spec_path=str(request.job_path.resolve()), python=request.python,
-                      restarts=job.restarts + (0 if asked else 1), message="resumed")  # fmt: skip
+        row = replace(
+            job,
+            status=JobStatus.RUNNING,
+            spec_path=str(request.job_path.resolve()),
+            python=request.python,
+            restarts=job.restarts + (0 if asked else 1),
+            message="resumed",
+        )
         reason = RecoveryReason.USER_RESUME if asked else RecoveryReason.CONTROLLER_RESTART
         return JobChoice(row, reason, f"resuming job {job.job_id} (last at step {job.step}, {job.status})")
     note = ""
     if unfinished:
-        note = (f"an earlier run of {name} ({unfinished[0].job_id}) ended at step {unfinished[0].step}; "
-                "starting afresh (`--resume` would continue it)")  # fmt: skip
+        note = (
+            f"an earlier run of {name} ({unfinished[0].job_id}) ended at step {unfinished[0].step}; "
+            "starting afresh (`--resume` would continue it)"
+        )
     return JobChoice(new_row(request.job_id or new_job_id(name)), None, note)
 
 
@@ -178,8 +207,13 @@ class JobRecord:
             self._save(replace(self.row, kept_file=newest, kept_at=written_at))
 
     def recovered(self, recovery: Recovery) -> None:
-        self._save(replace(self.row, lost_steps=self.row.lost_steps + recovery.lost_steps,
-                           lost_s=round(self.row.lost_s + (recovery.lost_s or 0.0), 3)))  # fmt: skip
+        self._save(
+            replace(
+                self.row,
+                lost_steps=self.row.lost_steps + recovery.lost_steps,
+                lost_s=round(self.row.lost_s + (recovery.lost_s or 0.0), 3),
+            )
+        )
 
     def ladder_said(self, text: str) -> None:
         """The recovery ladder's newest decision and why (`deepvm status` shows it)."""
@@ -197,12 +231,25 @@ class JobRecord:
         self._save(replace(self.row, status=status, message=message))
 
     def completed(self, metrics: RunMetrics, out: Path) -> None:
-        self._save(replace(self.row, status=JobStatus.COMPLETED, step=metrics.steps, loss=metrics.final_loss,
-                           message=f"completed; model and metrics in {out}"))  # fmt: skip
+        self._save(
+            replace(
+                self.row,
+                status=JobStatus.COMPLETED,
+                step=metrics.steps,
+                loss=metrics.final_loss,
+                message=f"completed; model and metrics in {out}",
+            )
+        )
 
 
-def train_result(row: JobRow, cluster: str, metrics: RunMetrics, attempts: list[AttemptRecord],
-                 recoveries: list[Recovery], wall_s: float) -> TrainResult:  # fmt: skip
+def train_result(
+    row: JobRow,
+    cluster: str,
+    metrics: RunMetrics,
+    attempts: list[AttemptRecord],
+    recoveries: list[Recovery],
+    wall_s: float,
+) -> TrainResult:
     """A completed job's result, from its row, its last run's metrics and what its controller recorded."""
     return TrainResult(
         job_id=row.job_id,

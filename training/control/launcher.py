@@ -129,19 +129,38 @@ class Launch:
         return next((n for n in self.nodes if n.market is Market.ON_DEMAND), self.nodes[0])
 
     @classmethod
-    def on(cls, nodes: Sequence[Node], paths: JobPaths, job_file: str, python: str, planned_trainers: int,
-           env: dict[str, str], rank_batches: tuple[int, ...] | None = None, *, restart_count: int = 0,
-           max_restarts: int = 0) -> Launch:  # fmt: skip
+    def on(
+        cls,
+        nodes: Sequence[Node],
+        paths: JobPaths,
+        job_file: str,
+        python: str,
+        planned_trainers: int,
+        env: dict[str, str],
+        rank_batches: tuple[int, ...] | None = None,
+        *,
+        restart_count: int = 0,
+        max_restarts: int = 0,
+    ) -> Launch:
         """A launch on `nodes` (put in rank order), on a rendezvous port of its own."""
-        return cls(arrange(nodes), paths, job_file, python, planned_trainers, rendezvous_port(), env, rank_batches,
-                   restart_count=restart_count, max_restarts=max_restarts)  # fmt: skip
+        return cls(
+            arrange(nodes),
+            paths,
+            job_file,
+            python,
+            planned_trainers,
+            rendezvous_port(),
+            env,
+            rank_batches,
+            restart_count=restart_count,
+            max_restarts=max_restarts,
+        )
 
 
 def cluster_node(e: SshEndpoint, facts: TypeFacts) -> Node:
     """A node as a launch uses it: its DeepCheck role from the plan's, its speed and GPUs from its type's
     facts (training.control.plan_facts)."""
-    return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0,
-                facts.gpus)  # fmt: skip
+    return Node(e.instance_id, e.host, _ROLES[e.role], e.market, e.private_address, facts.tflops or 1.0, facts.gpus)
 
 
 def rendezvous_port() -> int:
@@ -193,32 +212,52 @@ def mpirun_command(launch: Launch) -> list[str]:
     agent = shlex.join(
         [
             "ssh",
-            "-i", paths.internal_key,
-            "-o", f"UserKnownHostsFile={paths.known_hosts}",
-            "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", "BatchMode=yes",
-            "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=15",
-            "-o", "ServerAliveInterval=5",
-            "-p", str(first.port),
-            "-l", first.user,
+            "-i",
+            paths.internal_key,
+            "-o",
+            f"UserKnownHostsFile={paths.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ConnectTimeout=15",
+            "-o",
+            "ServerAliveInterval=5",
+            "-p",
+            str(first.port),
+            "-l",
+            first.user,
         ]
-    )  # fmt: skip
+    )
     roles = ",".join(role for n in launch.nodes for role in n.rank_roles())
     home = launch.open_mpi_home
     argv = [f"{home}/bin/mpirun", "--prefix", home] if home else ["mpirun"]  # --prefix: for remote daemons too
     argv += [
-        "--hostfile", paths.hostfile,
-        "-np", str(len(launch.rank_nodes)),
-        "--map-by", "slot",
-        "--bind-to", "none",
+        "--hostfile",
+        paths.hostfile,
+        "-np",
+        str(len(launch.rank_nodes)),
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
         "--tag-output",
-        "--mca", "plm_rsh_agent", agent,
-        "--mca", "plm_rsh_no_tree_spawn", "1",
-        "-wdir", paths.job,
-        "-x", f"PYTHONPATH={paths.runtime}",
-    ]  # fmt: skip
+        "--mca",
+        "plm_rsh_agent",
+        agent,
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        "-wdir",
+        paths.job,
+        "-x",
+        f"PYTHONPATH={paths.runtime}",
+    ]
     network = mpi_network([n.private_address for n in launch.nodes])
     argv += ["--mca", "btl_tcp_if_include", network, "--mca", "oob_tcp_if_include", network]
     for name, value in launch.env.items():
@@ -226,19 +265,35 @@ def mpirun_command(launch: Launch) -> list[str]:
     argv += [
         # torch warns on import when numpy is missing; nothing here needs numpy, so that one line per
         # rank and launch would only bury the job's own output
-        launch.python, "-W", f"ignore:{_NUMPY_WARNING}", "-m", "training.node.warm", f"{paths.home}/{WARM_DIR}",
-        "training.node.rank", f"{paths.job}/{launch.job_file}",
-        "--out", paths.out,
-        "--checkpoint-dir", paths.checkpoints,
-        "--roles", roles,
-        "--planned-trainers", str(launch.planned_trainers),
-        "--master-addr", launch.trainers[0].private_address,
-        "--master-port", str(launch.master_port),
-        "--run-id", paths.job_id,
-        "--restart-count", str(launch.restart_count),
-        "--max-restarts", str(launch.max_restarts),
-        "--job-env", paths.env,
-    ]  # fmt: skip
+        launch.python,
+        "-W",
+        f"ignore:{_NUMPY_WARNING}",
+        "-m",
+        "training.node.warm",
+        f"{paths.home}/{WARM_DIR}",
+        "training.node.rank",
+        f"{paths.job}/{launch.job_file}",
+        "--out",
+        paths.out,
+        "--checkpoint-dir",
+        paths.checkpoints,
+        "--roles",
+        roles,
+        "--planned-trainers",
+        str(launch.planned_trainers),
+        "--master-addr",
+        launch.trainers[0].private_address,
+        "--master-port",
+        str(launch.master_port),
+        "--run-id",
+        paths.job_id,
+        "--restart-count",
+        str(launch.restart_count),
+        "--max-restarts",
+        str(launch.max_restarts),
+        "--job-env",
+        paths.env,
+    ]
     if launch.rank_batches is not None:
         argv += ["--rank-batches", ",".join(str(b) for b in launch.rank_batches)]
     return argv
@@ -315,8 +370,9 @@ class Attempt:
         assert code is not None  # no timeout
         if code < 0:
             where = self.launch.head.host.where
-            self.sink(RankLine(self.number, None, "stderr", f"lost the connection to the head node {where}",
-                               time.monotonic()))  # fmt: skip
+            self.sink(
+                RankLine(self.number, None, "stderr", f"lost the connection to the head node {where}", time.monotonic())
+            )
             code = _LOST
         self._remote.close()
         self.returncode = code

@@ -113,17 +113,19 @@ def scan_script(root: str) -> str:
     """The shell script a node runs: one marked line for its metrics.json (its mtime), one per complete
     checkpoint (its step, its directory's name); nothing when it holds neither."""
     quoted = shlex.quote(root)
-    return "\n".join([
-        f"cd {quoted} 2>/dev/null || exit 0",
-        f'[ -f out/metrics.json ] && echo "{_MARK}metrics $(stat -c %Y out/metrics.json)"',
-        "for m in checkpoints/ckpt-*/manifest.json; do",
-        '  [ -f "$m" ] || continue',
-        '  name=${m#checkpoints/}; name=${name%/manifest.json}',
-        "  step=$(echo \"$name\" | sed -E 's/^ckpt-0*([0-9]+)-.*$/\\1/')",
-        f'  echo "{_MARK}checkpoint $step $name"',
-        "done",
-        "exit 0",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"cd {quoted} 2>/dev/null || exit 0",
+            f'[ -f out/metrics.json ] && echo "{_MARK}metrics $(stat -c %Y out/metrics.json)"',
+            "for m in checkpoints/ckpt-*/manifest.json; do",
+            '  [ -f "$m" ] || continue',
+            "  name=${m#checkpoints/}; name=${name%/manifest.json}",
+            "  step=$(echo \"$name\" | sed -E 's/^ckpt-0*([0-9]+)-.*$/\\1/')",
+            f'  echo "{_MARK}checkpoint $step $name"',
+            "done",
+            "exit 0",
+        ]
+    )
 
 
 def _name(nodes: dict[str, SshEndpoint], host: str | None) -> str | None:

@@ -111,9 +111,17 @@ class _Rate:
 class LiveMarket:
     """What the live job's ladder is told, and the orders, refusals and times it keeps (module docstring)."""
 
-    def __init__(self, plan: Plan, offers: MarketOffers, limits: JobLimits, started_at: str,
-                 clock: Callable[[], float] = time.time, movable: bool = False,
-                 head: str | None = None, zone: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plan: Plan,
+        offers: MarketOffers,
+        limits: JobLimits,
+        started_at: str,
+        clock: Callable[[], float] = time.time,
+        movable: bool = False,
+        head: str | None = None,
+        zone: str | None = None,
+    ) -> None:
         self.plan_zone = plan.availability_zone  # where the plan put the cluster
         self.zone = zone or self.plan_zone  # where it is (`zone`: a job handed over to a head that moved with it)
         others = sorted({o.pool.zone for o in offers.offers} - {self.zone})
@@ -124,8 +132,9 @@ class LiveMarket:
         self.offers, self.types = offers.offers, offers.types
         self.facts = {t.instance_type: t for t in offers.types}
         price = {o.pool: o.usd_per_hour for o in offers.offers}
-        at_offers = sum(g.count * price.get(Pool(self.zone, g.instance_type, g.market), g.usd_per_hour)
-                        for g in plan.nodes)  # fmt: skip
+        at_offers = sum(
+            g.count * price.get(Pool(self.zone, g.instance_type, g.market), g.usd_per_hour) for g in plan.nodes
+        )
         cap = max(plan.price_cap or 0.0, plan.price_per_hour, at_offers) + _CAP_SLACK
         self.limits = Limits(
             max_usd_per_hour=cap,
@@ -170,8 +179,9 @@ class LiveMarket:
                 self.join_s = max(now - found.placed_at, _MIN_JOIN_S)
         seen = self.refusals.get(pool)
         if failed:
-            self.refusals[pool] = (Refusals(pool, 1, now, now) if seen is None
-                                   else Refusals(pool, seen.in_row + 1, seen.first_s, now))  # fmt: skip
+            self.refusals[pool] = (
+                Refusals(pool, 1, now, now) if seen is None else Refusals(pool, seen.in_row + 1, seen.first_s, now)
+            )
         else:
             self.refusals.pop(pool, None)
         if found is None or found.order.retires is None or not ready:
@@ -237,13 +247,15 @@ class LiveMarket:
         """Nodes ordered and not settled yet."""
         return sum(p.bought.count for p in self.pending)
 
-    def situation(self, slots: Iterable[Slot], records: Mapping[str, NodeRecord], steps_left: int,
-                  spent_usd: float) -> Situation:  # fmt: skip
+    def situation(
+        self, slots: Iterable[Slot], records: Mapping[str, NodeRecord], steps_left: int, spent_usd: float
+    ) -> Situation:
         """The situation now (module docstring)."""
         holdings = self._holdings(slots, records)
         offers, types = self._priced(holdings, records)
-        trainers = tuple(sorted(((h.pool, h.ready) for h in holdings if h.ready and h.role is not Role.HOLDER),
-                                key=str))  # fmt: skip
+        trainers = tuple(
+            sorted(((h.pool, h.ready) for h in holdings if h.ready and h.role is not Role.HOLDER), key=str)
+        )
         if trainers != self.rate.trainers:  # a node left or joined: the steps measured were another cluster's
             self.rate.steps.clear()
             self.rate.trainers = trainers
@@ -255,31 +267,54 @@ class LiveMarket:
             self.rate.pflop_per_step = modelled / per_hour if modelled > 0 else None
         per_step = self.rate.pflop_per_step or 0.0
         progress = Progress(remaining_pflop=max(steps_left, 0) * per_step, pflop_per_hour=per_hour * per_step)
-        limits = Limits(self.limits.max_usd_per_hour, self.limits.fallback_usd_per_hour, self.limits.deadline_s,
-                        self.limits.budget_usd, spent_usd)  # fmt: skip
+        limits = Limits(
+            self.limits.max_usd_per_hour,
+            self.limits.fallback_usd_per_hour,
+            self.limits.deadline_s,
+            self.limits.budget_usd,
+            spent_usd,
+        )
         head, head_apart = self._head(slots, records)
-        return Situation(now_s=self.clock(), zone=self.zone, zones=self.zones, plan=self.plan, types=types,
-                         holdings=holdings, offers=offers, refusals=tuple(self.refusals.values()),
-                         progress=progress, limits=limits, timing=Timing.of(self.join_s, self.relaunch_s),
-                         moving_to=self.moving_to, head=head, head_apart=head_apart)  # fmt: skip
+        return Situation(
+            now_s=self.clock(),
+            zone=self.zone,
+            zones=self.zones,
+            plan=self.plan,
+            types=types,
+            holdings=holdings,
+            offers=offers,
+            refusals=tuple(self.refusals.values()),
+            progress=progress,
+            limits=limits,
+            timing=Timing.of(self.join_s, self.relaunch_s),
+            moving_to=self.moving_to,
+            head=head,
+            head_apart=head_apart,
+        )
 
     def node_order(self, order: Order) -> NodeOrder:
         """What the buyer buys for one of the ladder's orders: its pool's type and market, at the offer's price."""
         facts = self.facts.get(order.pool.instance_type, TypeFacts(order.pool.instance_type, 0.0, None))
         price = next(o.usd_per_hour for o in self.offers if o.pool == order.pool)
-        group = NodeGroup(order.pool.instance_type, order.pool.market, order.count, order.role, price, facts.gpus,
-                          facts.tflops)  # fmt: skip
+        group = NodeGroup(
+            order.pool.instance_type, order.pool.market, order.count, order.role, price, facts.gpus, facts.tflops
+        )
         return NodeOrder(group, order.pool.zone)
 
-    def stand_ins(self, slots: Iterable[Slot], records: Mapping[str, NodeRecord],
-                  pool: Pool | None = None) -> list[str]:  # fmt: skip
+    def stand_ins(
+        self, slots: Iterable[Slot], records: Mapping[str, NodeRecord], pool: Pool | None = None
+    ) -> list[str]:
         """The ready stand-ins (of `pool`; None: of every pool), newest first: on-demand trainers beyond the
         plan's own on-demand trainers of their type."""
         by_pool: dict[Pool, list[tuple[str, str]]] = {}
         for slot in slots:
             record = records.get(slot.instance_id)
-            if (record is None or slot.status is not NodeStatus.READY or record.role is not Role.TRAINER
-                    or record.market is not Market.ON_DEMAND):
+            if (
+                record is None
+                or slot.status is not NodeStatus.READY
+                or record.role is not Role.TRAINER
+                or record.market is not Market.ON_DEMAND
+            ):
                 continue
             mine = _pool_of(record, self.plan_zone)
             if pool is None or mine == pool:
@@ -287,7 +322,7 @@ class LiveMarket:
         out: list[str] = []
         for mine, nodes in by_pool.items():
             spare = len(nodes) - self._planned_on_demand_trainers(mine.instance_type)
-            out += [instance_id for _, instance_id in sorted(nodes, reverse=True)[:max(0, spare)]]
+            out += [instance_id for _, instance_id in sorted(nodes, reverse=True)[: max(0, spare)]]
         return out
 
     def pool_of(self, record: NodeRecord) -> Pool:
@@ -308,8 +343,11 @@ class LiveMarket:
         return next((p for p in self.pending if p.bought == order), None)
 
     def _planned_on_demand_trainers(self, instance_type: str) -> int:
-        return sum(g.count for g in self.plan if (g.instance_type, g.market, g.role) ==
-                   (instance_type, Market.ON_DEMAND, Role.TRAINER))  # fmt: skip
+        return sum(
+            g.count
+            for g in self.plan
+            if (g.instance_type, g.market, g.role) == (instance_type, Market.ON_DEMAND, Role.TRAINER)
+        )
 
     def _holdings(self, slots: Iterable[Slot], records: Mapping[str, NodeRecord]) -> tuple[Holding, ...]:
         counts: dict[tuple[Pool, Role], list[int]] = {}
@@ -335,8 +373,9 @@ class LiveMarket:
                 out.append(Holding(pool, role, ready - own_ready, coming - own_coming, stand_in=True))
         return tuple(out)
 
-    def _priced(self, holdings: tuple[Holding, ...],
-                records: Mapping[str, NodeRecord]) -> tuple[tuple[Offer, ...], tuple[TypeFacts, ...]]:  # fmt: skip
+    def _priced(
+        self, holdings: tuple[Holding, ...], records: Mapping[str, NodeRecord]
+    ) -> tuple[tuple[Offer, ...], tuple[TypeFacts, ...]]:
         """The offers and type facts, with a price and facts for any pool held that the offers lack (a node
         adopted from an older controller): the ladder counts every node held at a price."""
         priced = {o.pool for o in self.offers}

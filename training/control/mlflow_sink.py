@@ -97,8 +97,10 @@ class MlflowSink:
         try:
             client, highest = self._open()
         except ImportError:
-            self._problem = ("no MLflow run: this controller's Python lacks mlflow-skinny (`pip install 'deepvm"
-                             "[mlflow]'`); the scalars stay in the TensorBoard files and the job's log")  # fmt: skip
+            self._problem = (
+                "no MLflow run: this controller's Python lacks mlflow-skinny (`pip install 'deepvm"
+                "[mlflow]'`); the scalars stay in the TensorBoard files and the job's log"
+            )
         except Exception as exc:  # whatever MLflow raises (its own errors, HTTP, disk): the job goes on
             self._problem = f"no MLflow run at {self.target.tracking_uri}: {type(exc).__name__}: {exc}"[:500]
         while True:
@@ -130,8 +132,9 @@ class MlflowSink:
             return client, _highest_step(client, self.run_id)
         tags = {JOB_TAG: self.target.job_id}
         self.run_id = client.create_run(self._experiment(client), tags=tags, run_name=self.target.job_id).info.run_id
-        client.log_batch(self.run_id, params=[Param("job_name", self.target.job_name),
-                                              Param("job_id", self.target.job_id)])  # fmt: skip
+        client.log_batch(
+            self.run_id, params=[Param("job_name", self.target.job_name), Param("job_id", self.target.job_id)]
+        )
         self.run_file.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.run_file, json.dumps(asdict(RunRecord(self.target.tracking_uri, self.run_id))))
         return client, -1
@@ -146,8 +149,9 @@ class MlflowSink:
         experiment = client.get_experiment_by_name(self.target.experiment or DEFAULT_EXPERIMENT)
         if experiment is None:
             return ""
-        found = client.search_runs([experiment.experiment_id], f"tags.`{JOB_TAG}` = '{self.target.job_id}'",
-                                   max_results=1)  # fmt: skip
+        found = client.search_runs(
+            [experiment.experiment_id], f"tags.`{JOB_TAG}` = '{self.target.job_id}'", max_results=1
+        )
         return found[0].info.run_id if found else ""
 
     def _experiment(self, client: Any) -> str:
@@ -158,8 +162,11 @@ class MlflowSink:
     def _log(self, client: Any, points: list[tuple[MetricPoint, float]]) -> None:
         from mlflow.entities import Metric
 
-        metrics = [Metric(name, value, int(wall * 1000), point.step)
-                   for point, wall in points for name, value in point.values.items()]  # fmt: skip
+        metrics = [
+            Metric(name, value, int(wall * 1000), point.step)
+            for point, wall in points
+            for name, value in point.values.items()
+        ]
         for start in range(0, len(metrics), _BATCH):
             client.log_batch(self.run_id, metrics=metrics[start : start + _BATCH])
 

@@ -66,11 +66,15 @@ def move_end(pool: NodePool, records: Mapping[str, NodeRecord], to: str, plan_zo
     arrived = [s for s in pool.with_status({NodeStatus.READY}) if zone_of(s, records, plan_zone) == to]
     if any(s.role in HOLDING for s in arrived) and any(s.role in TRAINING for s in arrived):
         old = tuple(s.instance_id for s in pool.usable() if zone_of(s, records, plan_zone) != to)
-        text = (f"move: the cluster moves to {to}: {len(arrived)} nodes there are ready; relaunching there once "
-                f"from the checkpoint (through S3), and {len(old)} nodes of the old zone go")
+        text = (
+            f"move: the cluster moves to {to}: {len(arrived)} nodes there are ready; relaunching there once "
+            f"from the checkpoint (through S3), and {len(old)} nodes of the old zone go"
+        )
         return MoveEnd(True, old, text)
-    text = (f"move to {to} called off: it gave no node that keeps checkpoints or none that trains; "
-            f"its {len(arrived)} nodes go")
+    text = (
+        f"move to {to} called off: it gave no node that keeps checkpoints or none that trains; "
+        f"its {len(arrived)} nodes go"
+    )
     return MoveEnd(False, tuple(s.instance_id for s in arrived), text)
 
 

@@ -73,43 +73,57 @@ class NodeStatus(str, Enum):
 S = NodeStatus
 # Every move a node may make, and why. Any other is a bug: NodePool raises InvalidTransition.
 TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
-    S.NEW: frozenset({
-        S.READY,  # prepared for this job before its launch
-        S.NOTICED,  # preparing it found an interruption notice already posted
-        S.GONE,  # the cloud stopped running it before the job used it
-    }),
-    S.BOUGHT: frozenset({
-        S.READY,  # its buying thread prepared it
-        S.NOTICED,  # preparing it found a notice: bought for nothing, and the cloud takes it
-        S.LOST,  # preparing it failed: it would bill for nothing, so it is retired
-        S.GONE,  # the cloud stopped running it while it was prepared
-    }),
-    S.READY: frozenset({
-        S.NOTICED,  # its watcher saw a notice during an attempt, or one was read before a launch
-        S.LOST,  # it did not answer after a failed attempt, or before a launch
-        S.AT_RISK,  # a stand-in whose Spot is back; a node of the zone left behind
-        S.GONE,  # the cloud stopped running it (seen when the cluster is read again)
-    }),
-    S.AT_RISK: frozenset({
-        S.READY,  # the risk passed (a move called off): it counts as firm again
-        S.DRAINING,  # its role is whole without it: the replacement is ready
-        S.NOTICED,  # the interruption came before the replacement
-        S.LOST,  # it died before the replacement came
-        S.GONE,  # the cloud stopped running it
-    }),
-    S.DRAINING: frozenset({
-        S.RETIRED,  # no attempt runs on it any more: terminated
-        S.NOTICED,  # the cloud takes it anyway: no need to terminate it
-        S.LOST,  # it died while draining: retired as the dead are
-        S.GONE,  # the cloud stopped running it
-    }),
-    S.NOTICED: frozenset({
-        S.GONE,  # the cloud took it at the notice's deadline
-    }),
-    S.LOST: frozenset({
-        S.RETIRED,  # terminated through the cloud, so it stops billing
-        S.GONE,  # the cloud stopped running it before we did
-    }),
+    S.NEW: frozenset(
+        {
+            S.READY,  # prepared for this job before its launch
+            S.NOTICED,  # preparing it found an interruption notice already posted
+            S.GONE,  # the cloud stopped running it before the job used it
+        }
+    ),
+    S.BOUGHT: frozenset(
+        {
+            S.READY,  # its buying thread prepared it
+            S.NOTICED,  # preparing it found a notice: bought for nothing, and the cloud takes it
+            S.LOST,  # preparing it failed: it would bill for nothing, so it is retired
+            S.GONE,  # the cloud stopped running it while it was prepared
+        }
+    ),
+    S.READY: frozenset(
+        {
+            S.NOTICED,  # its watcher saw a notice during an attempt, or one was read before a launch
+            S.LOST,  # it did not answer after a failed attempt, or before a launch
+            S.AT_RISK,  # a stand-in whose Spot is back; a node of the zone left behind
+            S.GONE,  # the cloud stopped running it (seen when the cluster is read again)
+        }
+    ),
+    S.AT_RISK: frozenset(
+        {
+            S.READY,  # the risk passed (a move called off): it counts as firm again
+            S.DRAINING,  # its role is whole without it: the replacement is ready
+            S.NOTICED,  # the interruption came before the replacement
+            S.LOST,  # it died before the replacement came
+            S.GONE,  # the cloud stopped running it
+        }
+    ),
+    S.DRAINING: frozenset(
+        {
+            S.RETIRED,  # no attempt runs on it any more: terminated
+            S.NOTICED,  # the cloud takes it anyway: no need to terminate it
+            S.LOST,  # it died while draining: retired as the dead are
+            S.GONE,  # the cloud stopped running it
+        }
+    ),
+    S.NOTICED: frozenset(
+        {
+            S.GONE,  # the cloud took it at the notice's deadline
+        }
+    ),
+    S.LOST: frozenset(
+        {
+            S.RETIRED,  # terminated through the cloud, so it stops billing
+            S.GONE,  # the cloud stopped running it before we did
+        }
+    ),
     S.RETIRED: frozenset(),
     S.GONE: frozenset(),
 }

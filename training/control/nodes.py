@@ -105,10 +105,19 @@ class LadderStep:
 class ClusterNodes:
     """The pool of one job's nodes, and the hands that act on it (see the module docstring)."""
 
-    def __init__(self, cluster: ClusterHandle, pool: NodePool, session: AttemptSession, buyer: NodeBuyer,
-                 report: JobReporter, event: Callable[[str, str], None], market: LiveMarket,
-                 job: Callable[[], JobState], said: Callable[[str], None],
-                 replace_nodes: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: ClusterHandle,
+        pool: NodePool,
+        session: AttemptSession,
+        buyer: NodeBuyer,
+        report: JobReporter,
+        event: Callable[[str, str], None],
+        market: LiveMarket,
+        job: Callable[[], JobState],
+        said: Callable[[str], None],
+        replace_nodes: bool = True,
+    ) -> None:
         self.cluster, self.pool, self.session, self.report, self._event = cluster, pool, session, report, event
         self.market, self._job, self._ladder_said, self.replace_nodes = market, job, said, replace_nodes
         self.replacements = Replacements(buyer, self._stage_replacement, session.post)
@@ -135,19 +144,26 @@ class ClusterNodes:
         without notice only those no interruption notice had named. One it had named went as it said, before the
         attempt could end cleanly (a launched script's stop and flush outlasting the notice, say): that is the
         notice's interruption, already said and counted ("notice"), not a second one."""
-        checks = self._check([self.pool.slots[i].endpoint for i in instance_ids],
-                             "unreachable over SSH after the job failed")  # fmt: skip
+        checks = self._check(
+            [self.pool.slots[i].endpoint for i in instance_ids], "unreachable over SSH after the job failed"
+        )
         dead = [i for i, check in checks.items() if check.answer is not Answer.YES]
-        found = Dead(noticed=tuple(i for i in dead if self.pool.slots[i].interrupted),
-                     without_notice=tuple(i for i in dead if not self.pool.slots[i].interrupted))  # fmt: skip
+        found = Dead(
+            noticed=tuple(i for i in dead if self.pool.slots[i].interrupted),
+            without_notice=tuple(i for i in dead if not self.pool.slots[i].interrupted),
+        )
         if found.without_notice:
-            text = (f"lost without notice: {', '.join(found.without_notice)}; restarting from the newest complete "
-                    "checkpoint")  # fmt: skip
+            text = (
+                f"lost without notice: {', '.join(found.without_notice)}; restarting from the newest complete "
+                "checkpoint"
+            )
             self.report.note(text)
             self._event("node-lost", text)
         if found.noticed:
-            self.report.note(f"{', '.join(found.noticed)} went as its interruption notice said, before the attempt "
-                             "ended cleanly; restarting from the newest complete checkpoint")  # fmt: skip
+            self.report.note(
+                f"{', '.join(found.noticed)} went as its interruption notice said, before the attempt "
+                "ended cleanly; restarting from the newest complete checkpoint"
+            )
         self.act()  # retired before the cluster is read again, which then sees them go
         return found
 
@@ -172,8 +188,10 @@ class ClusterNodes:
         if self.pool.noticed(instance_id, kind):
             return True
         if self.pool.slots[instance_id].recommended and not said:
-            text = (f"rebalance recommendation on {name}: it trains on, and its trainers checkpoint now; an "
-                    "interruption notice would still stop it cleanly")  # fmt: skip
+            text = (
+                f"rebalance recommendation on {name}: it trains on, and its trainers checkpoint now; an "
+                "interruption notice would still stop it cleanly"
+            )
             self.report.note(text)
             self._event("rebalance", text)
         return False
@@ -252,8 +270,10 @@ class ClusterNodes:
         """Why the job's checkpoints are gone (no holder is usable, and they were not in S3), or None."""
         if any(s.role in HOLDING for s in self.pool.usable()) or can_continue_without_holders(levels):
             return None
-        return ("no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints live "
-                f"there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}")
+        return (
+            "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints live "
+            f"there; the job's state is lost unless it had L3 (S3). Nodes: {self.pool.excluded()}"
+        )
 
     def release_stand_ins(self) -> None:
         """Give up every stand-in that no attempt runs on (they were bought for the job's deadline; the job is
@@ -287,11 +307,17 @@ class ClusterNodes:
         if retire.stand_in:
             mine = stand_ins
         else:
-            mine = [s.instance_id for s in self.pool.usable() if s.instance_id in records and s.role is retire.role
-                    and self.market.pool_of(records[s.instance_id]) == retire.pool and s.instance_id not in stand_ins]
-        for instance_id in mine[:retire.count]:
+            mine = [
+                s.instance_id
+                for s in self.pool.usable()
+                if s.instance_id in records
+                and s.role is retire.role
+                and self.market.pool_of(records[s.instance_id]) == retire.pool
+                and s.instance_id not in stand_ins
+            ]
+        for instance_id in mine[: retire.count]:
             self.pool.let_go(instance_id, f"{decision.rung.value}: {decision.reason.text}")
-        return mine[:retire.count]
+        return mine[: retire.count]
 
     def _switch(self) -> list[str]:
         """Every order of the move under way has ended: switch to its zone or call it off (training.control.move),
@@ -336,16 +362,20 @@ class ClusterNodes:
 
     def _notice_found(self, instance_id: str, out: bool) -> None:
         """Say what a notice found before a launch does to the node (`out`: it takes the node out)."""
-        self.report.note(f"{instance_id} has an interruption notice: not using it" if out else
-                         f"{instance_id} has a rebalance recommendation: training on it")  # fmt: skip
+        self.report.note(
+            f"{instance_id} has an interruption notice: not using it"
+            if out
+            else f"{instance_id} has a rebalance recommendation: training on it"
+        )
 
     def _retire(self, instance_ids: Sequence[str], why: str) -> None:
         """Terminate nodes the job dropped without the cloud taking them (they hang, or lost their network):
         they would bill until `deepvm down` while their replacements bill too. The head, which runs the
         controller, is not: a move leaves it behind as the control node (training.control.move)."""
         if self.market.head in instance_ids:
-            self.report.note(f"{self.market.head} left the job: it runs on as the control node in its zone "
-                             f"({self.market.plan_zone})")
+            self.report.note(
+                f"{self.market.head} left the job: it runs on as the control node in its zone ({self.market.plan_zone})"
+            )
             instance_ids = [i for i in instance_ids if i != self.market.head]
             if not instance_ids:
                 return

@@ -65,13 +65,15 @@ class RecoveryLog:
         self.since: float | None = None
         self._put_back = False  # the newest launch put a launched script's files back
 
-    def trouble(self, reason: RecoveryReason, nodes: tuple[str, ...], attempt: int, world: int, at: float,
-                from_step: int = -1) -> None:  # fmt: skip
+    def trouble(
+        self, reason: RecoveryReason, nodes: tuple[str, ...], attempt: int, world: int, at: float, from_step: int = -1
+    ) -> None:
         """Record trouble seen during `attempt`; it joins the open incident if there is one."""
         if self.open is None:
             wall = _wall(at)
-            self.open = _Incident(RecoveryReason(reason), nodes, attempt, at, wall, world, from_step,
-                                  carried_from=self.since)  # fmt: skip
+            self.open = _Incident(
+                RecoveryReason(reason), nodes, attempt, at, wall, world, from_step, carried_from=self.since
+            )
             return
         if self.open.reason in _CHOSEN and RecoveryReason(reason) in _LOSSES:
             self.open.reason = RecoveryReason(reason)  # a stop deepvm chose that a loss overtook: say the loss
@@ -96,7 +98,11 @@ class RecoveryLog:
         if self.open is not None:
             incident = self.open
             incident.launched_at, incident.restore_began_at, incident.restored_at, incident.started_at = (
-                at, None, None, None)  # fmt: skip
+                at,
+                None,
+                None,
+                None,
+            )
 
     def restored(self, at: float, seconds: float) -> None:
         """Trainer 0 reported at `at` that it had restored a checkpoint, which took `seconds`."""
@@ -139,8 +145,9 @@ class RecoveryLog:
             return None
         return self._close(incident, first_step, world, at)
 
-    def _close(self, incident: _Incident, resumed_step: int, world: int, at: float,
-               lost_s: float | None = None) -> Recovery:  # fmt: skip
+    def _close(
+        self, incident: _Incident, resumed_step: int, world: int, at: float, lost_s: float | None = None
+    ) -> Recovery:
         """The open incident, closed at `at` (training again, or a launched script running again)."""
         self.open = None
         recovery = Recovery(
@@ -173,8 +180,14 @@ def _phases(incident: _Incident, stepped_at: float) -> RelaunchPhases:
     before it, so its span is 0 and the spans still add up)."""
     began = incident.restore_began_at if incident.restore_began_at is not None else incident.started_at
     moments = [incident.detected_at]
-    for seen in (incident.checkpoint_at, incident.exited_at, incident.launched_at, began, incident.restored_at,
-                 stepped_at):  # fmt: skip
+    for seen in (
+        incident.checkpoint_at,
+        incident.exited_at,
+        incident.launched_at,
+        began,
+        incident.restored_at,
+        stepped_at,
+    ):
         moments.append(max(moments[-1], seen if seen is not None else moments[-1]))
     spans = [round(after - before, 3) for before, after in pairwise(moments)]
     return RelaunchPhases(*spans)

@@ -101,8 +101,10 @@ class ScalarSink:
             tb = _tensorboard()
         except ImportError:
             self._lacking = True
-            self._note("no TensorBoard files: this controller's Python lacks tensorboard (`pip install "
-                       "tensorboard`); the scalars stay in the job's log and `deepvm watch`")  # fmt: skip
+            self._note(
+                "no TensorBoard files: this controller's Python lacks tensorboard (`pip install "
+                "tensorboard`); the scalars stay in the job's log and `deepvm watch`"
+            )
             return None
         files = len(list(self.directory.glob(_EVENT_FILES))) if self.directory.is_dir() else 0
         resumed = self._resumed_at if self._resumed_at is not None else max(self._highest, 0)

@@ -27,8 +27,15 @@ from training.shared.progress import JobReporter, Progress, Recovery
 class ScriptListener:
     """See the module docstring; every call is the controller's, from its listening thread."""
 
-    def __init__(self, spec: JobSpec, job: JobRecord, recovery: RecoveryLog, scalars: MetricSinks,
-                 report: JobReporter, recovered: Callable[[Recovery], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: JobSpec,
+        job: JobRecord,
+        recovery: RecoveryLog,
+        scalars: MetricSinks,
+        report: JobReporter,
+        recovered: Callable[[Recovery], None],
+    ) -> None:
         self.launches_script = not spec.calls_step
         self.job, self.recovery, self.scalars, self.report, self.recovered = job, recovery, scalars, report, recovered
         self.view = ScriptView()
@@ -87,6 +94,16 @@ class ScriptListener:
         script = self.view.due(run.last_line, time.monotonic(), time.time())
         if script is not None:
             row = self.job.row
-            self.report.progress(Progress(step=max(run.last_step, 0), total_steps=row.total_steps, epoch=None,
-                                          loss=float("nan"), samples_per_s=0.0, world_size=run.trainers,
-                                          cost_usd=row.cost_usd, synthetic=False, script=script))  # fmt: skip
+            self.report.progress(
+                Progress(
+                    step=max(run.last_step, 0),
+                    total_steps=row.total_steps,
+                    epoch=None,
+                    loss=float("nan"),
+                    samples_per_s=0.0,
+                    world_size=run.trainers,
+                    cost_usd=row.cost_usd,
+                    synthetic=False,
+                    script=script,
+                )
+            )

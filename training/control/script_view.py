@@ -48,9 +48,13 @@ class ScriptView:
         if said == self._said and now - self._said_at < REFRESH_S:
             return None
         self._said, self._said_at = said, now
-        return ScriptProgress(running_s=round(now - self.started_at, 1), last_line=last_line,
-                              kept_files=kept.files if kept else 0, newest=kept.newest if kept else "",
-                              newest_age_s=round(max(0.0, wall - kept.written_at), 1) if kept else 0.0)  # fmt: skip
+        return ScriptProgress(
+            running_s=round(now - self.started_at, 1),
+            last_line=last_line,
+            kept_files=kept.files if kept else 0,
+            newest=kept.newest if kept else "",
+            newest_age_s=round(max(0.0, wall - kept.written_at), 1) if kept else 0.0,
+        )
 
 
 def kept_note(event: Kept, wall: float) -> str | None:
@@ -59,8 +63,10 @@ def kept_note(event: Kept, wall: float) -> str | None:
     what = f"{count(event.files, 'kept file')} ({size_text(event.bytes)})"
     if event.how is KeptHow.RESTORED:
         age = max(0.0, wall - event.written_at)
-        return (f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, written "
-                f"{duration(age)} ago")  # fmt: skip
+        return (
+            f"put back {what} from {event.level} in {event.seconds:.2f}s: the newest, {event.newest}, written "
+            f"{duration(age)} ago"
+        )
     if event.how is KeptHow.FLUSHED:
         return f"{what} safe at {event.level} in {event.seconds:.2f}s"
     return None
@@ -71,5 +77,6 @@ def at_notice(spec: JobSpec) -> str:
     checkpoint, deepvm only keeps its files (training.node.launched)."""
     if spec.calls_step or spec.run is None:
         return "checkpointing"
-    return (f"stopping the script ({spec.run.stop_signal}) and keeping its files (checkpoint.files, "
-            "$DEEPVM_CHECKPOINT_DIR)")
+    return (
+        f"stopping the script ({spec.run.stop_signal}) and keeping its files (checkpoint.files, $DEEPVM_CHECKPOINT_DIR)"
+    )

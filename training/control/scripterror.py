@@ -53,7 +53,10 @@ class ScriptError:
     def same_as(self, other: ScriptError | None) -> bool:
         """Whether `other` is this failure again: the same words and exit code, from whichever rank."""
         return other is not None and (self.last_lines, self.returncode, self.hung) == (
-            other.last_lines, other.returncode, other.hung)
+            other.last_lines,
+            other.returncode,
+            other.hung,
+        )
 
     @property
     def cause(self) -> str:
@@ -65,15 +68,17 @@ class ScriptError:
 
     def given_up(self, node: str | None, attempts: int, repeated: bool) -> str:
         """The job's last line when it is not retried (training.control.attempts): the cause, who, why it ends."""
-        why = (f"the same failure in {attempts} attempts in a row, without a step: not retried" if repeated
-               else f"{attempts} attempts in a row failed without a step: giving up")  # fmt: skip
+        why = (
+            f"the same failure in {attempts} attempts in a row, without a step: not retried"
+            if repeated
+            else f"{attempts} attempts in a row failed without a step: giving up"
+        )
         return f"{self.cause} ({self.who(node)}, mpirun exit {self.returncode}): {why}"
 
 
 def script_error(output: Sequence[RankLine], returncode: int) -> ScriptError:
     """The cause of a failed attempt from its output lines, in the order they were read."""
-    named = next((rank for line in output if line.rank is None and (rank := aborted_rank(line.text)) is not None),
-                 None)  # fmt: skip
+    named = next((rank for line in output if line.rank is None and (rank := aborted_rank(line.text)) is not None), None)
     writers = [line.rank for line in output if line.rank is not None and line.stream == "stderr" and line.text.strip()]
     rank = named if named is not None else (writers[0] if writers else None)
     if rank is not None:

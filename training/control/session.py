@@ -75,9 +75,14 @@ class Mpirun(Protocol):
 class NodeAccess(Protocol):
     """Everything the session does on nodes. Each call may come from any thread."""
 
-    def prepare(self, hosts: Sequence[HostSpec], spot: set[str], job: JobToStage,
-                on_push: Callable[[PushProgress], None],
-                on_line: Callable[[OutputLine], None]) -> dict[str, NodeState]:  # fmt: skip
+    def prepare(
+        self,
+        hosts: Sequence[HostSpec],
+        spot: set[str],
+        job: JobToStage,
+        on_push: Callable[[PushProgress], None],
+        on_line: Callable[[OutputLine], None],
+    ) -> dict[str, NodeState]:
         """staging.prepare_nodes: {host name: what preparing found}."""
         ...
 
@@ -85,8 +90,9 @@ class NodeAccess(Protocol):
         """Whether each host answers over SSH with its pinned host key, in order."""
         ...
 
-    def read_notices(self, hosts: Sequence[HostSpec], python: str,
-                     on_line: Callable[[OutputLine], None]) -> dict[str, Notice | None]:  # fmt: skip
+    def read_notices(
+        self, hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
+    ) -> dict[str, Notice | None]:
         """The interruption notice posted to each (prepared) host, by host name."""
         ...
 
@@ -116,16 +122,22 @@ class SshNodes:
         self._open_mpi: dict[str, str | None] = {}  # head instance id -> its Open MPI home, once found
         self._lock = threading.Lock()
 
-    def prepare(self, hosts: Sequence[HostSpec], spot: set[str], job: JobToStage,
-                on_push: Callable[[PushProgress], None],
-                on_line: Callable[[OutputLine], None]) -> dict[str, NodeState]:  # fmt: skip
+    def prepare(
+        self,
+        hosts: Sequence[HostSpec],
+        spot: set[str],
+        job: JobToStage,
+        on_push: Callable[[PushProgress], None],
+        on_line: Callable[[OutputLine], None],
+    ) -> dict[str, NodeState]:
         return prepare_nodes(hosts, spot, job, on_push, on_line)
 
     def probe(self, hosts: Sequence[HostSpec]) -> list[Answer]:
         return probe_all(list(hosts))
 
-    def read_notices(self, hosts: Sequence[HostSpec], python: str,
-                     on_line: Callable[[OutputLine], None]) -> dict[str, Notice | None]:  # fmt: skip
+    def read_notices(
+        self, hosts: Sequence[HostSpec], python: str, on_line: Callable[[OutputLine], None]
+    ) -> dict[str, Notice | None]:
         return read_notices(hosts, python, on_line)
 
     def ready_head(self, launch: Launch, internal_key: Path) -> Launch:
@@ -235,9 +247,18 @@ class AttemptListener(Protocol):
 class AttemptSession:
     """Attempts of one job (see the module docstring for the order of the calls)."""
 
-    def __init__(self, nodes: NodeAccess, job: JobToStage, internal_key: Path, report: JobReporter,
-                 stall: StallWatch, *, ctrl_c_stops: bool = True, tick_s: float = 1.0,
-                 stop_grace_s: float = LEAVE_GRACE_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        nodes: NodeAccess,
+        job: JobToStage,
+        internal_key: Path,
+        report: JobReporter,
+        stall: StallWatch,
+        *,
+        ctrl_c_stops: bool = True,
+        tick_s: float = 1.0,
+        stop_grace_s: float = LEAVE_GRACE_S,
+    ) -> None:
         self.nodes, self.job, self.internal_key, self.report, self.stall = nodes, job, internal_key, report, stall
         self.ctrl_c_stops = ctrl_c_stops  # False: Ctrl-C kills the attempt and propagates (a profile)
         self.tick_s, self.stop_grace_s = tick_s, stop_grace_s
@@ -248,8 +269,12 @@ class AttemptSession:
         self._queue.put(item)
 
     # --- 1) nodes -----------------------------------------------------------------------------------------
-    def prepare(self, endpoints: Sequence[SshEndpoint], on_push: Callable[[PushProgress], None] | None = None,
-                on_line: Callable[[OutputLine], None] | None = None) -> dict[str, NodeState]:  # fmt: skip
+    def prepare(
+        self,
+        endpoints: Sequence[SshEndpoint],
+        on_push: Callable[[PushProgress], None] | None = None,
+        on_line: Callable[[OutputLine], None] | None = None,
+    ) -> dict[str, NodeState]:
         """Push, set up and check fresh nodes: {instance id: NodeState}. Safe from any thread (replacement
         threads stage with it); progress goes to the report unless told otherwise."""
         hosts = [e.host for e in endpoints]
@@ -396,8 +421,9 @@ class AttemptSession:
             last_step=run.last_step,
             hung=run.hung is not None,
             startup_s=run.startup_s,
-            error=ScriptError.of_hang(run.hung.cause, done.returncode) if run.hung else script_error(
-                run.output, done.returncode),
+            error=ScriptError.of_hang(run.hung.cause, done.returncode)
+            if run.hung
+            else script_error(run.output, done.returncode),
             exited_at=done.at,
         )
 

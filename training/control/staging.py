@@ -311,8 +311,9 @@ OPEN_MPI_HOMES = ("/opt/amazon/openmpi",)
 _HOME_MARK = "open-mpi-home="
 
 
-def prepare_head(head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str],
-                 find_mpirun: bool = True) -> str | None:  # fmt: skip
+def prepare_head(
+    head: HostSpec, paths: JobPaths, internal_key: Path, files: Mapping[str, str], find_mpirun: bool = True
+) -> str | None:
     """Make `head` ready to run mpirun for a launch: the cluster-internal private key (0600; no other node
     gets it), the launch's `files` ({path on the head: text}: hostfile, known_hosts) and mpirun itself.
 

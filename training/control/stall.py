@@ -71,17 +71,26 @@ class _Words(NamedTuple):
 
 
 _WORDS = {
-    Limit.STARTUP: _Words("no first step {silent} after the launch (start-up grace {limit})",
-                          "the job hangs before training", "no first step within the start-up grace of {limit}",
-                          " (stall.startup_grace or --startup-grace allows a slower start)"),
+    Limit.STARTUP: _Words(
+        "no first step {silent} after the launch (start-up grace {limit})",
+        "the job hangs before training",
+        "no first step within the start-up grace of {limit}",
+        " (stall.startup_grace or --startup-grace allows a slower start)",
+    ),
     Limit.PROGRESS: _Words("no progress for {silent} (limit {limit})", "a node hangs", "no progress within {limit}"),
-    Limit.LEAVING: _Words("no exit {silent} after trainer 0 ended its run (limit {limit})",
-                          "a node hangs on the way out", "no exit within {limit} of the run's end"),
+    Limit.LEAVING: _Words(
+        "no exit {silent} after trainer 0 ended its run (limit {limit})",
+        "a node hangs on the way out",
+        "no exit within {limit} of the run's end",
+    ),
     # deepvm cannot tell a script that waits forever from a node that froze under it: the probe after the kill can
-    Limit.SILENCE: _Words("no output line from any rank for {silent} (stall.silence {limit})",
-                          "the script or a node hangs", "no output line within stall.silence of {limit}",
-                          " (a larger stall.silence allows a longer one)"),
-}  # fmt: skip
+    Limit.SILENCE: _Words(
+        "no output line from any rank for {silent} (stall.silence {limit})",
+        "the script or a node hangs",
+        "no output line within stall.silence of {limit}",
+        " (a larger stall.silence allows a longer one)",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -135,14 +144,18 @@ class StallWatch:
     gaps: deque[float] = field(default_factory=deque)
 
     @classmethod
-    def of(cls, in_file: StallSpec, timeout_s: float | None, startup_grace_s: float | None,
-           calls_step: bool = True) -> StallWatch:  # fmt: skip
+    def of(
+        cls, in_file: StallSpec, timeout_s: float | None, startup_grace_s: float | None, calls_step: bool = True
+    ) -> StallWatch:
         """The job file's `stall:` with `deepvm train`'s flags in their place (None: not given). A job that
         does not call ctx.step gets no step limit it did not ask for (see the module docstring)."""
         startup = in_file.startup_grace if startup_grace_s is None else startup_grace_s
-        return cls(fixed_s=in_file.timeout if timeout_s is None else timeout_s, adaptive=calls_step,
-                   startup_s=DEFAULT_STARTUP_GRACE_S if startup is None and calls_step else startup,
-                   silence_s=in_file.silence)  # fmt: skip
+        return cls(
+            fixed_s=in_file.timeout if timeout_s is None else timeout_s,
+            adaptive=calls_step,
+            startup_s=DEFAULT_STARTUP_GRACE_S if startup is None and calls_step else startup,
+            silence_s=in_file.silence,
+        )
 
     @property
     def stepping(self) -> bool:
@@ -195,8 +208,13 @@ class StallWatch:
         if self.ended_at is not None:
             clocks = [(self.ended_at, self.ending_s, Limit.LEAVING)]
         else:
-            clocks = [(self.last_at, self.limit_s(), Limit.PROGRESS if self.stepping else Limit.STARTUP),
-                      (self.heard_at, self.silence_s, Limit.SILENCE)]  # fmt: skip
-        over = [Stall(now - since, limit, which) for since, limit, which in clocks
-                if limit is not None and now - since > limit]  # fmt: skip
+            clocks = [
+                (self.last_at, self.limit_s(), Limit.PROGRESS if self.stepping else Limit.STARTUP),
+                (self.heard_at, self.silence_s, Limit.SILENCE),
+            ]
+        over = [
+            Stall(now - since, limit, which)
+            for since, limit, which in clocks
+            if limit is not None and now - since > limit
+        ]
         return max(over, key=lambda stall: stall.silent_s - stall.limit_s, default=None)

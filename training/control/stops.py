@@ -56,10 +56,23 @@ def ended_on_head(status: JobStatus, text: str) -> TrainingFailed | StoppedAtLim
 class JobStops:
     """The stops asked of one job so far, and the checks that find them (see the module docstring)."""
 
-    def __init__(self, request: TrainRequest, cluster: str, job: JobRecord, session: AttemptSession,
-                 nodes: ClusterNodes, report: JobReporter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        request: TrainRequest,
+        cluster: str,
+        job: JobRecord,
+        session: AttemptSession,
+        nodes: ClusterNodes,
+        report: JobReporter,
+    ) -> None:
         self.request, self.cluster, self.job, self.session, self.nodes, self.report = (
-            request, cluster, job, session, nodes, report)  # fmt: skip
+            request,
+            cluster,
+            job,
+            session,
+            nodes,
+            report,
+        )
         self.clock = JobClock(request.timers)  # --idle, --max-duration
         self.cancel_mode: CancelMode | None = None  # once `deepvm cancel` asked
         self.limit: LimitReached | None = None  # once the job reached one of its limits
@@ -104,8 +117,10 @@ class JobStops:
         self.nodes.release_stand_ins()
         row = self.job.row
         self.job.ended(JobStatus.STOPPED, f"stopped before its budget: {why}")
-        return BudgetReached(f"stopped {row.stopped_at(time.time())} before the "
-                             f"budget: {why}; {self._resume_with(' --budget USD')} with more continues")  # fmt: skip
+        return BudgetReached(
+            f"stopped {row.stopped_at(time.time())} before the "
+            f"budget: {why}; {self._resume_with(' --budget USD')} with more continues"
+        )
 
     def after_attempt(self, decision: Decision, end: AttemptEnd) -> None:
         """Raise how the job ends, for the stops asked during the attempt and the decisions that end it here."""
@@ -119,8 +134,7 @@ class JobStops:
             raise TrainingCancelled(f"cancelled {row.stopped_at(time.time())}")
         if action is Action.STOP:
             self.job.ended(JobStatus.STOPPED, "stopped by the user")
-            raise TrainingStopped(f"stopped {row.stopped_at(time.time())}; "
-                                  f"{self._resume_with()} continues")  # fmt: skip
+            raise TrainingStopped(f"stopped {row.stopped_at(time.time())}; {self._resume_with()} continues")
         if action is Action.GIVE_UP:
             raise TrainingFailed(end.error.given_up(end.error_node, decision.failures.count, decision.repeated))
 

@@ -22,8 +22,9 @@ WAIT_S = 120.0  # a purchase takes seconds to buy and a minute or two to boot an
 _WHY = "bought for a job that has ended"
 
 
-def drop_replacements(nodes: ClusterNodes, session: AttemptSession, report: JobReporter,
-                      wait_s: float = WAIT_S) -> None:  # fmt: skip
+def drop_replacements(
+    nodes: ClusterNodes, session: AttemptSession, report: JobReporter, wait_s: float = WAIT_S
+) -> None:
     """Wait up to `wait_s` for the job's orders to settle and retire what they bought (see the module docstring)."""
     deadline = time.monotonic() + wait_s
     pool = nodes.pool
@@ -43,5 +44,7 @@ def drop_replacements(nodes: ClusterNodes, session: AttemptSession, report: JobR
         pool.lost(slot.instance_id, _WHY)
     nodes.act()
     if nodes.replacements.busy():
-        report.note(f"a replacement is still being bought for cluster {nodes.cluster.name}: "
-                    f"`deepvm down {nodes.cluster.name}` ends it if it outlives this job")  # fmt: skip
+        report.note(
+            f"a replacement is still being bought for cluster {nodes.cluster.name}: "
+            f"`deepvm down {nodes.cluster.name}` ends it if it outlives this job"
+        )

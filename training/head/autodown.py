@@ -49,8 +49,14 @@ class Autodown:
     bucket: str = ""  # the cluster's outputs bucket: where the record goes ("" none: nothing is recorded)
 
 
-def take_down(down: Autodown, say: Callable[[str], None], notifier: Notifier, summary: RunSummary | None = None,
-              last_words: Callable[[], None] = lambda: None, settle_s: float = SETTLE_S) -> None:  # fmt: skip
+def take_down(
+    down: Autodown,
+    say: Callable[[str], None],
+    notifier: Notifier,
+    summary: RunSummary | None = None,
+    last_words: Callable[[], None] = lambda: None,
+    settle_s: float = SETTLE_S,
+) -> None:
     """Take the cluster down as the module docstring says; returns only where terminating the head failed
     (EC2 ends this process otherwise)."""
     store = Store()
@@ -72,16 +78,24 @@ def take_down(down: Autodown, say: Callable[[str], None], notifier: Notifier, su
             say(f"terminated {', '.join(others)}")
             gone |= set(others)
     ended = datetime.now(timezone.utc)
-    store.put_nodes(down.cluster, [replace(n, state="terminated") for n in store.nodes(down.cluster)
-                                   if n.instance_id in gone])  # fmt: skip
+    store.put_nodes(
+        down.cluster, [replace(n, state="terminated") for n in store.nodes(down.cluster) if n.instance_id in gone]
+    )
     notifier.post(NotifyKind.AUTODOWN, down.reason, summary)
     notifier.close(timeout_s=30.0)
     say(f"terminating the head {me or '(unknown)'} last")
     last_words()
     if down.bucket:
         spans = spans_ended(store.node_spans(down.cluster), ended)
-        end = ClusterEnd(down.cluster, row.cluster_id, down.reason, iso(ended) or "", down.job_id,
-                         tuple(store.nodes(down.cluster)), spans)  # fmt: skip
+        end = ClusterEnd(
+            down.cluster,
+            row.cluster_id,
+            down.reason,
+            iso(ended) or "",
+            down.job_id,
+            tuple(store.nodes(down.cluster)),
+            spans,
+        )
         ctx.client("s3").put_object(Bucket=down.bucket, Key=END_KEY, Body=end.to_json().encode())
     store.close_costs(down.cluster, iso(ended))
     store.set_status(down.cluster, ClusterStatus.TERMINATED, f"taken down by its head: {down.reason}")

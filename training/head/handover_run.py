@@ -63,8 +63,10 @@ class HandOverHands:
 def stage_state(home: Path, job: HeadJob, to: Successor, into: Path) -> dict[str, bytes]:
     """Lay out in `into` what the new head's managed home needs but the keys (training/control/handover.py, step
     2); the cluster's key files, by their path on the new head (relative to its login user's home)."""
-    with contextlib.closing(sqlite3.connect(home / STATE_DB)) as source, \
-            contextlib.closing(sqlite3.connect(into / STATE_DB)) as copy:  # fmt: skip
+    with (
+        contextlib.closing(sqlite3.connect(home / STATE_DB)) as source,
+        contextlib.closing(sqlite3.connect(into / STATE_DB)) as copy,
+    ):
         source.backup(copy)  # a consistent copy while other readers (`deepvm status` asking) read on
     root = into / "jobs" / job.job_id
     shutil.copytree(home / "jobs" / job.job_id, root, ignore=shutil.ignore_patterns(*_STAYS))
@@ -74,15 +76,19 @@ def stage_state(home: Path, job: HeadJob, to: Successor, into: Path) -> dict[str
         (into / _WATCH).mkdir()
         shutil.copy(watch, into / _WATCH / WATCH_RECORD)
     keys = home / "clusters" / job.cluster.name
-    return {f"{MANAGED_HOME}/{path.relative_to(home).as_posix()}": path.read_bytes()
-            for path in sorted(keys.rglob("*")) if path.is_file()}  # fmt: skip
+    return {
+        f"{MANAGED_HOME}/{path.relative_to(home).as_posix()}": path.read_bytes()
+        for path in sorted(keys.rglob("*"))
+        if path.is_file()
+    }
 
 
 class HandOverRun:
     """The HeadHandOver of a managed job's head (module docstring)."""
 
-    def __init__(self, home: Path, job: HeadJob, profile: str, host_of: Callable[[str], HostSpec],
-                 hands: HandOverHands) -> None:  # fmt: skip
+    def __init__(
+        self, home: Path, job: HeadJob, profile: str, host_of: Callable[[str], HostSpec], hands: HandOverHands
+    ) -> None:
         self.home, self.job, self.profile, self.host_of, self.hands = home, job, profile, host_of, hands
 
     def __call__(self, to: Successor, note: Callable[[str], None]) -> None:
@@ -151,8 +157,12 @@ def cloud_hands(ctx: AwsContext) -> HandOverHands:
         if code != 0:
             raise TransportError(f"{host.where}: {said[-1] if said else f'exit {code}'}")
 
-    return HandOverHands(push, run, lambda iid: instance_profiles(ctx, [iid]).get(iid),
-                         lambda iid, profile: attach_profile(ctx, profile, iid))  # fmt: skip
+    return HandOverHands(
+        push,
+        run,
+        lambda iid: instance_profiles(ctx, [iid]).get(iid),
+        lambda iid, profile: attach_profile(ctx, profile, iid),
+    )
 
 
 def _on_stderr(line: OutputLine) -> bool:

@@ -41,8 +41,13 @@ def busy(jobs_dir: Path) -> bool:
     return jobs_dir.is_dir() and any(supervisor_alive(root) for root in jobs_dir.iterdir())
 
 
-def watch(root: Path, poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
-          down: Callable[..., None] = take_down, sleep: Callable[[float], None] = time.sleep) -> int:  # fmt: skip
+def watch(
+    root: Path,
+    poll_s: float = POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    down: Callable[..., None] = take_down,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Watch until the cluster has had no job for the watch's minutes, then take it down (see the module
     docstring). `clock`, `down` and `sleep` are a test's to replace."""
     record = IdleWatch.from_json((root / WATCH_RECORD).read_text())

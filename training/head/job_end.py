@@ -37,8 +37,12 @@ from training.shared.records import HeadJob
 from training.shared.storage import job_key
 from training.shared.summary import SUMMARY_FILE, RunSummary
 
-ENDED = {JobStatus.COMPLETED: NotifyKind.COMPLETION, JobStatus.FAILED: NotifyKind.FAILURE,
-         JobStatus.STOPPED: NotifyKind.STOPPED, JobStatus.CANCELLED: NotifyKind.CANCELLED}  # fmt: skip
+ENDED = {
+    JobStatus.COMPLETED: NotifyKind.COMPLETION,
+    JobStatus.FAILED: NotifyKind.FAILURE,
+    JobStatus.STOPPED: NotifyKind.STOPPED,
+    JobStatus.CANCELLED: NotifyKind.CANCELLED,
+}
 _FAILURES = (DeepvmError, BotoCoreError, ClientError, OSError)
 
 
@@ -59,8 +63,11 @@ def finish(root: Path) -> None:
             _billing_once(summary, log)
         (root / END_MARK).touch()  # a follower of the log stops here (training/head/query.py)
         if down is not None:
-            _step(log, "taking the cluster down",
-                  lambda: take_down(down, log.note, notifier, summary, lambda: _upload_log(root, job, log)))
+            _step(
+                log,
+                "taking the cluster down",
+                lambda: take_down(down, log.note, notifier, summary, lambda: _upload_log(root, job, log)),
+            )
     finally:
         notifier.close()
         log.close()
@@ -72,10 +79,27 @@ def _final_row(job: HeadJob, log: JobLog) -> JobRow:
     if row is not None:
         return row
     log.note("the job's controller stopped before it recorded the job")
-    return JobRow(job_id=job.job_id, cluster=job.cluster.name, name=job.job_id, spec_path=job.job_file,
-                  status=JobStatus.FAILED, started_at=job.submitted_at, updated_at=utc_now(), step=0, total_steps=0,
-                  world_size=0, loss=None, restarts=0, lost_steps=0, checkpoint_step=-1, cost_base_usd=0.0,
-                  cost_usd=0.0, out_dir="", python=job.python, message="its controller stopped before it started")
+    return JobRow(
+        job_id=job.job_id,
+        cluster=job.cluster.name,
+        name=job.job_id,
+        spec_path=job.job_file,
+        status=JobStatus.FAILED,
+        started_at=job.submitted_at,
+        updated_at=utc_now(),
+        step=0,
+        total_steps=0,
+        world_size=0,
+        loss=None,
+        restarts=0,
+        lost_steps=0,
+        checkpoint_step=-1,
+        cost_base_usd=0.0,
+        cost_usd=0.0,
+        out_dir="",
+        python=job.python,
+        message="its controller stopped before it started",
+    )
 
 
 def _autodown(job: HeadJob, row: JobRow) -> Autodown | None:
@@ -89,8 +113,10 @@ def _billing_once(summary: RunSummary, log: JobLog) -> None:
     """Without autodown, the one line a detached user reads in `deepvm logs` (and the hook's payload carries
     the same figure): what still bills, and how to stop it."""
     if summary.billing_usd_per_hour:
-        log.note(f"the job is over and cluster {summary.cluster} still bills ${summary.billing_usd_per_hour:.4f}/h: "
-                 f"`deepvm down {summary.cluster}` stops it (`train --down-when-done` does it for the next job)")
+        log.note(
+            f"the job is over and cluster {summary.cluster} still bills ${summary.billing_usd_per_hour:.4f}/h: "
+            f"`deepvm down {summary.cluster}` stops it (`train --down-when-done` does it for the next job)"
+        )
 
 
 def _upload_log(root: Path, job: HeadJob, log: JobLog) -> None:

@@ -74,9 +74,11 @@ def timers(job: HeadJob) -> JobTimers:
     """The job's --idle and --max-duration, in seconds, counted from when it was submitted (a restarted
     controller does not give a time limit its hours again)."""
     guard = job.guard
-    return JobTimers(idle_s=None if guard.idle_minutes is None else guard.idle_minutes * 60,
-                     max_duration_s=None if guard.max_duration_hours is None else guard.max_duration_hours * 3600,
-                     started_wall=datetime.fromisoformat(job.submitted_at).timestamp())  # fmt: skip
+    return JobTimers(
+        idle_s=None if guard.idle_minutes is None else guard.idle_minutes * 60,
+        max_duration_s=None if guard.max_duration_hours is None else guard.max_duration_hours * 3600,
+        started_wall=datetime.fromisoformat(job.submitted_at).timestamp(),
+    )
 
 
 def terminate_self(log: JobLog, cluster: Cluster, me: str, why: str) -> int:

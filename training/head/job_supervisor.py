@@ -74,8 +74,10 @@ def supervise(root: Path) -> int:
             log = JobLog(root / "log.jsonl")
             try:
                 if len(crashes) >= _MAX_CRASHES:
-                    text = (f"the controller crashed {len(crashes)} times in {_CRASH_WINDOW_S / 60:.0f} minutes "
-                            f"(last: {_describe(code)}; see {root / 'service.out'}); giving up")  # fmt: skip
+                    text = (
+                        f"the controller crashed {len(crashes)} times in {_CRASH_WINDOW_S / 60:.0f} minutes "
+                        f"(last: {_describe(code)}; see {root / 'service.out'}); giving up"
+                    )
                     _mark_failed(root.name, text)
                     log.state(JobStatus.FAILED, text)
                     log.close()

@@ -59,8 +59,9 @@ class JobLog:
 
         def log(prefix: str, text: str) -> None:
             match = _RANK.search(prefix)
-            self.write(LogRecord(LogKind.LOG, time.time(), text=text, source=prefix,
-                                 rank=int(match[1]) if match else None))  # fmt: skip
+            self.write(
+                LogRecord(LogKind.LOG, time.time(), text=text, source=prefix, rank=int(match[1]) if match else None)
+            )
 
         def progress(p: Progress) -> None:
             self.write(LogRecord(LogKind.PROGRESS, time.time(), progress=p))

@@ -68,8 +68,11 @@ class NotifyKind(str, Enum):
 
 
 # the controller's event kinds (Controller._event) that a hook hears of, and as what
-CONTROLLER_EVENTS = {"notice": NotifyKind.NOTICE, "replacement": NotifyKind.REPLACEMENT,
-                     "fallback": NotifyKind.FALLBACK}  # fmt: skip
+CONTROLLER_EVENTS = {
+    "notice": NotifyKind.NOTICE,
+    "replacement": NotifyKind.REPLACEMENT,
+    "fallback": NotifyKind.FALLBACK,
+}
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,16 @@ def signature(secret: bytes, body: bytes) -> str:
 class Notifier:
     """Sends one job's notifications in order from a thread of its own; see the module docstring."""
 
-    def __init__(self, target: NotifyTarget, secret: bytes, job_id: str, cluster: str,
-                 say: Callable[[str], None], pauses_s: tuple[float, ...] = PAUSES_S,
-                 try_timeout_s: float = TRY_TIMEOUT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        target: NotifyTarget,
+        secret: bytes,
+        job_id: str,
+        cluster: str,
+        say: Callable[[str], None],
+        pauses_s: tuple[float, ...] = PAUSES_S,
+        try_timeout_s: float = TRY_TIMEOUT_S,
+    ) -> None:
         self.target, self._secret, self.job_id, self.cluster, self._say = target, secret, job_id, cluster, say
         self._pauses, self._timeout = pauses_s, try_timeout_s
         self._queue: queue.Queue[Notification | None] = queue.Queue()
@@ -109,8 +119,9 @@ class Notifier:
             self._thread.start()
 
     @classmethod
-    def for_job(cls, target: NotifyTarget, root: Path, job_id: str, cluster: str,
-                say: Callable[[str], None]) -> Notifier:  # fmt: skip
+    def for_job(
+        cls, target: NotifyTarget, root: Path, job_id: str, cluster: str, say: Callable[[str], None]
+    ) -> Notifier:
         """The job's notifier, its secret read from the file `deepvm train` wrote beside job.json."""
         from training.shared.guard import SECRET_FILE
 
@@ -157,9 +168,17 @@ class Notifier:
         body = item.body()
         if self.target.command:
             return self._run(item, body)
-        request = urllib.request.Request(self.target.url, data=body, method="POST", headers={
-            "Content-Type": "application/json", EVENT_HEADER: item.event.value,
-            SIGNATURE_HEADER: signature(self._secret, body), "User-Agent": "deepvm-notify/1"})  # fmt: skip
+        request = urllib.request.Request(
+            self.target.url,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                EVENT_HEADER: item.event.value,
+                SIGNATURE_HEADER: signature(self._secret, body),
+                "User-Agent": "deepvm-notify/1",
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as answer:
                 answer.read()
@@ -173,8 +192,14 @@ class Notifier:
     def _run(self, item: Notification, body: bytes) -> str:
         env = {**os.environ, "DEEPVM_EVENT": item.event.value}
         try:
-            done = subprocess.run(["sh", "-c", self.target.command], input=body, env=env, capture_output=True,
-                                  timeout=max(self._timeout, 30.0), check=False)  # fmt: skip
+            done = subprocess.run(
+                ["sh", "-c", self.target.command],
+                input=body,
+                env=env,
+                capture_output=True,
+                timeout=max(self._timeout, 30.0),
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
         return "" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.decode(errors='replace')[-200:]}"

@@ -72,8 +72,10 @@ def copy_job(root: Path, job: HeadJob, say: Callable[[str], None]) -> Copied:
             s3.upload_file(str(directory / MANIFEST), bucket, f"{prefix}/{MANIFEST}")
             step, checkpoint_url = manifest.ckpt.step, f"s3://{bucket}/{prefix}/"
             count += len(manifest.shards) + 1
-    say(f"copied the job's outputs and log to s3://{bucket}/{base}/" + (
-        f", and its checkpoint of step {step}" if step >= 0 else " (no complete checkpoint to copy)"))  # fmt: skip
+    say(
+        f"copied the job's outputs and log to s3://{bucket}/{base}/"
+        + (f", and its checkpoint of step {step}" if step >= 0 else " (no complete checkpoint to copy)")
+    )
     return Copied(f"s3://{bucket}/{base}/", checkpoint_url, step, count)
 
 
@@ -112,7 +114,9 @@ def _gather_checkpoint(found: Scan, work: Path, say: Callable[[str], None]) -> t
     manifest = Manifest.from_bytes((directory / MANIFEST).read_bytes(), str(directory / MANIFEST))
     missing = [shard_name(s.index) for s in manifest.shards if not (directory / shard_name(s.index)).exists()]
     if missing:
-        say(f"the checkpoint of step {best.step} is not whole on the running holders ({len(missing)} shard(s) "
-            "missing): not copied")  # fmt: skip
+        say(
+            f"the checkpoint of step {best.step} is not whole on the running holders ({len(missing)} shard(s) "
+            "missing): not copied"
+        )
         return None
     return manifest, directory

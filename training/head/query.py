@@ -58,8 +58,9 @@ def summaries() -> list[JobSummary]:
         if root.name not in known:  # its controller has not written its row (yet, or ever)
             alive = supervisor_alive(root)
             status, text = (JobStatus.RUNNING, "starting") if alive else _last_state(root)
-            found.append(JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text,
-                                    alive))  # fmt: skip
+            found.append(
+                JobSummary(root.name, "", root.name, status, 0, 0, None, 0, -1, 0, 0, 0.0, "", "", text, alive)
+            )
     return found
 
 
@@ -83,8 +84,9 @@ def _job_rows() -> list[JobRow]:
     return JobStore().all() if (deepvm_home() / "state.db").exists() else []
 
 
-def follow(job_id: str, start: int, tail: int | None, keep_following: bool,
-           tick: Callable[[bool], None] | None = None) -> int:  # fmt: skip
+def follow(
+    job_id: str, start: int, tail: int | None, keep_following: bool, tick: Callable[[bool], None] | None = None
+) -> int:
     """Print the log's lines from line `start` (or its last `tail` lines); with `keep_following`, until
     the job is over and its supervisor gone. `tick(last)` runs whenever the log has nothing new (`last`: the
     follow ends). Returns 0, or 2 when there is no such job."""

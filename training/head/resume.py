@@ -28,8 +28,11 @@ def download_checkpoint(resume: ResumeFrom, job_id: str, home: Path) -> Path:
     bucket, prefix = split_s3_url(resume.checkpoint_url)
     target = home / "deepvm" / "jobs" / job_id / "checkpoints" / prefix.rsplit("/", 1)[-1]
     target.mkdir(parents=True, exist_ok=True)
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
-            for o in page.get("Contents", [])]  # fmt: skip
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/")
+        for o in page.get("Contents", [])
+    ]
     for key in sorted(keys, key=lambda k: k.endswith("manifest.json")):  # the manifest last: complete only then
         s3.download_file(bucket, key, str(target / key.rsplit("/", 1)[-1]))
     return target
@@ -45,6 +48,15 @@ def seed_row(job: HeadJob, request: TrainRequest, name: str) -> None:
         return
     here = Cluster.open(job.cluster.name).cost().usd
     row = fresh_row(request, name, 0, job.cluster.name, job.job_id, here - resume.cost_usd)
-    jobs.put(replace(row, status=JobStatus.STOPPED, step=resume.step, checkpoint_step=resume.step,
-                     restarts=resume.restarts, lost_steps=resume.lost_steps, started_at=resume.started_at or utc_now(),
-                     message=f"stopped at step {resume.step}; resumed from {resume.checkpoint_url}"))  # fmt: skip
+    jobs.put(
+        replace(
+            row,
+            status=JobStatus.STOPPED,
+            step=resume.step,
+            checkpoint_step=resume.step,
+            restarts=resume.restarts,
+            lost_steps=resume.lost_steps,
+            started_at=resume.started_at or utc_now(),
+            message=f"stopped at step {resume.step}; resumed from {resume.checkpoint_url}",
+        )
+    )

@@ -32,8 +32,11 @@ def run_summary(job: HeadJob, row: JobRow, cluster_down: str = "", store: Store 
     cost = run_cost(store.node_spans(cluster), job.on_demand_prices, start, end)
     mine = [e for e in store.events(cluster) if job_text(job.job_id, e.message) is not None]
     before = job.resume or ResumeFrom("", 0, 0, 0, 0.0, 0.0, "")  # what a resumed job cost on its earlier cluster
-    on_demand = None if cost.on_demand_usd is None or before.on_demand_usd is None else before.on_demand_usd + \
-        cost.on_demand_usd
+    on_demand = (
+        None
+        if cost.on_demand_usd is None or before.on_demand_usd is None
+        else before.on_demand_usd + cost.on_demand_usd
+    )
     billing = 0.0 if cluster_down or not row.status.final else store.cost(cluster).usd_per_hour
     return RunSummary(
         job_id=job.job_id,

@@ -52,20 +52,23 @@ class DeepVMCallback(TrainerCallback):
         self.reported = -1  # the step last handed to the reporter
         self.vote: _StopVote | None = None
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                       **kwargs: Any) -> None:  # fmt: skip
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if not self.active:
             return
         self.flag.install()  # after Trainer.__init__, where HF's own JIT handler is set: deepvm's wins
         if self.vote is None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self.vote = _StopVote()
         if state.is_world_process_zero and not output_dir_kept(Path(args.output_dir)):
-            print(f"deepvm: output_dir {args.output_dir!r} is not kept, so a notice loses HF's checkpoints: add it "
-                  "to the job's checkpoint.files, or put it under $DEEPVM_CHECKPOINT_DIR", file=sys.stderr)  # fmt: skip
+            print(
+                f"deepvm: output_dir {args.output_dir!r} is not kept, so a notice loses HF's checkpoints: add it "
+                "to the job's checkpoint.files, or put it under $DEEPVM_CHECKPOINT_DIR",
+                file=sys.stderr,
+            )
         self.reporter.resumed(state.global_step, state.max_steps)
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                    **kwargs: Any) -> None:  # fmt: skip
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Stop with HF's checkpoint once every rank agrees the signal came; report the step, unless HF logs this
         step's loss right after (on_log reports it then)."""
         if not self.active:
@@ -77,15 +80,22 @@ class DeepVMCallback(TrainerCallback):
         if not control.should_log:
             self._report(args, state, last=control.should_training_stop)
 
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: dict[str, float] | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not self.active or not logs or "loss" not in logs:
             return
         self.loss = float(logs["loss"])
         self._report(args, state, last=control.should_training_stop)
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                     **kwargs: Any) -> None:  # fmt: skip
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.vote is not None:
             self.vote.close()
             self.vote = None
@@ -95,8 +105,13 @@ class DeepVMCallback(TrainerCallback):
             return
         self.reported = state.global_step
         samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        self.reporter.step(state.global_step, self.loss, samples=samples,
-                           epoch=None if state.epoch is None else int(state.epoch), last=last)  # fmt: skip
+        self.reporter.step(
+            state.global_step,
+            self.loss,
+            samples=samples,
+            epoch=None if state.epoch is None else int(state.epoch),
+            last=last,
+        )
 
 
 class _StopVote:

@@ -83,17 +83,24 @@ class DeepVMCallback(pl.Callback):
         self._reporter.resumed(trainer.global_step, int(total) if math.isfinite(total) else 0)
         directory = last_checkpoint(trainer).parent
         if trainer.checkpoint_callback is None:
-            rank_zero_warn(f"no ModelCheckpoint: deepvm saves {directory}/last.ckpt at a stop, where "
-                           "fit(ckpt_path='last') does not look")  # fmt: skip
+            rank_zero_warn(
+                f"no ModelCheckpoint: deepvm saves {directory}/last.ckpt at a stop, where "
+                "fit(ckpt_path='last') does not look"
+            )
         elif not self._named_dir and trainer.loggers:
-            rank_zero_warn(f"{directory} is the logger's, a new directory at each launch, where the next "
-                           "fit(ckpt_path='last') will not look: name one, ModelCheckpoint(dirpath=...)")  # fmt: skip
+            rank_zero_warn(
+                f"{directory} is the logger's, a new directory at each launch, where the next "
+                "fit(ckpt_path='last') will not look: name one, ModelCheckpoint(dirpath=...)"
+            )
         if not is_kept(directory, os.environ):
-            rank_zero_warn(f"{directory} is not kept: add it to the job's checkpoint.files, or a relaunch on "
-                           "another node starts without its checkpoints")  # fmt: skip
+            rank_zero_warn(
+                f"{directory} is not kept: add it to the job's checkpoint.files, or a relaunch on "
+                "another node starts without its checkpoints"
+            )
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._reporter is None or self._flag is None:
             return
         self._samples += _batch_size(batch)

@@ -93,8 +93,9 @@ class StepReporter:
             emit(Resumed(rank=0, step=step, total_steps=total_steps))
         self._window_start = time.perf_counter()
 
-    def step(self, step: int, loss: float | None, *, samples: int = 0, epoch: int | None = None,
-             last: bool = False) -> None:  # fmt: skip
+    def step(
+        self, step: int, loss: float | None, *, samples: int = 0, epoch: int | None = None, last: bool = False
+    ) -> None:
         """Step `step` trained (loss: this rank's, None when the framework has not computed one); reported every
         log_every steps, and at the last one (a stop, the end)."""
         self._window_samples += samples
@@ -103,6 +104,15 @@ class StepReporter:
         now = time.perf_counter()
         rate = self._window_samples * self.world_size / max(now - self._window_start, 1e-9)
         value = float("nan") if loss is None or not math.isfinite(loss) else round(loss, 6)
-        emit(Step(rank=0, step=step, epoch=epoch, loss=value, global_loss=value, samples_per_s=round(rate, 2),
-                  synthetic=False))  # fmt: skip
+        emit(
+            Step(
+                rank=0,
+                step=step,
+                epoch=epoch,
+                loss=value,
+                global_loss=value,
+                samples_per_s=round(rate, 2),
+                synthetic=False,
+            )
+        )
         self._window_samples, self._window_start = 0, now

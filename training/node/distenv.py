@@ -45,9 +45,7 @@ def from_environment(
         rank = int(_first(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK") or 0)
         world = int(_first(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE") or 1)
         local_rank = int(_first(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK") or 0)
-        local_size = int(
-            _first(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE") or 1
-        )
+        local_size = int(_first(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE") or 1)
         port = master_port or int(env.get("MASTER_PORT") or DEFAULT_PORT)
     except ValueError as exc:
         raise InputError(f"bad rank environment: {exc}") from None

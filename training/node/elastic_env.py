@@ -50,14 +50,21 @@ def worker_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mappi
 def node_environment(base: Mapping[str, str], place: ScriptPlace, extra: Mapping[str, str]) -> dict[str, str]:
     """A launch line's environment (run.command, once per node): the node's place, as SkyPilot gives its run
     commands, and no process's (the command's torchrun gives each of its processes its own); nothing of MPI's."""
-    return {**_without_mpi(base), **node_variables(base, place), "DEEPVM_GPUS_PER_NODE": str(place.local_world_size),
-            **extra}  # fmt: skip
+    return {
+        **_without_mpi(base),
+        **node_variables(base, place),
+        "DEEPVM_GPUS_PER_NODE": str(place.local_world_size),
+        **extra,
+    }
 
 
 def node_variables(base: Mapping[str, str], place: ScriptPlace) -> dict[str, str]:
     """What every process of a node shares: where rank 0 meets the others."""
-    return {"MASTER_ADDR": place.master_addr, "MASTER_PORT": str(place.master_port),
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}  # fmt: skip
+    return {
+        "MASTER_ADDR": place.master_addr,
+        "MASTER_PORT": str(place.master_port),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    }
 
 
 def process_variables(place: ScriptPlace) -> dict[str, str]:

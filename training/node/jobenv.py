@@ -54,8 +54,9 @@ def _torchrun_here(env: Path) -> None:
     """A `torchrun` of the job's environment: deepvm's own is a console script of deepvm's Python, whose workers
     would not import what setup installed there, and a `run.command` finds this one first on its PATH."""
     script = env / "bin" / "torchrun"
-    script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom torch.distributed.run import main\n\n"
-                      "sys.exit(main())\n")  # fmt: skip
+    script.write_text(
+        f"#!{env / 'bin' / 'python'}\nimport sys\nfrom torch.distributed.run import main\n\nsys.exit(main())\n"
+    )
     script.chmod(0o755)
 
 

@@ -70,7 +70,7 @@ class KeptFiles:
         for root, base in self.roots.items():
             candidates = [base] if root == CHECKPOINT_ROOT else [p for pat in self.patterns for p in base.glob(pat)]
             for path in candidates:
-                for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+                for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
                     if file.is_symlink() or file.name.endswith(_TMP_SUFFIX):
                         continue  # a link is not the script's data (following one could leave the directory),
                         # nor a copy on its way back (put_back: the other trainers of a node share its directories)
@@ -91,13 +91,19 @@ class KeptFiles:
         if not candidates:
             return []  # the common tick: nothing changed, no walk of /proc
         busy = writing()
-        read = [got for key, stamp in candidates if self.path(key) not in busy
-                and (got := _read_whole(key, self.path(key), stamp)) is not None]  # fmt: skip
+        read = [
+            got
+            for key, stamp in candidates
+            if self.path(key) not in busy and (got := _read_whole(key, self.path(key), stamp)) is not None
+        ]
         if all(leased for _, leased in read):
             return [copy for copy, _ in read]
         busy = writing()
-        return [copy for copy, leased in read
-                if leased or (self.path(copy.key) not in busy and _unchanged(self.path(copy.key), copy.stamp))]
+        return [
+            copy
+            for copy, leased in read
+            if leased or (self.path(copy.key) not in busy and _unchanged(self.path(copy.key), copy.stamp))
+        ]
 
     def gone(self) -> list[str]:
         """Keys that were here at the look before the last one and are not now: the script on this node removed them

@@ -90,8 +90,9 @@ class LaunchFacts:
 class LaunchedScript:
     """One trainer rank's side of a launched script; see the module docstring."""
 
-    def __init__(self, spec: JobSpec, facts: LaunchFacts, env: DistEnv, ck: deepcheck.DeepCheck,
-                 trainers: TrainerComm) -> None:  # fmt: skip
+    def __init__(
+        self, spec: JobSpec, facts: LaunchFacts, env: DistEnv, ck: deepcheck.DeepCheck, trainers: TrainerComm
+    ) -> None:
         assert spec.run is not None
         self.spec, self.how, self.facts, self.env, self.ck, self.trainers = spec, spec.run, facts, env, ck, trainers
         self.files = KeptFiles(facts.job_file.parent, spec.checkpoint.files, facts.kept_dir)
@@ -117,10 +118,19 @@ class LaunchedScript:
         status = self._watch(place)
         if self.env.rank == 0:
             emit(End(rank=0, status=status, steps=0, final_loss=float("nan")))
-            RunMetrics(job=self.spec.name, status=status, script=self.how.label, synthetic=False,
-                       world_size=self.env.world_size, first_step=0, steps=0, total_steps=0,
-                       final_loss=float("nan"), loss_curve=(),
-                       wall_s=round(time.perf_counter() - started, 3)).write(self.facts.out)  # fmt: skip
+            RunMetrics(
+                job=self.spec.name,
+                status=status,
+                script=self.how.label,
+                synthetic=False,
+                world_size=self.env.world_size,
+                first_step=0,
+                steps=0,
+                total_steps=0,
+                final_loss=float("nan"),
+                loss_curve=(),
+                wall_s=round(time.perf_counter() - started, 3),
+            ).write(self.facts.out)
 
     # --- before the launch ------------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -138,40 +148,75 @@ class LaunchedScript:
         firsts = self.trainers.each(int(self.env.local_rank == 0))
         groups = [sum(firsts[: i + 1]) - 1 for i in range(len(firsts))]  # each trainer's node, in trainer order
         group_rank = groups[self.env.rank]
-        return ScriptPlace(rank=self.env.rank, world_size=self.env.world_size,
-                           local_rank=groups[: self.env.rank].count(group_rank),
-                           local_world_size=groups.count(group_rank), group_rank=group_rank,
-                           group_world_size=sum(firsts), master_addr=self.env.master_addr,
-                           master_port=self.env.master_port, run_id=self.facts.run_id,
-                           restart_count=self.facts.restart_count,
-                           max_restarts=self.facts.max_restarts)  # fmt: skip
+        return ScriptPlace(
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            local_rank=groups[: self.env.rank].count(group_rank),
+            local_world_size=groups.count(group_rank),
+            group_rank=group_rank,
+            group_world_size=sum(firsts),
+            master_addr=self.env.master_addr,
+            master_port=self.env.master_port,
+            run_id=self.facts.run_id,
+            restart_count=self.facts.restart_count,
+            max_restarts=self.facts.max_restarts,
+        )
 
     # --- the script running -----------------------------------------------------------------------------
     def _watch(self, place: ScriptPlace) -> EndStatus:
-        extra = {"DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir), "DEEPVM_OUT": str(self.facts.out),
-                 "DEEPVM_NUM_NODES": str(place.group_world_size), "DEEPVM_NODE_RANK": str(place.group_rank),
-                 "DEEPVM_STOP_SIGNAL": self.how.stop_signal, "DEEPVM_LOG_EVERY": str(self.spec.log_every),
-                 "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        extra = {
+            "DEEPVM_CHECKPOINT_DIR": str(self.facts.kept_dir),
+            "DEEPVM_OUT": str(self.facts.out),
+            "DEEPVM_NUM_NODES": str(place.group_world_size),
+            "DEEPVM_NODE_RANK": str(place.group_rank),
+            "DEEPVM_STOP_SIGNAL": self.how.stop_signal,
+            "DEEPVM_LOG_EVERY": str(self.spec.log_every),
+            "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files),
+            "PYTHONUNBUFFERED": "1",
+        }
         argv = self._argv(place)
-        env = (worker_environment(os.environ, place, extra) if self.how.command is None else
-               node_environment(os.environ, place, {**extra, "PATH": os.pathsep.join(
-                   [*_python_dirs(), os.environ.get("PATH", os.defpath)])}))  # fmt: skip
+        env = (
+            worker_environment(os.environ, place, extra)
+            if self.how.command is None
+            else node_environment(
+                os.environ,
+                place,
+                {**extra, "PATH": os.pathsep.join([*_python_dirs(), os.environ.get("PATH", os.defpath)])},
+            )
+        )
         signal.signal(signal.SIGIO, signal.SIG_IGN)  # a kept file's read lease breaking (training.node.keptfiles)
-        with StopRequest() as stop, (Idle() if argv is None else ScriptProcess(argv, env, self.facts.job_file.parent)
-                                     ) as child:  # fmt: skip
-            emit(Start(rank=self.env.rank, job=self.spec.name, script=self.how.label, synthetic=False,
-                       world_size=self.env.world_size, planned_world_size=self.facts.planned_world_size,
-                       total_steps=0, first_step=0, device=_DEVICE, pid=child.pid))  # fmt: skip
+        with (
+            StopRequest() as stop,
+            Idle() if argv is None else ScriptProcess(argv, env, self.facts.job_file.parent) as child,
+        ):
+            emit(
+                Start(
+                    rank=self.env.rank,
+                    job=self.spec.name,
+                    script=self.how.label,
+                    synthetic=False,
+                    world_size=self.env.world_size,
+                    planned_world_size=self.facts.planned_world_size,
+                    total_steps=0,
+                    first_step=0,
+                    device=_DEVICE,
+                    pid=child.pid,
+                )
+            )
             while True:
                 code = child.wait(TICK_S)
                 changes = self.files.changed(lambda: open_for_writing(child.pid)) if code is None else []
                 due = bool(changes) and self._due()
                 stopping, failed, running, keep = self.trainers.any_each(
-                    self.ck.flush_requested or stop.asked, code not in (None, 0), code is None, due)
+                    self.ck.flush_requested or stop.asked, code not in (None, 0), code is None, due
+                )
                 if failed:
                     child.kill()
-                    raise ScriptExited(f"{self.how.label} exited with {code}" if code not in (None, 0)
-                                       else f"another trainer's {self.how.label} failed")  # fmt: skip
+                    raise ScriptExited(
+                        f"{self.how.label} exited with {code}"
+                        if code not in (None, 0)
+                        else f"another trainer's {self.how.label} failed"
+                    )
                 if stopping:
                     self._stop(child, changes)
                     return EndStatus.STOPPED
@@ -189,8 +234,15 @@ class LaunchedScript:
         script = (self.facts.job_file.parent / self.how.script).resolve()
         warm = os.environ.get(WARM_DIR_VARIABLE)
         if warm:  # a fork of the node's warm server, as this rank is (or cold, as warm.start decides)
-            return [sys.executable, "-m", "training.node.warm", warm, "training.node.script_main", str(script),
-                    *self.how.args]  # fmt: skip
+            return [
+                sys.executable,
+                "-m",
+                "training.node.warm",
+                warm,
+                "training.node.script_main",
+                str(script),
+                *self.how.args,
+            ]
         return [os.environ.get("DEEPVM_PYTHON") or sys.executable, str(script), *self.how.args]
 
     def _due(self) -> bool:
@@ -199,8 +251,11 @@ class LaunchedScript:
 
     def _stop(self, child: ScriptProcess | Idle, before: list[FileCopy]) -> None:
         """Tell the script to stop, give it its grace, flush what it left complete (see the module docstring)."""
-        grace = self.how.stop_grace if self.how.stop_grace is not None else self._notice_grace(
-            self.trainers.each(int(self.notice.takes_node_at() or 0) if self.notice else 0))  # fmt: skip
+        grace = (
+            self.how.stop_grace
+            if self.how.stop_grace is not None
+            else self._notice_grace(self.trainers.each(int(self.notice.takes_node_at() or 0) if self.notice else 0))
+        )
         code = child.stop(getattr(signal, self.how.stop_signal), grace)
         after = self.files.changed(nobody_writing) if code >= 0 else []
         newest = {c.key: c for c in before} | {c.key: c for c in after}  # a clean exit's saves are its own
@@ -242,8 +297,9 @@ class LaunchedScript:
         mine = {c.key: c for c in changes}
         for key in sorted(winners):
             stamp, owner = winners[key]
-            data = _bcast(self.trainers.comm, mine[key].data if owner == self.trainers.rank else None,
-                          stamp.size, owner)  # fmt: skip
+            data = _bcast(
+                self.trainers.comm, mine[key].data if owner == self.trainers.rank else None, stamp.size, owner
+            )
             self.table[key] = FileCopy(key, stamp, data)
         removed = {key for _, keys in offers for key in keys} - set(winners)
         for key in removed:
@@ -256,11 +312,19 @@ class LaunchedScript:
         if self.env.rank != 0:
             return
         newest = max(self.table.values(), key=lambda c: c.stamp.mtime_ns, default=None)
-        emit(Kept(rank=0, how=how, version=self.version, files=len(self.table),
-                  bytes=sum(c.stamp.size for c in self.table.values()),
-                  newest="" if newest is None else newest.key,
-                  written_at=0.0 if newest is None else newest.stamp.mtime_ns / 1e9,
-                  level=level, seconds=round(seconds, 3)))  # fmt: skip
+        emit(
+            Kept(
+                rank=0,
+                how=how,
+                version=self.version,
+                files=len(self.table),
+                bytes=sum(c.stamp.size for c in self.table.values()),
+                newest="" if newest is None else newest.key,
+                written_at=0.0 if newest is None else newest.stamp.mtime_ns / 1e9,
+                level=level,
+                seconds=round(seconds, 3),
+            )
+        )
 
 
 def _python_dirs() -> list[str]:
@@ -314,8 +378,15 @@ class ScriptProcess:
         out, self._out = whole_lines_into(sys.stdout.fileno(), "script-stdout")
         err, self._err = whole_lines_into(sys.stderr.fileno(), "script-stderr")
         try:
-            self.proc = subprocess.Popen([*death, *argv], env=env, cwd=cwd, start_new_session=True,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [*death, *argv],
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
         finally:
             os.close(out)
             os.close(err)

@@ -227,9 +227,15 @@ def _launches(spec: JobSpec) -> bool:
 def _launch_facts(spec: JobSpec, opts: RankOptions) -> LaunchFacts:
     from training.node.launched import LaunchFacts
 
-    return LaunchFacts(job_file=opts.job, out=opts.out, kept_dir=opts.out.parent / KEPT_DIR,
-                       run_id=opts.run_id or spec.name, restart_count=opts.restart_count,
-                       max_restarts=opts.max_restarts, planned_world_size=opts.planned_trainers)  # fmt: skip
+    return LaunchFacts(
+        job_file=opts.job,
+        out=opts.out,
+        kept_dir=opts.out.parent / KEPT_DIR,
+        run_id=opts.run_id or spec.name,
+        restart_count=opts.restart_count,
+        max_restarts=opts.max_restarts,
+        planned_world_size=opts.planned_trainers,
+    )
 
 
 def _worker_options(env: DistEnv, opts: RankOptions) -> WorkerOptions:

@@ -61,7 +61,8 @@ def run_script(
             raise NoStepTaken(
                 f"{spec.run.script} returned without calling ctx.step() (at step {ctx.start_step} of "
                 f"{ctx.total_steps}): report each step with ctx.step(), or set run.calls_step: false in the job "
-                "spec if the script takes none")
+                "spec if the script takes none"
+            )
         metrics = ctx.finish()
     if env.rank == 0:
         metrics.write(out)

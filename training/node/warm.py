@@ -60,12 +60,21 @@ WARM_DIR_VARIABLE = "DEEPVM_WARM_DIR"  # where a rank started through this modul
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 PRELOAD = (  # what ranks import beside their own code; torch._dynamo and tensor.parallel.ddp: what
     # DistributedDataParallel.__init__ imports (1.6 s of CPU on its own, a second after torch)
-    "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.tensor.parallel.ddp",
-    "torch.optim", "yaml", "pydantic", "setproctitle",
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch._dynamo",
+    "torch.distributed.tensor.parallel.ddp",
+    "torch.optim",
+    "yaml",
+    "pydantic",
+    "setproctitle",
 )
 PRELOAD_OURS = (  # deepvm's own modules every rank imports, mpi4py.MPI aside: 0.4-0.7 s of pydantic models a
     # rank; a rank forked after a push that changed any module the server imported of deepvm imports them anew
-    "training.shared.jobspec", "training.shared.events", "training.shared.storage",
+    "training.shared.jobspec",
+    "training.shared.events",
+    "training.shared.storage",
 )
 _OUR_PACKAGES = ("training", "provisioning", "deepcheck")
 _PID = struct.Struct("!q")  # the server's replies: the child's pid, then its exit status (-N: signal N)

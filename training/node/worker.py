@@ -75,9 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerOptions:
     parser.add_argument("--out", type=Path, required=True, help="directory for model, state and metrics")
     parser.add_argument("--master-addr")
     parser.add_argument("--master-port", type=int)
-    parser.add_argument(
-        "--rank-batches", help=f"comma-separated batch size per rank (or ${RANK_BATCHES_ENV})"
-    )
+    parser.add_argument("--rank-batches", help=f"comma-separated batch size per rank (or ${RANK_BATCHES_ENV})")
     parser.add_argument("--planned-world-size", type=int)
     parser.add_argument("--resume", type=Path)
     parser.add_argument("--stop-at-step", type=int)
@@ -163,9 +161,7 @@ class Run:
         self.dataset: ImageDataset = build_dataset(spec.dataset, train=True)
         torch.manual_seed(spec.seed)
         model = build_model(spec.model.name, spec.model.num_classes, spec.model.width).to(self.device)
-        self.ddp = DistributedDataParallel(
-            model, device_ids=[self.device] if self.device.type == "cuda" else None
-        )
+        self.ddp = DistributedDataParallel(model, device_ids=[self.device] if self.device.type == "cuda" else None)
         self.base_lr = spec.optimizer.lr * self.plan.lr_scale
         optimizer = build_optimizer(spec.optimizer, model.parameters(), self.base_lr)
         try:
@@ -291,8 +287,15 @@ class Run:
         """WORKER_SCALARS of the window of `steps` steps that ended at `step`: the global loss, the job's
         samples per second (every trainer's), the learning rate and the mean step time."""
         seconds = max(seconds, 1e-9)
-        self.metrics.log(step, {LOSS: loss, "samples_per_s": steps * self.plan.global_batch / seconds,
-                                "lr": self.state.optimizer.param_groups[0]["lr"], "step_time_s": seconds / steps})
+        self.metrics.log(
+            step,
+            {
+                LOSS: loss,
+                "samples_per_s": steps * self.plan.global_batch / seconds,
+                "lr": self.state.optimizer.param_groups[0]["lr"],
+                "step_time_s": seconds / steps,
+            },
+        )
 
     def save(self, metrics: RunMetrics) -> None:
         """Rank 0 writes model.pt and state.pt (unless a stopped run need not: WorkerOptions) and metrics.json,
@@ -321,9 +324,7 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run_training(
-    spec: JobSpec, env: DistEnv, opts: WorkerOptions, hooks: Sequence[CheckpointHook] = ()
-) -> RunMetrics:
+def run_training(spec: JobSpec, env: DistEnv, opts: WorkerOptions, hooks: Sequence[CheckpointHook] = ()) -> RunMetrics:
     """Join the group, train, save on rank 0, leave the group; returns the metrics (on every rank)."""
     local_cores = os.cpu_count() or 1
     torch.set_num_threads(opts.threads or max(1, local_cores // env.local_size))

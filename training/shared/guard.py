@@ -86,6 +86,8 @@ def check_notify(url: str | None, command: str | None, secret: str | None) -> No
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(f"--notify must be an http:// or https:// URL with a host, got {url!r}")
     if not secret:
-        raise InputError("--notify signs what it posts with notify_secret from the config file, which sets none: "
-                         "`deepvm config set notify_secret SECRET` (at least 16 characters)")
+        raise InputError(
+            "--notify signs what it posts with notify_secret from the config file, which sets none: "
+            "`deepvm config set notify_secret SECRET` (at least 16 characters)"
+        )
     return NotifyTarget(url=url)

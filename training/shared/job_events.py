@@ -19,4 +19,4 @@ def job_message(job_id: str, message: str) -> str:
 def job_text(job_id: str, message: str) -> str | None:
     """The job's own text of an event log `message`, or None when the message is not the job's."""
     prefix = f"{job_id}{_SEP}"
-    return message[len(prefix):] if message.startswith(prefix) else None
+    return message[len(prefix) :] if message.startswith(prefix) else None

@@ -73,5 +73,7 @@ def _linked_file(root: Path, link: Path) -> Path:
 
 
 def _refusal(root: Path, link: Path, leads_to: str) -> str:
-    return (f"{link}: a symbolic link to {leads_to}; deepvm pushes {root} as regular files and follows a link "
-            "only to a regular file inside it: copy or move what the job needs into it")
+    return (
+        f"{link}: a symbolic link to {leads_to}; deepvm pushes {root} as regular files and follows a link "
+        "only to a regular file inside it: copy or move what the job needs into it"
+    )

@@ -245,8 +245,10 @@ class RunOverride(_Strict):
     @model_validator(mode="after")
     def _script_or_command(self) -> RunOverride:
         if (self.script is None) == (self.command is None):
-            raise ValueError("give exactly one of script (your script, started as torchrun starts it) or command "
-                             "(your own launch line, once per node)")
+            raise ValueError(
+                "give exactly one of script (your script, started as torchrun starts it) or command "
+                "(your own launch line, once per node)"
+            )
         if self.command is not None and self.args:
             raise ValueError("args are a script's; write them into the command")
         if self.command is not None and self.calls_step:
@@ -319,8 +321,11 @@ class JobSpec(_Strict):
     def _consistent(self) -> JobSpec:
         if self.run is not None:
             if self.steps is None and self.run.calls_step:
-                raise _field_error("run", "needs steps: N, the steps your script trains (progress and cost count "
-                                          "them), or run.calls_step: false for a script that takes none")
+                raise _field_error(
+                    "run",
+                    "needs steps: N, the steps your script trains (progress and cost count "
+                    "them), or run.calls_step: false for a script that takes none",
+                )
             if self.steps is not None and not self.run.calls_step:
                 raise _field_error("steps", "a script with run.calls_step: false takes no steps; remove steps")
             if self.run.calls_step:
@@ -329,15 +334,16 @@ class JobSpec(_Strict):
         if self.dataset is None:
             raise _field_error("dataset", None)
         if self.checkpoint.files:
-            raise _field_error("checkpoint", "files: kept for your own script (run: with calls_step: false); "
-                                             "deepvm's worker checkpoints its model and optimizer itself")
+            raise _field_error(
+                "checkpoint",
+                "files: kept for your own script (run: with calls_step: false); "
+                "deepvm's worker checkpoints its model and optimizer itself",
+            )
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of steps or epochs")
         classes = self.dataset.classes if isinstance(self.dataset, SyntheticData) else 10
         if self.model.num_classes != classes:
-            raise ValueError(
-                f"model.num_classes is {self.model.num_classes} but the dataset has {classes} classes"
-            )
+            raise ValueError(f"model.num_classes is {self.model.num_classes} but the dataset has {classes} classes")
         return self
 
     @property
@@ -357,12 +363,18 @@ def _only_launched(spec: JobSpec) -> None:
     checkpoints its state tree and stops at ctx.step(): a setting that silently does nothing misleads."""
     assert spec.run is not None
     if spec.checkpoint.files:
-        raise _field_error("checkpoint", "files: kept for a script with run.calls_step: false; a script that calls "
-                                         "ctx.step() checkpoints the tree it gives ctx.step()")
+        raise _field_error(
+            "checkpoint",
+            "files: kept for a script with run.calls_step: false; a script that calls "
+            "ctx.step() checkpoints the tree it gives ctx.step()",
+        )
     fields = spec.run.model_fields_set & {"stop_signal", "stop_grace"}
     if fields:
-        raise _field_error("run", f"{min(fields)}: for a script with run.calls_step: false; a script that calls "
-                                  "ctx.step() stops when ctx.step() returns True")
+        raise _field_error(
+            "run",
+            f"{min(fields)}: for a script with run.calls_step: false; a script that calls "
+            "ctx.step() stops when ctx.step() returns True",
+        )
 
 
 def _field_error(field: str, problem: str | None) -> ValidationError:
@@ -386,8 +398,9 @@ def load_job_spec(path: str | Path) -> JobSpec:
     doc = read_yaml(Path(path), "job file", MAX_JOB_BYTES)
     if not isinstance(doc.data, dict):
         raise InputError(f"{doc.path}:1: expected a mapping of job fields at the top level")
-    problems = {(d.line, dotted(d.names), f"duplicate key (first given at line {d.first_line})")
-                for d in doc.duplicate_keys}  # fmt: skip
+    problems = {
+        (d.line, dotted(d.names), f"duplicate key (first given at line {d.first_line})") for d in doc.duplicate_keys
+    }
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(doc.data)

@@ -59,13 +59,15 @@ SCHEMA = Schema(
     statements=(_JOBS, "CREATE INDEX IF NOT EXISTS jobs_by_cluster ON jobs(cluster)"),
     # a state.db from before managed training, from before the money guard, from before the live ladder, from
     # before launched scripts
-    added_columns=(AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),
-                   AddedColumn("jobs", "outputs_url", "TEXT NOT NULL DEFAULT ''"),
-                   AddedColumn("jobs", "down_when_done", "INTEGER NOT NULL DEFAULT 0"),
-                   AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''"),
-                   AddedColumn("jobs", "lost_s", "REAL NOT NULL DEFAULT 0"),
-                   AddedColumn("jobs", "kept_file", "TEXT NOT NULL DEFAULT ''"),
-                   AddedColumn("jobs", "kept_at", "REAL NOT NULL DEFAULT 0")),
+    added_columns=(
+        AddedColumn("jobs", "controller", "TEXT NOT NULL DEFAULT 'local'"),
+        AddedColumn("jobs", "outputs_url", "TEXT NOT NULL DEFAULT ''"),
+        AddedColumn("jobs", "down_when_done", "INTEGER NOT NULL DEFAULT 0"),
+        AddedColumn("jobs", "ladder", "TEXT NOT NULL DEFAULT ''"),
+        AddedColumn("jobs", "lost_s", "REAL NOT NULL DEFAULT 0"),
+        AddedColumn("jobs", "kept_file", "TEXT NOT NULL DEFAULT ''"),
+        AddedColumn("jobs", "kept_at", "REAL NOT NULL DEFAULT 0"),
+    ),
 )
 
 LOCAL = "local"
@@ -168,8 +170,10 @@ class JobStore:
         row = replace(row, updated_at=utc_now())
         marks = ",".join("?" for _ in _COLUMNS)
         with self._db.transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
-                       [row.status.value if c == "status" else getattr(row, c) for c in _COLUMNS])  # fmt: skip
+            db.execute(
+                f"INSERT OR REPLACE INTO jobs ({','.join(_COLUMNS)}) VALUES ({marks})",
+                [row.status.value if c == "status" else getattr(row, c) for c in _COLUMNS],
+            )
         return row
 
     def get(self, job_id: str) -> JobRow | None:
@@ -188,8 +192,13 @@ class JobStore:
 
 
 def _job_row(row: sqlite3.Row) -> JobRow:
-    return JobRow(**{**{c: row[c] for c in _COLUMNS}, "status": JobStatus(row["status"]),
-                     "down_when_done": bool(row["down_when_done"])})
+    return JobRow(
+        **{
+            **{c: row[c] for c in _COLUMNS},
+            "status": JobStatus(row["status"]),
+            "down_when_done": bool(row["down_when_done"]),
+        }
+    )
 
 
 class ControllerBusy(CloudError):
@@ -198,8 +207,9 @@ class ControllerBusy(CloudError):
 
 def train_lock(cluster: str) -> AbstractContextManager[None]:
     """Hold the cluster's training lock for the controller's life; a second controller fails at once."""
-    busy = ControllerBusy(f"a `deepvm train` controller is already running on cluster {cluster}; "
-                          "wait for it, or stop it with Ctrl-C")  # fmt: skip
+    busy = ControllerBusy(
+        f"a `deepvm train` controller is already running on cluster {cluster}; wait for it, or stop it with Ctrl-C"
+    )
     return exclusive_lock(f"train-{cluster}", busy)
 
 

@@ -31,8 +31,9 @@ class JobLimits:
         return cls(**(data or {}))
 
 
-def job_limits(in_file: JobLimits, deadline_hours: float | None, budget_usd: float | None,
-               fallback_max_price: float | None) -> JobLimits:
+def job_limits(
+    in_file: JobLimits, deadline_hours: float | None, budget_usd: float | None, fallback_max_price: float | None
+) -> JobLimits:
     """The file's limits with the flags given on the command line in their place; InputError when the
     fallback's cap comes without a deadline (it is what the deadline's stand-ins may bill, nothing else)."""
     limits = JobLimits(
@@ -41,8 +42,10 @@ def job_limits(in_file: JobLimits, deadline_hours: float | None, budget_usd: flo
         fallback_max_price=in_file.fallback_max_price if fallback_max_price is None else fallback_max_price,
     )
     if limits.fallback_max_price is not None and limits.deadline_hours is None:
-        raise InputError("--fallback-max-price (limits.fallback_max_price) is what the deadline's on-demand stand-ins "
-                         "may bill per hour: give a deadline too (--deadline H)")
+        raise InputError(
+            "--fallback-max-price (limits.fallback_max_price) is what the deadline's on-demand stand-ins "
+            "may bill per hour: give a deadline too (--deadline H)"
+        )
     return limits
 
 
@@ -50,13 +53,17 @@ def check_fallback_cap(limits: JobLimits, on_demand_usd_per_hour: float) -> None
     """The fallback's cap must leave room for a stand-in beside the plan's own on-demand nodes."""
     cap = limits.fallback_max_price
     if cap is not None and cap <= on_demand_usd_per_hour:
-        raise InputError(f"--fallback-max-price ${cap:g}/h leaves nothing for on-demand stand-ins beside the plan's "
-                         f"own on-demand nodes (${on_demand_usd_per_hour:.4f}/h)")
+        raise InputError(
+            f"--fallback-max-price ${cap:g}/h leaves nothing for on-demand stand-ins beside the plan's "
+            f"own on-demand nodes (${on_demand_usd_per_hour:.4f}/h)"
+        )
 
 
 def check_budget(limits: JobLimits, spent_usd: float, job_id: str) -> None:
     """A resumed job's budget must be above what it has spent already (it would stop at once)."""
     budget = limits.budget_usd
     if budget is not None and budget <= spent_usd:
-        raise InputError(f"--budget ${budget:g} is not above the ${spent_usd:.2f} job {job_id} has spent already; "
-                         "give more to resume it")
+        raise InputError(
+            f"--budget ${budget:g} is not above the ${spent_usd:.2f} job {job_id} has spent already; "
+            "give more to resume it"
+        )

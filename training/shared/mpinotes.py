@@ -57,8 +57,11 @@ class LauncherNotes:
         if _RULE.match(text):
             self._held = text
             return [held] if held is not None else []
-        quiet = _FORWARDING.match(text) or _AGGREGATED.match(text) or (
-            self._after_aggregate and _AGGREGATE_HINT.match(text))
+        quiet = (
+            _FORWARDING.match(text)
+            or _AGGREGATED.match(text)
+            or (self._after_aggregate and _AGGREGATE_HINT.match(text))
+        )
         self._after_aggregate = bool(_AGGREGATED.match(text))
         return ([held] if held is not None else []) + ([] if quiet else [text])
 

@@ -62,8 +62,13 @@ class Progress:
         """The progress of a log record, whose numbers are strict JSON: a NaN loss or an infinite rate is null;
         a record of before scripts without steps has no `script`."""
         script = data.get("script")
-        return cls(**{**data, **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")},
-                      "script": ScriptProgress.from_dict(script) if script else None})  # fmt: skip
+        return cls(
+            **{
+                **data,
+                **{name: number(data[name]) for name in ("loss", "samples_per_s", "cost_usd")},
+                "script": ScriptProgress.from_dict(script) if script else None,
+            }
+        )
 
 
 class RecoveryReason(str, Enum):
@@ -138,8 +143,14 @@ class Recovery:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recovery:
         phases = data.get("phases")
-        return cls(**{**data, "reason": RecoveryReason(data["reason"]), "nodes": tuple(data["nodes"]),
-                      "phases": RelaunchPhases(**phases) if phases else None})  # fmt: skip
+        return cls(
+            **{
+                **data,
+                "reason": RecoveryReason(data["reason"]),
+                "nodes": tuple(data["nodes"]),
+                "phases": RelaunchPhases(**phases) if phases else None,
+            }
+        )
 
 
 def lost_work(lost_steps: int, lost_s: float) -> str:
@@ -208,9 +219,15 @@ class TrainResult:
     def from_json(cls, text: str) -> TrainResult:
         """The result as to_json wrote it, or as an earlier deepvm did (no relaunch phases then, NaN for null)."""
         data = json.loads(text)
-        return cls(**{**data, "status": JobStatus(data["status"]), "final_loss": number(data["final_loss"]),
-                      "attempts": [AttemptRecord.from_dict(a) for a in data["attempts"]],
-                      "recoveries": [Recovery.from_dict(r) for r in data["recoveries"]]})  # fmt: skip
+        return cls(
+            **{
+                **data,
+                "status": JobStatus(data["status"]),
+                "final_loss": number(data["final_loss"]),
+                "attempts": [AttemptRecord.from_dict(a) for a in data["attempts"]],
+                "recoveries": [Recovery.from_dict(r) for r in data["recoveries"]],
+            }
+        )
 
 
 LAUNCHER = "mpirun"  # JobReporter.log's prefix for a line that no rank wrote: the launcher's own

@@ -68,10 +68,17 @@ class HeadJob:
         data = json.loads(text)
         cluster, nodes = _cluster_from(data)
         resume, market = data.get("resume"), data.get("market")
-        return cls(**{**data, "cluster": cluster, "nodes": nodes, "limits": JobLimits.from_dict(data.get("limits")),
-                      "guard": JobGuard.from_dict(data.get("guard")),
-                      "resume": ResumeFrom(**resume) if resume else None,
-                      "market": None if market is None else MarketOffers.from_dict(market)})  # fmt: skip
+        return cls(
+            **{
+                **data,
+                "cluster": cluster,
+                "nodes": nodes,
+                "limits": JobLimits.from_dict(data.get("limits")),
+                "guard": JobGuard.from_dict(data.get("guard")),
+                "resume": ResumeFrom(**resume) if resume else None,
+                "market": None if market is None else MarketOffers.from_dict(market),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,15 @@ def _cluster_from(data: dict[str, Any]) -> tuple[ClusterRow, tuple[NodeRecord, .
     from provisioning.planner.plan_document import plan_from_dict
 
     c = data["cluster"]
-    cluster = ClusterRow(**{**c, "cloud": CloudKind(c["cloud"]), "status": ClusterStatus(c["status"]),
-                            "plan": plan_from_dict(c["plan"]),
-                            "resources": CloudResources.from_dict(c["resources"])})  # fmt: skip
+    cluster = ClusterRow(
+        **{
+            **c,
+            "cloud": CloudKind(c["cloud"]),
+            "status": ClusterStatus(c["status"]),
+            "plan": plan_from_dict(c["plan"]),
+            "resources": CloudResources.from_dict(c["resources"]),
+        }
+    )
     return cluster, tuple(NodeRecord.from_dict(n) for n in data["nodes"])
 
 
@@ -164,9 +177,12 @@ class LogRecord:
         metrics = data.pop("metrics", None)
         from training.shared.scalars import MetricPoint
 
-        return cls(**data, progress=Progress.from_dict(progress) if progress else None,
-                   status=JobStatus(status) if status else None,
-                   metrics=MetricPoint.from_dict(metrics) if metrics else None)  # fmt: skip
+        return cls(
+            **data,
+            progress=Progress.from_dict(progress) if progress else None,
+            status=JobStatus(status) if status else None,
+            metrics=MetricPoint.from_dict(metrics) if metrics else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -194,12 +210,26 @@ class JobSummary:
 
     @classmethod
     def from_row(cls, row: JobRow, controller_alive: bool) -> JobSummary:
-        return cls(job_id=row.job_id, cluster=row.cluster, name=row.name, status=row.status, step=row.step,
-                   total_steps=row.total_steps, loss=row.loss, world_size=row.world_size,
-                   checkpoint_step=row.checkpoint_step, restarts=row.restarts, lost_steps=row.lost_steps,
-                   cost_usd=round(row.cost_usd, 6), started_at=row.started_at, updated_at=row.updated_at,
-                   message=row.message, controller_alive=controller_alive, ladder=row.ladder,
-                   lost_s=row.lost_s)  # fmt: skip
+        return cls(
+            job_id=row.job_id,
+            cluster=row.cluster,
+            name=row.name,
+            status=row.status,
+            step=row.step,
+            total_steps=row.total_steps,
+            loss=row.loss,
+            world_size=row.world_size,
+            checkpoint_step=row.checkpoint_step,
+            restarts=row.restarts,
+            lost_steps=row.lost_steps,
+            cost_usd=round(row.cost_usd, 6),
+            started_at=row.started_at,
+            updated_at=row.updated_at,
+            message=row.message,
+            controller_alive=controller_alive,
+            ladder=row.ladder,
+            lost_s=row.lost_s,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -98,8 +98,12 @@ def _fields_at(loc: tuple[str | int, ...], root: type[BaseModel]) -> list[str]:
     location (`dataset.synthetic.colour`), which picks that member."""
     models: list[type[BaseModel]] = [root]
     for part in loc:
-        inner = [m for model in models if part in model.model_fields
-                 for m in _models_in(model.model_fields[str(part)].annotation)]
+        inner = [
+            m
+            for model in models
+            if part in model.model_fields
+            for m in _models_in(model.model_fields[str(part)].annotation)
+        ]
         models = inner or [m for m in models if _has_tag(m, part)] or models
     return sorted({name for model in models for name in model.model_fields})
 

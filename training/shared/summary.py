@@ -53,20 +53,25 @@ class RunSummary:
     def lines(self) -> list[str]:
         """The summary as `deepvm status JOB` says it."""
         steps = reached(self.step, self.total_steps)
-        head = f"job {self.job_id} on {self.cluster}: {self.status}, {steps}" + (f" ({self.message})" if self.message
-                                                                                else "")  # fmt: skip
+        head = f"job {self.job_id} on {self.cluster}: {self.status}, {steps}" + (
+            f" ({self.message})" if self.message else ""
+        )
         if self.on_demand_usd is None:
             money = f"cost ${self.cost_usd:.4f}; on-demand would have cost: unknown (a type's price is not known)"
         else:
             share = f", {100 * (self.saved_usd or 0) / self.on_demand_usd:.0f}% less" if self.on_demand_usd else ""
             money = f"cost ${self.cost_usd:.4f}; on-demand would have cost ${self.on_demand_usd:.4f}{share}"
-        survived = (f"survived {self.interruptions} interruption{'s' * (self.interruptions != 1)}, "
-                    f"bought {self.replacements} replacement{'s' * (self.replacements != 1)}")  # fmt: skip
+        survived = (
+            f"survived {self.interruptions} interruption{'s' * (self.interruptions != 1)}, "
+            f"bought {self.replacements} replacement{'s' * (self.replacements != 1)}"
+        )
         if self.cluster_down:
             cluster = f"cluster {self.cluster} went down: {self.cluster_down}"
         elif self.billing_usd_per_hour:
-            cluster = (f"cluster {self.cluster} is still up, billing ${self.billing_usd_per_hour:.4f}/h: "
-                       f"`deepvm down {self.cluster}` stops it")  # fmt: skip
+            cluster = (
+                f"cluster {self.cluster} is still up, billing ${self.billing_usd_per_hour:.4f}/h: "
+                f"`deepvm down {self.cluster}` stops it"
+            )
         else:
             cluster = f"cluster {self.cluster} is up"
         return [head, money, survived, cluster]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def duration(seconds: float) -> str:
-    """"1h02m" or "3m07s": how long something ran or has left, at the precision a reader uses."""
+    """ "1h02m" or "3m07s": how long something ran or has left, at the precision a reader uses."""
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

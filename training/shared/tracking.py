@@ -30,8 +30,10 @@ def tracking_uri_problem(uri: str) -> str | None:
         return None
     if parts.scheme.split("+")[0] in _DATABASES and "://" in uri:
         return None
-    return (f"{TRACKING_URI} must be an MLflow tracking URI: http[s]://HOST[:PORT], databricks[://PROFILE], "
-            f"sqlite:///PATH (or another database's URL) or file:///ABSOLUTE/PATH, got {uri!r}")  # fmt: skip
+    return (
+        f"{TRACKING_URI} must be an MLflow tracking URI: http[s]://HOST[:PORT], databricks[://PROFILE], "
+        f"sqlite:///PATH (or another database's URL) or file:///ABSOLUTE/PATH, got {uri!r}"
+    )
 
 
 def checked_env(env: dict[str, str]) -> dict[str, str]:

@@ -112,9 +112,7 @@ def push_tree(
         raise TransportError(f"{local_dir}: not a directory to push")
     manifest = local_manifest(local_dir, exclude)
     report = _serialized(progress) if progress else None
-    return _on_hosts(
-        hosts, lambda host: _push_one(host, local_dir, remote_dir, manifest, report), max_parallel
-    )
+    return _on_hosts(hosts, lambda host: _push_one(host, local_dir, remote_dir, manifest, report), max_parallel)
 
 
 def _push_one(

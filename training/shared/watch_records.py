@@ -71,8 +71,13 @@ class Snapshot:
     def from_dict(cls, data: dict[str, Any]) -> Snapshot:
         nodes = tuple(NodeView(**{**n, "role": Role(n["role"]), "market": Market(n["market"])}) for n in data["nodes"])
         job = JobSummary.from_json(json.dumps(data["job"]))
-        return cls(at=data["at"], job=job, nodes=nodes, money=Money(**data["money"]),
-                   timeline=tuple(TimelineEntry(**t) for t in data["timeline"]))  # fmt: skip
+        return cls(
+            at=data["at"],
+            job=job,
+            nodes=nodes,
+            money=Money(**data["money"]),
+            timeline=tuple(TimelineEntry(**t) for t in data["timeline"]),
+        )
 
 
 def snapshot_of(summary: JobSummary, store: Store, now: datetime | None = None) -> Snapshot:
@@ -85,12 +90,18 @@ def snapshot_of(summary: JobSummary, store: Store, now: datetime | None = None) 
     nodes = store.nodes(row.name)
     start = _moment(summary.started_at) or now
     end = (_moment(summary.updated_at) if summary.status.final else None) or now
-    cost = run_cost(store.node_spans(row.name), on_demand_prices(row.region, {n.instance_type for n in nodes}),
-                    start, end)  # fmt: skip
-    money = Money(round(cost.usd, 6), round(store.cost(row.name, now).usd_per_hour, 6),
-                  None if cost.on_demand_usd is None else round(cost.on_demand_usd, 6))  # fmt: skip
-    views = tuple(NodeView(n.instance_id, n.role, n.market, n.instance_type, n.availability_zone, n.state,
-                           n.usd_per_hour) for n in nodes)  # fmt: skip
+    cost = run_cost(
+        store.node_spans(row.name), on_demand_prices(row.region, {n.instance_type for n in nodes}), start, end
+    )
+    money = Money(
+        round(cost.usd, 6),
+        round(store.cost(row.name, now).usd_per_hour, 6),
+        None if cost.on_demand_usd is None else round(cost.on_demand_usd, 6),
+    )
+    views = tuple(
+        NodeView(n.instance_id, n.role, n.market, n.instance_type, n.availability_zone, n.state, n.usd_per_hour)
+        for n in nodes
+    )
     since = [e for e in store.events(row.name) if e.at >= summary.started_at]  # both ISO-8601 UTC: they sort
     timeline = tuple(TimelineEntry(e.at, e.kind, _text(summary.job_id, e.message)) for e in since)
     return Snapshot(time.time(), summary, views, money, timeline)

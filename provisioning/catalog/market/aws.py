@@ -31,10 +31,19 @@ from provisioning.core.errors import CloudError, InputError
 CLIENT_CONFIG = Config(connect_timeout=3, read_timeout=20, retries={"max_attempts": 2, "mode": "standard"})
 
 # Error codes that mean "these credentials cannot be used here" rather than "this request is wrong".
-AUTH_ERROR_CODES = frozenset({
-    "AuthFailure", "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException",
-    "RequestExpired", "UnrecognizedClientException", "InvalidAccessKeyId", "OptInRequired",
-})
+AUTH_ERROR_CODES = frozenset(
+    {
+        "AuthFailure",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "RequestExpired",
+        "UnrecognizedClientException",
+        "InvalidAccessKeyId",
+        "OptInRequired",
+    }
+)
 # Codes that mean the credentials are good but lack the right to this one call (an IAM policy's doing):
 # saying "AWS refused the credentials" then sends the user to fix what works.
 DENIED_ERROR_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})

@@ -102,8 +102,22 @@ NOT_OFFERED: frozenset[tuple[str, str]] = frozenset({("eu-west-1", "p5.48xlarge"
 # Spot price as a fraction of on-demand, per family. Families in DeepVM's data.json (observed by its
 # authors) use its ratio; the others are typical long-run ratios, i.e. estimates.
 SPOT_RATIO: dict[str, float] = {
-    "g4dn": 0.30, "g5": 0.30, "c5": 0.59, "c5n": 0.59, "c6in": 0.56, "m6i": 0.62, "t3": 0.62, "d3": 0.32,
-    "g6": 0.40, "g6e": 0.45, "p3": 0.30, "p4d": 0.45, "p5": 0.50, "c6i": 0.55, "m5": 0.55, "r6i": 0.45,
+    "g4dn": 0.30,
+    "g5": 0.30,
+    "c5": 0.59,
+    "c5n": 0.59,
+    "c6in": 0.56,
+    "m6i": 0.62,
+    "t3": 0.62,
+    "d3": 0.32,
+    "g6": 0.40,
+    "g6e": 0.45,
+    "p3": 0.30,
+    "p4d": 0.45,
+    "p5": 0.50,
+    "c6i": 0.55,
+    "m5": 0.55,
+    "r6i": 0.45,
 }
 # Fixed factors so that zones differ the way they do in practice (a few percent either way). The factor
 # of zone i for the f-th family (in SPOT_RATIO's order) is AZ_SPREAD[(i + f) % 5], so that no one zone is
@@ -123,8 +137,7 @@ NOTES: tuple[str, ...] = (
     f"(shared tenancy) prices as of {AS_OF}, not read from a live account.",
     "network_gbps: 'up to X Gigabit' taken as X.",
     "flops: dense FP16/BF16 tensor TFLOPS per GPU (provisioning/catalog/data/gpus.json, with sources) x GPU count.",
-    "On-demand prices outside us-east-1: us-east-1 x a regional factor (1.0 for US regions, 1.12 for "
-    "eu-west-1).",
+    "On-demand prices outside us-east-1: us-east-1 x a regional factor (1.0 for US regions, 1.12 for eu-west-1).",
     "Spot prices are ESTIMATES: on-demand x a per-family ratio (DeepVM's observed ratios for g4dn, g5, "
     "c5, c5n, c6in, m6i, t3, d3; typical ratios for the rest) x a fixed factor per family and zone "
     "of 0.95 to 1.10. "

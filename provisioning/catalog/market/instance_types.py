@@ -86,6 +86,8 @@ def fetch_instance_types(ec2: Any) -> tuple[Catalog, list[str]]:
     if skipped:
         warnings.append(f"skipped types with unreadable specs: {', '.join(sorted(skipped))}")
     if no_flops:
-        warnings.append(f"GPU models missing from provisioning/catalog/data/gpus.json, so not used as trainers: "
-                        f"{', '.join(sorted(no_flops))}")
+        warnings.append(
+            f"GPU models missing from provisioning/catalog/data/gpus.json, so not used as trainers: "
+            f"{', '.join(sorted(no_flops))}"
+        )
     return Catalog(types=types, prices=[]), warnings

@@ -51,8 +51,9 @@ class LiveMarket:
     entries (and rewrites them).
     """
 
-    def __init__(self, clients: AwsClients | None = None, *, refresh: bool = False,
-                 cache: DiskCache | None = None) -> None:
+    def __init__(
+        self, clients: AwsClients | None = None, *, refresh: bool = False, cache: DiskCache | None = None
+    ) -> None:
         self.clients = clients or AwsClients()
         self.refresh = refresh
         self.cache = cache or DiskCache(deepvm_home() / "cache" / "aws" / _scope(self.clients))
@@ -97,21 +98,38 @@ class LiveMarket:
             warnings.extend(skipped)
             return catalog_to_dict(part)
 
-        types_entry = self._cached(f"{region}-types", SLOW_TTL_S, fetch_types, f"instance types of {region}",
-                                   warnings, "ec2:DescribeInstanceTypes")
+        types_entry = self._cached(
+            f"{region}-types",
+            SLOW_TTL_S,
+            fetch_types,
+            f"instance types of {region}",
+            warnings,
+            "ec2:DescribeInstanceTypes",
+        )
         types = catalog_from_dict(types_entry.value).types
         data = _RegionData(types=types, warnings=warnings)
         if not types:
             return data
         pricing = self.clients.client("pricing", PRICING_REGION)
         for key, ttl, what, right, fetch in (
-            ("on-demand", SLOW_TTL_S, "on-demand prices", "pricing:GetProducts",
-             lambda: fetch_on_demand_prices(pricing, region, types)),
-            ("spot", SPOT_TTL_S, "spot prices", "ec2:DescribeSpotPriceHistory",
-             lambda: fetch_spot_prices(ec2, region, types)),
+            (
+                "on-demand",
+                SLOW_TTL_S,
+                "on-demand prices",
+                "pricing:GetProducts",
+                lambda: fetch_on_demand_prices(pricing, region, types),
+            ),
+            (
+                "spot",
+                SPOT_TTL_S,
+                "spot prices",
+                "ec2:DescribeSpotPriceHistory",
+                lambda: fetch_spot_prices(ec2, region, types),
+            ),
         ):
-            entry = self._cached(f"{region}-{key}", ttl, _with_types(fetch, types), f"{what} in {region}",
-                                 warnings, right)
+            entry = self._cached(
+                f"{region}-{key}", ttl, _with_types(fetch, types), f"{what} in {region}", warnings, right
+            )
             data.catalog_parts.append(catalog_from_dict(entry.value))
             data.price_times.append(entry.fetched_at)
         data.catalog_parts.append(self._quotas(region, types, warnings))
@@ -126,15 +144,22 @@ class LiveMarket:
             return catalog_to_dict(fetch_vcpu_quotas(client, region, groups))
 
         try:
-            entry = self._cached(f"{region}-quotas", SLOW_TTL_S, fetch, f"vCPU quotas in {region}", warnings,
-                                 "servicequotas:GetServiceQuota")
+            entry = self._cached(
+                f"{region}-quotas",
+                SLOW_TTL_S,
+                fetch,
+                f"vCPU quotas in {region}",
+                warnings,
+                "servicequotas:GetServiceQuota",
+            )
         except (AwsUnavailable, CloudError) as exc:
             warnings.append(f"could not read vCPU quotas in {region} ({exc}); no quota limits applied there")
             return Catalog(types={}, prices=[])
         return catalog_from_dict(entry.value)
 
-    def _cached(self, key: str, max_age_s: float, fetch: Callable[[], object], what: str,
-                warnings: list[str], right: str) -> CacheEntry:
+    def _cached(
+        self, key: str, max_age_s: float, fetch: Callable[[], object], what: str, warnings: list[str], right: str
+    ) -> CacheEntry:
         """The fresh cache entry under `key`, else `fetch()` stored; a stale entry if AWS is unavailable.
         `right` is the IAM action the fetch needs, named when AWS refuses it."""
         if not self.refresh:

@@ -56,9 +56,15 @@ def fetch_on_demand_prices(pricing: Any, region: str, type_names: Iterable[str])
     wanted = set(names)
     best: dict[str, float] = {}
     for start in range(0, len(names), TYPES_PER_REQUEST):
-        batch = names[start:start + TYPES_PER_REQUEST]
-        items = paginate(pricing, "get_products", "PriceList", ServiceCode="AmazonEC2",
-                         Filters=product_filters(region, batch), FormatVersion="aws_v1")
+        batch = names[start : start + TYPES_PER_REQUEST]
+        items = paginate(
+            pricing,
+            "get_products",
+            "PriceList",
+            ServiceCode="AmazonEC2",
+            Filters=product_filters(region, batch),
+            FormatVersion="aws_v1",
+        )
         for item in items:
             parsed = parse_price_item(item)
             if parsed and parsed[0] in wanted:

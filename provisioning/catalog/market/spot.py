@@ -21,14 +21,21 @@ def fetch_spot_prices(ec2: Any, region: str, type_names: Iterable[str]) -> Catal
         return Catalog(types={}, prices=[])
     latest: dict[tuple[str, str], tuple[datetime, float]] = {}
     entries = paginate(
-        ec2, "describe_spot_price_history", "SpotPriceHistory",
-        InstanceTypes=names, ProductDescriptions=["Linux/UNIX"], StartTime=datetime.now(timezone.utc),
+        ec2,
+        "describe_spot_price_history",
+        "SpotPriceHistory",
+        InstanceTypes=names,
+        ProductDescriptions=["Linux/UNIX"],
+        StartTime=datetime.now(timezone.utc),
     )
     for entry in entries:
         key = (entry["InstanceType"], entry["AvailabilityZone"])
         stamp = entry["Timestamp"]
         if key not in latest or stamp > latest[key][0]:
             latest[key] = (stamp, float(entry["SpotPrice"]))
-    return Catalog(types={}, prices=[  # a price of 0 is no offer (and no catalog holds one)
-        Price(name, region, zone, Market.SPOT, usd) for (name, zone), (_, usd) in sorted(latest.items()) if usd > 0
-    ])
+    return Catalog(
+        types={},
+        prices=[  # a price of 0 is no offer (and no catalog holds one)
+            Price(name, region, zone, Market.SPOT, usd) for (name, zone), (_, usd) in sorted(latest.items()) if usd > 0
+        ],
+    )

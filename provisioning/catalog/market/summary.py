@@ -66,8 +66,9 @@ class MarketRow:
             "quota_group": t.quota_group,
             "on_demand_usd_per_hour": self.on_demand_usd,
             "spot_usd_per_hour": dict(sorted(self.spot_usd_by_zone.items())),
-            "cheapest_spot": None if cheapest is None else {"availability_zone": cheapest[0],
-                                                            "usd_per_hour": cheapest[1]},
+            "cheapest_spot": None
+            if cheapest is None
+            else {"availability_zone": cheapest[0], "usd_per_hour": cheapest[1]},
             "flopp_spot": self.flopp_spot,
             "flopp_on_demand": self.flopp_on_demand,
             "quota_vcpus": {"on-demand": self.quota_on_demand, "spot": self.quota_spot},
@@ -94,16 +95,17 @@ def market_rows(catalog: Catalog, *, gpu: str | None = None, holders: bool = Tru
         t = catalog.types[name]
         if not keep(t) or (not t.is_gpu and not holders):
             continue
-        rows.append(MarketRow(
-            instance_type=t,
-            region=region,
-            on_demand_usd=on_demand.get((name, region)),
-            spot_usd_by_zone=spot.get((name, region), {}),
-            quota_on_demand=quotas.get((region, t.quota_group, Market.ON_DEMAND)),
-            quota_spot=quotas.get((region, t.quota_group, Market.SPOT)),
-        ))
-    rows.sort(key=lambda r: (not r.instance_type.is_gpu, r.region, -(r.flopp_spot or 0.0),
-                             r.instance_type.name))
+        rows.append(
+            MarketRow(
+                instance_type=t,
+                region=region,
+                on_demand_usd=on_demand.get((name, region)),
+                spot_usd_by_zone=spot.get((name, region), {}),
+                quota_on_demand=quotas.get((region, t.quota_group, Market.ON_DEMAND)),
+                quota_spot=quotas.get((region, t.quota_group, Market.SPOT)),
+            )
+        )
+    rows.sort(key=lambda r: (not r.instance_type.is_gpu, r.region, -(r.flopp_spot or 0.0), r.instance_type.name))
     return rows
 
 

@@ -60,7 +60,7 @@ class CallerIdentity:
 
     @property
     def kind(self) -> str:
-        """"user", "assumed-role", "root", "federated-user", or what else the ARN's resource names."""
+        """ "user", "assumed-role", "root", "federated-user", or what else the ARN's resource names."""
         resource = self.arn.split(":", 5)[-1]
         return "root" if resource == "root" else resource.split("/")[0]
 
@@ -141,5 +141,11 @@ def image_facts(ctx: AwsContext, image_id: str) -> ImageFacts:
     if not images:
         return ImageFacts(image_id, found=False)
     image = images[0]
-    return ImageFacts(image_id, True, image.get("Name", ""), image.get("State", ""), image.get("Architecture", ""),
-                      image.get("Description", ""))  # fmt: skip
+    return ImageFacts(
+        image_id,
+        True,
+        image.get("Name", ""),
+        image.get("State", ""),
+        image.get("Architecture", ""),
+        image.get("Description", ""),
+    )

@@ -39,8 +39,10 @@ def ensure_bucket(ctx: AwsContext, cluster: ClusterIdentity) -> str:
     S3 wants the region as a LocationConstraint everywhere but us-east-1, where it must be left out
     (https://docs.aws.amazon.com/AmazonS3/latest/API/API_CreateBucket.html)."""
     if not cluster.cluster_id:
-        raise CloudError(f"cluster {cluster.name} was made before clusters had ids: its outputs bucket would have no "
-                         "name of its own; `deepvm down` it and `deepvm up` it again")  # fmt: skip
+        raise CloudError(
+            f"cluster {cluster.name} was made before clusters had ids: its outputs bucket would have no "
+            "name of its own; `deepvm down` it and `deepvm up` it again"
+        )
     s3 = ctx.client("s3")
     name = bucket_name(cluster, ctx.region)
     where = {} if ctx.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": ctx.region}}
@@ -55,8 +57,9 @@ def ensure_bucket(ctx: AwsContext, cluster: ClusterIdentity) -> str:
     except ClientError as exc:
         code = error_code(exc)
         if code == "BucketAlreadyExists":
-            raise CloudError(f"the S3 bucket name {name} is taken by another account; `deepvm up` the cluster "
-                             "again for a new id") from exc  # fmt: skip
+            raise CloudError(
+                f"the S3 bucket name {name} is taken by another account; `deepvm up` the cluster again for a new id"
+            ) from exc
         raise CloudError(f"making the cluster's outputs bucket {name}: {code}: {exc}") from exc
     except BotoCoreError as exc:
         raise CloudError(f"making the cluster's outputs bucket {name}: {exc}") from exc

@@ -23,13 +23,23 @@ PACKAGES = ("deepvm_cli", "provisioning", "training", "deepcheck", "simulation")
 
 # boto3's S3 transfer helpers are not API operations; these are the operations each may make
 TRANSFERS = {
-    "upload_file": ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
-                    "AbortMultipartUpload"),
-    "upload_fileobj": ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
-                       "AbortMultipartUpload"),
+    "upload_file": (
+        "PutObject",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "CompleteMultipartUpload",
+        "AbortMultipartUpload",
+    ),
+    "upload_fileobj": (
+        "PutObject",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "CompleteMultipartUpload",
+        "AbortMultipartUpload",
+    ),
     "download_file": ("HeadObject", "GetObject"),
     "download_fileobj": ("HeadObject", "GetObject"),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, order=True)

@@ -71,44 +71,90 @@ def probes(image_id: str | None) -> dict[str, Probe]:
     """Every probe there is, by action; RunInstances only with an image to name (`image_id`)."""
     tag = [{"ResourceType": "security-group", "Tags": [{"Key": "deepvm:check", "Value": "probe"}]}]
     found = [
-        *_describing("describe_instances", "describe_instance_type_offerings", "describe_key_pairs",
-                     "describe_launch_templates", "describe_regions", "describe_security_groups", "describe_subnets",
-                     "describe_volumes"),
+        *_describing(
+            "describe_instances",
+            "describe_instance_type_offerings",
+            "describe_key_pairs",
+            "describe_launch_templates",
+            "describe_regions",
+            "describe_security_groups",
+            "describe_subnets",
+            "describe_volumes",
+        ),
         # narrowed: an endpoint that carries a DryRun describe out (moto) has less to list
-        Probe("ec2:DescribeInstanceTypes", lambda ec2: ec2.describe_instance_types(
-            DryRun=True, InstanceTypes=["t3.micro"])),
-        Probe("ec2:DescribeSpotPriceHistory", lambda ec2: ec2.describe_spot_price_history(
-            DryRun=True, InstanceTypes=["t3.micro"], MaxResults=1)),
+        Probe(
+            "ec2:DescribeInstanceTypes",
+            lambda ec2: ec2.describe_instance_types(DryRun=True, InstanceTypes=["t3.micro"]),
+        ),
+        Probe(
+            "ec2:DescribeSpotPriceHistory",
+            lambda ec2: ec2.describe_spot_price_history(DryRun=True, InstanceTypes=["t3.micro"], MaxResults=1),
+        ),
         Probe("ec2:DescribeFleets", lambda ec2: ec2.describe_fleets(DryRun=True, FleetIds=[_FLEET])),
-        Probe("ec2:CreateSecurityGroup", lambda ec2: ec2.create_security_group(
-            DryRun=True, GroupName=_NAME, Description=_NAME)),
-        Probe("ec2:CreateTags", lambda ec2: ec2.create_security_group(
-            DryRun=True, GroupName=_NAME, Description=_NAME, TagSpecifications=tag), ("ec2:CreateSecurityGroup",)),
-        Probe("ec2:AuthorizeSecurityGroupIngress", lambda ec2: ec2.authorize_security_group_ingress(
-            DryRun=True, GroupId=_GROUP, IpPermissions=[
-                {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "192.0.2.1/32"}]}])),
+        Probe(
+            "ec2:CreateSecurityGroup",
+            lambda ec2: ec2.create_security_group(DryRun=True, GroupName=_NAME, Description=_NAME),
+        ),
+        Probe(
+            "ec2:CreateTags",
+            lambda ec2: ec2.create_security_group(
+                DryRun=True, GroupName=_NAME, Description=_NAME, TagSpecifications=tag
+            ),
+            ("ec2:CreateSecurityGroup",),
+        ),
+        Probe(
+            "ec2:AuthorizeSecurityGroupIngress",
+            lambda ec2: ec2.authorize_security_group_ingress(
+                DryRun=True,
+                GroupId=_GROUP,
+                IpPermissions=[
+                    {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "192.0.2.1/32"}]}
+                ],
+            ),
+        ),
         Probe("ec2:DeleteSecurityGroup", lambda ec2: ec2.delete_security_group(DryRun=True, GroupId=_GROUP)),
-        Probe("ec2:ImportKeyPair", lambda ec2: ec2.import_key_pair(
-            DryRun=True, KeyName=_NAME, PublicKeyMaterial=_PUBLIC_KEY.encode())),
+        Probe(
+            "ec2:ImportKeyPair",
+            lambda ec2: ec2.import_key_pair(DryRun=True, KeyName=_NAME, PublicKeyMaterial=_PUBLIC_KEY.encode()),
+        ),
         Probe("ec2:DeleteKeyPair", lambda ec2: ec2.delete_key_pair(DryRun=True, KeyName=_NAME)),
-        Probe("ec2:CreateLaunchTemplate", lambda ec2: ec2.create_launch_template(
-            DryRun=True, LaunchTemplateName=_NAME, LaunchTemplateData={"InstanceType": "t3.micro"})),
-        Probe("ec2:DeleteLaunchTemplate", lambda ec2: ec2.delete_launch_template(
-            DryRun=True, LaunchTemplateId=_TEMPLATE)),
-        Probe("ec2:CreateFleet", lambda ec2: ec2.create_fleet(
-            DryRun=True, Type="instant",
-            LaunchTemplateConfigs=[{"LaunchTemplateSpecification": {"LaunchTemplateId": _TEMPLATE, "Version": "1"}}],
-            TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
-        ), ("ec2:RunInstances",)),  # an instant fleet launches through RunInstances
-        Probe("ec2:DeleteFleets", lambda ec2: ec2.delete_fleets(
-            DryRun=True, FleetIds=[_FLEET], TerminateInstances=True)),
+        Probe(
+            "ec2:CreateLaunchTemplate",
+            lambda ec2: ec2.create_launch_template(
+                DryRun=True, LaunchTemplateName=_NAME, LaunchTemplateData={"InstanceType": "t3.micro"}
+            ),
+        ),
+        Probe(
+            "ec2:DeleteLaunchTemplate", lambda ec2: ec2.delete_launch_template(DryRun=True, LaunchTemplateId=_TEMPLATE)
+        ),
+        Probe(
+            "ec2:CreateFleet",
+            lambda ec2: ec2.create_fleet(
+                DryRun=True,
+                Type="instant",
+                LaunchTemplateConfigs=[
+                    {"LaunchTemplateSpecification": {"LaunchTemplateId": _TEMPLATE, "Version": "1"}}
+                ],
+                TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+            ),
+            ("ec2:RunInstances",),
+        ),  # an instant fleet launches through RunInstances
+        Probe(
+            "ec2:DeleteFleets", lambda ec2: ec2.delete_fleets(DryRun=True, FleetIds=[_FLEET], TerminateInstances=True)
+        ),
         Probe("ec2:GetConsoleOutput", lambda ec2: ec2.get_console_output(DryRun=True, InstanceId=_INSTANCE)),
         Probe("ec2:TerminateInstances", lambda ec2: ec2.terminate_instances(DryRun=True, InstanceIds=[_INSTANCE])),
         Probe("ec2:DeleteVolume", lambda ec2: ec2.delete_volume(DryRun=True, VolumeId=_VOLUME)),
     ]
     if image_id:
-        found.append(Probe("ec2:RunInstances", lambda ec2: ec2.run_instances(
-            DryRun=True, ImageId=image_id, InstanceType="t3.micro", MinCount=1, MaxCount=1)))
+        found.append(
+            Probe(
+                "ec2:RunInstances",
+                lambda ec2: ec2.run_instances(
+                    DryRun=True, ImageId=image_id, InstanceType="t3.micro", MinCount=1, MaxCount=1
+                ),
+            )
+        )
     return {p.action: p for p in found}
 
 

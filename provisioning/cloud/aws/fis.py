@@ -13,14 +13,10 @@ FIS_ACTION = "aws:ec2:send-spot-instance-interruptions"
 MIN_NOTICE_S, MAX_NOTICE_S = 120, 900  # FIS accepts durationBeforeInterruption of 2 to 15 minutes
 
 
-def send_spot_interruption(
-    ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str
-) -> str:
+def send_spot_interruption(ctx: AwsContext, cluster: str, instance_id: str, after_s: int, role_arn: str) -> str:
     """Start an experiment that interrupts one spot instance after `after_s` seconds; return its id."""
     if not MIN_NOTICE_S <= after_s <= MAX_NOTICE_S:
-        raise InputError(
-            f"--after must be between {MIN_NOTICE_S} and {MAX_NOTICE_S} seconds on AWS (FIS limits)"
-        )
+        raise InputError(f"--after must be between {MIN_NOTICE_S} and {MAX_NOTICE_S} seconds on AWS (FIS limits)")
     if not role_arn:
         raise InputError("AWS FIS needs an IAM role it can assume: pass --fis-role-arn ARN")
     with cloud_errors("asking for the caller's account"):

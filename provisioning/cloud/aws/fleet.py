@@ -44,7 +44,11 @@ class LaunchSite:
 
 
 def fleet_request(
-    site: LaunchSite, instance_type: str, groups: list[NodeGroup], client_token: str, all_or_nothing: bool,
+    site: LaunchSite,
+    instance_type: str,
+    groups: list[NodeGroup],
+    client_token: str,
+    all_or_nothing: bool,
     instance_tags: dict[str, str] | None = None,
 ) -> dict[str, object]:
     """The CreateFleet arguments for the groups of one instance type.

@@ -77,21 +77,27 @@ class FleetError:
         """What the user does about it, in one clause."""
         if self.code == "AuthFailure.ServiceLinkedRoleCreationNotPermitted":
             # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html
-            return ("the account has no service-linked role for Spot yet and these credentials may not create "
-                    "it: run `aws iam create-service-linked-role --aws-service-name spot.amazonaws.com` once as "
-                    "an administrator (or grant iam:CreateServiceLinkedRole)")
+            return (
+                "the account has no service-linked role for Spot yet and these credentials may not create "
+                "it: run `aws iam create-service-linked-role --aws-service-name spot.amazonaws.com` once as "
+                "an administrator (or grant iam:CreateServiceLinkedRole)"
+            )
         kind = self.kind
         if kind is FleetErrorKind.QUOTA:
             return self._quota_fix(region)
         if kind is FleetErrorKind.RIGHTS:
-            return ("the credentials lack a right the launch needs (ec2:CreateFleet, ec2:RunInstances, "
-                    "ec2:CreateTags, iam:PassRole for --instance-profile; README \"What deepvm needs from your "
-                    "AWS account\"); `aws sts decode-authorization-message` reads an encoded message")
+            return (
+                "the credentials lack a right the launch needs (ec2:CreateFleet, ec2:RunInstances, "
+                'ec2:CreateTags, iam:PassRole for --instance-profile; README "What deepvm needs from your '
+                'AWS account"); `aws sts decode-authorization-message` reads an encoded message'
+            )
         if self.code == "InsufficientFreeAddressesInSubnet":
             return "the subnet has no free addresses: pass a larger --subnet in the plan's zone"
         if kind is FleetErrorKind.REQUEST:
-            return (f"EC2 cannot launch {self.instance_type} this way: check that --ami exists in {region} and "
-                    f"is built for {self.instance_type}'s architecture, and that --subnet is in the plan's zone")
+            return (
+                f"EC2 cannot launch {self.instance_type} this way: check that --ami exists in {region} and "
+                f"is built for {self.instance_type}'s architecture, and that --subnet is in the plan's zone"
+            )
         return "deepvm does not know this code, so it retries nothing; see EC2's error codes reference"
 
     def _quota_fix(self, region: str) -> str:
@@ -99,8 +105,9 @@ class FleetError:
         markets = [self.market] if self.market else list(Market)
         codes = [QUOTA_CODES.get(quota_group_in_market(self.instance_type, group, m), {}).get(m) for m in markets]
         named = ", ".join(f"{m.value} {c}" for m, c in zip(markets, codes, strict=True) if c) or "its quota"
-        return (f"the account's vCPU quota for {self.instance_type} in {region} ({named}) is used up: ask for "
-                "more in Service Quotas (`aws service-quotas request-service-quota-increase --service-code ec2 "
-                "--quota-code CODE --desired-value VCPUS`), or plan with live quotas (`deepvm plan` without "
-                "--offline)")
-
+        return (
+            f"the account's vCPU quota for {self.instance_type} in {region} ({named}) is used up: ask for "
+            "more in Service Quotas (`aws service-quotas request-service-quota-increase --service-code ec2 "
+            "--quota-code CODE --desired-value VCPUS`), or plan with live quotas (`deepvm plan` without "
+            "--offline)"
+        )

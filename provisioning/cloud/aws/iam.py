@@ -40,7 +40,7 @@ from provisioning.cloud.aws.policies import (
     JOB_STORAGE_POLICY,
     OUTPUTS_POLICY,
     controller_policy,
-    job_storage_policy,  # fmt: skip
+    job_storage_policy,
     trust_policy,
 )
 from provisioning.cloud.names import CLUSTER_ID_TAG, CLUSTER_TAG, IAM_PATH, ClusterIdentity, cluster_tags, role_name
@@ -53,9 +53,12 @@ _KINDS = ("controller", "holders")
 
 
 def ensure_controller(
-    ctx: AwsContext, cluster: ClusterIdentity, user_profile: str | None, node_profile: str | None,
+    ctx: AwsContext,
+    cluster: ClusterIdentity,
+    user_profile: str | None,
+    node_profile: str | None,
     with_holders: bool = False,
-) -> ControllerAccess:  # fmt: skip
+) -> ControllerAccess:
     """The head's instance profile: the user's `--controller-profile` as given, else deepvm's own role and
     profile for the cluster, created or brought up to date (a rerun after a crash reuses them); with
     `with_holders` (the plan has holders besides the head), also the holders' role and profile.
@@ -123,8 +126,10 @@ def put_job_storage(ctx: AwsContext, access: ControllerAccess, storage: JobStora
     if not access.owned:
         return
     iam = ctx.client("iam")
-    for role, areas in ((access.role, storage.head_areas if storage else ()),
-                        (access.holders, storage.holders if storage else ())):  # fmt: skip
+    for role, areas in (
+        (access.role, storage.head_areas if storage else ()),
+        (access.holders, storage.holders if storage else ()),
+    ):
         if not role:
             continue
         try:
@@ -136,8 +141,10 @@ def put_job_storage(ctx: AwsContext, access: ControllerAccess, storage: JobStora
         except ClientError as exc:
             code = error_code(exc)
             fix = f"your credentials need iam:PutRolePolicy and iam:DeleteRolePolicy on it ({README_SECTION})"
-            raise CloudError(f"cannot give the cluster's role {role} the job's S3 rights ({code}); "
-                             + (fix if code in DENIED else str(exc))) from exc  # fmt: skip
+            raise CloudError(
+                f"cannot give the cluster's role {role} the job's S3 rights ({code}); "
+                + (fix if code in DENIED else str(exc))
+            ) from exc
 
 
 def put_outputs_policy(ctx: AwsContext, access: ControllerAccess, bucket: str) -> None:
@@ -149,11 +156,13 @@ def put_outputs_policy(ctx: AwsContext, access: ControllerAccess, bucket: str) -
         return
     document = job_storage_policy((S3Area(bucket, "", writes=True),), partition_of(ctx.region))
     try:
-        ctx.client("iam").put_role_policy(RoleName=access.role, PolicyName=OUTPUTS_POLICY,
-                                          PolicyDocument=json.dumps(document))  # fmt: skip
+        ctx.client("iam").put_role_policy(
+            RoleName=access.role, PolicyName=OUTPUTS_POLICY, PolicyDocument=json.dumps(document)
+        )
     except ClientError as exc:
-        raise CloudError(f"cannot let the cluster's role {access.role} write its outputs bucket {bucket} "
-                         f"({error_code(exc)})") from exc
+        raise CloudError(
+            f"cannot let the cluster's role {access.role} write its outputs bucket {bucket} ({error_code(exc)})"
+        ) from exc
 
 
 def delete_controller(
@@ -180,16 +189,20 @@ def _delete_role_and_profile(iam: Any, cluster: ClusterIdentity, name: str) -> l
     profile = _tagged(cluster, lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"])
     if profile is not None:
         for role in profile["Roles"]:
-            _gone_ok(lambda r=role: iam.remove_role_from_instance_profile(
-                InstanceProfileName=name, RoleName=r["RoleName"]))  # fmt: skip
+            _gone_ok(
+                lambda r=role: iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=r["RoleName"])
+            )
         if _gone_ok(lambda: iam.delete_instance_profile(InstanceProfileName=name)):
             deleted.append(f"IAM instance profile {name}")
     if _tagged(cluster, lambda: iam.get_role(RoleName=name)["Role"]) is not None:
         for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
             _gone_ok(lambda p=policy: iam.delete_role_policy(RoleName=name, PolicyName=p))
         for other in iam.list_instance_profiles_for_role(RoleName=name)["InstanceProfiles"]:
-            _gone_ok(lambda o=other: iam.remove_role_from_instance_profile(
-                InstanceProfileName=o["InstanceProfileName"], RoleName=name))  # fmt: skip
+            _gone_ok(
+                lambda o=other: iam.remove_role_from_instance_profile(
+                    InstanceProfileName=o["InstanceProfileName"], RoleName=name
+                )
+            )
         if _gone_ok(lambda: iam.delete_role(RoleName=name)):
             deleted.append(f"IAM role {name}")
     return deleted
@@ -238,8 +251,10 @@ def identities_in_iam(ctx: AwsContext, name: str) -> list[ClusterIdentity]:
 
 def _role_names(ctx: AwsContext, cluster: ClusterIdentity, known: ControllerAccess = ControllerAccess()) -> list[str]:
     """The names the cluster's roles have: as recorded, else as `up` names them."""
-    named = [known.role if known.owned and known.role else role_name(cluster, ctx.region, "controller"),
-             known.holders or role_name(cluster, ctx.region, "holders")]  # fmt: skip
+    named = [
+        known.role if known.owned and known.role else role_name(cluster, ctx.region, "controller"),
+        known.holders or role_name(cluster, ctx.region, "holders"),
+    ]
     return list(dict.fromkeys(named))
 
 

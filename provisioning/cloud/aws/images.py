@@ -78,8 +78,10 @@ class DeepLearningAmi:
             if why is not None:
                 roles.setdefault(group.instance_type, []).append(f"{group.role.value}s")
                 whys[group.instance_type] = why
-        return [f"{' and '.join(dict.fromkeys(unserved))} ({instance_type}): {whys[instance_type]}"
-                for instance_type, unserved in roles.items()]  # fmt: skip
+        return [
+            f"{' and '.join(dict.fromkeys(unserved))} ({instance_type}): {whys[instance_type]}"
+            for instance_type, unserved in roles.items()
+        ]
 
     def why_not(self, instance_type: str, role: Role) -> str | None:
         """Why the image cannot serve a node of `role` on `instance_type`, with the source; None when it can."""

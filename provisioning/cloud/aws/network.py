@@ -45,8 +45,10 @@ def check_subnet(ctx: AwsContext, subnet_id: str, availability_zone: str, ssh_ci
     with cloud_errors(f"describing subnet {subnet_id}"):
         subnet = ctx.client("ec2").describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
     if subnet.get("AvailabilityZone") != availability_zone:
-        raise InputError(f"--subnet {subnet_id} is in {subnet.get('AvailabilityZone')}, but the plan launches in "
-                         f"{availability_zone}: pass a subnet of {availability_zone}")  # fmt: skip
+        raise InputError(
+            f"--subnet {subnet_id} is in {subnet.get('AvailabilityZone')}, but the plan launches in "
+            f"{availability_zone}: pass a subnet of {availability_zone}"
+        )
     source = ipaddress.ip_network(ssh_cidr, strict=False)
     private_source = any(source.version == p.version and source.subnet_of(p) for p in _PRIVATE)
     if not subnet.get("MapPublicIpOnLaunch") and not private_source:
@@ -65,8 +67,11 @@ def zone_subnets(ctx: AwsContext, vpc_id: str, own_subnet: str) -> tuple[str, ..
     when there is one (it gives public addresses, as `up` needs from a subnet it picks), else the first that
     maps public addresses, else the first (a VPC reached privately: `check_subnet`'s --ssh-cidr)."""
     with cloud_errors(f"listing the subnets of {vpc_id}"):
-        pages = ctx.client("ec2").get_paginator("describe_subnets").paginate(
-            Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
+        pages = (
+            ctx.client("ec2")
+            .get_paginator("describe_subnets")
+            .paginate(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
+        )
         subnets = [s for page in pages for s in page["Subnets"]]
     best: dict[str, tuple[tuple[bool, bool, bool, str], str]] = {}
     for s in subnets:
@@ -137,8 +142,11 @@ def ensure_security_group(ctx: AwsContext, cluster: ClusterIdentity, vpc_id: str
         ]
         for rule in rules:
             try:  # a group created a moment ago may be unknown to EC2 for a while
-                until_known(lambda r=rule: ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[r]),
-                            ("InvalidGroup.NotFound",), GROUP_PROPAGATION_S)  # fmt: skip
+                until_known(
+                    lambda r=rule: ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[r]),
+                    ("InvalidGroup.NotFound",),
+                    GROUP_PROPAGATION_S,
+                )
             except ClientError as exc:
                 if error_code(exc) != "InvalidPermission.Duplicate":
                     raise

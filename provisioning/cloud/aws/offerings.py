@@ -15,11 +15,15 @@ def not_offered(ctx: AwsContext, availability_zone: str, instance_types: list[st
     """The types of `instance_types` that EC2 does not offer in `availability_zone`, in their order."""
     if not instance_types:
         return []
-    filters = [{"Name": "location", "Values": [availability_zone]},
-               {"Name": "instance-type", "Values": list(instance_types)}]  # fmt: skip
+    filters = [
+        {"Name": "location", "Values": [availability_zone]},
+        {"Name": "instance-type", "Values": list(instance_types)},
+    ]
     with cloud_errors(f"asking which instance types {availability_zone} offers"):
-        pages = ctx.client("ec2").get_paginator("describe_instance_type_offerings").paginate(
-            LocationType="availability-zone", Filters=filters
+        pages = (
+            ctx.client("ec2")
+            .get_paginator("describe_instance_type_offerings")
+            .paginate(LocationType="availability-zone", Filters=filters)
         )
         offered = {o["InstanceType"] for page in pages for o in page["InstanceTypeOfferings"]}
     return [t for t in instance_types if t not in offered]

@@ -33,16 +33,17 @@ def trust_policy() -> dict[str, Any]:
     """Who may assume the role: EC2 instances (through the instance profile), nobody else."""
     return {
         "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
-        ],
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
     }
 
 
 def controller_policy(
-    cluster: ClusterIdentity, region: str, node_role_arn: str | None = None, holders_role_arn: str | None = None,
+    cluster: ClusterIdentity,
+    region: str,
+    node_role_arn: str | None = None,
+    holders_role_arn: str | None = None,
     controller_role_arn: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The controller's inline policy: what the head needs on the cluster, limited by the cluster's tag.
 
     A replacement is an instant EC2 Fleet from the cluster's launch template (tagged with the cluster), and
@@ -102,9 +103,7 @@ def controller_policy(
             "Sid": "LaunchWithTheTemplatesParts",
             "Effect": "Allow",
             "Action": "ec2:RunInstances",
-            "Resource": [
-                f"{arn}:{kind}/*" for kind in ("image", "snapshot", "subnet", "security-group", "key-pair")
-            ],
+            "Resource": [f"{arn}:{kind}/*" for kind in ("image", "snapshot", "subnet", "security-group", "key-pair")],
             "Condition": {"ArnLike": {"ec2:LaunchTemplate": f"{arn}:launch-template/*"}},
         },
         {
@@ -128,9 +127,7 @@ def controller_policy(
             "Effect": "Allow",
             "Action": "ec2:CreateTags",
             "Resource": f"{arn}:*/*",
-            "Condition": {
-                "StringEquals": {f"aws:RequestTag/{key}": value, "ec2:CreateAction": list(_CREATE_ACTIONS)}
-            },
+            "Condition": {"StringEquals": {f"aws:RequestTag/{key}": value, "ec2:CreateAction": list(_CREATE_ACTIONS)}},
         },
         {
             # the head retires nodes that hang or that it bought in vain (Cluster.retire, add_nodes)
@@ -149,17 +146,29 @@ def controller_policy(
             "Condition": owned,
         },
     ]
-    for sid, role_arn in (("PassTheNodesRoleToEc2", node_role_arn), ("PassTheHoldersRoleToEc2", holders_role_arn),
-                          ("PassTheControllerRoleToEc2", controller_role_arn)):  # fmt: skip
+    for sid, role_arn in (
+        ("PassTheNodesRoleToEc2", node_role_arn),
+        ("PassTheHoldersRoleToEc2", holders_role_arn),
+        ("PassTheControllerRoleToEc2", controller_role_arn),
+    ):
         if role_arn:
             statements.append(_pass_role(sid, role_arn))
     if holders_role_arn or controller_role_arn:
         statements += [
-            {"Sid": "DescribeProfileAssociations", "Effect": "Allow", "Action": list(_DESCRIBE_PROFILES),
-             "Resource": "*"},
-            {"Sid": "GiveClusterNodesTheirProfile", "Effect": "Allow", "Action": list(_ASSOCIATE),
-             "Resource": f"{arn}:instance/*", "Condition": owned},
-        ]  # fmt: skip
+            {
+                "Sid": "DescribeProfileAssociations",
+                "Effect": "Allow",
+                "Action": list(_DESCRIBE_PROFILES),
+                "Resource": "*",
+            },
+            {
+                "Sid": "GiveClusterNodesTheirProfile",
+                "Effect": "Allow",
+                "Action": list(_ASSOCIATE),
+                "Resource": f"{arn}:instance/*",
+                "Condition": owned,
+            },
+        ]
     return {"Version": "2012-10-17", "Statement": statements}
 
 

@@ -56,7 +56,9 @@ def instance_profiles(ctx: AwsContext, instance_ids: list[str]) -> dict[str, str
     if not instance_ids:
         return {}
     answer = ctx.client("ec2").describe_iam_instance_profile_associations(
-        Filters=[{"Name": "instance-id", "Values": instance_ids},
-                 {"Name": "state", "Values": ["associating", "associated"]}]
-    )["IamInstanceProfileAssociations"]  # fmt: skip
+        Filters=[
+            {"Name": "instance-id", "Values": instance_ids},
+            {"Name": "state", "Values": ["associating", "associated"]},
+        ]
+    )["IamInstanceProfileAssociations"]
     return {a["InstanceId"]: a["IamInstanceProfile"]["Arn"] for a in answer}

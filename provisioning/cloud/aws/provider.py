@@ -109,8 +109,9 @@ def add_instances(
     site = LaunchSite(cluster, resources.launch_template_id, resources.subnet_in(zone, own_zone), zone)
     tags = {ROLE_TAG: group.role.value, PRICE_TAG: f"{group.usd_per_hour:.6f}"}
     fleet = launch_fleet(ctx, site, group.instance_type, [group], token, all_or_nothing=False, instance_tags=tags)
-    return LaunchOutcome(resources.with_fleets([fleet.fleet_id], fleet.instance_ids), fleet.instance_ids,
-                         fleet.shortfalls)  # fmt: skip
+    return LaunchOutcome(
+        resources.with_fleets([fleet.fleet_id], fleet.instance_ids), fleet.instance_ids, fleet.shortfalls
+    )
 
 
 def attach_to_head(ctx: AwsContext, access: ControllerAccess, instance_id: str) -> None:

@@ -79,29 +79,73 @@ def _same(service: str, prefix: str, *operations: str) -> tuple[Call, ...]:
 
 _PASS = "iam:PassRole"
 CALLS: tuple[Call, ...] = (
-    *_same("ec2", "ec2", "AuthorizeSecurityGroupIngress", "DeleteFleets", "DeleteKeyPair", "DeleteLaunchTemplate",
-           "DeleteSecurityGroup", "DeleteVolume", "DescribeFleets", "DescribeIamInstanceProfileAssociations",
-           "DescribeImages", "DescribeInstances", "DescribeInstanceTypeOfferings", "DescribeInstanceTypes",
-           "DescribeKeyPairs", "DescribeLaunchTemplates", "DescribeRegions", "DescribeSecurityGroups",
-           "DescribeSpotPriceHistory", "DescribeSubnets", "DescribeVolumes", "GetConsoleOutput", "TerminateInstances"),
-    Call("ec2", "CreateFleet", ("ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateTags", _PASS),
-         "iam:PassRole for the role of the launch template's instance profile (`--instance-profile`)"),
+    *_same(
+        "ec2",
+        "ec2",
+        "AuthorizeSecurityGroupIngress",
+        "DeleteFleets",
+        "DeleteKeyPair",
+        "DeleteLaunchTemplate",
+        "DeleteSecurityGroup",
+        "DeleteVolume",
+        "DescribeFleets",
+        "DescribeIamInstanceProfileAssociations",
+        "DescribeImages",
+        "DescribeInstances",
+        "DescribeInstanceTypeOfferings",
+        "DescribeInstanceTypes",
+        "DescribeKeyPairs",
+        "DescribeLaunchTemplates",
+        "DescribeRegions",
+        "DescribeSecurityGroups",
+        "DescribeSpotPriceHistory",
+        "DescribeSubnets",
+        "DescribeVolumes",
+        "GetConsoleOutput",
+        "TerminateInstances",
+    ),
+    Call(
+        "ec2",
+        "CreateFleet",
+        ("ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateTags", _PASS),
+        "iam:PassRole for the role of the launch template's instance profile (`--instance-profile`)",
+    ),
     Call("ec2", "RunInstances", ("ec2:RunInstances",)),  # `check`'s probe: untagged, no instance profile
     Call("ec2", "CreateLaunchTemplate", ("ec2:CreateLaunchTemplate", "ec2:CreateTags")),
     Call("ec2", "CreateSecurityGroup", ("ec2:CreateSecurityGroup", "ec2:CreateTags")),
     Call("ec2", "ImportKeyPair", ("ec2:ImportKeyPair", "ec2:CreateTags")),
     Call("ec2", "AssociateIamInstanceProfile", ("ec2:AssociateIamInstanceProfile", _PASS)),
     Call("ec2", "ReplaceIamInstanceProfileAssociation", ("ec2:ReplaceIamInstanceProfileAssociation", _PASS)),
-    *_same("iam", "iam", "DeleteInstanceProfile", "DeleteRole", "DeleteRolePolicy", "GetInstanceProfile", "GetRole",
-           "ListInstanceProfilesForRole", "ListRolePolicies", "ListRoles", "PutRolePolicy",
-           "RemoveRoleFromInstanceProfile", "SimulatePrincipalPolicy"),
+    *_same(
+        "iam",
+        "iam",
+        "DeleteInstanceProfile",
+        "DeleteRole",
+        "DeleteRolePolicy",
+        "GetInstanceProfile",
+        "GetRole",
+        "ListInstanceProfilesForRole",
+        "ListRolePolicies",
+        "ListRoles",
+        "PutRolePolicy",
+        "RemoveRoleFromInstanceProfile",
+        "SimulatePrincipalPolicy",
+    ),
     Call("iam", "CreateRole", ("iam:CreateRole", "iam:TagRole")),
     Call("iam", "CreateInstanceProfile", ("iam:CreateInstanceProfile", "iam:TagInstanceProfile")),
     Call("iam", "AddRoleToInstanceProfile", ("iam:AddRoleToInstanceProfile", _PASS)),
-    Call("fis", "CreateExperimentTemplate", ("fis:CreateExperimentTemplate", "fis:TagResource", _PASS),
-         "iam:PassRole for the role given as --fis-role-arn"),
-    Call("fis", "StartExperiment", ("fis:StartExperiment", "fis:TagResource", "iam:CreateServiceLinkedRole"),
-         "iam:CreateServiceLinkedRole the first time FIS runs in the account"),
+    Call(
+        "fis",
+        "CreateExperimentTemplate",
+        ("fis:CreateExperimentTemplate", "fis:TagResource", _PASS),
+        "iam:PassRole for the role given as --fis-role-arn",
+    ),
+    Call(
+        "fis",
+        "StartExperiment",
+        ("fis:StartExperiment", "fis:TagResource", "iam:CreateServiceLinkedRole"),
+        "iam:CreateServiceLinkedRole the first time FIS runs in the account",
+    ),
     *_same("pricing", "pricing", "GetProducts"),
     *_same("service-quotas", "servicequotas", "GetServiceQuota", "GetAWSDefaultServiceQuota"),
     *_same("ssm", "ssm", "GetParameter"),
@@ -138,16 +182,19 @@ RUNS_UNDER: dict[str, Module] = {
     # the head buys replacements (add_nodes), reads their consoles and retires nodes, as `up` and a
     # `--controller local` job do from your machine
     "provisioning.cloud.aws.fleet": Module(frozenset({_U, _H}), "buying nodes (EC2 Fleet): `up`, replacements"),
-    "provisioning.cloud.aws.instances": Module(frozenset({_U, _H}),
-                                               "finding the cluster's instances; retiring nodes that hang"),
+    "provisioning.cloud.aws.instances": Module(
+        frozenset({_U, _H}), "finding the cluster's instances; retiring nodes that hang"
+    ),
     "provisioning.cloud.aws.console": Module(frozenset({_U, _H}), "learning each new node's SSH host key"),
     "provisioning.cloud.aws.profiles": Module(frozenset({_U, _H}), "the head's and holders' instance profiles"),
     "provisioning.cloud.aws.teardown": Module(frozenset({_U}), "`down`, and `up` cleaning up after a failure"),
     "provisioning.cloud.aws.fis": Module(frozenset({_U}), "`interrupt` on AWS (an FIS experiment)", Use.OPTIONAL),
-    "provisioning.cloud.aws.account": Module(frozenset({_U}), "`check`: your role's ARN, whether the region is "
-                                             "enabled, the image's record", Use.OPTIONAL),
-    "provisioning.cloud.aws.simulator": Module(frozenset({_U}), "`check`: your rights, from IAM's policy simulator "
-                                               "(without it, EC2's DryRun)", Use.OPTIONAL),
+    "provisioning.cloud.aws.account": Module(
+        frozenset({_U}), "`check`: your role's ARN, whether the region is enabled, the image's record", Use.OPTIONAL
+    ),
+    "provisioning.cloud.aws.simulator": Module(
+        frozenset({_U}), "`check`: your rights, from IAM's policy simulator (without it, EC2's DryRun)", Use.OPTIONAL
+    ),
     "provisioning.cloud.aws.dryrun": Module(frozenset({_U}), "`check`: EC2 rights probed with DryRun", Use.PROBE),
     "training.client.storage": Module(frozenset({_U}), "`train` with l3: the job's bucket exists"),
     "training.head.log_mirror": Module(frozenset({_H}), "a managed job's log, mirrored beside its L3"),
@@ -159,8 +206,9 @@ RUNS_UNDER: dict[str, Module] = {
     "training.head.resume": Module(frozenset({_H}), "`train --resume` on another cluster: the job's checkpoint"),
     "provisioning.cloud.aws.buckets": Module(frozenset({_U}), "`train`, `up --autodown`, `down`: the outputs bucket"),
     "provisioning.clusters.ended": Module(frozenset({_U}), "finishing the teardown of a cluster its head took down"),
-    "training.client.outputs": Module(frozenset({_U}), "`fetch`, `logs`, `status JOB`, `train --resume`: "
-                                      "a job's outputs in S3"),
+    "training.client.outputs": Module(
+        frozenset({_U}), "`fetch`, `logs`, `status JOB`, `train --resume`: a job's outputs in S3"
+    ),
     # every holder (the head always is one) writes L3; the head leads, and commits manifests
     "deepcheck.storage_s3": Module(frozenset({_H, _O}), "DeepCheck's L3"),
     # ranks that train read an S3 dataset: the trainers with your profile, a Single Anchor's head with its own

@@ -53,8 +53,10 @@ def simulate(ctx: AwsContext, principal_arn: str, actions: Iterable[str]) -> dic
     spelled = {a.lower(): a for a in wanted}  # IAM's names are case-insensitive: keep the caller's spelling
     found: dict[str, Simulated] = {}
     with asking("iam:SimulatePrincipalPolicy"):
-        pages = ctx.client("iam").get_paginator("simulate_principal_policy").paginate(
-            PolicySourceArn=principal_arn, ActionNames=wanted
+        pages = (
+            ctx.client("iam")
+            .get_paginator("simulate_principal_policy")
+            .paginate(PolicySourceArn=principal_arn, ActionNames=wanted)
         )
         for page in pages:
             for result in page.get("EvaluationResults", []):

@@ -48,8 +48,9 @@ _DEPENDENCY_WAIT_S = 120.0  # how long a security group may stay in use by insta
 class TeardownIncomplete(CloudError):
     """Something of the cluster is still there after the teardown's last pass."""
 
-    def __init__(self, cluster: str, region: str, left: list[Leftover], failures: dict[str, str],
-                 endpoint_url: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cluster: str, region: str, left: list[Leftover], failures: dict[str, str], endpoint_url: str | None = None
+    ) -> None:
         self.left = tuple(left)
         retry = f"run `deepvm down {cluster} --yes` again to retry"
         if not left:  # the listing itself failed: say what did
@@ -123,8 +124,12 @@ def terminate_cluster(
 
 
 def _one_pass(
-    ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources, deadline: float,
-    on_step: Callable[[str], None], keep_outputs: bool,
+    ctx: AwsContext,
+    cluster: ClusterIdentity,
+    known: CloudResources,
+    deadline: float,
+    on_step: Callable[[str], None],
+    keep_outputs: bool,
 ) -> _Pass:
     ec2 = ctx.client("ec2")
     run = _Pass()
@@ -206,8 +211,9 @@ def _one_pass(
     return run
 
 
-def leftovers(ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources = CloudResources(),
-              keep_outputs: bool = False) -> list[Leftover]:  # fmt: skip
+def leftovers(
+    ctx: AwsContext, cluster: ClusterIdentity, known: CloudResources = CloudResources(), keep_outputs: bool = False
+) -> list[Leftover]:
     """Everything of the cluster (tagged with it, or recorded in `known`) that costs money, blocks a new
     cluster of that name, or grants rights (the controller's IAM role and profile); the outputs bucket
     unless it is to be kept."""
@@ -250,8 +256,13 @@ def clusters_named(ctx: AwsContext, name: str) -> list[ClusterIdentity]:
     by_name = [{"Name": f"tag:{CLUSTER_TAG}", "Values": [name]}]
     with cloud_errors(f"looking for clusters named {name}"):
         pages = ec2.get_paginator("describe_instances").paginate(Filters=by_name)
-        tagged = [i for page in pages for r in page["Reservations"] for i in r["Instances"]
-                  if i["State"]["Name"] != "terminated"]  # fmt: skip
+        tagged = [
+            i
+            for page in pages
+            for r in page["Reservations"]
+            for i in r["Instances"]
+            if i["State"]["Name"] != "terminated"
+        ]
         tagged += ec2.describe_launch_templates(Filters=by_name)["LaunchTemplates"]
         tagged += ec2.describe_security_groups(Filters=by_name)["SecurityGroups"]
         tagged += ec2.describe_key_pairs(Filters=by_name)["KeyPairs"]

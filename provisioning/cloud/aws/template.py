@@ -61,9 +61,7 @@ def ensure_launch_template(ctx: AwsContext, spec: ClusterSpec, security_group_id
             "HttpPutResponseHopLimit": IMDS_HOP_LIMIT,
         },
         "InstanceInitiatedShutdownBehavior": "terminate",
-        "TagSpecifications": [
-            tag_spec(kind, spec.identity) for kind in ("instance", "volume", "network-interface")
-        ],
+        "TagSpecifications": [tag_spec(kind, spec.identity) for kind in ("instance", "volume", "network-interface")],
     }
     if spec.instance_profile:
         # the nodes' only AWS credentials (DeepCheck's L3 on S3, datasets on S3): never keys on disk

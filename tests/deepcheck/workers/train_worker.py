@@ -84,8 +84,7 @@ else:
         result["step"] = restored.info.step
         result["levels"] = [lv.name for lv in restored.info.levels]
         result["bitwise"] = all(
-            torch.equal(ref["model"][k].view(torch.uint8), got["model"][k].view(torch.uint8))
-            for k in ref["model"]
+            torch.equal(ref["model"][k].view(torch.uint8), got["model"][k].view(torch.uint8)) for k in ref["model"]
         ) and list(ref["model"]) == list(got["model"])
         result["scheduler"] = got["scheduler"] == ref["scheduler"]
         result["data"] = got["data"]

@@ -89,9 +89,7 @@ def _reconstruct(cls: object, _shape: object, _typecode: object) -> _Array:
     return _Array()
 
 
-def _frombuffer(
-    buf: bytes | bytearray | pickle.PickleBuffer, dtype: _DType, shape: tuple[int, ...], order: str
-):
+def _frombuffer(buf: bytes | bytearray | pickle.PickleBuffer, dtype: _DType, shape: tuple[int, ...], order: str):
     return _as_tensor(bytes(buf), dtype, tuple(shape), order == "F")
 
 

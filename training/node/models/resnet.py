@@ -33,9 +33,7 @@ class BasicBlock(nn.Module):
     def __init__(self, c_in: int, width: int, stride: int) -> None:
         super().__init__()
         c_out = width * self.expansion
-        self.body = nn.Sequential(
-            *_conv_bn(c_in, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, c_out, 3)
-        )
+        self.body = nn.Sequential(*_conv_bn(c_in, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, c_out, 3))
         self.shortcut = _shortcut(c_in, c_out, stride)
         self.relu = nn.ReLU(inplace=True)
 
@@ -69,8 +67,9 @@ class ResNet(nn.Module):
     """Stem, four stages of residual blocks (widths w, 2w, 4w, 8w; the paper's w is 64), global average pool,
     linear classifier."""
 
-    def __init__(self, block: type[BasicBlock | Bottleneck], depths: tuple[int, ...], num_classes: int,
-                 width: int = 64):  # fmt: skip
+    def __init__(
+        self, block: type[BasicBlock | Bottleneck], depths: tuple[int, ...], num_classes: int, width: int = 64
+    ):
         super().__init__()
         self.stem = nn.Sequential(*_conv_bn(3, width, 3), nn.ReLU(inplace=True))
         stages: list[nn.Module] = []
