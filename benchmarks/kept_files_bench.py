@@ -23,10 +23,9 @@ sandbox's hosts, not shared memory (`--btl` "" leaves Open MPI's own choice).
 The peak RSS (VmHWM) of each trainer rank and of the holder is read from /proc once the copy is safe.
 
 --parts then times the pieces of ours one by one inside a fresh mpirun with the same roles and link (through
-DeepCheck's own API and training.node's own functions, not a copy of them): reading the file, the trainers'
-Bcast of its bytes (training.node.launched._bcast; a raw MPI Bcast of a preallocated buffer, so the
-difference is its in-memory copies; and the suggested one: the owner sending from its bytes, the others
-receiving into a fresh buffer they keep), DeepCheck's save (L0 copy), its L1 and L2, and its checksum alone.
+DeepCheck's own API and training.node's own functions, not a copy of them): reading the file, DeepCheck's save
+of it from the trainer that read it (training.node.kepttable: the others hold none of it; the save's L0 copy),
+its L1 and L2, and its checksum alone.
 
 Runs on the CPUs of one machine (two cores here): one size at a time, nothing left running. Open MPI as root
 needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, set here.
@@ -284,8 +283,8 @@ def parts_rank(size: int, work: Path) -> None:
 
     import deepcheck
     from deepcheck.checksum import Digest
-    from training.node.keptfiles import FileCopy, KeptFiles, Stamp, as_tree
-    from training.node.launched import _BCAST_CHUNK, _bcast
+    from training.node.keptfiles import FileCopy, KeptFiles
+    from training.node.kepttable import KeptTable
 
     comm = MPI.COMM_WORLD
     roles = os.environ["BENCH_ROLES"].split(",")
@@ -303,54 +302,29 @@ def parts_rank(size: int, work: Path) -> None:
         took[name] = time.perf_counter() - start
 
     t0 = time.perf_counter()
-    copies = files.changed(set()) if t == 0 else []  # the tick's read: KeptFiles.changed
+    copies = files.changed(set) if t == 0 else []  # the tick's read: KeptFiles.changed
     timed("read (KeptFiles.changed)", t0)
-    warm = bytearray(16 * MiB)  # the first large message opens the trainers' TCP connection: not part of a keep
-    trainers.Bcast([warm, MPI.BYTE], root=0)
-    del warm
+    key, stamp = trainers.bcast((copies[0].key, copies[0].stamp) if t == 0 else None, root=0)  # as _agree tells
+    table = KeptTable(t)
+    table.take(copies[0] if t == 0 else FileCopy(key, stamp, None), 0)  # the file stays on trainer 0
+    tree, owners = table.state()
     trainers.Barrier()
     t0 = time.perf_counter()
-    data = _bcast(trainers, copies[0].data if t == 0 else None, size, 0)
-    timed("Bcast (launched._bcast)", t0)
-    trainers.Barrier()
-    raw = bytearray(data) if t == 0 else bytearray(size)  # not timed: the buffer MPI sends from / receives into
-    trainers.Barrier()
-    t0 = time.perf_counter()
-    view = memoryview(raw)
-    for lo in range(0, size, _BCAST_CHUNK):
-        trainers.Bcast([view[lo : lo + _BCAST_CHUNK], MPI.BYTE], root=0)
-    timed("Bcast (raw MPI, no copies)", t0)
-    del view, raw
-    trainers.Barrier()
-    t0 = time.perf_counter()
-    kept = bytearray(size) if t != 0 else None  # suggested: the root sends from its bytes (read-only is fine),
-    view = memoryview(data if kept is None else kept)  # the others receive into the buffer they then keep
-    for lo in range(0, size, _BCAST_CHUNK):
-        trainers.Bcast([view[lo : lo + _BCAST_CHUNK], MPI.BYTE], root=0)
-    timed("Bcast (suggested: no copy at root, one buffer elsewhere)", t0)
-    del view, kept
-    t0 = time.perf_counter()
-    copy = bytes(bytearray(data))
-    timed("_bcast's two copies alone", t0)
-    del copy
-    key = "job/" + SNAPSHOT
-    tree = as_tree({key: FileCopy(key, Stamp(size, 0), data)})  # the same on every trainer, as _agree's table
-    trainers.Barrier()
-    t0 = time.perf_counter()
-    handle = ck.save(tree, 1)
-    took["DeepCheck save (L0 copy of 1/n)"] = handle.stall_s
+    handle = ck.save(tree, 1, owners=owners)
+    took["DeepCheck save (L0 copy of the owner's file)"] = handle.stall_s
     ck.wait(deepcheck.Level.L1, step=1)
     timed("save -> L1 (ship + checksum)", t0)
     ck.wait(deepcheck.Level.L2, step=1)
     timed("save -> L2 (+ write + fsync)", t0)
     trainers.Barrier()
-    t0 = time.perf_counter()
-    digest, view = Digest(), memoryview(data)
-    for lo in range(0, size, 8 * MiB):
-        digest.update(view[lo : lo + 8 * MiB])
-    digest.value()
-    timed("checksum of SIZE alone (1 core)", t0)
-    del view
+    if t == 0:
+        t0 = time.perf_counter()
+        digest, view = Digest(), memoryview(copies[0].data)
+        for lo in range(0, size, 8 * MiB):
+            digest.update(view[lo : lo + 8 * MiB])
+        digest.value()
+        timed("checksum of SIZE alone (1 core)", t0)
+        del view
     gathered = trainers.gather(took, root=0)
     ck.close()
     trainers.Free()

@@ -13,6 +13,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from mpi4py import MPI
 
 from . import codec
 from .agree import check_agreement, check_failed
-from .errors import CheckpointTimeout, ConfigError, DeepCheckError
+from .errors import CheckpointTimeout, ConfigError, DeepCheckError, StateError
 from .holder import HolderPart
 from .lead import LeadPart
 from .manifest import CheckpointId, new_run_id
@@ -153,13 +154,27 @@ class DeepCheck:
         return self.timeout if timeout is None else timeout
 
     # ---- saving ----------------------------------------------------------------------------------
-    def save(self, state: Any, step: int, *, epoch: int | None = None, rank_state: Any = None) -> SaveHandle:
+    def save(
+        self,
+        state: Any,
+        step: int,
+        *,
+        epoch: int | None = None,
+        rank_state: Any = None,
+        owners: Sequence[int] | None = None,
+    ) -> SaveHandle:
         """Snapshot `state` (L0) and return; shipping, persisting and uploading continue in the background.
 
         Collective over trainers: every trainer calls it for the same steps with the same state layout
         (replicated model/optimizer/scheduler state, data position, extras), and if they differ every
         trainer raises StateError. Per-rank data goes in `rank_state`; RNG states are captured per rank
         automatically. Steps must increase.
+
+        `owners`, for a state whose bulk leaves live on different trainers: the trainer that holds each leaf,
+        in the order the leaves are met (sorted: each trainer's leaves together), the same on every trainer.
+        Each trainer then sends exactly its own leaves and passes `codec.Elsewhere(nbytes)` for the others',
+        so no leaf is copied to every trainer first (sharding.plan_shards' `split`). A restore gives every
+        trainer the whole state, as always.
         """
         trainer = self._need_trainer("save")
         t0 = time.perf_counter()
@@ -169,12 +184,15 @@ class DeepCheck:
             if step <= self.last_step:
                 raise ConfigError(f"step {step} is not after the previous save ({self.last_step}); steps must increase")
             flat = codec.flatten(state)
+            split = None if owners is None else _split(flat, owners, len(self.world.trainers), self.world.trainer_index)
+            if split is None and None in flat.sources:
+                raise StateError("a state with codec.Elsewhere leaves needs save()'s owners")
         except DeepCheckError:
             check_failed(self.tcomm, self._timeout(None))  # take part in the exchange, so the others raise too
             raise
         check_agreement(self.tcomm, step, flat.total, flat.layout_crc(), self._timeout(None))
         mine = codec.flatten({"rng": capture_rng(), "user": rank_state}, inline=True).skeleton
-        shards = plan_shards(flat.total, len(self.world.trainers), len(self.world.holders))
+        shards = plan_shards(flat.total, len(self.world.trainers), len(self.world.holders), split)
         t = self.world.trainer_index
         lo, hi = trainer_range(shards, t)
         buf = self.pool.acquire(hi - lo, needs_pinned(flat), self._timeout(None))
@@ -256,11 +274,13 @@ class DeepCheck:
         *,
         epoch: int | None = None,
         rank_state: Any = None,
+        owners: Sequence[int] | None = None,
         timeout: float | None = None,
     ) -> FlushReport:
-        """Checkpoint now; return once it is safe on the holders (at least L1). Collective over trainers."""
+        """Checkpoint now (as save() does); return once it is safe on the holders (at least L1). Collective over
+        trainers."""
         t0 = time.perf_counter()
-        handle = self.save(state, step, epoch=epoch, rank_state=rank_state)
+        handle = self.save(state, step, epoch=epoch, rank_state=rank_state, owners=owners)
         self.wait(Level.L1, step=step, timeout=timeout)
         self.flush_flag.clear()
         with self.trainer.cond:
@@ -327,3 +347,21 @@ class DeepCheck:
         for c in (self.tcomm, self.rcomm, self.comm):
             if c != MPI.COMM_NULL:
                 c.Free()
+
+
+def _split(flat: codec.Flattened, owners: Sequence[int], n_trainers: int, me: int) -> tuple[int, ...]:
+    """Where each trainer's range of the stream begins (plan_shards' `split`): at its first leaf, so that the
+    padding after a leaf goes with it; checks that `owners` is one sorted trainer index per leaf and that this
+    trainer holds every leaf it owns."""
+    if (
+        len(owners) != len(flat.leaves)
+        or list(owners) != sorted(owners)
+        or not all(0 <= o < n_trainers for o in owners)
+    ):
+        raise StateError(f"owners must give one trainer (0-{n_trainers - 1}) per bulk leaf, sorted: {list(owners)}")
+    if any(o == me and src is None for o, src in zip(owners, flat.sources, strict=True)):
+        raise StateError(f"trainer {me} owns a leaf it passed as codec.Elsewhere")
+    firsts = [
+        next((leaf.offset for leaf, o in zip(flat.leaves, owners) if o >= t), flat.total) for t in range(n_trainers)
+    ]
+    return (0, *firsts[1:], flat.total)

@@ -44,11 +44,22 @@ class Leaf:
         return cls(kind, int(offset), int(nbytes), str(dtype), tuple(int(d) for d in shape))
 
 
+@dataclass(frozen=True)
+class Elsewhere:
+    """A bytearray leaf that another trainer holds (DeepCheck.save's `owners`): laid out as that trainer's
+    bytearray of `nbytes` is, so every trainer's layout agrees, and never read here (it lies outside this
+    trainer's range of the stream)."""
+
+    nbytes: int
+
+
 @dataclass
 class Flattened:
     skeleton: Any  # JSON-able tree with {"$": "leaf", "i": k} where bulk data was
     leaves: list[Leaf] = field(default_factory=list)
-    sources: list[Any] = field(default_factory=list)  # contiguous tensors or memoryviews, one per leaf
+    sources: list[Any] = field(
+        default_factory=list
+    )  # contiguous tensors or memoryviews, one per leaf (None: Elsewhere)
     total: int = 0  # size of the flat stream
 
     def layout(self) -> dict[str, Any]:
@@ -104,6 +115,8 @@ class _Encoder:
             return float(obj)
         if isinstance(obj, complex):
             return {TAG: "complex", "v": [obj.real, obj.imag]}
+        if isinstance(obj, Elsewhere) and not self.inline:
+            return self.payload("bytearray", None, obj.nbytes)
         if isinstance(obj, (bytes, bytearray)):
             kind = type(obj).__name__
             if self.inline:

@@ -9,6 +9,7 @@ we fall back to ceil(m/n) shards per trainer, which is balanced to within one sh
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +49,15 @@ def even_split(total: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def plan_shards(total: int, n_trainers: int, n_holders: int) -> tuple[Shard, ...]:
-    """Cut `total` bytes into shards for `n_trainers` senders and `n_holders` keepers."""
+def plan_shards(total: int, n_trainers: int, n_holders: int, split: tuple[int, ...] | None = None) -> tuple[Shard, ...]:
+    """Cut `total` bytes into shards for `n_trainers` senders and `n_holders` keepers.
+
+    `split`, when given, is where each trainer's range begins, and the stream's end: trainer t sends
+    [split[t], split[t + 1]), cut into its shards as evenly as a trainer's range is otherwise. It is for a state
+    whose parts live on different trainers (a launched script's kept files, each on the trainer that read it:
+    training.node.launched), so that each part is sent by the one trainer that has it and never copied to the
+    others first. A trainer with an empty range sends empty shards.
+    """
     if n_trainers < 1 or n_holders < 1:
         raise ConfigError(
             f"need at least one trainer and one holder, got {n_trainers} trainer(s) and {n_holders} holder(s)"
@@ -57,7 +65,12 @@ def plan_shards(total: int, n_trainers: int, n_holders: int) -> tuple[Shard, ...
     per_trainer = n_holders // math.gcd(n_trainers, n_holders)
     if n_trainers * per_trainer > MAX_SHARDS:
         per_trainer = -(-n_holders // n_trainers)
-    bounds = even_split(total, n_trainers * per_trainer)
+    if split is None:
+        bounds = even_split(total, n_trainers * per_trainer)
+    else:
+        if len(split) != n_trainers + 1 or split[0] != 0 or split[-1] != total or list(split) != sorted(split):
+            raise ConfigError(f"a split of {total} bytes over {n_trainers} trainers must rise from 0 to it: {split}")
+        bounds = [(lo + a, lo + b) for lo, hi in itertools.pairwise(split) for a, b in even_split(hi - lo, per_trainer)]
     return tuple(
         Shard(index=i, trainer=i // per_trainer, holder=i % n_holders, offset=lo, length=hi - lo)
         for i, (lo, hi) in enumerate(bounds)

@@ -100,6 +100,8 @@ def copy_range(flat: Flattened, lo: int, hi: int, buf: HostBuffer) -> Any:
         if end <= lo or start >= hi:
             continue
         a, b = max(lo, start), min(hi, end)
+        if src is None:  # codec.Elsewhere: save() checked that none lies in this trainer's range
+            raise AssertionError(f"stream bytes [{a}, {b}) are held by another trainer")
         if a > cursor:
             buf.view[cursor - lo : a - lo] = bytes(a - cursor)
         if leaf.kind == "tensor" and src.is_cuda:

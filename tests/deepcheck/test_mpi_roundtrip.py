@@ -52,3 +52,18 @@ def test_a_job_that_never_imports_torch_saves_and_restores(tmp_path, scale, load
     lines = log.read_text().split()
     assert lines[:2] == ["ready", "-1"] and lines[-4:] == ["torch", loads_torch, "closed", "39"]
     assert "ready" in lines[2:] and int(lines[lines.index("ready", 2) + 1]) >= 0
+
+
+def test_a_state_held_in_parts_by_its_trainers_is_sent_by_each_owner_and_restored_whole(tmp_path):
+    """DeepCheck.save's `owners` (training.node.kepttable: a launched script's kept files): each trainer sends
+    exactly the bytes of its own leaves (one none at all), and a restore gives every trainer all of them."""
+    run_mpi(5, "owners_worker.py", "TTTHH", str(tmp_path / "ck"), str(tmp_path))
+    results = [json.loads((tmp_path / f"owners-{r}.json").read_text()) for r in range(3)]
+    for r in results:
+        assert r["step"] == 2 and r["exact"], r
+        assert r["names"] == ["file-0-a", "file-0-b", "file-2-a"]
+        assert r["lie"].startswith("StateError"), r["lie"]  # trainer 0's mistake fails every trainer's save
+    sent = [r["sent"] for r in results]
+    assert sent[1] == [0, 0]  # trainer 1 holds nothing and sends nothing
+    assert 300_008 <= sent[0][0] < 300_008 + 2 * 64  # its two leaves and their alignment: not a third of the total
+    assert sent[2] == [1 << 20, 1 << 20]

@@ -62,3 +62,30 @@ def test_bad_input(args, message):
 def test_even_split_rejects_zero_parts():
     with pytest.raises(ConfigError, match="at least 1"):
         even_split(5, 0)
+
+
+@given(
+    cuts=st.lists(st.integers(0, 10**6), min_size=1, max_size=8),
+    total=st.integers(0, 10**6),
+    m=st.integers(1, 9),
+)
+def test_a_split_gives_each_trainer_exactly_its_range(cuts, total, m):
+    """plan_shards' `split` (DeepCheck.save's owners): trainer t sends [split[t], split[t+1]) and nothing else,
+    with as many shards to the same holders as an even plan has."""
+    split = (0, *sorted(min(c, total) for c in cuts), total)
+    n = len(split) - 1
+    shards = plan_shards(total, n, m, split)
+    assert [(s.index, s.trainer, s.holder) for s in shards] == [
+        (s.index, s.trainer, s.holder) for s in plan_shards(total, n, m)
+    ]
+    assert shards[0].offset == 0 and shards[-1].end == total
+    assert all(a.end == b.offset for a, b in itertools.pairwise(shards))
+    for t in range(n):
+        lo, hi = trainer_range(shards, t)
+        assert (lo, hi) == (split[t], split[t + 1])
+
+
+def test_a_split_that_does_not_rise_from_zero_to_the_total_is_refused():
+    for split in [(0, 5), (1, 5, 10), (0, 6, 5, 10), (0, 5, 9)]:
+        with pytest.raises(ConfigError, match="must rise from 0"):
+            plan_shards(10, 3 if len(split) == 4 else 2, 1, split)

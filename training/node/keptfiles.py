@@ -25,7 +25,7 @@ import errno
 import fcntl
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +47,7 @@ class FileCopy:
 
     key: str  # ROOT/REL
     stamp: Stamp
-    data: bytearray  # as read, or received from the trainer that read it (training.node.launched)
+    data: bytearray | None  # as read or restored; None where another trainer holds it (training.node.kepttable)
 
 
 class KeptFiles:
@@ -185,6 +185,7 @@ def nobody_writing() -> set[Path]:
 
 
 def _write_whole(path: Path, copy: FileCopy) -> None:
+    assert copy.data is not None, f"{copy.key}: put back without its bytes"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     try:
@@ -230,18 +231,3 @@ def _fd_flags(fdinfo: Path) -> int | None:
         if line.startswith("flags:"):
             return int(line.split()[1], 8)
     return None
-
-
-def as_tree(copies: Mapping[str, FileCopy]) -> dict[str, dict[str, object]]:
-    """The state tree DeepCheck checkpoints: every kept file's bytes and stamp, by key."""
-    return {key: {"size": c.stamp.size, "mtime_ns": c.stamp.mtime_ns, "data": c.data} for key, c in copies.items()}
-
-
-def from_tree(tree: Mapping[str, Mapping[str, object]]) -> dict[str, FileCopy]:
-    """The copies of a restored tree (as_tree's; DeepCheck gives a bytearray leaf back as a bytearray)."""
-    copies = {}
-    for key, entry in tree.items():
-        size, mtime_ns, data = entry["size"], entry["mtime_ns"], entry["data"]
-        assert isinstance(size, int) and isinstance(mtime_ns, int) and isinstance(data, bytearray)
-        copies[key] = FileCopy(key, Stamp(size, mtime_ns), data)
-    return copies

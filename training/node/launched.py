@@ -47,13 +47,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpi4py import MPI
-
 import deepcheck
 from provisioning.core.errors import DeepvmError
 from training.node.distenv import DistEnv
 from training.node.elastic_env import ScriptPlace, node_environment, worker_environment
-from training.node.keptfiles import FileCopy, KeptFiles, Stamp, as_tree, from_tree, nobody_writing, open_for_writing
+from training.node.keptfiles import FileCopy, KeptFiles, Stamp, nobody_writing, open_for_writing
+from training.node.kepttable import KeptTable
 from training.node.trainercomm import TrainerComm
 from training.node.warm import WARM_DIR_VARIABLE
 from training.node.whole_lines import whole_lines_into
@@ -66,7 +65,6 @@ TICK_S = 1.0  # between two looks at the script and its files
 STOP_GRACE_S = 30.0  # a clean stop's grace, and a notice's when its time cannot be read
 FLUSH_RESERVE_S = 30.0  # of a notice's two minutes, what the last flush keeps for itself
 MIN_GRACE_S = 5.0
-_BCAST_CHUNK = 1 << 28  # bytes per MPI_Bcast: MPI counts in int
 _DEVICE = "the script's"  # Start's device: the script chooses its own
 
 
@@ -96,7 +94,7 @@ class LaunchedScript:
         assert spec.run is not None
         self.spec, self.how, self.facts, self.env, self.ck, self.trainers = spec, spec.run, facts, env, ck, trainers
         self.files = KeptFiles(facts.job_file.parent, spec.checkpoint.files, facts.kept_dir)
-        self.table: dict[str, FileCopy] = {}  # the kept files every trainer agreed on, by key
+        self.table = KeptTable(trainers.rank)  # the kept files every trainer agreed on
         self.version = 0  # DeepCheck's step of the newest kept files
         self.notice: Notice | None = None
         self.last_keep = time.monotonic()
@@ -138,9 +136,8 @@ class LaunchedScript:
         restored = self.ck.restore()
         if restored is None:
             return
-        self.table = from_tree(restored.state)
         self.version = restored.info.step
-        self.files.put_back(self.table.values())
+        self.files.put_back(self.table.restored(restored.state, self.trainers.size))
         self._report(KeptHow.RESTORED, time.perf_counter() - t0, restored.info.levels[0].name)
 
     def _place(self) -> ScriptPlace:
@@ -265,7 +262,8 @@ class LaunchedScript:
         t0 = time.perf_counter()
         self._agree(list(newest.values()))
         if self.table:
-            report = self.ck.flush_now(as_tree(self.table), self.version)
+            tree, owners = self.table.state()
+            report = self.ck.flush_now(tree, self.version, owners=owners)
             self._report(KeptHow.FLUSHED, time.perf_counter() - t0, report.level.name)
 
     @staticmethod
@@ -280,13 +278,15 @@ class LaunchedScript:
     def _keep(self, changes: list[FileCopy]) -> None:
         t0 = time.perf_counter()
         self._agree(changes)
-        self.ck.save(as_tree(self.table), self.version)
+        tree, owners = self.table.state()
+        self.ck.save(tree, self.version, owners=owners)
         self.last_keep = time.monotonic()
         self._report(KeptHow.KEPT, time.perf_counter() - t0, None)
 
     def _agree(self, changes: list[FileCopy]) -> None:
         """Collective: every trainer's changed and removed files into one table, the same on every trainer; each
-        file's newest version wins (the lowest trainer on a tie), its bytes sent from the trainer that has it."""
+        file's newest version wins (the lowest trainer on a tie), and the trainer that has it holds it
+        (training.node.kepttable: its bytes go from there to the holders, and nowhere else)."""
         gone = self.files.gone()
         offers = self.trainers.comm.allgather(([(c.key, c.stamp) for c in changes], gone))
         winners: dict[str, tuple[Stamp, int]] = {}  # key -> (the newest version's stamp, the trainer that has it)
@@ -295,15 +295,11 @@ class LaunchedScript:
                 if key not in winners or stamp.mtime_ns > winners[key][0].mtime_ns:
                     winners[key] = (stamp, trainer)
         mine = {c.key: c for c in changes}
-        for key in sorted(winners):
-            stamp, owner = winners[key]
-            data = _bcast(
-                self.trainers.comm, mine[key].data if owner == self.trainers.rank else None, stamp.size, owner
-            )
-            self.table[key] = FileCopy(key, stamp, data)
+        for key, (stamp, owner) in winners.items():
+            self.table.take(mine[key] if owner == self.trainers.rank else FileCopy(key, stamp, None), owner)
         removed = {key for _, keys in offers for key in keys} - set(winners)
         for key in removed:
-            self.table.pop(key, None)
+            self.table.drop(key)
             self.files.path(key).unlink(missing_ok=True)  # as on a shared filesystem: gone for every trainer
         self.files.took(self.table.values(), removed)
         self.version += 1
@@ -332,18 +328,6 @@ def _python_dirs() -> list[str]:
     own torchrun: training.node.jobenv), then deepvm's own, before the node's system Python."""
     pythons = [os.environ.get("DEEPVM_PYTHON") or sys.executable, sys.executable]
     return list(dict.fromkeys(str(Path(p).parent) for p in pythons))
-
-
-def _bcast(comm: MPI.Comm, data: bytearray | None, size: int, root: int) -> bytearray:
-    """`size` bytes from trainer `root` to every trainer, in chunks MPI can count, neither pickled nor copied:
-    the root sends from its own buffer, the others keep the buffer they received into (benchmarks/
-    kept_files_bench.py: the two copies this once made were most of a 1 GiB file's 4.7-6.2 s, against 1.1-1.3 s
-    for the Bcast itself, and a third of a trainer's peak memory)."""
-    buf = data if data is not None else bytearray(size)
-    view = memoryview(buf)
-    for lo in range(0, size, _BCAST_CHUNK):
-        comm.Bcast([view[lo : lo + _BCAST_CHUNK], MPI.BYTE], root=root)
-    return buf
 
 
 class Idle:
