@@ -13,7 +13,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ def init(
     l0_buffers: int = 2,
     chunk_bytes: int = DEFAULT_CHUNK,
     timeout: float | None = 600.0,
+    levels: Collection[Level] | None = None,
 ) -> DeepCheck:
     """Collective over `comm`: start DeepCheck on every rank.
 
@@ -84,6 +85,10 @@ def init(
     keep / keep_ram: complete checkpoints kept on disk and in S3 / in holder RAM; the newest always stays.
     s3: optional L3 target. l0_buffers: snapshots that may be in flight before save() waits.
     chunk_bytes: size of each MPI buffer message. timeout: default for waits (None waits forever).
+    levels: where checkpoints are kept, exactly (default L1 and L2, and L3 with `s3`): without L1 a holder's RAM
+    is only the way to its disk (let go once the shards are durable, never restored from); without L2 nothing
+    is written to disk; L3 uploads from the holders' disks, so it needs L2. flush_now() returns once the
+    checkpoint is safe at the lowest of them.
     """
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise ConfigError(
@@ -97,6 +102,7 @@ def init(
         raise ConfigError(f"chunk_bytes must be between 1 and {MAX_CHUNK} (well below MPI's 2 GiB limit)")
     if ROLES.get(role, (False, False))[1] and directory is None:
         raise ConfigError(f"rank {comm.Get_rank()} is a holder and needs directory= for its L2 checkpoint files")
+    kept = _levels(levels, s3)
     world = discover(comm, role)
     return DeepCheck(
         comm,
@@ -108,14 +114,29 @@ def init(
         l0_buffers,
         chunk_bytes,
         timeout,
+        kept,
     )
+
+
+def _levels(levels: Collection[Level] | None, s3: S3Config | None) -> frozenset[Level]:
+    if levels is None:
+        return frozenset({Level.L1, Level.L2} | ({Level.L3} if s3 is not None else set()))
+    kept = frozenset(Level(level) for level in levels)
+    if not kept:
+        raise ConfigError("levels: name at least one of L1, L2, L3")
+    if Level.L3 in kept and (s3 is None or Level.L2 not in kept):
+        raise ConfigError("level L3 needs s3= and L2 (it uploads from the holders' disks)")
+    if s3 is not None and Level.L3 not in kept:
+        raise ConfigError("s3= is given but L3 is not among the levels")
+    return kept
 
 
 class DeepCheck:
     """Asynchronous multilevel checkpointing for one rank. Build it with `deepcheck.init()`."""
 
-    def __init__(self, comm, world: World, directory, keep, keep_ram, s3, l0_buffers, chunk_bytes, timeout):
+    def __init__(self, comm, world: World, directory, keep, keep_ram, s3, l0_buffers, chunk_bytes, timeout, levels):
         self.world = world
+        self.levels: frozenset[Level] = levels
         self.chunk = chunk_bytes
         self.timeout = timeout
         self.comm = comm.Dup()
@@ -128,10 +149,10 @@ class DeepCheck:
         if world.is_holder:
             disk = DiskStore(directory)
             store = S3Store(s3) if s3 is not None else None
-            holder = HolderPart(self.svc, disk, store, keep_ram, keep)
+            holder = HolderPart(self.svc, disk, store, keep_ram, keep, levels)
             self.svc.add(holder, holder.requests())
             if world.rank == world.lead:
-                lead = LeadPart(self.svc, disk, store, keep_ram, keep)
+                lead = LeadPart(self.svc, disk, store, keep_ram, keep, levels)
                 holder.lead_manifests = lead.manifests
                 self.svc.add(lead)
         if self.trainer is not None:
@@ -277,11 +298,11 @@ class DeepCheck:
         owners: Sequence[int] | None = None,
         timeout: float | None = None,
     ) -> FlushReport:
-        """Checkpoint now (as save() does); return once it is safe on the holders (at least L1). Collective over
-        trainers."""
+        """Checkpoint now (as save() does); return once it is safe on the holders at the lowest of the levels
+        (init's). Collective over trainers."""
         t0 = time.perf_counter()
         handle = self.save(state, step, epoch=epoch, rank_state=rank_state, owners=owners)
-        self.wait(Level.L1, step=step, timeout=timeout)
+        self.wait(min(self.levels), step=step, timeout=timeout)
         self.flush_flag.clear()
         with self.trainer.cond:
             level = max(lv for lv, c in self.trainer.newest.items() if c.step >= step)

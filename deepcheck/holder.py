@@ -43,8 +43,11 @@ log = logging.getLogger("deepcheck")
 
 
 class HolderPart:
-    def __init__(self, svc: Service, disk: DiskStore, s3: S3Store | None, keep_ram: int, keep_disk: int):
+    def __init__(
+        self, svc: Service, disk: DiskStore, s3: S3Store | None, keep_ram: int, keep_disk: int, levels: frozenset[Level]
+    ):
         self.svc = svc
+        self.in_ram = Level.L1 in levels  # else RAM is only the way to disk: let go once durable, never served
         self.index = svc.world.holder_index
         self.disk = disk
         self.s3 = s3
@@ -133,6 +136,8 @@ class HolderPart:
 
         def done(_: Any, error: BaseException | None) -> None:
             entry.pins -= 1
+            if error is None and not self.in_ram and not entry.pins:
+                self.ring.drop(msg.ckpt)
             self.ring.retain()
             if error is None and self.s3 is not None:
                 self.persisted[msg.ckpt] = [s.info.index for s in slots]
@@ -162,13 +167,12 @@ class HolderPart:
     # ---- restore --------------------------------------------------------------------------------
     def _on_inventory(self, msg: InventoryRequest, src: int) -> None:
         manifests = [(Level.L2, m) for m in self.disk.manifests()]
-        if self.lead_manifests is not None:
+        if self.lead_manifests is not None and self.in_ram:
             manifests += [(Level.L1, m) for m in self.lead_manifests()]
-            if self.s3 is not None:
-                manifests += [(Level.L3, m) for m in self.s3.manifests()]
-        inv = Inventory(
-            self.svc.world.rank, self.s3 is not None, self.ring.received(), self.disk.shard_sizes(), manifests
-        )
+        if self.lead_manifests is not None and self.s3 is not None:
+            manifests += [(Level.L3, m) for m in self.s3.manifests()]
+        ram = self.ring.received() if self.in_ram else {}
+        inv = Inventory(self.svc.world.rank, self.s3 is not None, ram, self.disk.shard_sizes(), manifests)
         self.svc.replies.send(inv, src, TAG_REPLY)
 
     def _load(self, ckpt: CheckpointId, info: ShardInfo, level: Level) -> Any:

@@ -40,8 +40,11 @@ log = logging.getLogger("deepcheck")
 
 
 class LeadPart:
-    def __init__(self, svc: Service, disk: DiskStore, s3: S3Store | None, keep_ram: int, keep_disk: int):
+    def __init__(
+        self, svc: Service, disk: DiskStore, s3: S3Store | None, keep_ram: int, keep_disk: int, levels: frozenset[Level]
+    ):
         self.svc = svc
+        self.to_disk = Level.L2 in levels  # else no persist round: nothing is written to disk
         self.world = svc.world
         self.disk = disk
         self.s3 = s3
@@ -99,7 +102,7 @@ class LeadPart:
         for old in sorted(self.l1)[: -self.keep_ram]:
             del self.l1[old]
         self._send_all(Complete(r.ckpt, Level.L1), self.world.everyone)
-        if self.pending is None or self.pending.ckpt < r.ckpt:
+        if self.to_disk and (self.pending is None or self.pending.ckpt < r.ckpt):
             self.pending = manifest
         self._next_persist()
 

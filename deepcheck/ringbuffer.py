@@ -74,7 +74,7 @@ class Ring:
                 return self.pool.pop(i)
         return bytearray(nbytes)
 
-    def _drop(self, ckpt: CheckpointId) -> None:
+    def drop(self, ckpt: CheckpointId) -> None:
         for slot in self.entries.pop(ckpt).slots.values():
             if slot.received:  # never recycle memory an unfinished Irecv may still write to
                 self.pool.append(slot.buf)
@@ -86,7 +86,7 @@ class Ring:
             return
         keep = set(complete[: self.keep])
         for ckpt in [c for c, e in self.entries.items() if c < complete[0] and c not in keep and not e.pins]:
-            self._drop(ckpt)
+            self.drop(ckpt)
 
     def received(self) -> dict[CheckpointId, list[int]]:
         return {c: sorted(i for i, s in e.slots.items() if s.received) for c, e in self.entries.items()}

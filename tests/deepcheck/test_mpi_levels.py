@@ -36,3 +36,34 @@ def test_training_example_runs_resumes_and_flushes(tmp_path):
     second = run_mpi(3, script, "--dir", str(tmp_path), "--steps", "30", "--notice-at", "15")
     assert "resumed from step 12" in second.stdout
     assert "interruption: step 15 safe at L" in second.stdout and "step 15 is durable" in second.stdout
+
+
+@pytest.mark.parametrize(
+    ("levels", "flush", "restored"),
+    [
+        ("L1", "L1", ["L1"]),
+        ("L2", "L2", ["L2"]),
+        ("L1,L2", "L1", ["L1", "L2"]),
+        ("L2,L3", "L2", ["L2", "L3"]),
+    ],
+)
+def test_each_level_named_is_written_and_no_other(tmp_path, s3_endpoint, levels, flush, restored):
+    """The job's checkpoint.levels, exactly: no disk without L2 (no checkpoint directory at all), no restore from
+    RAM without L1 (the holder lets go of it once the shards are durable), S3 only with L3; a flush is safe at the
+    lowest level named before it returns."""
+    s3_args: list[str] = []
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    bucket = f"levels-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    if "L3" in levels:
+        s3_args = [s3_endpoint, bucket]
+    ckdir = tmp_path / "ck"
+    run_mpi(3, "levels_worker.py", levels, str(ckdir), str(tmp_path), *s3_args)
+    for r in (0, 1):
+        got = json.loads((tmp_path / f"levels-{r}.json").read_text())
+        assert got == {"flush": flush, "step": 3, "levels": restored, "exact": True}
+    on_disk = sorted(p.name for p in ckdir.glob("ckpt-*/manifest.json"))
+    assert bool(on_disk) == ("L2" in levels)
+    assert not list(ckdir.glob("ckpt-*")) or "L2" in levels  # not even an empty directory
+    in_s3 = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert bool(in_s3) == ("L3" in levels)

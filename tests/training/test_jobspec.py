@@ -415,3 +415,8 @@ def test_a_models_width_is_read_and_a_width_of_zero_is_refused_with_its_line(tmp
     path = write(tmp_path, GOOD.replace("model:\n", "model:\n  width: 0\n", 1))
     assert error_of(path).startswith(f"{path}:")
     assert "width" in error_of(path)
+
+
+def test_l3_without_l2_is_refused_as_it_uploads_from_the_disks(tmp_path):
+    path = write(tmp_path, GOOD + "checkpoint:\n  levels: [l1, l3]\n  s3_prefix: s3://b/p\n")
+    assert "level l3 is uploaded from the holders' disks: list l2 with it" in error_of(path)

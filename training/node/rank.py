@@ -169,6 +169,7 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         keep=2,
         keep_ram=spec.checkpoint.buffer_slots,
         s3=_s3(spec.checkpoint),
+        levels=[deepcheck.Level[level.upper()] for level in spec.checkpoint.levels],
     )
     if not ck.world.is_trainer:
         emit(Holder(rank=comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir)))

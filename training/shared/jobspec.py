@@ -167,7 +167,8 @@ KeptPath = Annotated[str, AfterValidator(_text), AfterValidator(_kept_path)]
 
 
 class CheckpointSpec(_Strict):
-    """When and where DeepCheck saves; levels as in DESIGN.md (l1 RAM ring, l2 disk, l3 S3).
+    """When and where DeepCheck saves. `levels` are where checkpoints are kept, exactly (deepcheck.init's levels):
+    l1 the holders' RAM ring, l2 their disks, l3 S3 (uploaded from l2's files, so it needs l2).
 
     With both every_steps and every_seconds set, a checkpoint is due at whichever comes first.
     """
@@ -192,6 +193,8 @@ class CheckpointSpec(_Strict):
             raise ValueError("levels: each level may appear once")
         if "l3" in self.levels and not (self.s3_prefix and self.s3_prefix.startswith("s3://")):
             raise ValueError("level l3 needs s3_prefix: s3://bucket/prefix")
+        if "l3" in self.levels and "l2" not in self.levels:
+            raise ValueError("level l3 is uploaded from the holders' disks: list l2 with it ([l2, l3] or [l1, l2, l3])")
         return self
 
 
