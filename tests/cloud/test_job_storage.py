@@ -35,7 +35,7 @@ from tests.documents import JOB
 from training.client.storage import ready_job_storage
 from training.head.log_mirror import LogMirror
 from training.shared.jobspec import load_job_spec
-from training.shared.storage import job_storage, l3_location
+from training.shared.storage import job_storage
 
 
 @pytest.fixture
@@ -194,7 +194,9 @@ def test_the_granted_areas_allow_every_call_deepcheck_and_the_log_mirror_make(
 ):
     spec = _job(tmp_path, levels=["l1", "l2", "l3"], s3_prefix=s3_prefix)
     storage = job_storage(spec, head_trains=False)
-    bucket, prefix = l3_location(spec.checkpoint)
+    l3 = spec.checkpoint_plan.l3
+    assert l3 is not None
+    bucket, prefix = l3.bucket, l3.prefix
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     store = S3Store(S3Config(bucket=bucket, prefix=prefix, endpoint_url=s3_endpoint, part_size=5 << 20))
     holder = _Recorder(store.client)

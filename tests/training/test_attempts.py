@@ -7,7 +7,6 @@ import pytest
 from training.control.attempts import (
     Action,
     Failures,
-    can_continue_without_holders,
     classify,
     decide,
     fold_in_now,
@@ -140,8 +139,3 @@ def test_progressed(first, last, expected):
 )
 def test_fold_in_now(first, last, in_flight, expected):
     assert fold_in_now(first, last, in_flight) is expected
-
-
-def test_without_holders_only_s3_keeps_the_checkpoints():
-    assert can_continue_without_holders(["l1", "l2", "l3"])
-    assert not can_continue_without_holders(["l1", "l2"])

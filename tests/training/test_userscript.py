@@ -68,7 +68,7 @@ class Rank:
             f"run: {{script: train.py, args: {args}, calls_step: {str(steps is not None).lower()}}}\n"
         )
         spec = load_job_spec(job_file)
-        checkpointer = Checkpointer(self.ck, spec.checkpoint, self.trainers)
+        checkpointer = Checkpointer(self.ck, spec.checkpoint_plan, self.trainers)
         run_script(spec, job_file, self.env, "cpu", 1, self.out, checkpointer, self.trainers)
 
     def close(self) -> None:
@@ -113,7 +113,7 @@ def test_clean_stop_flushes_that_step_and_the_next_run_continues_from_it(rank, c
 
 def test_a_rebalance_recommendation_flushes_at_the_next_step_and_training_goes_on(rank, capsys):
     """Issue 21 item 3, on the rank: the recommendation alone never ends the run; an interruption notice does."""
-    checkpointer = Checkpointer(rank.ck, load_job_spec(_spec(rank.dir)).checkpoint, rank.trainers)
+    checkpointer = Checkpointer(rank.ck, load_job_spec(_spec(rank.dir)).checkpoint_plan, rank.trainers)
 
     def tree() -> dict[str, torch.Tensor]:
         return {"w": torch.zeros(2)}

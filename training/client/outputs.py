@@ -29,7 +29,8 @@ from training.shared.guard import ResumeFrom
 from training.shared.jobstore import JobRow, JobStatus
 from training.shared.progress import TrainResult
 from training.shared.records import LogRecord
-from training.shared.storage import CHECKPOINT_DIR, job_key, split_s3_url
+from training.shared.s3url import split_s3_url
+from training.shared.storage import CHECKPOINT_DIR, job_key
 from training.shared.summary import SUMMARY_FILE, RunSummary
 
 if TYPE_CHECKING:

@@ -95,7 +95,7 @@ def _check_bucket(ctx: AwsContext, bucket: str, spec: JobSpec) -> None:
         ctx.client("s3").head_bucket(Bucket=bucket)
     except ClientError as exc:
         if error_code(exc) in _MISSING_BUCKET:
-            where = spec.checkpoint.s3_prefix or f"s3://{bucket}"
+            where = spec.checkpoint_plan.l3.url if spec.checkpoint_plan.l3 else f"s3://{bucket}"
             raise InputError(
                 f"checkpoint.s3_prefix {where}: the bucket {bucket} does not exist; create it "
                 f"(`aws s3 mb s3://{bucket} --region {ctx.region}`) or name another"

@@ -48,7 +48,6 @@ here, where it can be read in one place and tested without SSH, mpirun or a clou
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -151,8 +150,3 @@ def leaves_the_job(kind: NoticeKind) -> bool:
     """Whether a Spot notice of `kind` takes its node out of the job: an interruption notice does, a rebalance
     recommendation alone does not (see the rules above)."""
     return NoticeKind(kind) is NoticeKind.INTERRUPTION
-
-
-def can_continue_without_holders(levels: Collection[str]) -> bool:
-    """Checkpoints live on the holders (RAM, disk); without any, only S3 (l3) still has them."""
-    return "l3" in levels

@@ -49,7 +49,6 @@ from provisioning.core.errors import InputError
 from training.control.attempts import (
     Action,
     Failures,
-    can_continue_without_holders,
     decide,
     fold_in_now,
 )
@@ -141,7 +140,7 @@ class Controller:
             offers,
             request.limits,
             self.job.row.started_at,
-            movable=can_continue_without_holders(spec.checkpoint.levels),
+            movable=spec.checkpoint_plan.outlives_holders,
             head=None if head is None else head.instance_id,
             zone=head.availability_zone if request.head and head else None,
         )
@@ -482,7 +481,7 @@ class Controller:
 
     def _check_holders(self) -> None:
         """With no holder left the checkpoints are gone unless they are in S3 (l3): nothing is bought then."""
-        if (lost := self.nodes.checkpoints_lost(self.spec.checkpoint.levels)) is not None:
+        if (lost := self.nodes.checkpoints_lost(self.spec.checkpoint_plan)) is not None:
             raise TrainingFailed(lost)
 
     def _ask(self, run: AttemptRun | None) -> None:

@@ -15,7 +15,7 @@ and this module ask of the cluster: provisioning's Cluster is one, a test's fake
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +27,6 @@ from provisioning.core.errors import DeepvmError
 from provisioning.ladder.decision import Decision, Retire, Rung
 from provisioning.ladder.ladder import decide
 from provisioning.planner.plan import Plan
-from training.control.attempts import can_continue_without_holders
 from training.control.jobrecord import JobState
 from training.control.market import LiveMarket
 from training.control.move import launchable, move_end
@@ -35,6 +34,7 @@ from training.control.nodepool import HOLDING, NodePool, NodeStatus, Slot
 from training.control.replacements import NodeBuyer, Note, ReplacementBought, ReplacementReady, Replacements
 from training.control.session import AttemptSession, NodeCheck
 from training.control.staging import NodeState
+from training.shared.checkpointplan import CheckpointPlan
 from training.shared.events import NoticeKind
 from training.shared.progress import JobReporter
 
@@ -266,9 +266,9 @@ class ClusterNodes:
             self.report.note(text)
         self._waiting = text
 
-    def checkpoints_lost(self, levels: Collection[str]) -> str | None:
+    def checkpoints_lost(self, plan: CheckpointPlan) -> str | None:
         """Why the job's checkpoints are gone (no holder is usable, and they were not in S3), or None."""
-        if any(s.role in HOLDING for s in self.pool.usable()) or can_continue_without_holders(levels):
+        if any(s.role in HOLDING for s in self.pool.usable()) or plan.outlives_holders:
             return None
         return (
             "no checkpoint holder (on-demand node) of the cluster is reachable, and the checkpoints live "

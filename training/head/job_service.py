@@ -103,9 +103,9 @@ def main(argv: list[str]) -> int:
         if (root / HANDED_OVER_MARK).exists():  # restarted after it handed the job over: never beside the new head
             old, new = (root / HANDED_OVER_MARK).read_text().split()
             return terminate_self(log, Cluster.open_running(job.cluster.name), old, f"control passed to {new}")
-        checkpoint = load_job_spec(root / "job" / job.job_file).checkpoint
-        if "l3" in checkpoint.levels and checkpoint.s3_prefix:
-            mirror = LogMirror(checkpoint.s3_prefix, job.job_id, root, log.note).start()
+        l3 = load_job_spec(root / "job" / job.job_file).checkpoint_plan.l3
+        if l3 is not None:
+            mirror = LogMirror(l3.url, job.job_id, root, log.note).start()
         seed_store(job.cluster, job.nodes)
         request = TrainRequest(
             job_path=root / "job" / job.job_file,

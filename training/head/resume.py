@@ -17,7 +17,7 @@ from training.control.jobrecord import TrainRequest, fresh_row
 from training.shared.guard import ResumeFrom
 from training.shared.jobstore import JobStatus, JobStore
 from training.shared.records import HeadJob
-from training.shared.storage import split_s3_url
+from training.shared.s3url import split_s3_url
 
 
 def download_checkpoint(resume: ResumeFrom, job_id: str, home: Path) -> Path:

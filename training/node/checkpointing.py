@@ -35,8 +35,8 @@ import torch
 import deepcheck
 from training.node.hooks import TrainState
 from training.node.trainercomm import TrainerComm
+from training.shared.checkpointplan import CheckpointPlan
 from training.shared.events import EndStatus, Event, Flush, FlushReason, Notice, Restored, Saved, emit
-from training.shared.jobspec import CheckpointSpec
 
 Tree = Callable[[], Any]  # builds the state tree to save, called only when one is saved
 
@@ -47,7 +47,7 @@ class Checkpointer:
     def __init__(
         self,
         ck: deepcheck.DeepCheck,
-        policy: CheckpointSpec,
+        policy: CheckpointPlan,
         trainers: TrainerComm,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -95,7 +95,7 @@ class LaunchedScript:
     ) -> None:
         assert spec.run is not None
         self.spec, self.how, self.facts, self.env, self.ck, self.trainers = spec, spec.run, facts, env, ck, trainers
-        self.files = KeptFiles(facts.job_file.parent, spec.checkpoint.files, facts.kept_dir)
+        self.files = KeptFiles(facts.job_file.parent, spec.checkpoint_plan.files, facts.kept_dir)
         self.table = KeptTable(trainers.rank)  # the kept files every trainer agreed on
         self.version = 0  # DeepCheck's step of the newest kept files
         self.notice: Notice | None = None
@@ -170,7 +170,7 @@ class LaunchedScript:
             "DEEPVM_NODE_RANK": str(place.group_rank),
             "DEEPVM_STOP_SIGNAL": self.how.stop_signal,
             "DEEPVM_LOG_EVERY": str(self.spec.log_every),
-            "DEEPVM_KEPT_FILES": json.dumps(self.spec.checkpoint.files),
+            "DEEPVM_KEPT_FILES": json.dumps(list(self.spec.checkpoint_plan.files)),
             "PYTHONUNBUFFERED": "1",
         }
         argv = self._argv(place)
@@ -245,7 +245,7 @@ class LaunchedScript:
         return [os.environ.get("DEEPVM_PYTHON") or sys.executable, str(script), *self.how.args]
 
     def _due(self) -> bool:
-        every = self.spec.checkpoint.every_seconds
+        every = self.spec.checkpoint_plan.every_seconds
         return every is None or time.monotonic() - self.last_keep >= every
 
     def _stop(self, child: ScriptProcess | Idle, before: list[FileCopy]) -> None:

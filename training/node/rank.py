@@ -52,8 +52,7 @@ from provisioning.core.errors import DeepvmError, InputError
 from training.node import jobenv
 from training.node.whole_lines import whole_lines_into
 from training.shared.events import Holder, Notice, NoticeSeen, WatcherOff, emit
-from training.shared.jobspec import CheckpointSpec, JobSpec, load_job_spec
-from training.shared.storage import l3_location
+from training.shared.jobspec import JobSpec, load_job_spec
 
 if TYPE_CHECKING:
     from training.node.distenv import DistEnv
@@ -121,11 +120,6 @@ def parse_args(argv: Sequence[str] | None = None) -> RankOptions:
     )
 
 
-def _s3(policy: CheckpointSpec) -> deepcheck.S3Config | None:
-    location = l3_location(policy)  # the area `train` granted the holders (training.shared.storage)
-    return None if location is None else deepcheck.S3Config(bucket=location[0], prefix=location[1])
-
-
 def _trainer_env(trainer_index: int, trainers: int, opts: RankOptions) -> DistEnv:
     from training.node.distenv import DistEnv
 
@@ -162,14 +156,15 @@ def run_rank(spec: JobSpec, opts: RankOptions) -> None:
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
     holds = role in ("holder", "both")
+    plan = spec.checkpoint_plan
     ck = deepcheck.init(
         comm,
         role,
         directory=opts.checkpoint_dir if holds else None,
         keep=2,
-        keep_ram=spec.checkpoint.buffer_slots,
-        s3=_s3(spec.checkpoint),
-        levels=[deepcheck.Level[level.upper()] for level in spec.checkpoint.levels],
+        keep_ram=plan.ram_slots,
+        s3=plan.s3_config(),  # the area `train` granted the holders (training.shared.storage)
+        levels=plan.levels,
     )
     if not ck.world.is_trainer:
         emit(Holder(rank=comm.Get_rank(), pid=os.getpid(), directory=str(opts.checkpoint_dir)))
@@ -193,7 +188,7 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
         jobenv.use(opts.job_env)
     env = _trainer_env(ck.world.trainer_index, len(ck.world.trainers), opts)
     trainers = TrainerComm(comm, ck.world.trainers)
-    checkpointer = Checkpointer(ck, spec.checkpoint, trainers)
+    checkpointer = Checkpointer(ck, spec.checkpoint_plan, trainers)
     launched = LaunchedScript(spec, _launch_facts(spec, opts), env, ck, trainers) if _launches(spec) else None
     noticed = checkpointer.noticed if launched is None else launched.noticed
     watcher = None

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -35,6 +36,9 @@ from training.shared.spec_errors import describe, dotted, place
 from training.shared.stallspec import StallSpec
 from training.shared.tracking import checked_env
 from training.shared.yamlmarks import YamlDocument, locate, read_yaml
+
+if TYPE_CHECKING:
+    from training.shared.checkpointplan import CheckpointPlan
 
 MAX_JOB_BYTES = 256 * KIB  # the shipped specs are about 2 KiB, comments included
 MAX_STEPS = 10**9  # steps, epochs and intervals in steps: 30 years at a step a second
@@ -348,6 +352,13 @@ class JobSpec(_Strict):
         if self.model.num_classes != classes:
             raise ValueError(f"model.num_classes is {self.model.num_classes} but the dataset has {classes} classes")
         return self
+
+    @cached_property
+    def checkpoint_plan(self) -> CheckpointPlan:
+        """The checkpoint settings as every stage reads them (training.shared.checkpointplan), built once."""
+        from training.shared.checkpointplan import CheckpointPlan
+
+        return CheckpointPlan.of(self)
 
     @property
     def calls_step(self) -> bool:
