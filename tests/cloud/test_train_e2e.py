@@ -457,7 +457,7 @@ TORCHRUN_EPOCHS = 60
 TORCHRUN_JOB = f"""\
 name: {NAME}-torchrun
 run: {{script: multinode.py, calls_step: false}}
-checkpoint: {{files: [snapshot.pt], levels: [l1, l2]}}
+checkpoint: {{files: [snapshot.pt], levels: [l2]}}
 env: {{OMP_NUM_THREADS: "1"}}
 """
 _RESUMED = re.compile(r"trainer-([0-9a-f]{8}) r\d+\S* RESUMED (\d+) (\d+) (\d+)$")
@@ -467,7 +467,8 @@ _EPOCH = re.compile(r"EPOCH 0 (\d+)$")
 def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster):
     """Issue 36: rank 0 saved `snapshot.pt` on its own node; after a notice there every other rank started from
     epoch 0 and the job failed. deepvm keeps the file as it is closed, flushes it at the notice and puts it back on
-    every trainer of the relaunch, which resumes at one epoch on every rank."""
+    every trainer of the relaunch, which resumes at one epoch on every rank. Its `levels: [l2]` are written exactly
+    (issue 38): the flush is safe at L2, the files come back from the holder's disk, never from its RAM."""
     env, job = cluster
     own = job.parent.parent / "torchrun" / "job.yaml"
     own.parent.mkdir()
@@ -492,6 +493,13 @@ def test_an_unchanged_torchrun_script_survives_a_notice_to_rank_0s_node(cluster)
     assert any(m[1] == str(TORCHRUN_EPOCHS - 1) for m in map(_EPOCH.search, seen) if m)
     notice = next((r for r in run["recoveries"] if r["reason"] == "notice"), None)
     assert notice is not None and notice["nodes"][0] == victim, (run["recoveries"], said[-3000:])
+    assert any(" safe at L2 in " in line for line in seen) and not any(" at L1 " in line for line in seen), said
+    assert any(line.startswith("put back 1 kept file") and " from L2 in " in line for line in seen), said
+    (holder,) = [
+        n["instance_id"] for n in cluster_status(env)["nodes"] if n["role"] == "holder" and n["state"] == "running"
+    ]
+    home = Path(env["DEEPVM_HOME"]) / "sandbox" / "hosts" / holder / "home"
+    assert any("checkpoints" in p.parts for p in home.rglob("manifest.json")), "no L2 checkpoint on the holder"
 
 
 @pytest.mark.soak  # 5.5 minutes of waiting; in CI: the stall watch's rules in-process (tests/training/test_stall.py)
