@@ -50,6 +50,8 @@ class ClusterEnd:
     job_id: str  # the job whose end took it down ("" for `up --autodown`)
     nodes: tuple[NodeRecord, ...]  # every node the head knew, replacements included
     spans: tuple[NodeSpan, ...]  # what each billed, from its launch to its end
+    # instances the head could not terminate (EC2 refused): the user's side terminates them (finish_down)
+    left_running: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -63,7 +65,8 @@ class ClusterEnd:
         spans = tuple(
             NodeSpan(**{**s, "started": _moment(s["started"]), "ended": _moment(s["ended"])}) for s in data["spans"]
         )
-        return cls(**{**data, "nodes": nodes, "spans": spans})
+        left = tuple(data.get("left_running", ()))  # absent in a record of an older head
+        return cls(**{**data, "nodes": nodes, "spans": spans, "left_running": left})
 
 
 def _moment(text: str | None) -> datetime | None:
@@ -86,9 +89,11 @@ class Finished:
             self.outputs_bucket
         )
         if self.end is not None:
+            left = self.end.left_running
+            refused = f" (its head could not terminate {', '.join(left)}: terminated here)" * bool(left)
             return [
                 f"cluster {self.cluster} was taken down by its head at {self.end.ended_at} ({self.end.reason}); "
-                f"finished its teardown here: {rest}{kept}"
+                f"finished its teardown here{refused}: {rest}{kept}"
             ]
         return [
             f"cluster {self.cluster}'s head is gone and left no record: {self.lost}; tore down the rest: {rest}{kept}"

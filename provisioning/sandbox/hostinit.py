@@ -3,7 +3,8 @@
 run sshd, reap.
 
 Started by hosts.boot_host inside `unshare --pid --mount`. It exits (and so the kernel kills the whole
-namespace) when sshd dies; the rig kills it to terminate the instance.
+namespace) when sshd dies, and when the host's OS is shut down (systemd's SIGRTMIN+4: hosts.POWER_OFF_SIGNAL);
+the rig kills it to terminate the instance.
 
 It plays cloud-init's part in the host keys: it makes the host's ed25519 key inside the host, at boot, and
 prints its public half to the host's serial console, as cloud-init does on EC2 — so the private key exists
@@ -21,6 +22,7 @@ import ctypes
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import threading
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from provisioning.cloud.serial_console import host_key_block
 from provisioning.sandbox.credentials import InstanceCredentials
-from provisioning.sandbox.hosts import CONSOLE, SSHD, HostFacts
+from provisioning.sandbox.hosts import CONSOLE, POWER_OFF_SIGNAL, POWERED_OFF, SSHD, HostFacts
 from provisioning.sandbox.metadata import NOTICES, MetadataServer
 
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 32, 4096, 16384
@@ -72,10 +74,18 @@ def _make_host_key(console_fd: int, instance_id: str) -> None:
     os.write(console_fd, host_key_block([public]).encode())
 
 
+def _power_off(root_fd: int) -> None:
+    """The host's OS shuts down (`shutdown`, systemd's SIGRTMIN+4): mark it, and end the namespace."""
+    os.close(os.open(POWERED_OFF, os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=root_fd))
+    os._exit(0)
+
+
 def main(root: Path) -> int:
     config = json.loads((root / "host.json").read_text())
     facts = config["facts"]
     notices_fd = os.open(root / NOTICES, os.O_RDONLY | os.O_DIRECTORY)
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # reachable after the mounts hide its path
+    signal.signal(POWER_OFF_SIGNAL, lambda *_: _power_off(root_fd))
     console_fd = os.open(root / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     mounts = {"etc_ssh": "/etc/ssh", "passwd": "/etc/passwd", "home": "/home", "tmp": "/tmp"}
     sources = {name: os.open(root / name, os.O_PATH) for name in mounts}

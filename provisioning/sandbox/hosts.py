@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +32,12 @@ from provisioning.sandbox.procs import children, kill_and_wait, pid_alive, pytho
 SSHD = "/usr/sbin/sshd"
 CONSOLE = "console.log"  # in the host's directory, outside its namespace: its serial console
 SSH_PORT = 22
+# The host's OS shutting down: its init hears systemd's "power off" signal (systemd(1), SIGNALS), leaves this
+# mark in the host's directory and exits; the supervisor ends the instance as EC2 ends one launched with
+# InstanceInitiatedShutdownBehavior=terminate (StateReason Client.InstanceInitiatedShutdown)
+POWER_OFF_SIGNAL = signal.SIGRTMIN + 4
+POWERED_OFF = "powered-off"
+HOST_INIT = "provisioning.sandbox.hostinit"  # PID 1 of every host
 _SYSTEM_SSH_FILES = ("ssh_config", "moduli")
 
 
@@ -120,7 +127,7 @@ def boot_host(facts: HostFacts, user_data: str, control_endpoint: str) -> int:
         "--kill-child=SIGKILL",
         "--propagation",
         "private",
-        *python_module("provisioning.sandbox.hostinit", str(root)),
+        *python_module(HOST_INIT, str(root)),
     ]
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
     pid = spawn_daemon(argv, root / "host.log", env=env)

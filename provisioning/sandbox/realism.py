@@ -62,9 +62,11 @@ SANDBOX_IMAGE = "ami-0000000000de3b0a1"
 DLAMI_PARAMETERS = {PYTORCH_DLAMI.ssm_parameter: SANDBOX_IMAGE}
 SPOT_TERMINATION = "Server.SpotInstanceTermination"  # EC2 reclaimed a Spot instance
 INTERNAL_ERROR = "Server.InternalError"  # the instance's host failed
+INSTANCE_SHUTDOWN = "Client.InstanceInitiatedShutdown"  # its OS shut down, with shutdown behavior terminate
 STATE_MESSAGES = {
     SPOT_TERMINATION: "Spot instance termination",
     INTERNAL_ERROR: "Internal error on launch",
+    INSTANCE_SHUTDOWN: "Instance initiated shutdown",
 }
 _ERROR_MESSAGES = {  # what EC2 says for each code, shortened from the error codes reference
     "InsufficientInstanceCapacity": "We currently do not have sufficient {type} capacity in the Availability "

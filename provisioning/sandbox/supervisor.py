@@ -6,8 +6,9 @@ terminated through the EC2 API by anyone must lose its processes promptly. Each 
 1. boot a host for every running instance with a sandbox (loopback) address that has none;
 2. kill the host of every instance that is no longer running (terminated, stopped, or gone with moto);
 3. end, as EC2 does, every instance whose posted interruption deadline has passed (StateReason
-   Server.SpotInstanceTermination) or whose host died (Server.InternalError): the realism layer's
-   reclaim, where a TerminateInstances call would say the user ended it.
+   Server.SpotInstanceTermination), whose host's OS shut down (Client.InstanceInitiatedShutdown: every node is
+   launched with InstanceInitiatedShutdownBehavior=terminate) or whose host died (Server.InternalError): the
+   realism layer's reclaim, where a TerminateInstances call would say the user ended it.
 One supervisor per sandbox: a second one exits at once (file lock).
 """
 
@@ -24,11 +25,11 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.sandbox.control import SandboxInfo, load_info, sandbox_dir
-from provisioning.sandbox.hosts import HostFacts, boot_host, host_dir, host_pids, kill_host
+from provisioning.sandbox.hosts import POWERED_OFF, HostFacts, boot_host, host_dir, host_pids, kill_host
 from provisioning.sandbox.metadata import interruption_deadline
 from provisioning.sandbox.network import in_sandbox_network
 from provisioning.sandbox.procs import pid_alive
-from provisioning.sandbox.realism import INTERNAL_ERROR, SPOT_TERMINATION, RealismControl
+from provisioning.sandbox.realism import INSTANCE_SHUTDOWN, INTERNAL_ERROR, SPOT_TERMINATION, RealismControl
 
 POLL_S = 0.25
 
@@ -85,8 +86,9 @@ def reconcile(info: SandboxInfo, unbootable: set[str], pool: ThreadPoolExecutor)
             continue
         control = RealismControl(info.endpoint)
         if not pid_alive(pid):
-            log(f"host {instance_id} died: ending its instance")
-            control.reclaim(facts.region, instance_id, INTERNAL_ERROR)
+            shut_down = (host_dir(instance_id) / POWERED_OFF).exists()  # its OS: terminated, as launched
+            log(f"host {instance_id} {'shut down' if shut_down else 'died'}: ending its instance")
+            control.reclaim(facts.region, instance_id, INSTANCE_SHUTDOWN if shut_down else INTERNAL_ERROR)
             kill_host(instance_id)
             continue
         deadline = interruption_deadline(host_dir(instance_id))

@@ -102,6 +102,11 @@ def _pinned(endpoints: dict) -> dict[str, str]:
     return {iid: known[e.address] for iid, e in endpoints.items()}
 
 
+def _ended() -> list[str]:
+    """The cluster's events of its instances' ends, each with its StateReason."""
+    return [e.message for e in Store().events("e2e") if e.kind == "ended"]
+
+
 def _status(name: str) -> dict:
     result = main_in_process("status", name, "--json")
     assert result.returncode == 0, result.stderr
@@ -198,8 +203,7 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
     assert states[spot] == "terminated" and states[calm] == "running"
     assert sorted(states.values()) == ["running", "running", "running", "terminated"]
     # ended by EC2 as a Spot interruption (the realism layer's reclaim), which the cluster's events say
-    ended = [e.message for e in Store().events("e2e") if e.kind == "ended"]
-    assert ended == [f"{spot} terminated: Server.SpotInstanceTermination"]
+    assert _ended() == [f"{spot} terminated: Server.SpotInstanceTermination"]
     for client in clients.values():
         client.close()
 
@@ -217,10 +221,24 @@ def test_up_ssh_interrupt_down(tmp_path, sandbox):
         assert _run(client, "true")[0] == 0
     assert sorted(n["state"] for n in _status("e2e")["nodes"]) == ["running"] * 4 + ["terminated"]
 
+    # a node's OS shut down (the head's last resort, training/head/poweroff.py) ends its instance, as EC2 ends one
+    # launched with InstanceInitiatedShutdownBehavior=terminate; the sandbox's init, never this machine's, hears it
+    with connect(endpoints[calm].host) as client:
+        python = "from training.head.poweroff import power_off; power_off(True, print)"
+        client.exec_command(f"cd {REPO} && {sys.executable} -c '{python}'")
+        deadline = time.monotonic() + 30
+        while not _refused(endpoints[calm].address, 22) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while _status("e2e") and f"{calm} terminated: Client.InstanceInitiatedShutdown" not in _ended():
+        assert time.monotonic() < deadline, _ended()
+        time.sleep(0.5)
+    assert _ended()[-1] == f"{calm} terminated: Client.InstanceInitiatedShutdown"
+
     # down: no instance, no sshd, no namespace, no metadata endpoint left
     report = json.loads(main_in_process("sandbox", "status", "--json").stdout)
     host_pids = [pid for h in report["hosts"] for pid in h["pids"]]
-    assert len(report["hosts"]) == 4 and len(host_pids) == 8  # unshare + namespace init per host
+    assert len(report["hosts"]) == 3 and len(host_pids) == 6  # unshare + namespace init per host
     result = run_cli("down", "e2e", "--yes")
     assert result.returncode == 0, result.stderr
     assert not any(pid_alive(pid) for pid in host_pids)

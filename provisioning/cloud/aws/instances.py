@@ -22,18 +22,24 @@ LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 
 def describe(ctx: AwsContext, instance_ids: list[str]) -> list[InstanceInfo]:
     """The instances by id; ids EC2 does not know yet are left out (the caller retries)."""
+    return [_info(i) for i in describe_raw(ctx, instance_ids)]
+
+
+def describe_raw(ctx: AwsContext, instance_ids: list[str]) -> list[dict[str, Any]]:
+    """DescribeInstances' answer for these ids, instance by instance; ids EC2 does not know (not yet, or no
+    longer) are left out."""
     if not instance_ids:
         return []
     try:
         pages = ctx.client("ec2").get_paginator("describe_instances").paginate(InstanceIds=instance_ids)
-        return [_info(i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
     except ClientError as exc:
         if error_code(exc) != "InvalidInstanceID.NotFound":
             raise
         if len(instance_ids) == 1:
             return []
-    # Some ids are not visible yet: ask one by one so that the visible ones are still reported.
-    return [info for instance_id in instance_ids for info in describe(ctx, [instance_id])]
+    # Some ids are not visible: ask one by one so that the visible ones are still reported.
+    return [raw for instance_id in instance_ids for raw in describe_raw(ctx, [instance_id])]
 
 
 def terminate_instances(ctx: AwsContext, instance_ids: list[str]) -> dict[str, str]:
