@@ -31,6 +31,15 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
   UnauthorizedOperation) and never carries it out, which moto does for some operations only; the actions in
   `refused_actions` are refused to every caller as IAM refuses a policy that lacks them
   (provisioning/sandbox/realism_iam.py says how, with AWS's pages).
+- `forget_terminated_after_s`: a terminated instance vanishes that long after it ended: by id it is
+  InvalidInstanceID.NotFound, and no listing shows it. "Terminated instances remain visible after
+  termination (for approximately one hour)" (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/
+  API_TerminateInstances.html); moto keeps them for ever. Forgotten, an instance's address is free again.
+- `forget_fleets_after_s`: an instant fleet that ended (deleted, or all its instances terminated) vanishes
+  that long after: DescribeFleets by its id answers InvalidFleetId.NotFound, DeleteFleets lists it among
+  UnsuccessfulFleetDeletions as fleetIdDoesNotExist (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/
+  API_DeleteFleetError.html). AWS keeps ended instant fleets a while only (about two days, as seen);
+  moto for ever. For both `forget_` fields null (the default) means never and 0 at once.
 - `reclaim`: an instance ended by EC2 itself carries the StateReason EC2 gives it, e.g.
   Server.SpotInstanceTermination for a Spot interruption
   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html), where moto would say
@@ -140,6 +149,8 @@ class Realism:
     public_parameters: dict[str, str] = field(default_factory=lambda: dict(DLAMI_PARAMETERS))
     answer_dry_run: bool = True
     refused_actions: tuple[str, ...] = ()  # IAM actions ("ec2:CreateFleet") refused to every caller
+    forget_terminated_after_s: float | None = None  # None: never; 0: at once
+    forget_fleets_after_s: float | None = None  # None: never; 0: at once
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -171,6 +182,10 @@ class Realism:
             value = getattr(realism, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:
                 raise ValueError(f"{name} must be a number of seconds from 0 to 60, not {value!r}")
+        for name in ("forget_terminated_after_s", "forget_fleets_after_s"):
+            value = getattr(realism, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"{name} must be null (never) or a number of seconds from 0, not {value!r}")
         return realism
 
 

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
+from moto.core.responses import ActionResult
 from moto.core.utils import utcnow
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
@@ -107,6 +108,10 @@ def patch(state: ServerState) -> None:
     """Wrap moto's methods (once per process) so that they follow `state`."""
     _wrap(InstanceBackend, "describe_instances", lambda original: _listing_lags(original, state))
     _wrap(FleetsBackend, "describe_fleets", lambda original: _hidden_instant_fleets(original, state))
+    _wrap(FleetsBackend, "describe_fleets", lambda original: _forgotten_fleets(original, state))
+    _wrap(Fleets, "delete_fleets", lambda original: _forgotten_fleets_not_deleted(original, state))
+    for name in ("describe_instances", "get_reservations_by_instance_ids", "terminate_instances"):
+        _wrap(InstanceBackend, name, lambda original: _forgotten_instances(original, state))
     _wrap(FleetsBackend, "create_fleet", lambda original: _capacity_schedule(original, state))
     _wrap(Fleets, "create_fleet", _fleet_errors_answered)
     _wrap(SecurityGroups, "create_security_group", lambda original: _born(original, state, "GroupId"))
@@ -163,6 +168,84 @@ def _hidden_instant_fleets(original: Callable[..., Any], state: ServerState) -> 
         return [f for f in fleets if f.fleet_type != "instant"]
 
     return describe_fleets
+
+
+# what AWS forgets
+
+
+def _forget(state: ServerState, key: str, ended: bool, after_s: float | None) -> bool:
+    """Whether what `key` names, ended or not, is to be forgotten now: `after_s` past the first time it was
+    seen ended (an end is noted when seen: moto keeps no time of it)."""
+    if after_s is None or not ended:
+        return False
+    with state.lock:
+        first_seen = state.born.setdefault(f"ended:{key}", time.monotonic())
+    return time.monotonic() - first_seen >= after_s
+
+
+def _fleet_ended(fleet: Any) -> bool:
+    instances = [r.instance for r in fleet.spot_requests] + [r["instance"] for r in fleet.on_demand_instances]
+    return str(fleet.state).startswith("deleted") or all(i.state == "terminated" for i in instances)
+
+
+def _forget_fleets(backend: Any, state: ServerState) -> None:
+    after_s = state.realism.forget_fleets_after_s
+    for fleet_id, fleet in list(backend.fleets.items()):
+        if fleet.fleet_type == "instant" and _forget(state, fleet_id, _fleet_ended(fleet), after_s):
+            del backend.fleets[fleet_id]
+
+
+def _forgotten_fleets(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def describe_fleets(self: Any, fleet_ids: list[str] | None) -> list[Any]:
+        _forget_fleets(self, state)
+        unknown = [f for f in fleet_ids or () if f not in self.fleets]
+        if unknown:
+            raise EC2ClientError("InvalidFleetId.NotFound", f"The fleet ID '{unknown[0]}' does not exist")
+        return original(self, fleet_ids)
+
+    return describe_fleets
+
+
+def _forgotten_fleets_not_deleted(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    def delete_fleets(self: Any) -> Any:
+        _forget_fleets(self.ec2_backend, state)
+        asked = self._get_param("FleetIds", [])
+        known = [f for f in asked if f in self.ec2_backend.fleets]
+        fleets = self.ec2_backend.delete_fleets(known, self._get_bool_param("TerminateInstances"))
+        missing = [f for f in asked if f not in known]
+        return ActionResult(
+            {
+                "SuccessfulFleetDeletions": [
+                    {"CurrentFleetState": f.state, "PreviousFleetState": "active", "FleetId": f.id} for f in fleets
+                ],
+                "UnsuccessfulFleetDeletions": [
+                    {
+                        "Error": {"Code": "fleetIdDoesNotExist", "Message": f"The fleet ID '{f}' does not exist"},
+                        "FleetId": f,
+                    }
+                    for f in missing
+                ],
+            }
+        )
+
+    return delete_fleets
+
+
+def _forgotten_instances(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """Before moto reads its instances, those terminated long enough ago are gone from its reservations."""
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        after_s = state.realism.forget_terminated_after_s
+        if after_s is not None:
+            for reservation_id, reservation in list(self.reservations.items()):
+                reservation.instances = [
+                    i for i in reservation.instances if not _forget(state, i.id, i.state == "terminated", after_s)
+                ]
+                if not reservation.instances:
+                    del self.reservations[reservation_id]
+        return original(self, *args, **kwargs)
+
+    return call
 
 
 def _born(original: Callable[..., Any], state: ServerState, id_key: str) -> Callable[..., Any]:

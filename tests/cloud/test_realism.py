@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from botocore.exceptions import ClientError
 
 from deepvm_cli.main import main
 from provisioning.cloud.types import ShortagePolicy
@@ -115,6 +116,35 @@ def test_a_reclaimed_instance_ends_with_ec2s_state_reason_and_the_cluster_says_s
     assert cluster.refresh()
     events = [e.message for e in Store().events("c1") if e.kind == "ended"]
     assert events == [f"{spot.instance_id} terminated: Server.SpotInstanceTermination"]
+
+
+def test_a_terminated_instance_is_forgotten_after_its_time_and_kept_while_it_runs(ctx, ami, realism):
+    """forget_terminated_after_s: as AWS, which shows a terminated instance for about an hour and then not at all."""
+    realism.change(forget_terminated_after_s=0.5)
+    ec2 = ctx.client("ec2")
+    ended, running = _launch(ctx, ami, count=2)
+    ec2.terminate_instances(InstanceIds=[ended])
+    assert ec2.describe_instances(InstanceIds=[ended])["Reservations"]  # seen ended: its time starts
+    time.sleep(0.6)
+    with pytest.raises(ClientError) as caught:
+        ec2.describe_instances(InstanceIds=[ended])
+    assert caught.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    assert ended not in _all(ctx) and running in _listed(ctx)
+    with pytest.raises(ClientError) as again:
+        ec2.terminate_instances(InstanceIds=[ended])
+    assert again.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+
+
+def _all(ctx) -> list[str]:
+    pages = ctx.client("ec2").get_paginator("describe_instances").paginate()
+    return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+@pytest.mark.parametrize("value", [-1, True, "soon"])
+def test_a_forget_time_is_null_or_seconds(value):
+    with pytest.raises(ValueError, match="forget_fleets_after_s must be null"):
+        Realism.from_json(json.dumps({"forget_fleets_after_s": value}))
+    assert Realism.from_json('{"forget_fleets_after_s": null}').forget_fleets_after_s is None
 
 
 def test_the_control_endpoint_refuses_a_bad_document_in_one_line(moto):

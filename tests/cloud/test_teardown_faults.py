@@ -151,3 +151,24 @@ def _all_terminated(ctx) -> list[str]:
         Filters=[{"Name": "instance-state-name", "Values": ["terminated"]}]
     )["Reservations"]
     return [i["InstanceId"] for r in reservations for i in r["Instances"]]
+
+
+def test_down_finishes_once_aws_has_forgotten_the_clusters_fleets_and_instances(ctx, aws, realism):
+    """AWS forgets an ended instant fleet (about two days after: DescribeFleets by its id answers
+    InvalidFleetId.NotFound) and a terminated instance (about an hour after): `down` of a cluster whose nodes
+    ended long ago (a head's autodown, Spot reclaims) finishes and says the fleets were gone already. Before,
+    a fleet AWS no longer knew counted as live for ever, and `down` never finished (issue 37, finding 2)."""
+    nodes = up(
+        AwsTarget(), UpRequest(name="c1", plans=(make_plan(spot=2, on_demand=1),), image_id=AMI, wait_ssh=False)
+    ).view.nodes
+    fleets = Store().cluster("c1").resources.fleet_ids
+    ctx.client("ec2").terminate_instances(InstanceIds=[n.instance_id for n in nodes])
+    realism.change(forget_terminated_after_s=0, forget_fleets_after_s=0)
+    with pytest.raises(ClientError) as forgotten:
+        ctx.client("ec2").describe_fleets(FleetIds=list(fleets))
+    assert forgotten.value.response["Error"]["Code"] == "InvalidFleetId.NotFound"
+
+    result = lifecycle.down("c1")
+
+    assert Store().cluster("c1").status == "terminated" and left_of(ctx, "c1") == []
+    assert [line for line in result.deleted if "fleet" in line] == [f"fleet {f} (gone already)" for f in fleets]

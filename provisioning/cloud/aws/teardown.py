@@ -154,8 +154,13 @@ def _one_pass(
     instances_gone = run.attempt("instance", terminate)
 
     on_step("deleting fleets")  # after their instances: a fleet that cannot be deleted bills nothing
-    for fleet_id in _listed(run, "fleet", lambda: _live_fleets(ctx, known.fleet_ids)):
-        run.delete(f"fleet {fleet_id}", lambda f=fleet_id: _delete_fleet(ctx, f))
+    fleets: dict[str, str] = {}
+    run.attempt("fleet", lambda: fleets.update(_fleet_states(ctx, known.fleet_ids)))
+    for fleet_id, state in fleets.items():
+        if not state:  # AWS no longer knows it: it ended long ago, and said so here
+            run.deleted.append(f"fleet {fleet_id} (gone already)")
+        elif not state.startswith("deleted"):
+            run.delete(f"fleet {fleet_id}", lambda f=fleet_id: _delete_fleet(ctx, f))
 
     on_step("waiting for instances to terminate")
     instances_gone = instances_gone and run.attempt("instance", lambda: _wait_terminated(ctx, live, deadline))
@@ -278,23 +283,28 @@ def _listed(run: _Pass, kind: str, listing: Callable[[], list[str]]) -> list[str
 
 
 def _live_fleets(ctx: AwsContext, fleet_ids: tuple[str, ...]) -> list[str]:
-    """The recorded fleets not yet deleted, asked for by id (the only way AWS shows an instant fleet).
+    """The recorded fleets not yet deleted, asked for by id (the only way AWS shows an instant fleet)."""
+    return [f for f, state in _fleet_states(ctx, fleet_ids).items() if state and not state.startswith("deleted")]
 
-    AWS does not document what DescribeFleets answers for an id it no longer knows (deleted instant
-    fleets are kept only a while): when it refuses the ids, every recorded fleet counts as live, and
-    deleting one that is gone is success."""
+
+def _fleet_states(ctx: AwsContext, fleet_ids: tuple[str, ...]) -> dict[str, str]:
+    """{fleet id: its FleetState, "" for one AWS no longer knows}. AWS keeps an ended instant fleet a while
+    only (about two days): then DescribeFleets refuses its id (InvalidFleetId.NotFound) and every id asked
+    with it, so the ids are asked one by one, and one refused alone is gone."""
     if not fleet_ids:
-        return []
+        return {}
     try:
         pages = ctx.client("ec2").get_paginator("describe_fleets").paginate(FleetIds=list(fleet_ids))
-        fleets = [f for page in pages for f in page["Fleets"]]
+        fleets = {f["FleetId"]: str(f.get("FleetState") or "active") for page in pages for f in page["Fleets"]}
     except ClientError as exc:
         if not error_code(exc).startswith(("InvalidFleetId", "InvalidParameterValue")):
             raise CloudError(f"describing fleets: {_reason(exc)}") from exc
-        return list(fleet_ids)
+        if len(fleet_ids) == 1:
+            return {fleet_ids[0]: ""}
+        return {f: state for one in fleet_ids for f, state in _fleet_states(ctx, (one,)).items()}
     except BotoCoreError as exc:
         raise CloudError(f"describing fleets: {exc}") from exc
-    return [f["FleetId"] for f in fleets if not str(f.get("FleetState", "")).startswith("deleted")]
+    return {f: fleets.get(f, "") for f in fleet_ids}
 
 
 def _delete_fleet(ctx: AwsContext, fleet_id: str) -> None:
