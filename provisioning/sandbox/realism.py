@@ -8,6 +8,11 @@ behaviour below is switched by one field of `Realism` and emulates a documented 
   tag or state) for that long after its launch. "The result of an API command ... might not be
   immediately visible to all subsequent commands" (https://docs.aws.amazon.com/ec2/latest/devguide/
   eventual-consistency.html). A lookup by id still finds it: deepvm keeps the ids EC2 returned.
+- `by_id_lag_s`: a new instance is unknown by id for that long after its launch: DescribeInstances and
+  TerminateInstances naming it answer InvalidInstanceID.NotFound, which "may occur because the ID of a
+  recently created instance has not propagated through the system"
+  (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html). Only requests that name
+  ids: EC2's own ends (a fleet's deletion, a reclaim) still find it.
 - `group_lag_s`: AuthorizeSecurityGroupIngress on a group created less than that long ago answers
   InvalidGroup.NotFound (the same page lists it among the eventual-consistency errors).
 - `profile_lag_s`: AssociateIamInstanceProfile or ReplaceIamInstanceProfileAssociation with an instance
@@ -150,6 +155,7 @@ class Realism:
     answer_dry_run: bool = True
     refused_actions: tuple[str, ...] = ()  # IAM actions ("ec2:CreateFleet") refused to every caller
     forget_terminated_after_s: float | None = None  # None: never; 0: at once
+    by_id_lag_s: float = 0.0
     forget_fleets_after_s: float | None = None  # None: never; 0: at once
 
     def to_json(self) -> str:
@@ -178,7 +184,7 @@ class Realism:
         if not isinstance(refused, list) or not all(isinstance(a, str) and ":" in a for a in refused):
             raise ValueError("refused_actions must list IAM actions (service:Action)")
         realism = cls(**data, capacity=tuple(rules), public_parameters=parameters, refused_actions=tuple(refused))
-        for name in ("listing_lag_s", "group_lag_s", "profile_lag_s"):
+        for name in ("listing_lag_s", "group_lag_s", "profile_lag_s", "by_id_lag_s"):
             value = getattr(realism, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:
                 raise ValueError(f"{name} must be a number of seconds from 0 to 60, not {value!r}")
@@ -190,7 +196,16 @@ class Realism:
 
 
 # The sandbox's default: what matters on, with delays short enough for a demo (a few seconds at most).
-SANDBOX = Realism(listing_lag_s=2.0, group_lag_s=1.0, profile_lag_s=2.0)
+# AWS forgets a terminated instance after about an hour and an ended fleet after days; the sandbox after
+# minutes, so that a long session meets what a real account does
+SANDBOX = Realism(
+    listing_lag_s=2.0,
+    group_lag_s=1.0,
+    profile_lag_s=2.0,
+    by_id_lag_s=1.0,
+    forget_terminated_after_s=300.0,
+    forget_fleets_after_s=300.0,
+)
 
 
 def _check_keys(data: dict[str, Any], cls: type, where: str) -> None:

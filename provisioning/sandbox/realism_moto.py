@@ -21,12 +21,13 @@ from urllib.parse import parse_qs
 
 from moto.core.responses import ActionResult
 from moto.core.utils import utcnow
-from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.exceptions import EC2ClientError, InvalidInstanceIdError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.fleets import FleetsBackend
 from moto.ec2.models.instances import InstanceBackend, Reservation, StateReason
 from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.iam_instance_profiles import IamInstanceProfiles
+from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.security_groups import SecurityGroups
 from moto.iam.models import IAMBackend
 from moto.moto_api._internal.models import MotoAPIBackend
@@ -112,6 +113,8 @@ def patch(state: ServerState) -> None:
     _wrap(Fleets, "delete_fleets", lambda original: _forgotten_fleets_not_deleted(original, state))
     for name in ("describe_instances", "get_reservations_by_instance_ids", "terminate_instances"):
         _wrap(InstanceBackend, name, lambda original: _forgotten_instances(original, state))
+    for name in ("describe_instances", "terminate_instances"):
+        _wrap(InstanceResponse, name, lambda original: _by_id_lag(original, state))
     _wrap(FleetsBackend, "create_fleet", lambda original: _capacity_schedule(original, state))
     _wrap(Fleets, "create_fleet", _fleet_errors_answered)
     _wrap(SecurityGroups, "create_security_group", lambda original: _born(original, state, "GroupId"))
@@ -158,6 +161,25 @@ def _listing_lags(original: Callable[..., Any], state: ServerState) -> Callable[
         return shown
 
     return describe_instances
+
+
+def _by_id_lag(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:
+    """A request naming instances launched less than by_id_lag_s ago answers InvalidInstanceID.NotFound."""
+
+    def call(self: Any) -> Any:
+        lag = state.realism.by_id_lag_s
+        if lag:
+            born_after = utcnow() - timedelta(seconds=lag)
+            for instance_id in self._get_param("InstanceIds", []):
+                try:
+                    young = self.ec2_backend.get_instance(instance_id).launch_time > born_after
+                except EC2ClientError:
+                    continue  # unknown anyway: moto answers it
+                if young:
+                    raise InvalidInstanceIdError(instance_id)
+        return original(self)
+
+    return call
 
 
 def _hidden_instant_fleets(original: Callable[..., Any], state: ServerState) -> Callable[..., Any]:

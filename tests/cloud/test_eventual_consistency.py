@@ -44,7 +44,7 @@ def test_rules_of_a_new_security_group_are_retried_while_ec2_does_not_know_it(ct
 def test_up_meets_the_sandboxs_whole_realism(ctx, realism):
     # every lag the sandbox runs with (listings, groups, profiles), the profile's long enough to outlast
     # the launch before the head gets it however slow this machine is
-    realism.set(replace(SANDBOX, profile_lag_s=6.0))
+    realism.set(replace(SANDBOX, profile_lag_s=6.0, by_id_lag_s=2.0))
     associated = _calls(ctx, "AssociateIamInstanceProfile")
     result = up(
         FixedTarget(ctx),

@@ -57,6 +57,19 @@ def test_new_instances_are_listed_only_after_the_lag_but_found_by_id_at_once(ctx
     assert instance in _listed(ctx)
 
 
+def test_a_new_instance_is_unknown_by_id_for_the_lag_and_listed_meanwhile(ctx, ami, realism):
+    realism.change(by_id_lag_s=1.0)
+    (instance,) = _launch(ctx, ami)
+    ec2 = ctx.client("ec2")
+    for call in (ec2.describe_instances, ec2.terminate_instances):
+        with pytest.raises(ClientError) as caught:
+            call(InstanceIds=[instance])
+        assert caught.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
+    assert instance in _listed(ctx)
+    time.sleep(1.2)
+    assert ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["InstanceId"] == instance
+
+
 def test_the_inventory_has_a_new_instance_at_once_and_follows_its_end(ctx, ami, realism):
     """What the supervisor boots hosts by: the server's own instances, whatever the listing's lag."""
     realism.change(listing_lag_s=5.0)
