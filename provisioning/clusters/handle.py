@@ -34,7 +34,7 @@ from provisioning.cloud.names import check_cluster_name
 from provisioning.cloud.pinning import pin_nodes
 from provisioning.cloud.progress import Reporter
 from provisioning.cloud.reachability import wait_reachable
-from provisioning.cloud.types import CloudKind, LaunchRefused, NodeRecord, ShortageError, SshEndpoint
+from provisioning.cloud.types import CloudKind, InstanceInfo, LaunchRefused, NodeRecord, ShortageError, SshEndpoint
 from provisioning.clusters.cost import ClusterCost, cost_fields
 from provisioning.clusters.noderecords import adopt, assign_roles, endpoints, private_only
 from provisioning.clusters.store import ClusterRow, ClusterStatus, Store, cluster_lock
@@ -237,15 +237,20 @@ class Cluster:
             self._row = self.row
             return True
         nodes = self.nodes()
+        # a terminated instance never runs again: only the others are asked for by id, so that the calls grow
+        # with the nodes alive, not with every node the cluster ever had (AWS forgets a terminated instance
+        # after about an hour, and then each id it no longer knows costs a call of its own: instances.describe)
+        asked = [n.instance_id for n in nodes if n.state != "terminated"]
         try:
             with cloud_errors("reading node states"):
-                seen = {i.instance_id: i for i in describe(ctx, [n.instance_id for n in nodes])}
+                seen = {i.instance_id: i for i in describe(ctx, asked)}
                 tagged = query_instances(ctx, row.identity)
         except CloudError:
             return False
+        listed = {i.instance_id: i for i in tagged}
         self._store.put_nodes(
             self.name,
-            [replace(n, state=seen[n.instance_id].state if n.instance_id in seen else "terminated") for n in nodes],
+            [replace(n, state=_state_now(n, seen.get(n.instance_id) or listed.get(n.instance_id))) for n in nodes],
         )
         for node, info in ((n, seen.get(n.instance_id)) for n in nodes):  # why EC2 ended what ran (StateReason)
             if node.state == RUNNING and info is not None and info.state != RUNNING and info.state_reason:
@@ -406,3 +411,11 @@ def started(target: CloudTarget, region: str) -> AwsContext:
     ctx = target.context(region)
     assert ctx is not None  # start=True always gives a context
     return ctx
+
+
+def _state_now(node: NodeRecord, found: InstanceInfo | None) -> str:
+    """A recorded node's state, from what EC2 said of it now (by id, or in the tag's listing); one EC2 no
+    longer shows was terminated (terminated instances stay visible for about an hour only)."""
+    if node.state == "terminated":
+        return node.state
+    return found.state if found is not None else "terminated"

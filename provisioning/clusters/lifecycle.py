@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -388,6 +388,15 @@ def _clusters_named(target: CloudTarget, region: str, name: str) -> list[Cluster
     return [] if ctx is None else clusters_named(ctx, name)
 
 
+def _unended(known: CloudResources, record: Store | None, name: str) -> CloudResources:
+    """The resources to tear down without the instances the record has seen terminated: they never run
+    again, and asking for each by id once AWS has forgotten them would cost a call per node ever launched."""
+    if record is None:
+        return known
+    ended = {n.instance_id for n in record.nodes(name) if n.state == "terminated"}
+    return replace(known, instance_ids=tuple(i for i in known.instance_ids if i not in ended))
+
+
 def _destroy(
     store: Store | None,
     cluster: ClusterIdentity,
@@ -417,7 +426,9 @@ def _destroy(
         with contextlib.suppress(CloudError):  # the teardown lists them again, with retries
             instance_ids |= {i.instance_id for i in query_instances(ctx, cluster)}
         try:
-            deleted += terminate_cluster(ctx, cluster, known, on_step=report.step, keep_outputs=keep_outputs)
+            deleted += terminate_cluster(
+                ctx, cluster, _unended(known, record, name), on_step=report.step, keep_outputs=keep_outputs
+            )
         except CloudError as exc:  # the other regions still go; the record and keys stay for a retry
             incomplete.append(exc)
             continue

@@ -8,6 +8,8 @@ so its own retries do not hide it); everything else reaches moto unchanged.
 from __future__ import annotations
 
 import time
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 from botocore.exceptions import ClientError
@@ -17,6 +19,7 @@ from provisioning.cloud.aws.leftover import Leftover
 from provisioning.cloud.aws.teardown import TeardownIncomplete, leftovers
 from provisioning.cloud.keys import cluster_dir
 from provisioning.clusters import lifecycle
+from provisioning.clusters.handle import Cluster
 from provisioning.clusters.lifecycle import UpRequest, up
 from provisioning.clusters.store import Store
 from provisioning.clusters.target import AwsTarget
@@ -172,3 +175,31 @@ def test_down_finishes_once_aws_has_forgotten_the_clusters_fleets_and_instances(
 
     assert Store().cluster("c1").status == "terminated" and left_of(ctx, "c1") == []
     assert [line for line in result.deleted if "fleet" in line] == [f"fleet {f} (gone already)" for f in fleets]
+
+
+def test_status_and_down_ask_aws_about_the_nodes_alive_not_every_node_ever(ctx, aws, realism):
+    """A cluster that ran for weeks recorded every replacement it ever bought; AWS forgot the terminated ones
+    an hour after, and each id it no longer knows costs a call of its own. The calls of `status` (refresh) and
+    `down` are the same with 10 and with 100 such nodes recorded, and every recorded node is still listed."""
+    realism.change(forget_terminated_after_s=0)
+    calls: dict[int, tuple[Counter, Counter]] = {}
+    for ever in (10, 100):
+        name = f"c{ever}"
+        plan = make_plan(spot=1, on_demand=1)
+        nodes = up(AwsTarget(), UpRequest(name=name, plans=(plan,), image_id=AMI, wait_ssh=False)).view.nodes
+        store = Store()
+        gone = [replace(nodes[0], instance_id=f"i-{ever:03x}{k:014x}", state="terminated") for k in range(ever)]
+        store.put_nodes(name, gone)
+        resources = store.cluster(name).resources
+        ids = (*resources.instance_ids, *(n.instance_id for n in gone))
+        store.set_resources(name, replace(resources, instance_ids=ids))
+        aws.calls.clear()
+        assert Cluster.open_running(name).refresh()
+        status = Counter(aws.calls)
+        states = Counter(n.state for n in store.nodes(name))
+        assert states == {"terminated": ever, "running": 2}  # status --json reads these: every node, its state
+        aws.calls.clear()
+        lifecycle.down(name)
+        calls[ever] = (status, Counter(aws.calls))
+    for op in ("DescribeInstances", "TerminateInstances"):
+        assert [c[op] for c in calls[10]] == [c[op] for c in calls[100]], (op, calls)
