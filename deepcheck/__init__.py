@@ -20,7 +20,7 @@ from .protocol import Level
 from .storage_s3 import S3Config
 
 if TYPE_CHECKING:
-    from .api import DeepCheck, FlushReport, Restored, SaveHandle, init
+    from .api import DeepCheck, Failure, FlushReport, Restored, SaveHandle, init
     from .restore import CheckpointInfo
 
 # Names whose modules import mpi4py.MPI, which initialises MPI in the importing process: loaded on first use, so
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 # `deepvm fetch`) neither loads libmpi nor becomes an MPI singleton.
 _NEEDS_MPI = {
     "DeepCheck": "api",
+    "Failure": "api",
     "FlushReport": "api",
     "Restored": "api",
     "SaveHandle": "api",
@@ -50,6 +51,7 @@ __all__ = [
     "CorruptCheckpointError",
     "DeepCheck",
     "DeepCheckError",
+    "Failure",
     "FlushReport",
     "Level",
     "Restored",

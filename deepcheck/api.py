@@ -57,6 +57,15 @@ class FlushReport:
     stall_s: float  # the part of it spent in the L0 snapshot
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A checkpoint that will never be complete at `level`, and why (DeepCheck.failed)."""
+
+    ckpt: CheckpointId
+    level: Level
+    reason: str  # e.g. "holder 0: [Errno 28] No space left on device: '...'"
+
+
 @dataclass
 class Restored:
     info: CheckpointInfo
@@ -171,6 +180,12 @@ class DeepCheck:
         self.svc.check()
         return self.trainer
 
+    def _read_trainer(self, what: str) -> TrainerPart:
+        """The trainer's part for a call that only reads what the holders said (allowed after close())."""
+        if self.trainer is None:
+            raise ConfigError(f"{what}() is for trainer ranks; rank {self.world.rank} is a holder (use serve())")
+        return self.trainer
+
     def _timeout(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout
 
@@ -243,10 +258,20 @@ class DeepCheck:
         return SaveHandle(ckpt, step, time.perf_counter() - t0, flat.total, hi - lo)
 
     def completed(self, level: Level = Level.L1) -> CheckpointId | None:
-        """The newest checkpoint of this run announced complete at `level`, without waiting."""
-        trainer = self._need_trainer("completed")
+        """The newest checkpoint of this run announced complete at `level`, without waiting; after close() too,
+        when the last checkpoint has settled at every level."""
+        trainer = self._read_trainer("completed")
         with trainer.cond:
             return trainer.newest.get(Level(level))
+
+    def failed(self, level: Level) -> Failure | None:
+        """The newest checkpoint of this run the lead said will never be complete at `level`, and why (a
+        holder's disk full, an upload refused), without waiting; None when none failed there. A later
+        checkpoint may still reach the level: compare with completed(level). After close() too."""
+        trainer = self._read_trainer("failed")
+        with trainer.cond:
+            msg = trainer.failed.get(Level(level))
+        return None if msg is None else Failure(msg.ckpt, msg.level, msg.reason)
 
     def wait(self, level: Level = Level.L1, *, step: int | None = None, timeout: float | None = None) -> CheckpointId:
         """Block until a checkpoint of step >= `step` (default: the last saved) is complete at `level`.

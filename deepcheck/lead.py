@@ -23,6 +23,7 @@ from .protocol import (
     Commit,
     Complete,
     Durable,
+    Failed,
     L1Report,
     Level,
     Persist,
@@ -127,6 +128,7 @@ class LeadPart:
         ckpt = manifest.ckpt
         if d.error is not None:
             log.error("checkpoint %s cannot reach L2: holder %d failed to persist it: %s", ckpt, d.holder, d.error)
+            self._send_all(Failed(ckpt, Level.L2, f"holder {d.holder}: {d.error}"), self.world.trainers)
             self.worker.submit(lambda: self.disk.unstage(ckpt), lambda _r, _e: None)
             self.persisting = None
             self._next_persist()
@@ -151,6 +153,7 @@ class LeadPart:
                 self._send_all(Upload(ckpt), self._holders_of(manifest))
         else:
             log.error("checkpoint %s cannot reach L2: writing its manifest failed: %r", ckpt, error)
+            self._send_all(Failed(ckpt, Level.L2, f"writing its manifest: {error}"), self.world.trainers)
         self._next_persist()
 
     # ---- L3 --------------------------------------------------------------------------------------
@@ -160,6 +163,7 @@ class LeadPart:
         manifest, done = self.uploading[u.ckpt]
         if u.error is not None:
             log.error("checkpoint %s cannot reach L3: holder %d failed to upload it: %s", u.ckpt, u.holder, u.error)
+            self._send_all(Failed(u.ckpt, Level.L3, f"holder {u.holder}: {u.error}"), self.world.trainers)
             del self.uploading[u.ckpt]
             return
         done.add(src)
@@ -178,6 +182,8 @@ class LeadPart:
             self._send_all(Complete(manifest.ckpt, Level.L3), self.world.trainers)
         else:
             log.error("checkpoint %s cannot reach L3: uploading its manifest failed: %r", manifest.ckpt, error)
+            reason = f"uploading its manifest: {error}"
+            self._send_all(Failed(manifest.ckpt, Level.L3, reason), self.world.trainers)
 
     # ---- shutdown ----------------------------------------------------------------------------------
     def _on_bye(self, b: Bye, src: int) -> None:

@@ -71,6 +71,16 @@ class Complete:
 
 
 @dataclass
+class Failed:
+    """The lead to every trainer: this checkpoint will never be complete at `level` (a holder's disk is full,
+    an upload was refused); said once, so that a trainer can tell its user what is not safe."""
+
+    ckpt: CheckpointId
+    level: Level
+    reason: str
+
+
+@dataclass
 class Persist:
     ckpt: CheckpointId
 

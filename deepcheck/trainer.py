@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from .checksum import Digest
 from .manifest import CheckpointId
-from .protocol import Bye, Complete, Level, ShardAck, ShardHeader, ShardTrailer
+from .protocol import Bye, Complete, Failed, Level, ShardAck, ShardHeader, ShardTrailer
 from .service import Handler, Service
 from .sharding import Shard
 from .snapshot import BufferPool, HostBuffer
@@ -84,10 +84,11 @@ class TrainerPart:
         self.undelivered = 0  # jobs submitted and not yet acknowledged by all holders
         self.last_sent: CheckpointId | None = None
         self.newest: dict[Level, CheckpointId] = {}
+        self.failed: dict[Level, Failed] = {}  # the newest checkpoint the lead said never reaches each level
         self.is_stopped = False
 
     def handlers(self) -> dict[type, Handler]:
-        return {ShardAck: self._on_ack, Complete: self._on_complete}
+        return {ShardAck: self._on_ack, Complete: self._on_complete, Failed: self._on_failed}
 
     def submit(self, job: SaveJob) -> None:
         with self.cond:
@@ -161,6 +162,13 @@ class TrainerPart:
         with self.cond:
             if msg.ckpt > self.newest.get(msg.level, CheckpointId(-1, "")):
                 self.newest[msg.level] = msg.ckpt
+            self.cond.notify_all()
+
+    def _on_failed(self, msg: Failed, src: int) -> None:
+        with self.cond:
+            known = self.failed.get(msg.level)
+            if known is None or msg.ckpt > known.ckpt:
+                self.failed[msg.level] = msg
             self.cond.notify_all()
 
     def bye(self) -> Bye:

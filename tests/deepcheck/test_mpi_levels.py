@@ -67,3 +67,14 @@ def test_each_level_named_is_written_and_no_other(tmp_path, s3_endpoint, levels,
     assert not list(ckdir.glob("ckpt-*")) or "L2" in levels  # not even an empty directory
     in_s3 = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert bool(in_s3) == ("L3" in levels)
+
+
+def test_a_holder_whose_disk_refuses_the_shards_tells_every_trainer_the_checkpoint_is_not_on_disk(tmp_path):
+    """Issue 40: a full checkpoint disk was said only in the holder's stderr. The lead now tells every trainer
+    which checkpoint never reaches L2, and why; L1 still has it, L2 has nothing."""
+    run_mpi(3, "diskfull_worker.py", str(tmp_path / "ck"), str(tmp_path))
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"diskfull-{rank}.json").read_text())
+        assert (got["l1"], got["l2"]) == (2, None), got
+        step, level, reason = got["failed"]
+        assert (step, level) == (2, "L2") and reason.startswith("holder 0: ") and "File too large" in reason, got

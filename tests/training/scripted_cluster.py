@@ -42,8 +42,10 @@ from training.shared.events import (
     Metrics,
     Notice,
     NoticeSeen,
+    NotSafe,
     Restored,
     Resumed,
+    Safe,
     Saved,
     Start,
     Step,
@@ -487,6 +489,7 @@ class World:
     total_steps: int = 40
     every: int = 5  # checkpoint interval
     checkpoint: int = 0  # the newest complete checkpoint's step (0: none)
+    disk_full_from: int | None = None  # checkpoints from this step on never reach L2 (the holder's disk is full)
     faults: list[Fault] = field(default_factory=list)
     metrics: bool = False  # trainer 0 also logs {"loss": step / 100, "attempt": its attempt's number} each step
     kept_at: float = 0.0  # a Launched script's newest kept file: when it was written (time.time(); 0: none kept)
@@ -669,8 +672,13 @@ class ScriptedMpirun:
             if world.metrics:
                 self.emit(0, Metrics(rank=0, point=MetricPoint(step, {"loss": step / 100, "attempt": self.number})))
             if step % world.every == 0:
-                world.checkpoint = max(world.checkpoint, step)
                 self.emit(0, Saved(rank=0, step=step, stall_s=0.0, bytes=1))
+                if world.disk_full_from is not None and step >= world.disk_full_from:
+                    reason = "holder 0: OSError(28, 'No space left on device')"
+                    self.emit(0, NotSafe(rank=0, step=step, level="L2", reason=reason))
+                else:
+                    world.checkpoint = max(world.checkpoint, step)
+                    self.emit(0, Safe(rank=0, step=step, level="L2"))
             if step in faults and faults[step].strike(self):
                 return
             if self.stop_asked.is_set():

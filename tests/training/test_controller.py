@@ -154,6 +154,23 @@ def test_a_node_lost_without_notice_is_retired_and_the_job_resumes_from_the_newe
     assert rig.notes[failed + 1] == "  ORTE has lost communication with a remote daemon (i-t0000000)"
 
 
+def test_a_checkpoint_not_on_disk_is_said_and_never_claimed(rig):
+    """Issue 40: with the holder's disk full, `status` said "checkpoint at step 400" while the newest on disk was
+    200. A checkpoint counts once it is safe (Safe), not when it is taken (Saved); one that never reaches L2 is
+    said in one line with DeepCheck's reason, and a node lost after it resumes from the newest safe."""
+    rig.world.disk_full_from = 10
+    rig.world.faults = [Die(1, 12, nodes=(T0,))]
+    result = rig.run()
+    said = [n for n in rig.notes if "is not safe at L2" in n]
+    assert said[0] == (
+        "checkpoint of step 10 is not safe at L2: holder 0: OSError(28, 'No space left on device'); "
+        "the newest safe is step 5"
+    )
+    lost = result.recoveries[0]
+    assert (lost.from_step, lost.resumed_step, lost.lost_steps) == (12, 5, 7)
+    assert rig.row().checkpoint_step == 5  # every later one was taken, none safe
+
+
 def test_two_nodes_lost_at_once_are_retired_together_and_both_bought_back(rig):
     rig.buyer.gate.clear()
     rig.world.faults = [Die(1, 9, nodes=(T0, T2)), Call(2, 8, action=rig.buyer.gate.set)]

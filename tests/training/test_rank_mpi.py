@@ -45,6 +45,11 @@ def run_and_resume(tmp_path: Path, url: str, host_dir: Path, warm: Path) -> None
     assert "holder" in kinds and kinds.count("notice") >= 1
     saved = [e["step"] for e in events if e["event"] == "saved"]
     assert saved and all(s % 4 == 0 for s in saved)
+    # a checkpoint counts once safe on the holder's disk (the plan's safe_level): after it was taken, never ahead
+    safe = [e for e in events if e["event"] == "safe"]
+    taken = saved + [e["step"] for e in events if e["event"] == "flush"]
+    assert safe and all(e["level"] == "L2" and e["step"] in taken for e in safe), safe
+    assert kinds.index("safe") > kinds.index("saved")
     # post_notice writes a rebalance and then the interruption: a watcher's poll between the two sees the
     # rebalance alone, and its early flush comes first
     flushes = [e for e in events if e["event"] == "flush"]

@@ -75,7 +75,19 @@ from training.control.staging import JobPaths, JobToStage, stage_runtime
 from training.control.stall import Stall, StallWatch
 from training.control.stops import JobStops, TrainingFailed, TrainingStopped
 from training.control.winddown import drop_replacements
-from training.shared.events import Event, Flush, Metrics, Notice, NoticeSeen, Restored, Saved, Start, Step, WatcherOff
+from training.shared.events import (
+    Event,
+    Flush,
+    Metrics,
+    Notice,
+    NoticeSeen,
+    NotSafe,
+    Restored,
+    Safe,
+    Start,
+    Step,
+    WatcherOff,
+)
 from training.shared.job_events import job_message
 from training.shared.jobspec import JobSpec, load_job_spec
 from training.shared.jobstore import JobStatus, JobStore, train_lock
@@ -380,15 +392,22 @@ class Controller:
                 self.report.note(f"restored step {event.step} from {'/'.join(event.levels)} in {event.seconds:.2f}s")
             case Step(rank=0):
                 self._on_step(event, at, run)
-            case Saved() | Flush():
+            case Safe():
                 self.job.checkpointed(event.step)
-                if isinstance(event, Flush):
-                    self.report.note(
-                        f"checkpoint of step {event.step} safe at {event.level} "
-                        f"in {event.seconds:.2f}s ({event.reason})"
-                    )
-                    if event.ends_run:  # a recommendation's is no recovery's
-                        self.recovery.checkpointed(at)
+            case NotSafe() if self.spec.calls_step:
+                self.report.note(
+                    f"checkpoint of step {event.step} is not safe at {event.level}: {event.reason}; "
+                    f"the newest safe is step {self.job.row.checkpoint_step}"
+                )
+            case NotSafe():  # a launched script's kept files: their versions are no steps
+                self.report.note(f"kept files (version {event.step}) are not safe at {event.level}: {event.reason}")
+            case Flush():
+                self.job.checkpointed(event.step)
+                self.report.note(
+                    f"checkpoint of step {event.step} safe at {event.level} in {event.seconds:.2f}s ({event.reason})"
+                )
+                if event.ends_run:  # a recommendation's is no recovery's
+                    self.recovery.checkpointed(at)
             case NoticeSeen() if node is not None:
                 self._on_notice(node, event.notice, at, run)
             case Metrics(rank=0):

@@ -34,6 +34,7 @@ import torch
 
 import deepcheck
 from training.node.hooks import TrainState
+from training.node.safety import SafetyWatch
 from training.node.trainercomm import TrainerComm
 from training.shared.checkpointplan import CheckpointPlan
 from training.shared.events import EndStatus, Event, Flush, FlushReason, Notice, Restored, Saved, emit
@@ -55,6 +56,7 @@ class Checkpointer:
         self.saved_step = -1  # newest step saved or flushed by this run (or restored from)
         self.last_save_at = clock()
         self._early = threading.Event()  # a rebalance recommendation asks for a checkpoint at the next step
+        self.safety = SafetyWatch(ck, policy) if trainers.rank == 0 else None
 
     def noticed(self, notice: Notice) -> None:
         """A Spot notice on this trainer's node (thread-safe: the watcher's thread calls it)."""
@@ -84,6 +86,7 @@ class Checkpointer:
 
     def after_step(self, step: int, tree: Tree, epoch: int | None) -> bool:
         """Collective, once per step on every trainer: True (after flushing) when the run must end now."""
+        self.tell_safety()
         interrupted, recommended = self.trainers.any_each(self.ck.flush_requested, self._early.is_set())
         if interrupted:
             self.flush(step, tree, epoch, reason=FlushReason.NOTICE)
@@ -100,6 +103,12 @@ class Checkpointer:
                 Saved(rank=self.trainers.rank, step=step, stall_s=round(handle.stall_s, 4), bytes=handle.nbytes)
             )
         return False
+
+    def tell_safety(self) -> None:
+        """Trainer 0: what became of the checkpoints since the last look (training.node.safety); also once
+        after DeepCheck closed, when the last one has settled."""
+        for news in self.safety.news() if self.safety is not None else ():
+            emit(news)
 
     def stopped(self, step: int, tree: Tree, epoch: int | None) -> None:
         """Collective: the run stops cleanly after `step`; flush it unless it is checkpointed already."""

@@ -53,6 +53,7 @@ from training.node.distenv import DistEnv
 from training.node.elastic_env import ScriptPlace, node_environment, worker_environment
 from training.node.keptfiles import FileCopy, KeptFiles, Stamp, nobody_writing, open_for_writing
 from training.node.kepttable import KeptTable
+from training.node.safety import SafetyWatch
 from training.node.trainercomm import TrainerComm
 from training.node.warm import WARM_DIR_VARIABLE
 from training.node.whole_lines import whole_lines_into
@@ -100,6 +101,7 @@ class LaunchedScript:
         self.version = 0  # DeepCheck's step of the newest kept files
         self.notice: Notice | None = None
         self.last_keep = time.monotonic()
+        self.safety = SafetyWatch(ck, spec.checkpoint_plan, claims=False) if trainers.rank == 0 else None
 
     def noticed(self, notice: Notice) -> None:
         """A Spot notice on this node (the watcher's thread): an interruption stops the script; a rebalance
@@ -204,6 +206,8 @@ class LaunchedScript:
             )
             while True:
                 code = child.wait(TICK_S)
+                for news in self.safety.news() if self.safety is not None else ():
+                    emit(news)
                 changes = self.files.changed(lambda: open_for_writing(child.pid)) if code is None else []
                 due = bool(changes) and self._due()
                 stopping, failed, running, keep = self.trainers.any_each(

@@ -211,6 +211,7 @@ def train(spec: JobSpec, opts: RankOptions, ck: deepcheck.DeepCheck, comm: MPI.C
         if watcher is not None:
             watcher.stop()
     ck.close()
+    checkpointer.tell_safety()  # the last checkpoint settled at every level within close()
     trainers.free()
 
 

@@ -85,6 +85,17 @@ class CheckpointPlan:
         )
 
     @property
+    def safe_level(self) -> Level:
+        """The level a claim that the job is checkpointed rests on: the holders' disks when the job writes
+        them (their RAM does not outlive a relaunch of the job's ranks), else their RAM."""
+        return Level.L2 if Level.L2 in self.levels else Level.L1
+
+    @property
+    def lasting_levels(self) -> tuple[Level, ...]:
+        """The levels a checkpoint may fail to reach after L1 took it (a disk full, an upload refused)."""
+        return tuple(level for level in (Level.L2, Level.L3) if level in self.levels)
+
+    @property
     def outlives_holders(self) -> bool:
         """Checkpoints live on the holders (RAM, disk); without any, only L3 (S3) still has them."""
         return self.l3 is not None

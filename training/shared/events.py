@@ -163,6 +163,29 @@ class Saved(Event):
     bytes: int  # the size of the whole state stream
 
 
+@dataclass(frozen=True, kw_only=True)
+class Safe(Event):
+    """Trainer 0: the newest checkpoint complete at the level the job's claims rest on (its checkpoint plan's
+    safe_level): the step `status` says the job is checkpointed at. Saved says only that one was taken."""
+
+    EVENT: ClassVar[str] = "safe"
+
+    step: int
+    level: str  # "L2", or "L1" for a job without L2
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotSafe(Event):
+    """Trainer 0: a checkpoint will never be complete at `level`, and DeepCheck's reason (a holder's disk is
+    full, an upload was refused): said once per checkpoint and level."""
+
+    EVENT: ClassVar[str] = "not_safe"
+
+    step: int
+    level: str
+    reason: str
+
+
 class FlushReason(str, Enum):
     """Why trainer 0 flushed a checkpoint (Flush's reason)."""
 
@@ -326,7 +349,22 @@ class Holder(Event):
 
 _KINDS: dict[str, type[Event]] = {
     cls.EVENT: cls
-    for cls in (Start, Restored, Resumed, Step, Saved, Flush, Kept, NoticeSeen, Metrics, End, WatcherOff, Holder)
+    for cls in (
+        Start,
+        Restored,
+        Resumed,
+        Step,
+        Saved,
+        Safe,
+        NotSafe,
+        Flush,
+        Kept,
+        NoticeSeen,
+        Metrics,
+        End,
+        WatcherOff,
+        Holder,
+    )
 }
 
 
