@@ -4,7 +4,8 @@ Where the head runs systemd (AWS images), the client starts this process as a tr
 that is itself restarted on failure; where there is none (the sandbox's hosts), it is started detached
 (setsid) and is the only supervisor. Either way this is the process that decides, from the service's
 exit code, whether the job is over (0: completed or cancelled; service.FINAL: failed for good), handed to a
-new head (service.HANDED_OVER: nothing ends here) or the controller crashed and must come back. A controller
+new head (service.HANDED_OVER: nothing ends here) or the controller crashed and must come back, after a pause
+that doubles with each crash (restart_delay) and a line saying what it last wrote. A controller
 that keeps crashing is given up on after _MAX_CRASHES within _CRASH_WINDOW_S, and the job is marked failed,
 rather than restarted forever while the cluster bills. Once the job is over, for good, the supervisor runs
 its end (training/head/job_end.py: the summary, the hook, the outputs to S3, autodown).
@@ -28,7 +29,26 @@ from training.shared.jobstore import JobStatus, JobStore
 
 _MAX_CRASHES = 5
 _CRASH_WINDOW_S = 600.0
-_RESTART_DELAY_S = 1.0
+_RESTART_DELAY_S = 1.0  # after the first crash; doubled after each more in the window
+_MAX_RESTART_DELAY_S = 60.0
+
+
+def restart_delay(crashes: int) -> float:
+    """Seconds before the controller's restart after its `crashes`-th crash in the window: 1, 2, 4, 8, ...
+    A fault that outlasts a restart (a full disk, the API away) gets time to pass instead of five crashes in
+    twelve seconds, and the job is still given up on within minutes."""
+    return min(_RESTART_DELAY_S * 2 ** max(crashes - 1, 0), _MAX_RESTART_DELAY_S)
+
+
+def crash_line(output: Path) -> str:
+    """The last line the crashed controller wrote (a traceback's last line says what it was), or ""."""
+    try:
+        with output.open("rb") as file:
+            file.seek(max(file.seek(0, os.SEEK_END) - 4096, 0))
+            lines = [line.strip() for line in file.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][-300:] if lines else ""
 
 
 def _describe(code: int) -> str:
@@ -71,22 +91,28 @@ def supervise(root: Path) -> int:
             crashes.append(now)
             while crashes and now - crashes[0] > _CRASH_WINDOW_S:
                 crashes.popleft()
+            delay = restart_delay(len(crashes))
             log = JobLog(root / "log.jsonl")
             try:
                 if len(crashes) >= _MAX_CRASHES:
                     text = (
                         f"the controller crashed {len(crashes)} times in {_CRASH_WINDOW_S / 60:.0f} minutes "
-                        f"(last: {_describe(code)}; see {root / 'service.out'}); giving up"
+                        f"(last: {_describe(code)}: {crash_line(root / 'service.out')}; see {root / 'service.out'}); "
+                        "giving up"
                     )
                     _mark_failed(root.name, text)
                     log.state(JobStatus.FAILED, text)
                     log.close()
                     job_end.finish(root)
                     return FINAL
-                log.note(f"the controller stopped ({_describe(code)}); restarting it")
+                said = crash_line(root / "service.out")
+                log.note(
+                    f"the controller stopped ({_describe(code)}{': ' + said if said else ''}); "
+                    f"restarting it in {delay:g}s"
+                )
             finally:
                 log.close()  # closing twice is harmless
-            time.sleep(_RESTART_DELAY_S)
+            time.sleep(delay)
 
 
 def _mark_failed(job_id: str, text: str) -> None:
