@@ -20,7 +20,7 @@ from provisioning.cloud.types import NodeRecord, SshEndpoint
 from provisioning.ladder.throughput import pflop_per_hour
 from provisioning.planner.plan import Role
 from tests.training.controller_rig import T1, Rig, attempts_of
-from tests.training.scripted_cluster import Die, NoticeOn, tiering_plan
+from tests.training.scripted_cluster import Call, Die, NoticeOn, tiering_plan
 from training.control.market import LiveMarket, job_offers
 from training.control.nodepool import NodeStatus, Slot
 from training.control.stops import BudgetReached, TrainingFailed
@@ -310,3 +310,18 @@ def test_a_wait_for_nodes_is_no_relaunch_the_deadlines_reserve_counts():
     now[0] = 130.0
     market.stepped(56)
     assert market.relaunch_s == pytest.approx(10.0)
+
+
+def test_an_api_outage_is_no_pools_refusal_and_orders_wait_for_it(tmp_path):
+    """Issue 40: with the EC2 API failing ("Unable to locate credentials"), every failed order counted as the
+    pool's refusal, and the ladder bought dearer types. Now the same pool is asked again, after a backoff, and
+    once the API is back the job is whole at the plan's type, never ordering in a tight loop meanwhile."""
+    rig = Rig(tmp_path, plan=replace(tiering_plan(), price_cap=1.0))
+    rig.buyer.fail = "reading instances: Unable to locate credentials"
+    rig.world.total_steps = 160
+    rig.world.faults = [NoticeOn(1, 6, node=T1), Call(2, 40, action=lambda: setattr(rig.buyer, "fail", None))]
+    result = rig.run(clock="fast")  # the backoff's 15 s, 30 s, ... a thousand times faster
+    assert {t for t, _ in _spot_orders(rig)} == {"g4dn.xlarge"}, _spot_orders(rig)
+    assert not _said(rig, "repair") and any("ordering again in" in n for n in rig.notes), rig.notes
+    assert result.attempts[-1].world_size == 3 and result.steps == 160
+    assert all(b - a >= 14.0 for a, b in itertools.pairwise(rig.buyer.ordered_at[:3])), rig.buyer.ordered_at

@@ -43,6 +43,7 @@ from datetime import datetime
 
 from provisioning.catalog.model import Market
 from provisioning.cloud.types import NodeRecord
+from provisioning.ladder.backoff import backoff_s
 from provisioning.ladder.decision import Decision, Order
 from provisioning.ladder.offers import MarketOffers, market_offers
 from provisioning.ladder.situation import (
@@ -108,6 +109,14 @@ class _Rate:
         return (last - first) / (t1 - t0) * HOUR_S if t1 > t0 and last > first else 0.0
 
 
+@dataclass(frozen=True)
+class Outage:
+    """Orders failed in a row for a reason that was no pool's (LiveMarket.outage), and until when no other goes."""
+
+    in_row: int
+    until_s: float  # on the market's clock
+
+
 class LiveMarket:
     """What the live job's ladder is told, and the orders, refusals and times it keeps (module docstring)."""
 
@@ -146,6 +155,9 @@ class LiveMarket:
         self.pending: list[_Pending] = []
         self.swaps: list[_Swap] = []
         self.refusals: dict[Pool, Refusals] = {}
+        # orders in a row that failed for no pool's want of capacity (the API away, credentials, a right): not
+        # the pool's refusals, so the ladder climbs to no dearer type for them; no order goes out until backoff
+        self.outage: Outage | None = None
         self.rate = _Rate()
         self.join_s, self.relaunch_s = REPLACEMENT_DELAY_S, MEASURED_RELAUNCH_S
         self.ended_at: float | None = None  # when the newest attempt ended, until the next one's first step
@@ -166,10 +178,11 @@ class LiveMarket:
         if found is not None:
             found.unbought = 0
 
-    def settled(self, order: NodeOrder, ready: int, failed: bool) -> tuple[Pool, int]:
-        """The order ended with `ready` nodes ready (`failed`: fewer than asked, or none staged). Its pool's
-        refusals are updated; returns the stand-ins' pool and how many of them go now (RETURN_TO_SPOT's swap,
-        one per node of a Spot order joined; (pool, 0) when none)."""
+    def settled(self, order: NodeOrder, ready: int, failed: bool, refused: bool) -> tuple[Pool, int]:
+        """The order ended with `ready` nodes ready (`failed`: fewer than asked, or none staged; `refused`:
+        because the pool had no capacity). Only a refusal counts against the pool (an API outage, a node that
+        would not prepare, say nothing of its capacity); returns the stand-ins' pool and how many of them go
+        now (RETURN_TO_SPOT's swap, one per node of a Spot order joined; (pool, 0) when none)."""
         found = self._pending(order)
         now = self.clock()
         pool = Pool(order.zone, order.group.instance_type, order.group.market)
@@ -177,12 +190,17 @@ class LiveMarket:
             self.pending.remove(found)
             if not failed:
                 self.join_s = max(now - found.placed_at, _MIN_JOIN_S)
+        if failed and not refused and ready == 0:
+            in_row = 1 if self.outage is None else self.outage.in_row + 1
+            self.outage = Outage(in_row, now + backoff_s(Timing.of(self.join_s, self.relaunch_s), in_row))
+        elif ready:
+            self.outage = None
         seen = self.refusals.get(pool)
-        if failed:
+        if refused:
             self.refusals[pool] = (
                 Refusals(pool, 1, now, now) if seen is None else Refusals(pool, seen.in_row + 1, seen.first_s, now)
             )
-        else:
+        elif not failed:
             self.refusals.pop(pool, None)
         if found is None or found.order.retires is None or not ready:
             return pool, 0
@@ -235,6 +253,17 @@ class LiveMarket:
         self.check_at_s = None if at is None else max(at, self.clock() + _MIN_WAKE_S)
 
     # --- asking ------------------------------------------------------------------------------------------
+    def cloud_cooling_s(self) -> float | None:
+        """Seconds until an order may go out again after failures that were no pool's (None: it may now)."""
+        if self.outage is None or self.clock() >= self.outage.until_s:
+            return None
+        return self.outage.until_s - self.clock()
+
+    def wake_in(self, seconds: float) -> None:
+        """Look again in `seconds` (or sooner, when the newest decision's timer says so)."""
+        at = self.clock() + max(seconds, _MIN_WAKE_S)
+        self.check_at_s = at if self.check_at_s is None else min(self.check_at_s, at)
+
     def due(self) -> bool:
         """Whether the newest decision's timer has run out."""
         return self.check_at_s is not None and self.clock() >= self.check_at_s

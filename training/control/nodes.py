@@ -210,8 +210,9 @@ class ClusterNodes:
             self.pool.bought(done.added)  # known already, unless its buyer posted nothing when it bought
             self.prepared(done.states)
             ready = [e.instance_id for e in done.added if self.pool.slots[e.instance_id].status is NodeStatus.READY]
-        failed = done.error is not None or len(ready) < done.order.count
-        stand_ins, going = self.market.settled(done.order, len(ready), failed)
+        # the pool refused: EC2 had no capacity, or gave fewer than asked; not an API or preparation failure
+        refused = done.shortage or (done.error is None and len(done.added) < done.order.count)
+        stand_ins, going = self.market.settled(done.order, len(ready), done.error is not None or refused, refused)
         if going:
             records = {r.instance_id: r for r in self.cluster.nodes()}
             for instance_id in self.market.stand_ins(self.pool.slots.values(), records, stand_ins)[:going]:
@@ -235,6 +236,12 @@ class ClusterNodes:
             if decision.rung is Rung.STOP:
                 return LadderStep(decision, ())
             if not decision.rung.acts or not self.replace_nodes:
+                break
+            if decision.orders and (cooling := self.market.cloud_cooling_s()) is not None:
+                self.market.wake_in(cooling)  # the cloud failed, not a pool: the same order, later
+                self.report.note(
+                    f"the cloud failed the last order (not for capacity): ordering again in {cooling:.0f}s"
+                )
                 break
             for order in decision.orders:
                 bought = self.market.node_order(order)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from provisioning.cloud.progress import Reporter
-from provisioning.cloud.types import SshEndpoint
+from provisioning.cloud.types import ShortageError, SshEndpoint
 from provisioning.clusters.handle import Cluster
 from provisioning.core.errors import DeepvmError
 from provisioning.planner.plan import NodeGroup, Role
@@ -94,6 +94,10 @@ class ReplacementReady:
     states: dict[str, NodeState]  # instance id -> what preparing it found
     error: str | None  # None: bought and prepared
     stranded: tuple[str, ...] = ()  # with an error: nodes bought but not prepared, for the controller to retire
+    # with an error: EC2 had no capacity in the order's pool (ShortageError). Anything else (the API away,
+    # credentials, a right, a node that would not prepare) says nothing of the pool, and the ladder must not
+    # move to dearer pools for it
+    shortage: bool = False
 
 
 class Replacements:
@@ -132,7 +136,8 @@ class Replacements:
             states = self._stage(added, note)
         except Exception as exc:  # anything left unanswered here would keep the controller waiting forever
             why = str(exc) if isinstance(exc, DeepvmError) else f"{type(exc).__name__}: {exc}"
-            self._post(ReplacementReady(order, (), {}, why, tuple(e.instance_id for e in added)))
+            stranded = tuple(e.instance_id for e in added)
+            self._post(ReplacementReady(order, (), {}, why, stranded, shortage=isinstance(exc, ShortageError)))
             return
         self._post(ReplacementReady(order, tuple(added), states, None))
 
