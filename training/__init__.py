@@ -23,25 +23,25 @@
   job short of completing (cancel, a limit, the budget, a decision) and names how, `winddown` terminates
   what was bought for a job that ended; `leftovers` finds what a job that did not complete left on the
   nodes (for `deepvm fetch`, and for the head's copy to S3).
-- `head/`: only ever on the cluster's head node. `job_supervisor` keeps `job_service` (one managed job's
-  controller) running, `joblog` and `log_mirror` write and mirror its log, `query` answers the client over
-  SSH; `job_end` runs once a job is over (its `summary`, the hook through `notify`, its `outputs` to S3,
-  `autodown`), `resume` seeds a job continued from S3, `idle_cluster` is `up --autodown`'s watch;
-  `handover_run` hands a moved cluster's control to a new head (copy, profile, start); `mpirun_guard` runs
-  one mpirun there for a controller that may be far away (through `signal_relay`, which turns the guard's
-  death into exactly one SIGTERM for mpirun).
+- `head/`: only ever on the cluster's head node (its own docstring says each room): `job_supervisor` keeps
+  `job_service` (one managed job's controller) running; `job_end` runs once a job is over, then `autodown`
+  (whose last resort is `poweroff`) when the cluster goes with it; `mpirun_guard` runs one mpirun there for a
+  controller that may be far away; `handover_run` hands a moved cluster's control to a new head.
 - `node/`: on the cluster's nodes, started over SSH by the controller or by mpirun. `rank` is what
-  mpirun starts on every node (`worker`, or the
-  job's own script through `userscript`, with `checkpointing`, `hooks`, `distenv`, `trainercomm`,
-  `sampler`, `batchplan`, `schedule`, `data/`, `models/`), through `warm`, which makes each rank after a
-  node's first a fork of an interpreter with torch imported; `watcher` polls instance metadata for Spot
-  notices, in a rank and once per node before a launch.
+  mpirun starts on every node (`worker`, or the job's own script: through `userscript` when it calls
+  ctx.step, as a child process with torchrun's environment through `launched` (`elastic_env`, its kept files
+  through `keptfiles` and `kepttable`) when it does not; with `checkpointing` and `safety` (what trainer 0
+  tells of its checkpoints' fate), `hooks`, `distenv`, `trainercomm`, `sampler`, `batchplan`, `schedule`,
+  `data/`, `models/`), through `warm`, which makes each rank after a node's first a fork of an interpreter
+  with torch imported; `watcher` polls instance metadata for Spot notices, in a rank and once per node
+  before a launch.
 - `shared/`: read or written on both sides, so both import it: the job spec (`jobspec`, `yamlmarks`:
   validated on the user's machine, re-read by the controller and every rank), the events ranks send the
   controller (`events`, with `Notice`), what a run reports (`progress`) and what trainer 0 writes at its
   end (`metrics`), the jobs table (`jobstore`: the user's machine and the head each keep one), the
   records that cross between the user's machine and the head (`records`) and the head's file layout
-  they name (`layout`), where a job's objects live in S3 (`storage`), a job's money guard (`guard`) and its run
+  they name (`layout`), the job's checkpoint plan every stage reads (`checkpointplan`), where a job's objects
+  live in S3 (`storage`, with `s3url`), a job's money guard (`guard`) and its run
   summary (`summary`), SSH (`transport`, with `jobdir`:
   which files of a pushed directory go, and the rule for symbolic links), and Open MPI's own notes in a
   job's output (`mpinotes`).

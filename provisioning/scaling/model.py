@@ -1,6 +1,6 @@
 """DeepVM's overhead model: how much of n nodes' FLOPS a data-parallel job really gets.
 
-Notation (DESIGN.md, "The planner"):
+Notation (the DeepVM paper, CCGrid 2024, its planner's overhead model):
     S(n)  = c / (1 + exp(-a (n - b)))      logistic speed-up fitted to measured training times
     L(n)  = S'(b) (n - b) + S(b)           tangent of S at its inflection point b
     K(n)  = 1 for n <= b, else S(n) / L(n)  scaling factor in (0, 1]
